@@ -1,0 +1,40 @@
+# `make test` and `make demo` work on a fresh machine: they create .venv and install memcores.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-slow lint format demo bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+demo: $(STAMP)
+	$(BIN)/memcores list cores
+	$(BIN)/memcores supervised experiments/configs/demo_copy.yaml run.dir=runs/demo_copy
+	$(BIN)/memcores train experiments/configs/demo_rl.yaml run.dir=runs/demo_rl
+
+bench: $(STAMP)
+	$(BIN)/memcores bench cores
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

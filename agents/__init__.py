@@ -1,0 +1,1 @@
+"""Policies, rollout storage, PPO/A2C and trainers (RL, supervised, streaming)."""

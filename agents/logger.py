@@ -1,0 +1,94 @@
+"""Run logging shared by every trainer: TensorBoard (SB3 tag names), progress.csv, histograms."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class RunLogger:
+    """Collects scalars for one step, then writes them to TensorBoard and ``progress.csv``.
+
+    Tags follow Stable-Baselines3 (``rollout/ep_rew_mean``, ``train/value_loss``,
+    ``time/fps``...) so existing dashboards carry over. The CSV gets one row per :meth:`dump`;
+    when a new tag appears the file is rewritten with the wider header, so columns never shift.
+
+    :param run_dir: the run's folder; events go to ``run_dir`` itself, the CSV beside them.
+    :param tensorboard: write TensorBoard events (the CSV is always written).
+    """
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.run_dir / "progress.csv"
+        self._pending: dict[str, float] = {}
+        self._columns: list[str] = []
+        self._rows: list[dict[str, Any]] = []
+        if self.csv_path.is_file():  # resuming: keep earlier rows and columns
+            with self.csv_path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                self._columns = list(reader.fieldnames or [])
+                self._rows = list(reader)
+        self._writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.run_dir))
+
+    def record(self, tag: str, value: float) -> None:
+        """Queue a scalar for the next :meth:`dump`."""
+        self._pending[tag] = float(value)
+
+    def histogram(self, tag: str, values: torch.Tensor | list[float], step: int) -> None:
+        """Write a histogram to TensorBoard right away (e.g. gate time scales)."""
+        if self._writer is None:
+            return
+        tensor = torch.as_tensor(values).detach().float().cpu().flatten()
+        tensor = tensor[torch.isfinite(tensor)]
+        if tensor.numel():
+            self._writer.add_histogram(tag, tensor, global_step=step)
+
+    def dump(self, step: int) -> dict[str, float]:
+        """Write the queued scalars at ``step``; returns what was written."""
+        values = dict(self._pending)
+        self._pending.clear()
+        if not values:
+            return values
+        if self._writer is not None:
+            for tag, value in values.items():
+                if math.isfinite(value):
+                    self._writer.add_scalar(tag, value, global_step=step)
+            self._writer.flush()
+        row = {"step": step, **values}
+        new_columns = [c for c in row if c not in self._columns]
+        self._rows.append(row)
+        if new_columns or not self.csv_path.is_file():
+            self._columns.extend(new_columns)
+            self._rewrite_csv()
+        else:
+            with self.csv_path.open("a", newline="") as handle:
+                csv.DictWriter(handle, fieldnames=self._columns).writerow(row)
+        return values
+
+    def truncate_after(self, step: int) -> None:
+        """Drop CSV rows beyond ``step`` (used when resuming from an earlier checkpoint)."""
+        self._rows = [r for r in self._rows if float(r.get("step", 0)) <= step]
+        self._rewrite_csv()
+
+    def _rewrite_csv(self) -> None:
+        tmp = self.csv_path.with_suffix(".csv.tmp")
+        with tmp.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self._columns)
+            writer.writeheader()
+            for row in self._rows:
+                writer.writerow({k: row.get(k, "") for k in self._columns})
+        tmp.replace(self.csv_path)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,185 @@
+"""Memory cores: recurrent torch modules sharing the :class:`~cores.base.MemoryCore` contract.
+
+Build any core by name::
+
+    from cores import make_core, CORES
+    core = make_core("ur_lstm", input_size=10, hidden_size=128)
+
+A new core is one module plus one line in :data:`CORES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from cores.base import MemoryCore, State
+
+__all__ = ["CORES", "CoreSpec", "MemoryCore", "State", "core_options", "make_core"]
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """A registry entry: where the class lives, a one-line description and its fixed options.
+
+    :param target: ``"module:ClassName"``; imported only when the core is built.
+    :param description: one line shown by ``memcores list cores``.
+    :param preset: options fixed by this name (e.g. the gate activation of ``fast_lstm``).
+    """
+
+    target: str
+    description: str
+    preset: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> type[MemoryCore]:
+        module_name, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+
+_GATED = "cores.gated:GatedLSTM"
+_GRU = "cores.gru:GatedGRU"
+
+CORES: dict[str, CoreSpec] = {
+    # --- gated LSTM family: one cell class, presets differ only in options ------------------
+    "lstm": CoreSpec(
+        _GATED,
+        "LSTM, untied gates, sigmoid, forget bias 1 (the standard baseline)",
+        dict(activation="sigmoid", tied=False, refine=False, init="constant"),
+    ),
+    "tied_lstm": CoreSpec(
+        _GATED,
+        "gate-tied LSTM (i = 1 - f), sigmoid forget gate: the sigmoid twin of fast/softsign",
+        dict(activation="sigmoid", tied=True, refine=False, init="constant"),
+    ),
+    "fast_lstm": CoreSpec(
+        _GATED,
+        "gate-tied LSTM with the fast gate sigma(sinh z) on the forget gate (Ohno et al.)",
+        dict(activation="fast", tied=True, refine=False, init="constant"),
+    ),
+    "fast2_lstm": CoreSpec(
+        _GATED,
+        "gate-tied LSTM with the iterated fast gate sigma(sinh(sinh z))",
+        dict(activation="fast2", tied=True, refine=False, init="constant"),
+    ),
+    "softsign_lstm": CoreSpec(
+        _GATED,
+        "gate-tied LSTM with the normalised softsign forget gate (slow-saturation reference)",
+        dict(activation="softsign", tied=True, refine=False, init="constant"),
+    ),
+    "uf_lstm": CoreSpec(
+        _GATED,
+        "gate-tied fast-gate LSTM with uniform (UGI) forget-bias initialisation",
+        dict(activation="fast", tied=True, refine=False, init="uniform"),
+    ),
+    "ur_lstm": CoreSpec(
+        _GATED,
+        "UR-LSTM: uniform gate init + refine gate, input tied to 1 - g (Gu et al.)",
+        dict(activation="sigmoid", tied=True, refine=True, init="uniform"),
+    ),
+    "u_lstm": CoreSpec(
+        _GATED,
+        "U-LSTM: uniform gate init (b_i = -b_f), no refine gate",
+        dict(activation="sigmoid", tied=False, refine=False, init="uniform"),
+    ),
+    "r_lstm": CoreSpec(
+        _GATED,
+        "R-LSTM: refine gate with standard forget bias 1, input tied to 1 - g",
+        dict(activation="sigmoid", tied=True, refine=True, init="constant"),
+    ),
+    "c_lstm": CoreSpec(
+        _GATED,
+        "chrono LSTM: b_f ~ log U[1, T_max - 1], b_i = -b_f (option t_max)",
+        dict(activation="sigmoid", tied=False, refine=False, init="chrono"),
+    ),
+    "hdetach_lstm": CoreSpec(
+        _GATED,
+        "LSTM trained with h-detach: stochastically stops gradients through h_{t-1} (option p)",
+        dict(activation="sigmoid", tied=False, refine=False, init="constant", hdetach=True),
+    ),
+    # --- GRU family --------------------------------------------------------------------------
+    "gru": CoreSpec(_GRU, "GRU (torch.nn.GRU equations)", dict(activation="sigmoid")),
+    "fast_gru": CoreSpec(
+        _GRU,
+        "GRU whose update gate uses the fast gate sigma(sinh z)",
+        dict(activation="fast", refine=False, init="constant"),
+    ),
+    "ur_gru": CoreSpec(
+        _GRU,
+        "GRU with uniform init + refine gate on the update gate",
+        dict(activation="sigmoid", refine=True, init="uniform"),
+    ),
+    # --- leaky / power-law RNNs (Ohno & Kumagai) ---------------------------------------------
+    "leaky_rnn": CoreSpec(
+        "cores.power_rnn:PowerRNN",
+        "leaky RNN h += alpha (tanh(Uh + Wx + b) - h): exponential memory decay",
+        dict(r=0.0),
+    ),
+    "power_rnn": CoreSpec(
+        "cores.power_rnn:PowerRNN",
+        "power-law RNN h += alpha (tanh(Uh + Wx + b) - |h|^r h): polynomial decay (option r)",
+    ),
+    # --- self-attentive recurrent cores (Kanuparthi et al.) ----------------------------------
+    "rel_lstm": CoreSpec(
+        "cores.rel_lstm:RelLSTM",
+        "RelLSTM: LSTM attending over a short buffer + relevancy-screened set (options nu, rho)",
+    ),
+    "mem_lstm": CoreSpec(
+        "cores.rel_lstm:MemLSTM",
+        "MemLSTM: LSTM attending over all past states (quadratic; option max_len)",
+    ),
+    # --- linear recurrent units with online learning (Zucchet et al.) ------------------------
+    "lru": CoreSpec(
+        "cores.lru:LRUCore",
+        "stack of LRU blocks; grad=bptt|online|spatial|truncated (online: exact in-layer RTRL)",
+    ),
+}
+
+
+def _signature_options(cls: type) -> dict[str, Any]:
+    """Keyword options of ``cls.__init__`` beyond ``input_size``/``hidden_size``, with defaults."""
+    params = inspect.signature(cls.__init__).parameters
+    return {
+        name: (p.default if p.default is not inspect.Parameter.empty else None)
+        for name, p in params.items()
+        if name not in ("self", "input_size", "hidden_size")
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    }
+
+
+def core_options(name: str) -> dict[str, Any]:
+    """The options a user may set for core ``name``, mapped to their defaults."""
+    spec = _spec(name)
+    return {k: v for k, v in _signature_options(spec.load()).items() if k not in spec.preset}
+
+
+def _spec(name: str) -> CoreSpec:
+    if name not in CORES:
+        raise ValueError(f"unknown core {name!r}; valid cores: {', '.join(sorted(CORES))}")
+    return CORES[name]
+
+
+def make_core(name: str, input_size: int, hidden_size: int, **options: Any) -> MemoryCore:
+    """Build the core registered as ``name``.
+
+    :param name: one of :data:`CORES`.
+    :param input_size: size of each input vector ``x[t, b]``.
+    :param hidden_size: size of each output vector ``y[t, b]``.
+    :param options: core-specific options (see ``memcores list cores --options``).
+    :raises ValueError: for an unknown name, an unknown option or an option fixed by the preset.
+    """
+    spec = _spec(name)
+    allowed = core_options(name)
+    for key in options:
+        if key in spec.preset:
+            raise ValueError(
+                f"option {key!r} is fixed to {spec.preset[key]!r} by core {name!r}; "
+                f"valid options: {', '.join(sorted(allowed)) or '(none)'}"
+            )
+        if key not in allowed:
+            raise ValueError(
+                f"unknown option {key!r} for core {name!r}; "
+                f"valid options: {', '.join(sorted(allowed)) or '(none)'}"
+            )
+    return spec.load()(input_size, hidden_size, **spec.preset, **options)

@@ -1,0 +1,125 @@
+"""The memory-core contract shared by every recurrent module in memcores.
+
+A core maps a time-major input sequence to a time-major output sequence and carries a state
+between calls. The state is a flat tuple of batch-first tensors, so trainers can store it per
+environment, index it per sequence, reset it with a mask and move it between devices without
+knowing which core produced it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+State = tuple[Tensor, ...]
+"""A core's recurrent state: a flat tuple of tensors, each of shape ``[B, ...]``."""
+
+
+class MemoryCore(nn.Module):
+    """Base class of every memory core.
+
+    Subclasses set ``input_size`` and ``hidden_size`` and implement :meth:`initial_state` and
+    either :meth:`step` (one time step; the default :meth:`forward` loops over it) or a faster
+    :meth:`forward` of their own that honours the same ``starts`` semantics.
+
+    Training-only behaviour (h-detach's stochastic detaching, the LRU's online gradient rule)
+    follows ``self.training``; evaluation is deterministic.
+    """
+
+    input_size: int
+    hidden_size: int
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        if input_size <= 0 or hidden_size <= 0:
+            raise ValueError(
+                f"input_size and hidden_size must be positive, got {input_size} and {hidden_size}"
+            )
+        self.input_size = int(input_size)
+        self.hidden_size = int(hidden_size)
+
+    # ------------------------------------------------------------------ contract
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """The state before the first step: a tuple of ``[batch_size, ...]`` tensors."""
+        raise NotImplementedError
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """Run the core over a sequence.
+
+        :param x: ``[T, B, input_size]`` inputs.
+        :param state: the state before ``x[0]``, as returned by :meth:`initial_state` or a
+            previous call.
+        :param starts: optional ``[T, B]`` bool; where ``starts[t, b]`` is true, row ``b`` of
+            the state is reset to the initial state before ``x[t, b]`` is read.
+        :return: ``y`` of shape ``[T, B, hidden_size]`` and the state after step ``T``.
+        """
+        check_sequence(self, x, state, starts)
+        reset_steps = steps_with_starts(starts)
+        outputs = []
+        # unbind once: indexing x[t] inside the loop makes backward quadratic in T.
+        for t, x_t in enumerate(x.unbind(0)):
+            if t in reset_steps:
+                state = self.reset_state(state, starts[t])
+            y_t, state = self.step(x_t, state)
+            outputs.append(y_t)
+        return torch.stack(outputs, 0), state
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """One time step: ``x_t [B, input_size]`` -> ``y_t [B, hidden_size]`` and the new state."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement step() or override forward()"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def reset_state(self, state: State, mask: Tensor) -> State:
+        """Replace the rows of ``state`` where ``mask [B]`` is true by the initial state."""
+        batch_size = mask.shape[0]
+        device = state[0].device if state else mask.device
+        fresh = self.initial_state(batch_size, device)
+        return tuple(
+            torch.where(_expand_mask(mask, s), f.to(dtype=s.dtype), s)
+            for s, f in zip(state, fresh, strict=True)
+        )
+
+
+def _expand_mask(mask: Tensor, like: Tensor) -> Tensor:
+    """``mask [B]`` viewed so it broadcasts against ``like [B, ...]``."""
+    return mask.to(device=like.device).view(-1, *([1] * (like.dim() - 1)))
+
+
+def reset_where(state: State, mask: Tensor, initial: State) -> State:
+    """Functional form of :meth:`MemoryCore.reset_state` for an explicit initial state."""
+    return tuple(
+        torch.where(_expand_mask(mask, s), i.to(dtype=s.dtype, device=s.device), s)
+        for s, i in zip(state, initial, strict=True)
+    )
+
+
+def steps_with_starts(starts: Tensor | None) -> set[int]:
+    """The time indices at which at least one batch row resets (one host sync per call)."""
+    if starts is None:
+        return set()
+    return set(torch.nonzero(starts.any(dim=1)).flatten().tolist())
+
+
+def check_sequence(core: MemoryCore, x: Tensor, state: State, starts: Tensor | None) -> None:
+    """Raise a clear ``ValueError`` when ``x``/``state``/``starts`` do not fit the contract."""
+    if x.dim() != 3 or x.shape[-1] != core.input_size:
+        raise ValueError(
+            f"{type(core).__name__} expects x of shape [T, B, {core.input_size}], "
+            f"got {tuple(x.shape)}"
+        )
+    if not isinstance(state, tuple):
+        raise TypeError(f"state must be a tuple of tensors, got {type(state).__name__}")
+    batch = x.shape[1]
+    for s in state:
+        if s.shape[0] != batch:
+            raise ValueError(
+                f"state tensors must be batch-first with B={batch}, got shape {tuple(s.shape)}"
+            )
+    if starts is not None and tuple(starts.shape) != tuple(x.shape[:2]):
+        raise ValueError(
+            f"starts must have shape [T, B]={tuple(x.shape[:2])}, got {tuple(starts.shape)}"
+        )

@@ -1,0 +1,1 @@
+"""Gymnasium environments and supervised sequence tasks."""

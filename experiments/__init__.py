@@ -1,0 +1,1 @@
+"""CLI, config schema, experiment configs, sweeps, plots and benchmarks."""

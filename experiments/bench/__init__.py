@@ -1,0 +1,1 @@
+"""Benchmark scripts: each prints ratios measured side by side in one run."""

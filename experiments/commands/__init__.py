@@ -1,0 +1,1 @@
+"""One module per ``memcores`` subcommand, each with ``add_arguments(parser)`` and ``run(args)``."""
