@@ -1,0 +1,37 @@
+"""The memcores command line: help, unknown commands, listing cores, clean errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from cores import CORES
+from experiments.cli import main
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("train", "supervised", "bench", "sweep", "list"):
+        assert command in out
+
+
+def test_unknown_command_names_valid_ones(capsys):
+    assert main(["trian"]) == 2
+    assert "unknown command 'trian'" in capsys.readouterr().err
+
+
+def test_list_cores_prints_every_registered_core(capsys):
+    assert main(["list", "cores"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(line.split()[0] for line in lines) == sorted(CORES)
+
+
+def test_console_script_runs_as_module():
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "list", "cores"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "ur_lstm" in result.stdout
