@@ -99,7 +99,11 @@ CORES: dict[str, CoreSpec] = {
         dict(activation="sigmoid", tied=False, refine=False, init="constant", hdetach=True),
     ),
     # --- GRU family --------------------------------------------------------------------------
-    "gru": CoreSpec(_GRU, "GRU (torch.nn.GRU equations)", dict(activation="sigmoid")),
+    "gru": CoreSpec(
+        _GRU,
+        "GRU (torch.nn.GRU equations), update-gate bias 1",
+        dict(activation="sigmoid", refine=False, init="constant"),
+    ),
     "fast_gru": CoreSpec(
         _GRU,
         "GRU whose update gate uses the fast gate sigma(sinh z)",

@@ -1,0 +1,207 @@
+"""One gated LSTM cell whose options produce every LSTM variant in the registry.
+
+Equations (``a = W x_t + U h_{t-1} + b``, split into gate blocks; ``phi`` from
+:mod:`cores.gates` is applied to the forget gate only)::
+
+    f = phi(a_f)                                  forget gate
+    g = f                      (refine=False)     effective forget gate
+    g = 2 r f + (1 - 2r) f^2   (refine=True, r = sigma(a_r), Gu et al. eq. 16)
+    i = sigma(a_i)             (tied=False)       input gate
+    i = 1 - g                  (tied=True)
+    u = tanh(a_u);  o = sigma(a_o)
+    c_t = g * c_{t-1} + i * u;  h_t = o * tanh(c_t)
+
+Bias initialisation (``init``): ``b_f`` from :func:`cores.gates.forget_bias`; for ``uniform``
+and ``chrono`` the untied input gate gets ``b_i = -b_f``; with ``uniform`` the refine gate gets
+``b_r = -b_f`` (the same sample, as in Gu et al.'s listing); all other biases start at 0.
+Weights are ``U(-1/sqrt(H), 1/sqrt(H))`` as in ``torch.nn.LSTM``.
+
+h-detach (``hdetach=True``, Kanuparthi et al.): while training, at each time step one
+Bernoulli(p) draw shared by the batch decides whether the ``h_{t-1}`` entering the gates is
+detached. The cell path ``c_{t-1} -> c_t`` and the output ``y_{t-1} = h_{t-1}`` keep their
+gradients; forward values are identical to the plain LSTM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cores import gates
+from cores.base import MemoryCore, State, check_sequence
+
+IMPLS = ("fused", "loop")
+
+
+class GatedLSTM(MemoryCore):
+    """Gated LSTM with a choice of forget-gate activation, gate tying, refine gate and bias init.
+
+    :param input_size: size ``D`` of each input vector.
+    :param hidden_size: size ``H`` of ``h`` and ``c``.
+    :param activation: forget-gate activation: ``sigmoid | fast | fast2 | softsign``.
+    :param tied: tie the input gate to the effective forget gate, ``i = 1 - g``.
+    :param refine: add Gu et al.'s refine gate ``r`` modulating the forget gate.
+    :param init: forget-bias initialiser: ``constant | uniform | chrono``.
+    :param t_max: the largest decay period of the ``chrono`` initialiser.
+    :param hdetach: stochastically detach the ``h_{t-1}`` entering the gates while training.
+    :param p: probability of detaching at a time step (only with ``hdetach=True``).
+    :param impl: ``fused`` (one autograd function over the whole sequence, hand-written
+        backward) or ``loop`` (a plain per-step autograd loop; the reference).
+
+    State: ``(h [B, H], c [B, H])``, both zero initially.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        activation: str = "sigmoid",
+        tied: bool = False,
+        refine: bool = False,
+        init: str = "constant",
+        t_max: float = 1000.0,
+        hdetach: bool = False,
+        p: float = 0.25,
+        impl: str = "loop",
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        gates.gate_fn(activation)  # validates the name
+        if init not in gates.INITS:
+            raise ValueError(f"unknown init {init!r}; valid: {', '.join(gates.INITS)}")
+        if impl not in IMPLS:
+            raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"p must be in [0, 1], got {p}")
+        self.activation = activation
+        self.tied = bool(tied)
+        self.refine = bool(refine)
+        self.init = init
+        self.t_max = float(t_max)
+        self.hdetach = bool(hdetach)
+        self.p = float(p)
+        self.impl = impl
+        # Gate blocks, sigmoid-like gates first so one sigmoid call covers them: f, [i], [r], o, u
+        names = ["f"] + ([] if self.tied else ["i"]) + (["r"] if self.refine else []) + ["o", "u"]
+        self.gate_names = tuple(names)
+        n = len(names)
+        H = hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(n * H, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(n * H, H))
+        self.bias = nn.Parameter(torch.zeros(n * H))
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ parameters
+    def _block(self, name: str) -> slice:
+        k = self.gate_names.index(name)
+        return slice(k * self.hidden_size, (k + 1) * self.hidden_size)
+
+    def reset_parameters(self) -> None:
+        """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; gate biases from the chosen initialiser."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        with torch.no_grad():
+            self.weight_ih.uniform_(-bound, bound)
+            self.weight_hh.uniform_(-bound, bound)
+            self.bias.zero_()
+            b_f = gates.forget_bias(self.init, self.activation, self.hidden_size, self.t_max)
+            self.bias[self._block("f")] = b_f.to(self.bias.dtype)
+            if "i" in self.gate_names and self.init in ("uniform", "chrono"):
+                self.bias[self._block("i")] = -b_f.to(self.bias.dtype)
+            if "r" in self.gate_names and self.init == "uniform":
+                self.bias[self._block("r")] = -b_f.to(self.bias.dtype)
+
+    def forget_gate_timescales(self) -> Tensor:
+        """``[H]`` characteristic times ``-1/log g`` of the effective forget gate at its bias.
+
+        With a refine gate, ``g = 2 r f + (1 - 2r) f^2`` with ``f = phi(b_f)``, ``r = sigma(b_r)``.
+        """
+        with torch.no_grad():
+            b = self.bias.detach().double().cpu()
+            g = gates.gate_fn(self.activation)(b[self._block("f")])
+            if self.refine:
+                g = gates.refine(g, torch.sigmoid(b[self._block("r")]))
+            return gates.timescale(g)
+
+    # ------------------------------------------------------------------ contract
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        dtype = self.weight_hh.dtype
+        device = self.weight_hh.device if device is None else device
+        zeros = torch.zeros(batch_size, self.hidden_size, dtype=dtype, device=device)
+        return (zeros, zeros.clone())
+
+    def cell(self, a: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor]:
+        """Gate arithmetic of one step: pre-activations ``a [B, nH]``, ``c_prev [B, H]``.
+
+        :return: ``h [B, H]`` and ``c [B, H]``.
+        """
+        H = self.hidden_size
+        n_sig = len(self.gate_names) - 1
+        sig = torch.sigmoid(a[:, : n_sig * H])
+        if self.activation == "sigmoid":
+            f = sig[:, :H]
+        else:
+            f = gates.gate_fn(self.activation)(a[:, :H])
+        g = gates.refine(f, sig[:, self._block("r")]) if self.refine else f
+        i = 1.0 - g if self.tied else sig[:, self._block("i")]
+        o = sig[:, self._block("o")]
+        u = torch.tanh(a[:, self._block("u")])
+        c = g * c_prev + i * u
+        return o * torch.tanh(c), c
+
+    def _gate_input(self, h_prev: Tensor, detach: bool) -> Tensor:
+        return h_prev.detach() if detach else h_prev
+
+    def _draw_detach(self, steps: int, device: torch.device) -> list[bool]:
+        """One Bernoulli(p) draw per time step, shared by the batch, only while training."""
+        if not (self.hdetach and self.training and self.p > 0.0):
+            return [False] * steps
+        return (torch.rand(steps) < self.p).tolist()
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """Reference step: ``x_t [B, D]`` -> ``h [B, H]`` and ``(h, c)``."""
+        h_prev, c_prev = state
+        detach = self._draw_detach(1, x_t.device)[0]
+        a = F.linear(x_t, self.weight_ih, self.bias) + F.linear(
+            self._gate_input(h_prev, detach), self.weight_hh
+        )
+        h, c = self.cell(a, c_prev)
+        return h, (h, c)
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, D]`` -> ``y [T, B, H]`` and the final ``(h, c)``; see :class:`MemoryCore`."""
+        check_sequence(self, x, state, starts)
+        detach = self._draw_detach(x.shape[0], x.device)
+        xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
+        keep = None if starts is None else (~starts.bool()).to(x.dtype).unsqueeze(-1)  # [T,B,1]
+        if self.impl == "fused":
+            from cores._fused_lstm import fused_lstm
+
+            return fused_lstm(self, xproj, state, keep, detach)
+        return self._loop(xproj, state, keep, detach)
+
+    def _loop(
+        self, xproj: Tensor, state: State, keep: Tensor | None, detach: list[bool]
+    ) -> tuple[Tensor, State]:
+        h, c = state
+        w_hh_t = self.weight_hh.t()
+        keeps = [None] * xproj.shape[0] if keep is None else keep.unbind(0)
+        outputs = []
+        # unbind once: indexing xproj[t] inside the loop makes backward quadratic in T
+        for a_x, k, d in zip(xproj.unbind(0), keeps, detach, strict=True):
+            if k is not None:  # reset rows to the (zero) initial state
+                h, c = h * k, c * k
+            a = torch.addmm(a_x, self._gate_input(h, d), w_hh_t)
+            h, c = self.cell(a, c)
+            outputs.append(h)
+        return torch.stack(outputs, 0), (h, c)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, activation={self.activation}, "
+            f"tied={self.tied}, refine={self.refine}, init={self.init}, hdetach={self.hdetach}"
+        )

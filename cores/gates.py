@@ -1,0 +1,179 @@
+"""Gate activations and gate-bias initialisers shared by every gated core.
+
+Activations ``phi: R -> (0, 1)`` (all satisfy ``phi(-z) = 1 - phi(z)`` and ``phi'(0) = 1/4``):
+
+- ``sigmoid``: ``sigma(z)``; saturates as ``O(e^-z)``.
+- ``softsign``: normalised softsign ``(softsign(z / 2) + 1) / 2``; saturates as ``O(1/z)``.
+- ``fast``: the fast gate ``sigma(sinh z)`` (Ohno et al.); saturates as ``O(exp(-e^z))``.
+- ``fast2``: the iterated fast gate ``sigma(sinh(sinh z))``.
+
+The fast gates are evaluated on a clamped argument. ``sinh`` overflows near ``|z| = 89`` in
+float32 and the naive backward then multiplies ``0 * inf = nan``; clamping ``z`` to
+``[-FAST_CLAMP, FAST_CLAMP]`` before ``sinh`` changes no value (``sigma(sinh 10)`` is exactly 1
+even in float64) and gives an exact zero gradient beyond the clamp, where the true gradient is
+below ``exp(-11000)``. The result is finite in forward and backward for every finite input.
+
+Bias initialisers return the forget-gate bias ``b_f [H]`` for a given activation:
+
+- ``constant``: ``phi(b_f) = sigma(1)`` for every activation, so every gate starts with the same
+  value (``b_f = 1, asinh(1), e - 1, asinh(asinh(1))``) and time scale ``-1/log sigma(1)``.
+- ``chrono(t_max)``: gate values as Tallec & Ollivier's chrono init for the sigmoid,
+  ``sigma(b) with b ~ log U[1, t_max - 1]``; for the sigmoid ``b_f = b`` exactly.
+- ``uniform`` (UGI, Gu et al.): gate values ``u ~ U[1/H, 1 - 1/H]``, ``b_f = phi^-1(u)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+ACTIVATIONS = ("sigmoid", "fast", "fast2", "softsign")
+INITS = ("constant", "uniform", "chrono")
+
+FAST_CLAMP = 10.0
+"""|z| beyond which the fast gates are exactly 0 or 1 (``sinh(10) ~ 1.1e4``, fp16-safe)."""
+
+
+# ---------------------------------------------------------------------------- activations
+def sigmoid_gate(z: Tensor) -> Tensor:
+    """``sigma(z)``."""
+    return torch.sigmoid(z)
+
+
+def softsign_gate(z: Tensor) -> Tensor:
+    """Normalised softsign ``(softsign(z/2) + 1) / 2 = (z / (2 + |z|) + 1) / 2``."""
+    return 0.5 + 0.5 * z / (2.0 + z.abs())
+
+
+def fast_gate(z: Tensor) -> Tensor:
+    """Fast gate ``sigma(sinh z)``, finite in forward and backward for any finite ``z``."""
+    return torch.sigmoid(torch.sinh(z.clamp(-FAST_CLAMP, FAST_CLAMP)))
+
+
+def fast2_gate(z: Tensor) -> Tensor:
+    """Iterated fast gate ``sigma(sinh(sinh z))``, finite in forward and backward."""
+    inner = torch.sinh(z.clamp(-FAST_CLAMP, FAST_CLAMP))
+    return torch.sigmoid(torch.sinh(inner.clamp(-FAST_CLAMP, FAST_CLAMP)))
+
+
+GATE_FUNCTIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "sigmoid": sigmoid_gate,
+    "fast": fast_gate,
+    "fast2": fast2_gate,
+    "softsign": softsign_gate,
+}
+
+
+def gate_fn(activation: str) -> Callable[[Tensor], Tensor]:
+    """The gate function called ``activation``; ``ValueError`` lists the valid names."""
+    if activation not in GATE_FUNCTIONS:
+        raise ValueError(f"unknown gate activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+    return GATE_FUNCTIONS[activation]
+
+
+def gate_derivative(activation: str, z: Tensor, value: Tensor | None = None) -> Tensor:
+    """``phi'(z)`` in closed form (used by the fused cell's hand-written backward).
+
+    :param z: pre-activations, any shape.
+    :param value: ``phi(z)`` when already known (saves recomputing it).
+    """
+    if activation == "softsign":
+        return (2.0 + z.abs()).reciprocal().square()
+    phi = gate_fn(activation)(z) if value is None else value
+    sig_slope = phi * (1.0 - phi)
+    if activation == "sigmoid":
+        return sig_slope
+    inside = (z.abs() <= FAST_CLAMP).to(z.dtype)
+    zc = z.clamp(-FAST_CLAMP, FAST_CLAMP)
+    if activation == "fast":
+        return sig_slope * torch.cosh(zc) * inside
+    # fast2: d/dz sigma(sinh(s)) with s = sinh z: sigma' * cosh(s) * cosh(z)
+    s = torch.sinh(zc)
+    inside = inside * (s.abs() <= FAST_CLAMP).to(z.dtype)
+    return sig_slope * torch.cosh(s.clamp(-FAST_CLAMP, FAST_CLAMP)) * torch.cosh(zc) * inside
+
+
+def gate_inverse(activation: str, value: Tensor | float) -> Tensor:
+    """``phi^-1(value)`` for ``value`` in (0, 1) (float64 for accuracy)."""
+    u = torch.as_tensor(value, dtype=torch.float64)
+    if activation == "softsign":
+        s = 2.0 * u - 1.0  # phi = (s + 1) / 2 with s = z / (2 + |z|)
+        return 2.0 * s / (1.0 - s.abs())
+    logit = torch.log(u) - torch.log1p(-u)
+    if activation == "sigmoid":
+        return logit
+    if activation == "fast":
+        return torch.asinh(logit)
+    if activation == "fast2":
+        return torch.asinh(torch.asinh(logit))
+    raise ValueError(f"unknown gate activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+
+
+# ---------------------------------------------------------------------------- initialisers
+def constant_bias(activation: str, hidden_size: int) -> Tensor:
+    """``b_f [H]`` with ``phi(b_f) = sigma(1)`` (b_f = 1 for the sigmoid)."""
+    if activation == "sigmoid":
+        return torch.ones(hidden_size, dtype=torch.float64)
+    target = 1.0 / (1.0 + math.exp(-1.0))
+    return gate_inverse(activation, target).expand(hidden_size).clone()
+
+
+def chrono_bias(
+    activation: str, hidden_size: int, t_max: float, generator: torch.Generator | None = None
+) -> Tensor:
+    """Chrono init: ``b ~ log U[1, t_max - 1]``; ``b_f = phi^-1(sigma(b))`` (= b for sigmoid).
+
+    The decay period ``1 / (1 - f)`` of the sigmoid gate is then uniform on ``[2, t_max]``.
+    """
+    if t_max <= 2:
+        raise ValueError(f"chrono init needs t_max > 2, got {t_max}")
+    u = torch.rand(hidden_size, dtype=torch.float64, generator=generator)
+    b = torch.log(1.0 + u * (t_max - 2.0))
+    if activation == "sigmoid":
+        return b
+    return gate_inverse(activation, torch.sigmoid(b))
+
+
+def uniform_bias(
+    activation: str, hidden_size: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """UGI: gate values ``u ~ U[1/H, 1 - 1/H]``, ``b_f = phi^-1(u)`` (one sample per unit).
+
+    Sampling inside ``[1/H, 1 - 1/H]`` keeps ``phi^-1`` finite (Gu et al., App. D.5).
+    """
+    lo = 1.0 / hidden_size if hidden_size > 2 else 0.25
+    u = lo + (1.0 - 2.0 * lo) * torch.rand(hidden_size, dtype=torch.float64, generator=generator)
+    return gate_inverse(activation, u)
+
+
+def forget_bias(
+    init: str,
+    activation: str,
+    hidden_size: int,
+    t_max: float = 1000.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """The forget-gate bias ``[H]`` (float64) for initialiser ``init``."""
+    if init == "constant":
+        return constant_bias(activation, hidden_size)
+    if init == "uniform":
+        return uniform_bias(activation, hidden_size, generator)
+    if init == "chrono":
+        return chrono_bias(activation, hidden_size, t_max, generator)
+    raise ValueError(f"unknown gate init {init!r}; valid: {', '.join(INITS)}")
+
+
+def refine(f: Tensor, r: Tensor) -> Tensor:
+    """Refine gate (Gu et al. eq. 16): ``g = r (1 - (1 - f)^2) + (1 - r) f^2 = 2rf + (1-2r)f^2``.
+
+    ``g`` lies in the band ``[f^2, 1 - (1 - f)^2]``; ``r = 1/2`` gives ``g = f``.
+    """
+    return f * (2.0 * r + (1.0 - 2.0 * r) * f)
+
+
+def timescale(gate_value: Tensor) -> Tensor:
+    """Characteristic time ``-1 / log(f)`` of a unit whose forget gate stays at ``f``."""
+    return -1.0 / torch.log(gate_value)

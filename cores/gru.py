@@ -1,0 +1,143 @@
+"""Gated GRU whose update gate can use the fast/softsign activations, UGI and the refine gate.
+
+Equations (``torch.nn.GRU``'s convention, in which the update gate ``z`` *keeps* the state)::
+
+    z = phi(W_z x + U_z h + b_z)                   update gate  <- the gate that is changed
+    z = 2 q z + (1 - 2q) z^2,  q = sigma(W_q x + U_q h + b_q)   (refine=True)
+    r = sigma(W_r x + U_r h + b_r)                 reset gate   (always a plain sigmoid)
+    n = tanh(W_n x + b_n + r * (U_n h + b_hn))
+    h_t = (1 - z) * n + z * h_{t-1}
+
+**Which gate changed:** exactly the update gate ``z``. Because ``h_t = z h_{t-1} + (1 - z) n``,
+``z`` plays the role of the LSTM forget gate (its complement ``1 - z`` is the tied input gate),
+so ``activation``, ``refine`` and ``init`` act on ``z`` only: ``phi`` replaces the sigmoid of
+``z``, the refine gate ``q`` refines ``z``, and the initialiser sets ``b_z`` (``constant``:
+``phi(b_z) = sigma(1)``; ``uniform``: UGI with ``b_q = -b_z``; ``chrono``: chrono values). The
+reset gate ``r`` and candidate ``n`` are those of ``torch.nn.GRU`` with zero biases.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cores import gates
+from cores.base import MemoryCore, State, check_sequence
+
+
+class GatedGRU(MemoryCore):
+    """GRU with a configurable update gate (see the module docstring for the equations).
+
+    :param input_size: size ``D`` of each input vector.
+    :param hidden_size: size ``H`` of the state.
+    :param activation: update-gate activation: ``sigmoid | fast | fast2 | softsign``.
+    :param refine: add a refine gate ``q`` on the update gate (one extra ``H``-block).
+    :param init: update-gate bias initialiser: ``constant | uniform | chrono``.
+    :param t_max: the largest decay period of the ``chrono`` initialiser.
+
+    State: ``(h [B, H],)``, zero initially.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        activation: str = "sigmoid",
+        refine: bool = False,
+        init: str = "constant",
+        t_max: float = 1000.0,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        gates.gate_fn(activation)
+        if init not in gates.INITS:
+            raise ValueError(f"unknown init {init!r}; valid: {', '.join(gates.INITS)}")
+        self.activation = activation
+        self.refine = bool(refine)
+        self.init = init
+        self.t_max = float(t_max)
+        self.gate_names = ("z",) + (("q",) if self.refine else ()) + ("r", "n")
+        n, H = len(self.gate_names), hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(n * H, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(n * H, H))
+        self.bias = nn.Parameter(torch.zeros(n * H))
+        self.bias_hn = nn.Parameter(torch.zeros(H))
+        self.reset_parameters()
+
+    def _block(self, name: str) -> slice:
+        k = self.gate_names.index(name)
+        return slice(k * self.hidden_size, (k + 1) * self.hidden_size)
+
+    def reset_parameters(self) -> None:
+        """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; ``b_z`` (and ``b_q``) from the initialiser."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        with torch.no_grad():
+            self.weight_ih.uniform_(-bound, bound)
+            self.weight_hh.uniform_(-bound, bound)
+            self.bias.zero_()
+            self.bias_hn.zero_()
+            b_z = gates.forget_bias(self.init, self.activation, self.hidden_size, self.t_max)
+            self.bias[self._block("z")] = b_z.to(self.bias.dtype)
+            if self.refine and self.init == "uniform":
+                self.bias[self._block("q")] = -b_z.to(self.bias.dtype)
+
+    def forget_gate_timescales(self) -> Tensor:
+        """``[H]`` characteristic times ``-1/log z`` of the (refined) update gate at its bias."""
+        with torch.no_grad():
+            b = self.bias.detach().double().cpu()
+            z = gates.gate_fn(self.activation)(b[self._block("z")])
+            if self.refine:
+                z = gates.refine(z, torch.sigmoid(b[self._block("q")]))
+            return gates.timescale(z)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        device = self.weight_hh.device if device is None else device
+        return (
+            torch.zeros(batch_size, self.hidden_size, dtype=self.weight_hh.dtype, device=device),
+        )
+
+    def cell(self, a_x: Tensor, h: Tensor) -> Tensor:
+        """One step from the input projection ``a_x [B, nH]`` and ``h [B, H]`` -> ``h_t [B, H]``."""
+        H = self.hidden_size
+        a_h = F.linear(h, self.weight_hh)
+        nz = len(self.gate_names) - 1  # z, [q], r share one add; n needs the reset gate
+        a = a_x[:, : nz * H] + a_h[:, : nz * H]
+        z = gates.gate_fn(self.activation)(a[:, :H])
+        if self.refine:
+            z = gates.refine(z, torch.sigmoid(a[:, self._block("q")]))
+        r = torch.sigmoid(a[:, self._block("r")])
+        n = torch.tanh(a_x[:, self._block("n")] + r * (a_h[:, self._block("n")] + self.bias_hn))
+        return n + z * (h - n)
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        h = self.cell(F.linear(x_t, self.weight_ih, self.bias), state[0])
+        return h, (h,)
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, D]`` -> ``y [T, B, H]`` and ``(h,)``; see :class:`MemoryCore`."""
+        check_sequence(self, x, state, starts)
+        xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH], one matmul for all steps
+        keeps = (
+            [None] * x.shape[0]
+            if starts is None
+            else (~starts.bool()).to(x.dtype).unsqueeze(-1).unbind(0)
+        )
+        (h,) = state
+        outputs = []
+        for a_x, k in zip(xproj.unbind(0), keeps, strict=True):
+            if k is not None:  # reset rows to the zero initial state
+                h = h * k
+            h = self.cell(a_x, h)
+            outputs.append(h)
+        return torch.stack(outputs, 0), (h,)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, activation={self.activation}, "
+            f"refine={self.refine}, init={self.init}"
+        )
