@@ -1,0 +1,377 @@
+"""Self-attentive LSTMs: RelLSTM (relevancy screening) and MemLSTM (attention over all states).
+
+Both follow Kanuparthi, Kerg et al., "Untangling trade-offs between recurrence and
+self-attention in neural networks" (second article of Kanuparthi's 2020 thesis; digest in
+``papers/hdetach_relevancy_screening.md`` section 2). The thesis leaves several points open;
+this module settles them as follows.
+
+Step ``t`` (shapes ``[B, H]`` unless noted)::
+
+    i, f, g, o = split(W x_t + V s_{t-1} + b)              LSTM whose recurrent input is the
+    c_t = sigma(f) c_{t-1} + sigma(i) tanh(g)               macro-state s_{t-1}, not h_{t-1}
+    h_t = sigma(o) tanh(c_t)
+    M_t = [buffer (nu slots, h_t included) ; relevant set (rho slots)]       [B, nu + rho, H]
+    e_m = v^T tanh(W_a s_{t-1} + U_a m)  for m in M_t, empty slots -> -inf   [B, nu + rho]
+    alpha = softmax(e)                                     one softmax over buffer + relevant set
+    context_t = sum_m alpha_m m
+    s_t = h_t + context_t             (average=True: s_t = 0.5 (h_t + context_t), public code)
+    y_t = s_t                         the output is the macro-state, the input of the next step
+
+Settled ambiguities (the digest's list, section 2.3):
+
+- **Buffer.** Following Algorithm 2, ``h_t`` enters the buffer *before* attending, so the
+  buffer at step ``t`` holds ``h_{t-nu+1} .. h_t`` and ``h_t`` can attend to itself, as in the
+  base model where ``c_t`` includes ``alpha_{t,t} h_t``.
+- **Relevance score.** ``beta(i) = sum_{j=i}^{i+nu-1} alpha_{i,j}``: the (detached) attention
+  ``h_i`` received while it sat in the buffer. Scores never carry gradient.
+- **Screening.** The state *leaving the buffer* (``h_{t-nu}``, with its complete ``beta``) is
+  screened, not ``h_{t-rho}``. It enters the relevant set if a slot is free, otherwise it
+  replaces the stored state with the lowest score if its own score is *strictly* greater
+  (ties keep the older state). Decisions are per batch row, vectorised over the batch; a state
+  in the relevant set keeps its score and is never rescored.
+- **Gradients.** Stored states keep their autograd graph inside one ``forward`` call (the skip
+  connections are the point of the model); across calls the trainer detaches the state as for
+  any core (truncated BPTT).
+- **State.** Everything a step needs is in the state tuple, so it is stored, replayed, reset by
+  ``starts`` and moved between devices like any other core's state (the public code keeps the
+  relevant set outside the replayable state and wipes it every step). Counts are stored as
+  floating-point tensors in the state's dtype so that storage allocated with one dtype, masked
+  resets (``torch.where`` against the zero initial state) and ``.to(dtype)`` all work.
+- ``rho = 0`` gives a buffer-only model (local attention over the last ``nu`` states).
+
+MemLSTM is the same step with ``M_t`` = every past state of the episode (MemRNN/MemLSTM in the
+thesis). Its state holds a ``[B, max_len, H]`` memory; when more than ``max_len`` states exist,
+``on_full="drop"`` (default) forgets the oldest (a sliding window of the last ``max_len``
+states) and ``on_full="error"`` raises. Within a call the keys ``U_a m`` are computed once per
+state (memory and compute stay quadratic in T, which is what the model is meant to show).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cores.base import MemoryCore, State, check_sequence, steps_with_starts
+
+ON_FULL = ("drop", "error")
+
+
+def screening_update(
+    buffer: Tensor,
+    buffer_scores: Tensor,
+    buffer_count: Tensor,
+    relevant: Tensor,
+    relevant_scores: Tensor,
+    relevant_count: Tensor,
+    new: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Push ``new`` into the buffer and screen the state that leaves it (pure function).
+
+    Layout: the buffer's filled slots are its last ``buffer_count`` slots (oldest first, newest
+    last); the relevant set's filled slots are its first ``relevant_count`` slots.
+
+    :param buffer: ``[B, nu, H]`` short-term buffer.
+    :param buffer_scores: ``[B, nu]`` attention received so far by each buffered state.
+    :param buffer_count: ``[B]`` number of filled buffer slots (float, 0..nu).
+    :param relevant: ``[B, rho, H]`` relevant set (``rho`` may be 0).
+    :param relevant_scores: ``[B, rho]`` the final relevance score of each stored state.
+    :param relevant_count: ``[B]`` number of filled relevant slots (float, 0..rho).
+    :param new: ``[B, H]`` the state entering the buffer (score 0).
+    :return: the six updated tensors, in the same order. Rows whose buffer is full evict the
+        oldest state; it enters the relevant set if a slot is free or if its score is strictly
+        greater than the lowest stored score (which it then replaces).
+    """
+    nu, rho = buffer.shape[1], relevant.shape[1]
+    full = buffer_count >= nu  # [B] bool: slot 0 holds a state that leaves now
+    if rho > 0:
+        leaving, leaving_score = buffer[:, 0], buffer_scores[:, 0]  # [B, H], [B]
+        slots = torch.arange(rho, device=buffer.device)
+        filled = slots < relevant_count.unsqueeze(1)  # [B, rho]
+        ranked = relevant_scores.masked_fill(~filled, -math.inf)
+        # argmin returns the first minimum: the first free slot if any, else the lowest score.
+        target = ranked.argmin(dim=1, keepdim=True)  # [B, 1]
+        target_filled = filled.gather(1, target).squeeze(1)  # [B]
+        target_score = ranked.gather(1, target).squeeze(1)  # [B]
+        insert = full & (~target_filled | (leaving_score > target_score))  # [B]
+        hit = (slots == target) & insert.unsqueeze(1)  # [B, rho] one-hot where inserting
+        relevant = torch.where(hit.unsqueeze(2), leaving.unsqueeze(1), relevant)
+        relevant_scores = torch.where(hit, leaving_score.unsqueeze(1), relevant_scores)
+        relevant_count = relevant_count + (insert & ~target_filled).to(relevant_count.dtype)
+    buffer = torch.cat([buffer[:, 1:], new.unsqueeze(1)], dim=1)
+    buffer_scores = torch.cat([buffer_scores[:, 1:], buffer_scores.new_zeros(len(new), 1)], 1)
+    buffer_count = (buffer_count + 1).clamp(max=nu)
+    return buffer, buffer_scores, buffer_count, relevant, relevant_scores, relevant_count
+
+
+def buffer_mask(buffer_count: Tensor, nu: int) -> Tensor:
+    """``[B, nu]`` bool: which buffer slots hold a state (the last ``buffer_count`` ones)."""
+    slots = torch.arange(nu, device=buffer_count.device)
+    return slots >= (nu - buffer_count).unsqueeze(1)
+
+
+def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
+    """``[B, rho]`` bool: which relevant-set slots hold a state (the first ``relevant_count``)."""
+    return torch.arange(rho, device=relevant_count.device) < relevant_count.unsqueeze(1)
+
+
+class _AttentiveLSTM(MemoryCore):
+    """Shared parameters and maths of RelLSTM and MemLSTM (LSTM on ``s`` + additive attention)."""
+
+    def __init__(self, input_size: int, hidden_size: int, average: bool) -> None:
+        super().__init__(input_size, hidden_size)
+        H = hidden_size
+        self.average = bool(average)
+        self.input_proj = nn.Linear(input_size, 4 * H)  # W x + b, gates in order i, f, g, o
+        self.recurrent = nn.Linear(H, 4 * H, bias=False)  # V s_{t-1}
+        self.query = nn.Linear(H, H, bias=False)  # W_a s_{t-1}
+        self.key = nn.Linear(H, H)  # U_a m (+ bias)
+        self.score = nn.Linear(H, 1, bias=False)  # v_a
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """LSTM weights ``U(-1/sqrt(H), 1/sqrt(H))`` with forget bias 1; attention Xavier-normal
+        (as the public code)."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for w in (self.input_proj.weight, self.recurrent.weight, self.input_proj.bias):
+            nn.init.uniform_(w, -bound, bound)
+        H = self.hidden_size
+        with torch.no_grad():
+            self.input_proj.bias[H : 2 * H].fill_(1.0)
+        for lin in (self.query, self.key, self.score):
+            nn.init.xavier_normal_(lin.weight)
+        nn.init.zeros_(self.key.bias)
+
+    def _dtype(self) -> torch.dtype:
+        return self.input_proj.weight.dtype
+
+    def _lstm(self, xp_t: Tensor, s: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        """``xp_t = W x_t + b [B, 4H]`` -> ``h_t, c_t [B, H]`` with recurrent input ``s``."""
+        i, f, g, o = (xp_t + self.recurrent(s)).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def _attend(self, s_prev: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+        """Additive attention: ``[B, H]`` query state, ``[B, K, H]`` keys/values, ``[B, K]``
+        bool mask -> attention weights ``[B, K]`` (zero on empty slots)."""
+        logits = self.score(torch.tanh(self.query(s_prev).unsqueeze(1) + keys)).squeeze(2)
+        return F.softmax(logits.masked_fill(~mask, -math.inf), dim=1)
+
+    def _combine(self, h: Tensor, context: Tensor) -> Tensor:
+        return 0.5 * (h + context) if self.average else h + context
+
+
+class RelLSTM(_AttentiveLSTM):
+    """LSTM attending over a short-term buffer and a relevancy-screened set of past states.
+
+    :param input_size: size ``D`` of each input vector.
+    :param hidden_size: size ``H`` of ``h``, ``c``, ``s`` and the output.
+    :param nu: buffer length (``>= 1``; the buffer includes the current ``h_t``).
+    :param rho: relevant-set size (``>= 0``; 0 gives attention over the buffer only).
+    :param average: ``s_t = 0.5 (h_t + context_t)`` (public code) instead of ``h_t + context_t``
+        (thesis, Algorithm 2).
+
+    State (all batch-first, dtype of the parameters)::
+
+        h [B, H], c [B, H], s [B, H],
+        buffer [B, nu, H], buffer_scores [B, nu], buffer_count [B],
+        relevant [B, rho, H], relevant_scores [B, rho], relevant_count [B]
+
+    Memory and compute per step are ``O((nu + rho) H)`` and ``O((nu + rho) H^2)``: linear in T.
+    """
+
+    STATE_NAMES = (
+        "h",
+        "c",
+        "s",
+        "buffer",
+        "buffer_scores",
+        "buffer_count",
+        "relevant",
+        "relevant_scores",
+        "relevant_count",
+    )
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        nu: int = 5,
+        rho: int = 5,
+        average: bool = False,
+    ) -> None:
+        if int(nu) < 1:
+            raise ValueError(f"nu (buffer length) must be >= 1, got {nu}")
+        if int(rho) < 0:
+            raise ValueError(f"rho (relevant-set size) must be >= 0, got {rho}")
+        super().__init__(input_size, hidden_size, average)
+        self.nu = int(nu)
+        self.rho = int(rho)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """All zeros: empty buffer and relevant set."""
+        B, H, kw = batch_size, self.hidden_size, dict(device=device, dtype=self._dtype())
+        return (
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, self.nu, H, **kw),
+            torch.zeros(B, self.nu, **kw),
+            torch.zeros(B, **kw),
+            torch.zeros(B, self.rho, H, **kw),
+            torch.zeros(B, self.rho, **kw),
+            torch.zeros(B, **kw),
+        )
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """One step: ``x_t [B, D]`` -> ``y_t = s_t [B, H]`` and the new state."""
+        return self._step(self.input_proj(x_t), state)
+
+    def _step(self, xp_t: Tensor, state: State) -> tuple[Tensor, State]:
+        _, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = state
+        h, c = self._lstm(xp_t, s, c)
+        buf, buf_sc, buf_n, rel, rel_sc, rel_n = screening_update(
+            buf, buf_sc, buf_n, rel, rel_sc, rel_n, h
+        )
+        memory = torch.cat([buf, rel], dim=1) if self.rho > 0 else buf  # [B, nu + rho, H]
+        mask = buffer_mask(buf_n, self.nu)
+        if self.rho > 0:
+            mask = torch.cat([mask, relevant_mask(rel_n, self.rho)], dim=1)
+        alpha = self._attend(s, self.key(memory), memory, mask)  # [B, nu + rho]
+        context = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1)
+        buf_sc = buf_sc + alpha[:, : self.nu].detach()  # relevance: attention while buffered
+        s = self._combine(h, context)
+        return s, (h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n)
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state."""
+        check_sequence(self, x, state, starts)
+        reset_steps = steps_with_starts(starts)
+        xp = self.input_proj(x)  # [T, B, 4H]: one matmul for all input projections
+        outputs = []
+        for t, xp_t in enumerate(xp.unbind(0)):
+            if t in reset_steps:
+                state = self.reset_state(state, starts[t])
+            y_t, state = self._step(xp_t, state)
+            outputs.append(y_t)
+        return torch.stack(outputs, 0), state
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, nu={self.nu}, rho={self.rho}, "
+            f"average={self.average}"
+        )
+
+
+class MemLSTM(_AttentiveLSTM):
+    """LSTM attending over every past state of the episode (MemLSTM; quadratic in T).
+
+    :param input_size: size ``D`` of each input vector.
+    :param hidden_size: size ``H`` of ``h``, ``c``, ``s`` and the output.
+    :param max_len: the most past states kept (the state's memory is ``[B, max_len, H]``).
+    :param on_full: ``drop`` the oldest state when more than ``max_len`` exist (sliding
+        window), or raise an ``error``.
+    :param average: ``s_t = 0.5 (h_t + context_t)`` instead of ``h_t + context_t``.
+
+    State: ``h [B, H], c [B, H], s [B, H], memory [B, max_len, H], count [B]``; a row's valid
+    states are the last ``count`` slots of its memory (oldest first), the rest are zero.
+    """
+
+    STATE_NAMES = ("h", "c", "s", "memory", "count")
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        max_len: int = 1024,
+        on_full: str = "drop",
+        average: bool = False,
+    ) -> None:
+        if int(max_len) < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        if on_full not in ON_FULL:
+            raise ValueError(f"unknown on_full {on_full!r}; valid: {', '.join(ON_FULL)}")
+        super().__init__(input_size, hidden_size, average)
+        self.max_len = int(max_len)
+        self.on_full = on_full
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """All zeros: an empty memory."""
+        B, H, kw = batch_size, self.hidden_size, dict(device=device, dtype=self._dtype())
+        return (
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, H, **kw),
+            torch.zeros(B, self.max_len, H, **kw),
+            torch.zeros(B, **kw),
+        )
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """One step: ``x_t [B, D]`` -> ``y_t [B, H]`` and the new state."""
+        y, state = self.forward(x_t.unsqueeze(0), state)
+        return y[0], state
+
+    def _columns_in_use(self, count: Tensor) -> int:
+        """How many trailing memory slots any row uses (one host sync per call)."""
+        if count.device.type == "meta":
+            # meta tensors hold no values (used by the memory benchmark's accounting): the
+            # benchmark always starts from the empty initial state.
+            return 0
+        return int(count.max().item()) if count.numel() else 0
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state.
+
+        Within the call the memory grows by concatenation (only the columns some row uses are
+        attended to), so cost is quadratic in the number of stored states, not in ``max_len``.
+        """
+        check_sequence(self, x, state, starts)
+        h, c, s, memory, count = state
+        B, L = x.shape[1], self.max_len
+        reset_steps = steps_with_starts(starts)
+        used = self._columns_in_use(count)
+        values = memory[:, L - used :]  # [B, used, H]
+        keys = self.key(values)  # U_a m once per stored state
+        # column j of `values` is valid for row b iff j >= first[b] (episode start)
+        first = (used - count).to(torch.long)  # [B]
+        xp = self.input_proj(x)
+        outputs = []
+        for t, xp_t in enumerate(xp.unbind(0)):
+            if t in reset_steps:
+                mask = starts[t].to(h.device)
+                c = torch.where(mask.unsqueeze(1), torch.zeros_like(c), c)
+                s = torch.where(mask.unsqueeze(1), torch.zeros_like(s), s)
+                first = torch.where(mask, values.shape[1], first)
+            h, c = self._lstm(xp_t, s, c)
+            values = torch.cat([values, h.unsqueeze(1)], dim=1)
+            keys = torch.cat([keys, self.key(h).unsqueeze(1)], dim=1)
+            if values.shape[1] > L:  # more states than max_len: forget the oldest column
+                if self.on_full == "error" and bool((first <= 0).any()):
+                    raise RuntimeError(
+                        f"MemLSTM memory is full (max_len={L}); raise max_len or use on_full='drop'"
+                    )
+                values, keys, first = values[:, 1:], keys[:, 1:], (first - 1).clamp(min=0)
+            valid = torch.arange(values.shape[1], device=h.device) >= first.unsqueeze(1)
+            alpha = self._attend(s, keys, values, valid)
+            s = self._combine(h, torch.bmm(alpha.unsqueeze(1), values).squeeze(1))
+            outputs.append(s)
+        n = values.shape[1]
+        valid = torch.arange(n, device=h.device) >= first.unsqueeze(1)  # [B, n]
+        values = values * valid.unsqueeze(2).to(values.dtype)  # stale columns -> 0 (canonical)
+        memory = torch.cat([values.new_zeros(B, L - n, self.hidden_size), values], dim=1)
+        count = (n - first).to(count.dtype)
+        return torch.stack(outputs, 0), (h, c, s, memory, count)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, max_len={self.max_len}, "
+            f"on_full={self.on_full!r}, average={self.average}"
+        )

@@ -1,0 +1,209 @@
+"""``memcores bench memory rel``: autograd memory and time of lstm vs rel_lstm vs mem_lstm.
+
+For each core and sequence length T, one forward + backward pass over ``x [T, B, D]`` from the
+initial state with loss ``y.mean()``.
+
+Memory: the bytes of the unique tensor storages that autograd saves for backward during the
+forward pass (collected with ``torch.autograd.graph.saved_tensors_hooks``, deduplicated by
+storage). That is the graph memory alive at the end of the forward pass, i.e. the peak that
+grows with T (parameters, inputs and outputs are small next to it). Because it counts what
+the graph holds rather than what the allocator reports, it is exact, unaffected by other
+processes on a shared machine, and can be computed on the ``meta`` device (shapes only, no
+data, no allocation): that is how it is measured for every row, including MemLSTM lengths
+that would not fit in RAM. The test suite checks that the meta accounting equals the one on
+real CPU tensors.
+
+Time: ``time.perf_counter`` around forward + backward on real CPU tensors, one thread, only
+for rows whose accounted memory is below ``--max-gb`` (the others print ``skipped``). On a
+shared machine compare ratios within one run, not absolute seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from cores import make_core
+from cores.base import MemoryCore
+
+CORE_NAMES = ("lstm", "rel_lstm", "mem_lstm")
+
+
+class _TorchLSTM(MemoryCore):
+    """Fallback baseline (``torch.nn.LSTM``) for when the registered ``lstm`` cannot be built."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__(input_size, hidden_size)
+        self.lstm = nn.LSTM(input_size, hidden_size)
+
+    def initial_state(self, batch_size: int, device=None) -> tuple[Tensor, ...]:
+        z = torch.zeros(batch_size, self.hidden_size, device=device)
+        return z, z.clone()
+
+    def forward(self, x, state, starts=None):
+        h, c = state
+        y, (h, c) = self.lstm(x, (h.unsqueeze(0), c.unsqueeze(0)))
+        return y, (h[0], c[0])
+
+
+def build_core(name: str, input_size: int, hidden_size: int, T: int, nu: int, rho: int):
+    """The core benchmarked under ``name`` (mem_lstm gets ``max_len = T``: full attention)."""
+    if name == "rel_lstm":
+        return make_core(name, input_size, hidden_size, nu=nu, rho=rho)
+    if name == "mem_lstm":
+        return make_core(name, input_size, hidden_size, max_len=T)
+    try:
+        return make_core("lstm", input_size, hidden_size)
+    except (ImportError, AttributeError) as err:  # cores.gated not available yet
+        print(f"  (lstm: registered core unavailable ({err}); using torch.nn.LSTM)")
+        return _TorchLSTM(input_size, hidden_size)
+
+
+def graph_bytes(core: MemoryCore, T: int, B: int, device: str = "cpu") -> int:
+    """Bytes of the unique storages autograd saves during ``core``'s forward over ``[T, B, D]``.
+
+    Runs on ``device`` (``"meta"`` for shape-only accounting) and then runs backward, so a
+    failure of either pass surfaces here.
+    """
+    core = copy.deepcopy(core).to(device)
+    x = torch.randn(T, B, core.input_size, device=device)
+    state = core.initial_state(B, device)
+    storages: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        st = t.untyped_storage()
+        storages[st._cdata] = st.nbytes()  # _cdata: the storage's identity (works on meta)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y, _ = core(x, state)
+        loss = y.mean()
+    loss.backward()
+    return sum(storages.values())
+
+
+def time_forward_backward(core: MemoryCore, T: int, B: int, repeats: int = 1) -> float:
+    """Best-of-``repeats`` seconds of one forward + backward on CPU."""
+    x = torch.randn(T, B, core.input_size)
+    best = float("inf")
+    for _ in range(repeats):
+        core.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        y, _ = core(x, core.initial_state(B))
+        y.mean().backward()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@dataclass
+class Row:
+    core: str
+    T: int
+    graph_bytes: int
+    seconds: float | None
+
+
+def run(
+    lengths: list[int],
+    batch: int,
+    hidden: int,
+    input_size: int,
+    nu: int,
+    rho: int,
+    max_gb: float,
+    repeats: int,
+    cores: tuple[str, ...] = CORE_NAMES,
+) -> list[Row]:
+    """Measure every (core, T) pair; time only the pairs under ``max_gb`` of graph memory."""
+    rows = []
+    for name in cores:
+        for T in lengths:
+            torch.manual_seed(0)
+            core = build_core(name, input_size, hidden, T, nu, rho)
+            try:
+                nbytes = graph_bytes(core, T, batch, "meta")
+            except (NotImplementedError, RuntimeError):  # a core that cannot run on meta
+                nbytes = graph_bytes(core, T, batch, "cpu")
+            seconds = None
+            if nbytes <= max_gb * 2**30:
+                seconds = time_forward_backward(core, T, batch, repeats)
+            rows.append(Row(name, T, nbytes, seconds))
+    return rows
+
+
+def format_table(rows: list[Row], max_gb: float) -> str:
+    """The results table plus memory ratios and growth factors."""
+    out = [
+        f"{'core':<9} {'T':>6} {'graph MB':>10} {'kB/step':>9} {'fwd+bwd s':>10} {'ms/step':>8}",
+    ]
+    for r in rows:
+        mb, kb_step = r.graph_bytes / 2**20, r.graph_bytes / 2**10 / r.T
+        if r.seconds is None:
+            secs, ms = f"skip>{max_gb:g}GB", "-"
+        else:
+            secs, ms = f"{r.seconds:.3f}", f"{1000 * r.seconds / r.T:.2f}"
+        out.append(f"{r.core:<9} {r.T:>6} {mb:>10.1f} {kb_step:>9.1f} {secs:>10} {ms:>8}")
+    by = {(r.core, r.T): r for r in rows}
+    lengths = sorted({r.T for r in rows})
+    out.append("")
+    out.append("memory ratio mem_lstm / rel_lstm and rel_lstm / lstm:")
+    for T in lengths:
+        rel, mem, lstm = by.get(("rel_lstm", T)), by.get(("mem_lstm", T)), by.get(("lstm", T))
+        parts = [f"  T={T:<5}"]
+        if rel and mem:
+            parts.append(f"mem/rel = {mem.graph_bytes / rel.graph_bytes:7.1f}x")
+        if rel and lstm:
+            parts.append(f"rel/lstm = {rel.graph_bytes / lstm.graph_bytes:5.1f}x")
+        if rel and mem and rel.seconds and mem.seconds:
+            parts.append(f"time mem/rel = {mem.seconds / rel.seconds:5.1f}x")
+        out.append("  ".join(parts))
+    out.append("growth of graph memory from the shortest to the longest T (linear = T ratio):")
+    if len(lengths) > 1:
+        lo, hi = lengths[0], lengths[-1]
+        for name in sorted({r.core for r in rows}):
+            if (name, lo) in by and (name, hi) in by:
+                g = by[(name, hi)].graph_bytes / by[(name, lo)].graph_bytes
+                out.append(f"  {name:<9} x{g:8.1f} for T x{hi / lo:g}")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="memcores bench memory rel", description=__doc__)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[250, 500, 1000, 2000])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--input-size", type=int, default=8)
+    parser.add_argument("--nu", type=int, default=5, help="rel_lstm buffer length")
+    parser.add_argument("--rho", type=int, default=5, help="rel_lstm relevant-set size")
+    parser.add_argument(
+        "--max-gb", type=float, default=2.5, help="time only rows whose graph fits in this"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="timing: best of N")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.lengths, args.batch, args.hidden = [20, 40], 2, 16
+    torch.set_num_threads(args.threads)
+    print(
+        f"forward+backward, B={args.batch}, H={args.hidden}, D={args.input_size}, "
+        f"rel_lstm nu={args.nu} rho={args.rho}, mem_lstm max_len=T, threads={args.threads}; "
+        "graph MB = bytes autograd saves for backward (meta-device accounting)"
+    )
+    rows = run(
+        args.lengths,
+        args.batch,
+        args.hidden,
+        args.input_size,
+        args.nu,
+        args.rho,
+        args.max_gb,
+        args.repeats,
+    )
+    print(format_table(rows, args.max_gb))
+    return 0
