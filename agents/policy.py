@@ -1,0 +1,224 @@
+"""Recurrent actor-critic: observation encoder -> memory core -> actor and critic heads.
+
+Observations are dicts of tensors with two leading dims ``[T, B]`` (time-major, like the
+core): ``image [T, B, 7, 7, 3]`` uint8, ``direction [T, B]`` int64 and optionally
+``mission [T, B, L]`` int64 token ids (0 = pad). The same module acts during rollouts
+(``T = 1``) and replays whole chunks during updates (``T = seq_len``) in one core call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from cores import MemoryCore, State, make_core
+
+Obs = dict[str, Tensor]
+"""A batch of observations; every tensor starts with ``[T, B]``."""
+
+# Sizes of MiniGrid's symbolic image channels (minigrid.core.constants): object, colour, state.
+_CELL_VOCAB = (11, 6, 3)
+
+
+class PolicyOutput(NamedTuple):
+    """What one forward pass returns."""
+
+    logits: Tensor  # [T, B, n_actions]
+    values: Tensor  # [T, B]
+    state: State  # the core state after step T
+
+
+def layer_init(layer: nn.Linear | nn.Conv2d, gain: float = float(np.sqrt(2))) -> Any:
+    """Orthogonal weights and zero bias (CleanRL/SB3 initialisation)."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ImageEncoder(nn.Module):
+    """MiniGrid's ``[..., 7, 7, 3]`` symbolic view -> ``[..., 64]`` features.
+
+    ``cnn`` reads the raw integer channels as floats (torch-ac's encoder); ``embed`` first maps
+    each cell's (object, colour, state) triple to the sum of three learned embeddings.
+    Both work on any view size >= 7 (a 2x2 max-pool and three 2x2 convs).
+    """
+
+    def __init__(self, kind: str = "cnn", view: tuple[int, int] = (7, 7), embed_dim: int = 8):
+        super().__init__()
+        self.kind = kind
+        in_channels = 3
+        if kind == "embed":
+            self.embed = nn.Embedding(sum(_CELL_VOCAB), embed_dim)
+            self.register_buffer(
+                "offsets", torch.tensor([0, _CELL_VOCAB[0], _CELL_VOCAB[0] + _CELL_VOCAB[1]])
+            )
+            in_channels = embed_dim
+        elif kind != "cnn":
+            raise ValueError(f"unknown image encoder {kind!r}; valid: cnn, embed")
+        self.conv = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 2),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 2),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            self.output_size = self.conv(torch.zeros(1, in_channels, *view)).shape[-1]
+
+    def forward(self, image: Tensor) -> Tensor:
+        """``image [N, H, W, 3]`` uint8 -> ``[N, output_size]``."""
+        if self.kind == "embed":
+            idx = image.long().clamp_max(max(_CELL_VOCAB) - 1) + self.offsets  # [N, H, W, 3]
+            x = self.embed(idx).sum(-2).permute(0, 3, 1, 2)  # [N, E, H, W]
+        else:
+            x = image.permute(0, 3, 1, 2).float()  # [N, 3, H, W]
+        return self.conv(x)
+
+
+class MissionEncoder(nn.Module):
+    """Mission token ids ``[N, L]`` -> ``[N, dim]`` (mean of word embeddings, or a GRU)."""
+
+    def __init__(self, vocab_size: int, kind: str = "mean", dim: int = 32) -> None:
+        super().__init__()
+        self.kind = kind
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        self.gru = nn.GRU(dim, dim, batch_first=True) if kind == "gru" else None
+        self.output_size = dim
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        mask = (tokens > 0).unsqueeze(-1)  # [N, L, 1]
+        emb = self.embed(tokens)  # [N, L, dim]; pads embed to 0
+        if self.gru is None:
+            return emb.sum(1) / mask.sum(1).clamp_min(1)
+        out, _ = self.gru(emb)  # [N, L, dim]
+        last = (mask.squeeze(-1).sum(1) - 1).clamp_min(0)  # index of the last word
+        return out[torch.arange(out.shape[0], device=out.device), last]
+
+
+class RecurrentActorCritic(nn.Module):
+    """Encoder (image, direction, mission) -> memory core -> actor and critic MLP heads.
+
+    :param n_actions: size of the discrete action space.
+    :param core_name: registered core name (:data:`cores.CORES`).
+    :param hidden_size: the core's output size.
+    :param core_options: extra options for :func:`cores.make_core`.
+    :param image_encoder: ``cnn`` or ``embed`` (see :class:`ImageEncoder`).
+    :param mission: ``none``, ``mean`` or ``gru`` (see :class:`MissionEncoder`).
+    :param vocab_size: number of mission token ids.
+    :param image_shape: the image observation's shape ``(H, W, 3)``.
+    """
+
+    def __init__(
+        self,
+        n_actions: int,
+        core_name: str = "lstm",
+        hidden_size: int = 128,
+        core_options: dict[str, Any] | None = None,
+        image_encoder: str = "cnn",
+        mission: str = "mean",
+        vocab_size: int = 1,
+        image_shape: tuple[int, int, int] = (7, 7, 3),
+    ) -> None:
+        super().__init__()
+        self.image = ImageEncoder(image_encoder, view=tuple(image_shape[:2]))
+        self.direction = nn.Embedding(4, 8)
+        self.mission = MissionEncoder(vocab_size, mission) if mission != "none" else None
+        features = self.image.output_size + 8
+        features += self.mission.output_size if self.mission is not None else 0
+        self.features_size = features
+        self.core: MemoryCore = make_core(
+            core_name, features, hidden_size, **dict(core_options or {})
+        )
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(hidden_size, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, n_actions), gain=0.01),
+        )
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(hidden_size, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), gain=1.0),
+        )
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """The core's initial state for ``batch_size`` envs/sequences."""
+        return self.core.initial_state(batch_size, device)
+
+    def encode(self, obs: Obs) -> Tensor:
+        """``obs`` with leading ``[T, B]`` -> core input ``[T, B, features_size]``."""
+        image = obs["image"]
+        lead = image.shape[:2]
+        parts = [
+            self.image(image.flatten(0, 1)),  # [T*B, 64]
+            self.direction(obs["direction"].flatten(0, 1)),  # [T*B, 8]
+        ]
+        if self.mission is not None:
+            parts.append(self.mission(obs["mission"].flatten(0, 1)))  # [T*B, 32]
+        return torch.cat(parts, -1).view(*lead, -1)
+
+    def forward(self, obs: Obs, state: State, starts: Tensor) -> PolicyOutput:
+        """One core call over a ``[T, B]`` block.
+
+        :param obs: observations with leading dims ``[T, B]``.
+        :param state: core state before step 0 (rows are reset where ``starts`` is true).
+        :param starts: ``[T, B]`` bool, true on the first step of an episode.
+        """
+        y, state = self.core(self.encode(obs), state, starts)  # y: [T, B, H]
+        return PolicyOutput(self.actor(y), self.critic(y).squeeze(-1), state)
+
+
+def sample_actions(logits: Tensor, argmax: bool = False) -> tuple[Tensor, Tensor]:
+    """Sample (or take the argmax of) a categorical policy; cheaper than ``Categorical``.
+
+    :param logits: ``[..., A]``.
+    :return: actions ``[...]`` int64 and their log-probabilities ``[...]``.
+    """
+    log_probs = torch.log_softmax(logits, -1)
+    if argmax:
+        actions = log_probs.argmax(-1)
+    else:
+        # Gumbel-max: one fused op instead of multinomial's per-row overhead.
+        u = torch.rand_like(log_probs).clamp_(1e-10, 1.0)
+        actions = (log_probs - torch.log(-torch.log(u))).argmax(-1)
+    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def log_prob_entropy(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+    """Log-probability of ``actions`` and the entropy of ``Categorical(logits)``, both ``[...]``."""
+    log_probs = torch.log_softmax(logits, -1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), entropy
+
+
+def obs_to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> Obs:
+    """A vector env's batched numpy observation -> tensors with a leading ``[1, B]``.
+
+    ``torch.from_numpy`` shares memory (no copy on CPU); dtypes stay as the env made them
+    (uint8 image, int64 ids), so one conversion per step and no float copies.
+    """
+    return {
+        k: torch.from_numpy(np.asarray(v)).to(device, non_blocking=True).unsqueeze(0)
+        for k, v in obs.items()
+    }
+
+
+def build_policy(config: Any, n_actions: int, image_shape: tuple[int, int, int]) -> Any:
+    """The policy described by an :class:`agents.rl_config.RLConfig`."""
+    from envs.observation import VOCAB_SIZE
+
+    return RecurrentActorCritic(
+        n_actions=n_actions,
+        core_name=config.core.name,
+        hidden_size=config.core.hidden_size,
+        core_options=config.core.options,
+        image_encoder=config.agent.image_encoder,
+        mission=config.agent.mission,
+        vocab_size=VOCAB_SIZE,
+        image_shape=image_shape,
+    )

@@ -1,0 +1,202 @@
+"""The update step of recurrent PPO and A2C over truncated-BPTT chunks.
+
+Both algorithms share :func:`update`: minibatches of whole chunks, ONE core call per
+minibatch (``x [L, M, D]`` from the stored chunk-start states, resets via ``starts``),
+gradient clipping and an optimiser step. They differ only in the loss
+(:func:`ppo_loss` vs :func:`a2c_loss`), the number of epochs/minibatches (A2C: one step on the
+whole rollout) and the optimiser (:func:`make_optimizer`).
+
+A minibatch whose loss or gradient is not finite is skipped (its step is not taken) and
+counted in ``skipped_updates``, so one bad batch cannot corrupt the weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from agents.policy import RecurrentActorCritic, log_prob_entropy
+from agents.rl_config import AgentConfig
+from agents.rollout import ChunkBatch, RolloutBuffer, select_chunks
+
+
+@dataclass
+class LossTerms:
+    """The pieces of one minibatch loss (scalars, for logging)."""
+
+    loss: Tensor
+    policy_loss: Tensor
+    value_loss: Tensor
+    entropy: Tensor
+    approx_kl: Tensor
+    clip_fraction: Tensor
+
+
+@dataclass
+class UpdateStats:
+    """Means over the minibatches of one update (SB3's ``train/*`` values)."""
+
+    policy_loss: float = 0.0
+    value_loss: float = 0.0
+    entropy_loss: float = 0.0
+    approx_kl: float = 0.0
+    clip_fraction: float = 0.0
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    explained_variance: float = float("nan")
+    n_minibatches: int = 0
+    skipped_updates: int = 0
+    early_stopped: bool = False
+
+
+def make_optimizer(policy: nn.Module, agent: AgentConfig) -> torch.optim.Optimizer:
+    """Adam (eps 1e-5, CleanRL) for PPO; RMSprop (alpha 0.99, eps 1e-5, SB3) for A2C."""
+    kind = agent.optimizer
+    if kind == "auto":
+        kind = "adam" if agent.algo == "ppo" else "rmsprop"
+    if kind == "adam":
+        return torch.optim.Adam(policy.parameters(), lr=agent.learning_rate, eps=1e-5)
+    return torch.optim.RMSprop(policy.parameters(), lr=agent.learning_rate, alpha=0.99, eps=1e-5)
+
+
+def ppo_loss(
+    new_logprobs: Tensor, entropy: Tensor, new_values: Tensor, mb: ChunkBatch, agent: AgentConfig
+) -> LossTerms:
+    """Clipped-surrogate PPO loss (Schulman et al. 2017), CleanRL's formulation.
+
+    All tensors are ``[L, M]``.
+    """
+    log_ratio = new_logprobs - mb.logprobs
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        # http://joschu.net/blog/kl-approx.html: unbiased, low-variance KL estimator
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > agent.clip_range).float().mean()
+    adv = mb.advantages
+    if agent.normalize_advantage and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = torch.max(
+        -adv * ratio, -adv * ratio.clamp(1 - agent.clip_range, 1 + agent.clip_range)
+    ).mean()
+    if agent.clip_range_vf is None:
+        v_loss = 0.5 * (new_values - mb.returns).pow(2).mean()
+    else:
+        v_clipped = mb.values + (new_values - mb.values).clamp(
+            -agent.clip_range_vf, agent.clip_range_vf
+        )
+        v_loss = (
+            0.5
+            * torch.max((new_values - mb.returns).pow(2), (v_clipped - mb.returns).pow(2)).mean()
+        )
+    ent = entropy.mean()
+    loss = pg_loss - agent.ent_coef * ent + agent.vf_coef * v_loss
+    return LossTerms(loss, pg_loss, v_loss, ent, approx_kl, clip_fraction)
+
+
+def a2c_loss(
+    new_logprobs: Tensor, entropy: Tensor, new_values: Tensor, mb: ChunkBatch, agent: AgentConfig
+) -> LossTerms:
+    """Advantage actor-critic loss (Mnih et al. 2016) as in SB3's A2C (no normalisation)."""
+    pg_loss = -(mb.advantages * new_logprobs).mean()
+    v_loss = 0.5 * (new_values - mb.returns).pow(2).mean()
+    ent = entropy.mean()
+    loss = pg_loss - agent.ent_coef * ent + agent.vf_coef * v_loss
+    with torch.no_grad():
+        log_ratio = new_logprobs - mb.logprobs
+        approx_kl = ((log_ratio.exp() - 1) - log_ratio).mean()
+    return LossTerms(loss, pg_loss, v_loss, ent, approx_kl, torch.zeros(()))
+
+
+def evaluate_chunks(policy: RecurrentActorCritic, mb: ChunkBatch) -> tuple[Tensor, Tensor, Tensor]:
+    """Replay chunks with ONE core call: log-probs, entropy and values, each ``[L, M]``."""
+    out = policy(mb.obs, mb.state, mb.starts)
+    logprobs, entropy = log_prob_entropy(out.logits, mb.actions)
+    return logprobs, entropy, out.values
+
+
+def update(
+    policy: RecurrentActorCritic,
+    optimizer: torch.optim.Optimizer,
+    buffer: RolloutBuffer,
+    agent: AgentConfig,
+    generator: torch.Generator | None = None,
+) -> UpdateStats:
+    """One PPO or A2C update from a filled ``buffer`` (returns already computed).
+
+    :param generator: RNG for the minibatch permutation (``None``: torch's global RNG).
+    """
+    batch = buffer.chunks()  # every tensor [L, K*N], states [K*N, ...]
+    n_chunks = buffer.n_chunks
+    if agent.algo == "ppo":
+        loss_fn = ppo_loss
+        n_epochs = agent.n_epochs
+        chunks_per_mb = max(1, agent.minibatch_size // buffer.seq_len)
+    else:  # a2c: one gradient step on the whole rollout
+        loss_fn, n_epochs, chunks_per_mb = a2c_loss, 1, n_chunks
+    params = [p for p in policy.parameters() if p.requires_grad]
+    stats = UpdateStats()
+    sums = {k: 0.0 for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+    sums.update(loss=0.0, grad_norm=0.0)
+    policy.train()
+    for _epoch in range(n_epochs):
+        perm = torch.randperm(n_chunks, generator=generator).to(buffer.device)
+        for start in range(0, n_chunks, chunks_per_mb):
+            mb = select_chunks(batch, perm[start : start + chunks_per_mb])
+            new_logprobs, entropy, new_values = evaluate_chunks(policy, mb)
+            terms = loss_fn(new_logprobs, entropy, new_values, mb, agent)
+            optimizer.zero_grad(set_to_none=True)
+            terms.loss.backward()
+            if agent.max_grad_norm > 0:
+                grad_norm = nn.utils.clip_grad_norm_(params, agent.max_grad_norm)
+            else:
+                grad_norm = torch.sqrt(
+                    sum(
+                        (p.grad.pow(2).sum() for p in params if p.grad is not None), torch.zeros(())
+                    )
+                )
+            # One host sync per minibatch: skip the step rather than write NaN/inf weights.
+            loss_value, grad_value = float(terms.loss.detach()), float(grad_norm)
+            if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
+                optimizer.zero_grad(set_to_none=True)
+                stats.skipped_updates += 1
+                continue
+            optimizer.step()
+            stats.n_minibatches += 1
+            sums["loss"] += loss_value
+            sums["grad_norm"] += grad_value
+            sums["policy_loss"] += float(terms.policy_loss.detach())
+            sums["value_loss"] += float(terms.value_loss.detach())
+            sums["entropy"] += float(terms.entropy.detach())
+            sums["approx_kl"] += float(terms.approx_kl)
+            sums["clip_fraction"] += float(terms.clip_fraction)
+            if (
+                agent.algo == "ppo"
+                and agent.target_kl is not None
+                and float(terms.approx_kl) > 1.5 * agent.target_kl
+            ):
+                stats.early_stopped = True
+                break
+        if stats.early_stopped:
+            break
+    n = max(stats.n_minibatches, 1)
+    stats.policy_loss = sums["policy_loss"] / n
+    stats.value_loss = sums["value_loss"] / n
+    # SB3 logs the entropy *loss*: minus the mean entropy.
+    stats.entropy_loss = -sums["entropy"] / n
+    stats.approx_kl = sums["approx_kl"] / n
+    stats.clip_fraction = sums["clip_fraction"] / n
+    stats.loss = sums["loss"] / n
+    stats.grad_norm = sums["grad_norm"] / n
+    stats.explained_variance = explained_variance(buffer.values, buffer.returns)
+    return stats
+
+
+def explained_variance(y_pred: Tensor, y_true: Tensor) -> float:
+    """``1 - Var[y_true - y_pred] / Var[y_true]`` (SB3); NaN when ``y_true`` is constant."""
+    var_y = float(y_true.var())
+    if var_y == 0 or not math.isfinite(var_y):
+        return float("nan")
+    return 1.0 - float((y_true - y_pred).var()) / var_y

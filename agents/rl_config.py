@@ -1,0 +1,207 @@
+"""Config schema of ``memcores train``: sections ``env``, ``core``, ``agent``, ``train``, ``run``.
+
+Every field has a docstring; :func:`experiments.config.load_config` validates keys and
+values (``Literal`` fields list their choices) and calls each section's ``validate()``.
+Unknown keys under ``core`` are collected into ``core.options`` and passed to
+:func:`cores.make_core`, which checks them against the core's constructor
+(``core.p=0.25`` for ``hdetach_lstm``).
+
+Example::
+
+    from experiments.config import load_config
+    cfg = load_config(RLConfig, "experiments/configs/memory_s7.yaml", ["core.name=ur_lstm"])
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to train on and how to vectorise it."""
+
+    id: str = "MiniGrid-MemoryS7-v0"
+    """Gymnasium id accepted by :func:`envs.make_env` (``MiniGrid-*``, ``BabyAI-*``,
+    ``memcores/*``)."""
+    n_envs: int = 8
+    """Number of parallel environments in the vector env."""
+    vector: Literal["sync", "async"] = "sync"
+    """``sync`` steps envs in this process (fastest for cheap MiniGrid envs); ``async`` uses one
+    subprocess per env (worth it only for expensive envs and many cores)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra constructor options of the env (e.g. ``max_steps``)."""
+
+    def validate(self) -> None:
+        if self.n_envs < 1:
+            raise ValueError(f"env.n_envs must be >= 1, got {self.n_envs}")
+
+
+@dataclass
+class CoreConfig:
+    """The memory core; any key not listed here is a core option (``core.p=0.25``)."""
+
+    __extras__ = "options"
+
+    name: str = "lstm"
+    """Registered core name (see ``memcores list cores``)."""
+    hidden_size: int = 128
+    """Size of the core's output vector (and of its hidden state)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Core-specific options passed to :func:`cores.make_core` (validated there)."""
+
+    def validate(self) -> None:
+        if self.hidden_size < 1:
+            raise ValueError(f"core.hidden_size must be >= 1, got {self.hidden_size}")
+
+
+@dataclass
+class AgentConfig:
+    """The learning algorithm and the network around the core."""
+
+    algo: Literal["ppo", "a2c"] = "ppo"
+    """``ppo``: clipped surrogate, several epochs of minibatches. ``a2c``: one gradient step on
+    the whole rollout per update (``n_epochs``/``minibatch_size``/clipping are ignored)."""
+    n_steps: int = 128
+    """Rollout length per env per update (must be a multiple of ``seq_len``)."""
+    seq_len: int = 32
+    """Truncated-BPTT chunk length: each env's rollout is cut into chunks of this many steps,
+    each replayed from its stored initial core state."""
+    n_epochs: int = 4
+    """PPO epochs over each rollout."""
+    minibatch_size: int = 256
+    """Steps per PPO minibatch (a multiple of ``seq_len``: minibatches hold whole chunks)."""
+    learning_rate: float = 2.5e-4
+    """Initial learning rate."""
+    anneal_lr: bool = True
+    """Linearly decay the learning rate to 0 over ``train.total_steps``."""
+    optimizer: Literal["auto", "adam", "rmsprop"] = "auto"
+    """``auto``: Adam for PPO, RMSprop (alpha 0.99, eps 1e-5, as SB3) for A2C."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda (1.0 gives Monte-Carlo returns bootstrapped at the rollout end)."""
+    clip_range: float = 0.2
+    """PPO policy clipping epsilon."""
+    clip_range_vf: float | None = None
+    """Optional PPO value clipping around the old values (``None``: no value clipping)."""
+    normalize_advantage: bool = True
+    """Normalise advantages per minibatch (PPO only; A2C never does, as SB3)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clipping threshold (``<= 0`` disables it)."""
+    target_kl: float | None = None
+    """PPO early stop: skip the remaining minibatches of an update once the approximate KL
+    exceeds ``1.5 * target_kl`` (``None``: never stop early)."""
+    image_encoder: Literal["cnn", "embed"] = "cnn"
+    """``cnn``: small conv net on the raw 7x7x3 symbolic image (torch-ac); ``embed``: learned
+    embeddings of object/colour/state per cell, then the same conv net."""
+    mission: Literal["none", "mean", "gru"] = "mean"
+    """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
+    GRU over the words (slower; only matters for envs whose mission varies)."""
+
+    def validate(self) -> None:
+        positive = ("n_steps", "seq_len", "n_epochs", "minibatch_size")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_steps % self.seq_len:
+            raise ValueError(
+                f"agent.n_steps ({self.n_steps}) must be a multiple of agent.seq_len "
+                f"({self.seq_len}): the rollout is cut into whole chunks"
+            )
+        if self.minibatch_size % self.seq_len:
+            raise ValueError(
+                f"agent.minibatch_size ({self.minibatch_size}) must be a multiple of "
+                f"agent.seq_len ({self.seq_len}): minibatches hold whole chunks"
+            )
+        if self.learning_rate <= 0:
+            raise ValueError(f"agent.learning_rate must be > 0, got {self.learning_rate}")
+        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
+            raise ValueError("agent.gamma must be in (0, 1] and agent.gae_lambda in [0, 1]")
+
+
+@dataclass
+class TrainConfig:
+    """How long to train, on what, and how often to log and checkpoint."""
+
+    total_steps: int = 200_000
+    """Environment steps (frames) over all envs."""
+    seed: int = 0
+    """Seed of torch, NumPy, Python and the envs (env i gets ``seed + i``)."""
+    device: str = "auto"
+    """``auto`` (CUDA if present), ``cpu``, ``cuda`` or ``cuda:N``."""
+    threads: int = 1
+    """``torch.set_num_threads`` for this run (small recurrent nets are fastest on one thread;
+    ``0`` keeps torch's default)."""
+    checkpoint_every: int = 50
+    """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
+    log_every: int = 1
+    """Log scalars every this many updates."""
+    histogram_every: int = 10
+    """Log the core's gate time-scale histogram every this many updates (0 disables)."""
+    progress: bool = True
+    """Show a tqdm progress bar (frames, fps, return)."""
+
+    def validate(self) -> None:
+        if self.total_steps < 1:
+            raise ValueError(f"train.total_steps must be >= 1, got {self.total_steps}")
+        if self.checkpoint_every < 1 or self.log_every < 1:
+            raise ValueError("train.checkpoint_every and train.log_every must be >= 1")
+        if self.threads < 0:
+            raise ValueError(f"train.threads must be >= 0, got {self.threads}")
+
+
+@dataclass
+class RunConfig:
+    """Where the run's outputs go."""
+
+    dir: str = ""
+    """Run folder (``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints/``).
+    Empty: ``runs/<config file stem>``."""
+    tensorboard: bool = True
+    """Write TensorBoard event files (``progress.csv`` is always written)."""
+
+
+@dataclass
+class RLConfig:
+    """Everything ``memcores train`` needs."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment."""
+    core: CoreConfig = field(default_factory=CoreConfig)
+    """The memory core."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The algorithm and network."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Budget, seed, device, logging."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Output location."""
+
+    def validate(self) -> None:
+        batch = self.env.n_envs * self.agent.n_steps
+        if self.agent.algo == "ppo" and self.agent.minibatch_size > batch:
+            raise ValueError(
+                f"agent.minibatch_size ({self.agent.minibatch_size}) exceeds the rollout size "
+                f"env.n_envs * agent.n_steps = {batch}"
+            )
+
+
+def config_to_dict(config: RLConfig) -> dict[str, Any]:
+    """The config as plain dicts (for ``config.yaml`` and checkpoints)."""
+    return asdict(config)
+
+
+def config_from_dict(data: dict[str, Any]) -> RLConfig:
+    """Rebuild a config saved by :func:`config_to_dict` (keys a newer schema added keep their
+    defaults; keys it no longer knows are an error)."""
+    sections = dict(env=EnvConfig, core=CoreConfig, agent=AgentConfig, train=TrainConfig)
+    sections["run"] = RunConfig
+    try:
+        return RLConfig(**{k: cls(**dict(data.get(k) or {})) for k, cls in sections.items()})
+    except TypeError as err:
+        raise ValueError(f"saved config does not match the RL config schema: {err}") from err

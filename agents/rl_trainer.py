@@ -1,0 +1,409 @@
+"""``memcores train``: recurrent PPO/A2C for any memory core, CleanRL-style top to bottom.
+
+    setup (validate everything, write nothing) -> run dir + config.yaml -> loop:
+        rollout: n_steps x n_envs, core stepped with T=1 under no_grad, chunk-start states
+        stored -> GAE -> update (:func:`agents.ppo.update`) -> log -> checkpoint
+
+Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints/last.pt``
+(every ``train.checkpoint_every`` updates and at the end; atomic; loadable with
+``torch.load(weights_only=True)``; holds the config, so evaluation needs nothing else).
+
+Resume (``--resume``): policy, optimiser, step/update counters and the Python/NumPy/torch RNGs
+come back from ``checkpoints/last.pt``; ``progress.csv`` rows after that step are dropped.
+Episodes in flight are not saved: the envs are reset with seeds
+``train.seed + 7919 * updates + i`` and the core state starts fresh, so a resumed run is
+reproducible but not bit-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import yaml
+
+from agents.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from agents.device import resolve_device
+from agents.logger import RunLogger
+from agents.policy import RecurrentActorCritic, build_policy, obs_to_tensors, sample_actions
+from agents.ppo import make_optimizer, update
+from agents.rl_config import RLConfig, config_from_dict, config_to_dict
+from agents.rollout import RolloutBuffer
+
+CHECKPOINT_FORMAT = "memcores-rl/1"
+"""``format`` field of every RL checkpoint."""
+CHECKPOINT_NAME = "checkpoints/last.pt"
+"""Where, inside a run folder, the latest checkpoint lives."""
+
+
+# ---------------------------------------------------------------------------- environments
+def _make_one(env_id: str, seed: int, env_kwargs: dict[str, Any]) -> gym.Env:
+    from envs import make_env
+
+    return make_env(env_id, seed=seed, **env_kwargs)
+
+
+def make_vector_env(
+    env_id: str,
+    n_envs: int,
+    seed: int,
+    vector: str = "sync",
+    env_kwargs: dict[str, Any] | None = None,
+) -> gym.vector.VectorEnv:
+    """``n_envs`` copies of ``env_id`` (env ``i`` seeded ``seed + i``), auto-reset in the SAME
+    step: the observation after a terminal step is already the next episode's first one,
+    so every stored transition is a real one (gymnasium's default NEXT_STEP mode would insert
+    a dummy step whose action is ignored).
+
+    :raises ValueError: unknown env id or bad env options (before any process is started).
+    """
+    from envs import make_env
+
+    env_kwargs = dict(env_kwargs or {})
+    make_env(env_id, **env_kwargs).close()  # validate the id/options in this process first
+    fns = [partial(_make_one, env_id, seed + i, env_kwargs) for i in range(n_envs)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if vector == "async":
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Per-env observation shapes/dtypes of a (single-env) Dict space, as torch dtypes."""
+    out = {}
+    for key, sub in space.spaces.items():
+        dtype = torch.from_numpy(np.zeros(0, dtype=sub.dtype)).dtype
+        out[key] = (tuple(sub.shape), dtype)
+    return out
+
+
+def episode_success(infos: dict[str, Any], done: np.ndarray, reward: np.ndarray) -> np.ndarray:
+    """``[N]`` bool: which envs ended their episode successfully on this step.
+
+    With SAME_STEP auto-reset the ending step's info is under ``infos["final_info"]``;
+    ``envs.make_env`` puts ``success`` there (memory-match envs' own value, MiniGrid:
+    terminated with reward > 0). Without it, fall back to ``reward > 0`` on done.
+    """
+    final = infos.get("final_info")
+    if isinstance(final, dict) and "success" in final:
+        mask = np.asarray(final.get("_success", done), dtype=bool)
+        return np.asarray(final["success"], dtype=bool) & mask & done
+    return done & (reward > 0)
+
+
+# ---------------------------------------------------------------------------- setup
+@dataclass
+class Setup:
+    """Everything a run needs, built and validated before any file is written."""
+
+    config: RLConfig
+    device: torch.device
+    envs: gym.vector.VectorEnv
+    policy: RecurrentActorCritic
+    optimizer: torch.optim.Optimizer
+    n_actions: int
+    image_shape: tuple[int, int, int]
+
+
+def setup(config: RLConfig) -> Setup:
+    """Validate the device, env id/options and core name/options by building them.
+
+    :raises ValueError: with a message naming the bad value and the valid choices.
+    """
+    device = resolve_device(config.train.device)
+    if config.train.threads > 0:
+        torch.set_num_threads(config.train.threads)
+    torch.manual_seed(config.train.seed)
+    envs = make_vector_env(
+        config.env.id, config.env.n_envs, config.train.seed, config.env.vector, config.env.kwargs
+    )
+    try:
+        space = envs.single_observation_space
+        if not isinstance(envs.single_action_space, gym.spaces.Discrete):
+            raise ValueError(f"env {config.env.id!r} must have a Discrete action space")
+        n_actions = int(envs.single_action_space.n)
+        image_shape = tuple(space["image"].shape)
+        try:
+            policy = build_policy(config, n_actions, image_shape).to(device)
+        except TypeError as err:  # a core rejecting an option value
+            raise ValueError(f"core {config.core.name!r}: {err}") from err
+        optimizer = make_optimizer(policy, config.agent)
+    except BaseException:
+        envs.close()
+        raise
+    return Setup(config, device, envs, policy, optimizer, n_actions, image_shape)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def checkpoint_payload(
+    s: Setup, global_step: int, updates: int, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a checkpoint holds (only ``weights_only``-safe types)."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "config": config_to_dict(s.config),
+        "policy": s.policy.state_dict(),
+        "optimizer": s.optimizer.state_dict(),
+        "global_step": int(global_step),
+        "updates": int(updates),
+        "rng": rng_state(),
+        "n_actions": s.n_actions,
+        "image_shape": list(s.image_shape),
+        **(extra or {}),
+    }
+
+
+def find_checkpoint(run: str | Path) -> Path:
+    """A run folder (or a checkpoint file) -> the checkpoint file."""
+    run = Path(run)
+    if run.is_dir():
+        path = run / CHECKPOINT_NAME
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no checkpoint in run folder {run} (expected {CHECKPOINT_NAME}); "
+                "was it trained with `memcores train`?"
+            )
+        return path
+    if not run.exists():
+        raise FileNotFoundError(f"run folder or checkpoint not found: {run}")
+    return run
+
+
+def load_rl_checkpoint(run: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load and check an RL checkpoint (a run folder or a ``.pt`` file)."""
+    path = find_checkpoint(run)
+    payload = load_checkpoint(path, map_location=device)
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        from agents.checkpoint import CheckpointError
+
+        raise CheckpointError(
+            f"{path} is not a memcores RL checkpoint (format {payload.get('format')!r}, "
+            f"expected {CHECKPOINT_FORMAT!r})"
+        )
+    return payload
+
+
+def policy_from_checkpoint(
+    payload: dict[str, Any], device: str | torch.device = "cpu"
+) -> tuple[RecurrentActorCritic, RLConfig]:
+    """Rebuild the trained policy (eval mode) and its config from a loaded checkpoint."""
+    config = config_from_dict(payload["config"])
+    policy = build_policy(config, int(payload["n_actions"]), tuple(payload["image_shape"]))
+    policy.load_state_dict(payload["policy"])
+    return policy.to(device).eval(), config
+
+
+# ---------------------------------------------------------------------------- training
+@dataclass
+class TrainResult:
+    """Summary of a finished run."""
+
+    run_dir: Path
+    global_step: int
+    updates: int
+    ep_rew_mean: float = float("nan")
+    success_rate: float = float("nan")
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def train(config: RLConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
+    """Train an agent as ``config`` says; write everything into ``run_dir``.
+
+    :param resume: continue from ``run_dir/checkpoints/last.pt``.
+    :raises ValueError: bad config values, or ``run_dir`` already holds a run and ``resume``
+        is false (nothing is written in either case).
+    """
+    run_dir = Path(run_dir)
+    ckpt_path = run_dir / CHECKPOINT_NAME
+    resume_payload = None
+    if resume:
+        resume_payload = load_rl_checkpoint(ckpt_path)  # clear error if missing/corrupt
+    elif ckpt_path.exists():
+        raise ValueError(
+            f"run folder {run_dir} already holds a run; pass --resume to continue it or "
+            "choose another run.dir"
+        )
+    s = setup(config)  # validates env/core/device; writes nothing
+    try:
+        return _train_loop(s, run_dir, resume_payload)
+    finally:
+        s.envs.close()
+
+
+def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> TrainResult:
+    cfg, agent, device = s.config, s.config.agent, s.device
+    policy, optimizer, envs = s.policy, s.optimizer, s.envs
+    N, S = cfg.env.n_envs, agent.n_steps
+    frames_per_update = N * S
+    total_updates = max(1, math.ceil(cfg.train.total_steps / frames_per_update))
+
+    global_step, updates = 0, 0
+    if resume is not None:
+        policy.load_state_dict(resume["policy"])
+        optimizer.load_state_dict(resume["optimizer"])
+        global_step, updates = int(resume["global_step"]), int(resume["updates"])
+        set_rng_state(resume["rng"])
+    else:
+        np.random.seed(cfg.train.seed)  # noqa: NPY002  (third-party code draws from it)
+        torch.manual_seed(cfg.train.seed)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    logger = RunLogger(run_dir, tensorboard=cfg.run.tensorboard)
+    if resume is not None:
+        logger.truncate_after(global_step)
+
+    buffer = RolloutBuffer(
+        obs_shapes(envs.single_observation_space),
+        S,
+        N,
+        agent.seq_len,
+        policy.initial_state(N, device),
+        device,
+    )
+    ep_returns: deque[float] = deque(maxlen=100)  # SB3's ep_info_buffer size
+    ep_lengths: deque[float] = deque(maxlen=100)
+    ep_success: deque[float] = deque(maxlen=100)
+    running_return = np.zeros(N)
+    running_length = np.zeros(N, dtype=np.int64)
+    history: list[dict[str, float]] = []
+
+    next_obs, _ = envs.reset(seed=cfg.train.seed + 7919 * updates)
+    next_start = torch.ones(N, dtype=torch.bool, device=device)
+    state = policy.initial_state(N, device)
+
+    progress = _progress_bar(cfg, global_step)
+    start_time, start_step = time.perf_counter(), global_step
+    try:
+        while updates < total_updates:
+            # Linear LR annealing to 0 over the whole budget (CleanRL).
+            lr = agent.learning_rate
+            if agent.anneal_lr:
+                lr *= 1.0 - updates / total_updates
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+
+            # ---------------- rollout: T = 1 core steps, state carried per env
+            policy.eval()
+            for t in range(S):
+                obs = obs_to_tensors(next_obs, device)  # each [1, N, ...]
+                with torch.no_grad():
+                    out = policy(obs, state, next_start.unsqueeze(0))
+                    actions, logprobs = sample_actions(out.logits[0])  # [N], [N]
+                buffer.add(t, obs, next_start, state, actions, logprobs, out.values[0])
+                state = out.state
+                next_obs, reward, terminated, truncated, infos = envs.step(actions.cpu().numpy())
+                done = np.logical_or(terminated, truncated)
+                buffer.rewards[t] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+                next_start = torch.as_tensor(done, device=device)
+
+                running_return += reward
+                running_length += 1
+                if done.any():
+                    success = episode_success(infos, done, np.asarray(reward))
+                    for i in np.flatnonzero(done):
+                        ep_returns.append(float(running_return[i]))
+                        ep_lengths.append(float(running_length[i]))
+                        ep_success.append(float(success[i]))
+                    running_return[done] = 0.0
+                    running_length[done] = 0
+            global_step += frames_per_update
+
+            # ---------------- GAE from the value of the observation after the rollout
+            with torch.no_grad():
+                last_value = policy(
+                    obs_to_tensors(next_obs, device), state, next_start.unsqueeze(0)
+                ).values[0]
+            buffer.compute_returns(last_value, next_start, agent.gamma, agent.gae_lambda)
+
+            # ---------------- update
+            stats = update(policy, optimizer, buffer, agent)
+            updates += 1
+
+            # ---------------- logging
+            fps = (global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
+            ep_rew = float(np.mean(ep_returns)) if ep_returns else float("nan")
+            if updates % cfg.train.log_every == 0 or updates == total_updates:
+                row = {
+                    "rollout/ep_rew_mean": ep_rew,
+                    "rollout/ep_len_mean": float(np.mean(ep_lengths)) if ep_lengths else math.nan,
+                    "rollout/success_rate": float(np.mean(ep_success)) if ep_success else math.nan,
+                    "train/policy_loss": stats.policy_loss,
+                    "train/value_loss": stats.value_loss,
+                    "train/entropy_loss": stats.entropy_loss,
+                    "train/approx_kl": stats.approx_kl,
+                    "train/clip_fraction": stats.clip_fraction,
+                    "train/explained_variance": stats.explained_variance,
+                    "train/learning_rate": lr,
+                    "train/loss": stats.loss,
+                    "train/grad_norm": stats.grad_norm,
+                    "train/n_updates": updates,
+                    "train/skipped_updates": stats.skipped_updates,
+                    "time/fps": fps,
+                    "time/iterations": updates,
+                    "time/total_timesteps": global_step,
+                }
+                for tag, value in row.items():
+                    logger.record(tag, value)
+                logger.dump(global_step)
+                history.append({"step": global_step, **row})
+            every = cfg.train.histogram_every
+            if every > 0 and (updates % every == 0 or updates == 1):
+                _log_timescales(logger, policy, global_step)
+            if progress is not None:
+                progress.update(frames_per_update)
+                progress.set_postfix(fps=f"{fps:.0f}", ret=f"{ep_rew:.2f}", refresh=False)
+
+            # ---------------- checkpoint (atomic; the last one always)
+            if updates % cfg.train.checkpoint_every == 0 or updates == total_updates:
+                save_checkpoint(
+                    run_dir / CHECKPOINT_NAME, checkpoint_payload(s, global_step, updates)
+                )
+    finally:
+        if progress is not None:
+            progress.close()
+        logger.close()
+    return TrainResult(
+        run_dir=run_dir,
+        global_step=global_step,
+        updates=updates,
+        ep_rew_mean=float(np.mean(ep_returns)) if ep_returns else math.nan,
+        success_rate=float(np.mean(ep_success)) if ep_success else math.nan,
+        history=history,
+    )
+
+
+def _progress_bar(cfg: RLConfig, initial: int) -> Any:
+    if not cfg.train.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=cfg.train.total_steps,
+        initial=min(initial, cfg.train.total_steps),
+        unit="frames",
+        unit_scale=True,
+        desc=f"{cfg.core.name} {cfg.agent.algo} {cfg.env.id}",
+        dynamic_ncols=True,
+    )
+
+
+def _log_timescales(logger: RunLogger, policy: RecurrentActorCritic, step: int) -> None:
+    """The core's forget-gate characteristic time scales, when it has a forget gate."""
+    try:
+        from cores.diagnostics import timescales
+    except ImportError:
+        return
+    try:
+        values = timescales(policy.core)
+    except (ValueError, NotImplementedError, AttributeError):
+        return  # cores without a forget gate (cores.diagnostics raises ValueError)
+    logger.histogram("core/gate_timescales", values, step)

@@ -1,0 +1,164 @@
+"""Rollout storage for recurrent agents, cut into truncated-BPTT chunks.
+
+The buffer holds ``n_steps`` steps of ``n_envs`` envs, time-major (``[S, N, ...]``). Each env's
+rollout is cut into ``K = n_steps // seq_len`` chunks of ``seq_len`` steps; the core state at
+the start of every chunk is stored while collecting, so a chunk can be replayed in the update
+from exactly the state the policy acted with. Chunk ``c = k * N + e`` is steps
+``[k*L, (k+1)*L)`` of env ``e``. Episode boundaries inside a chunk are handled by ``starts``
+(the core resets those rows), so there is no padding.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from agents.policy import Obs
+from cores import State
+
+
+class ChunkBatch(NamedTuple):
+    """A minibatch of whole chunks, time-major: ``[L, M]`` with ``M`` chunks."""
+
+    obs: Obs  # each [L, M, ...]
+    starts: Tensor  # [L, M] bool
+    actions: Tensor  # [L, M]
+    logprobs: Tensor  # [L, M]
+    values: Tensor  # [L, M]
+    advantages: Tensor  # [L, M]
+    returns: Tensor  # [L, M]
+    state: State  # each [M, ...]: the core state before step 0 of each chunk
+
+
+class RolloutBuffer:
+    """Preallocated tensors for one rollout plus the stored chunk-start core states.
+
+    :param obs_shapes: observation key -> (shape, dtype) of one env's observation.
+    :param n_steps: steps per env (``S``), a multiple of ``seq_len``.
+    :param n_envs: number of envs (``N``).
+    :param seq_len: chunk length (``L``).
+    :param state_template: a core state for ``N`` envs (its shapes/dtypes size the store).
+    """
+
+    def __init__(
+        self,
+        obs_shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+        n_steps: int,
+        n_envs: int,
+        seq_len: int,
+        state_template: State,
+        device: torch.device,
+    ) -> None:
+        if n_steps % seq_len:
+            raise ValueError(f"n_steps ({n_steps}) must be a multiple of seq_len ({seq_len})")
+        self.n_steps, self.n_envs, self.seq_len = n_steps, n_envs, seq_len
+        self.n_chunks_per_env = n_steps // seq_len
+        self.device = device
+        S, N = n_steps, n_envs
+        self.obs = {
+            k: torch.zeros((S, N, *shape), dtype=dtype, device=device)
+            for k, (shape, dtype) in obs_shapes.items()
+        }
+        self.starts = torch.zeros((S, N), dtype=torch.bool, device=device)
+        self.actions = torch.zeros((S, N), dtype=torch.long, device=device)
+        self.logprobs = torch.zeros((S, N), device=device)
+        self.rewards = torch.zeros((S, N), device=device)
+        self.values = torch.zeros((S, N), device=device)
+        self.advantages = torch.zeros((S, N), device=device)
+        self.returns = torch.zeros((S, N), device=device)
+        # chunk_states[i][k]: component i of the core state before step k*L, [K, N, ...]
+        self.chunk_states = tuple(
+            torch.zeros((self.n_chunks_per_env, *s.shape), dtype=s.dtype, device=device)
+            for s in state_template
+        )
+
+    def add(
+        self,
+        t: int,
+        obs: Obs,
+        starts: Tensor,
+        state_before: State,
+        actions: Tensor,
+        logprobs: Tensor,
+        values: Tensor,
+    ) -> None:
+        """Store step ``t``; ``obs`` tensors are ``[1, N, ...]``, the rest ``[N]``.
+
+        ``state_before`` is the core state the policy was called with at step ``t`` (before
+        the reset that ``starts`` triggers); it is kept when ``t`` begins a chunk.
+        """
+        for k, v in obs.items():
+            self.obs[k][t].copy_(v[0])
+        self.starts[t] = starts
+        self.actions[t] = actions
+        self.logprobs[t] = logprobs
+        self.values[t] = values
+        if t % self.seq_len == 0:
+            for store, s in zip(self.chunk_states, state_before, strict=True):
+                store[t // self.seq_len].copy_(s)
+
+    def compute_returns(
+        self, last_value: Tensor, next_start: Tensor, gamma: float, gae_lambda: float
+    ) -> None:
+        """Generalised advantage estimation (Schulman et al. 2016), as CleanRL/SB3.
+
+        ``starts[t + 1]`` marks that step ``t`` ended its episode (terminated or truncated),
+        so no value is bootstrapped across it. Truncations are treated as terminations
+        (MiniGrid time-outs pay 0 either way).
+
+        :param last_value: ``[N]`` value of the observation after the last step.
+        :param next_start: ``[N]`` bool, whether the last step ended an episode.
+        """
+        last_gae = torch.zeros_like(last_value)
+        for t in reversed(range(self.n_steps)):
+            if t == self.n_steps - 1:
+                not_done = 1.0 - next_start.float()
+                next_value = last_value
+            else:
+                not_done = 1.0 - self.starts[t + 1].float()
+                next_value = self.values[t + 1]
+            delta = self.rewards[t] + gamma * next_value * not_done - self.values[t]
+            last_gae = delta + gamma * gae_lambda * not_done * last_gae
+            self.advantages[t] = last_gae
+        self.returns = self.advantages + self.values
+
+    # ------------------------------------------------------------------ chunk views
+    @property
+    def n_chunks(self) -> int:
+        """Total chunks ``K * N``."""
+        return self.n_chunks_per_env * self.n_envs
+
+    def _chunked(self, x: Tensor) -> Tensor:
+        """``[S, N, ...]`` -> ``[L, K*N, ...]`` with chunk index ``c = k * N + e``."""
+        K, L, N = self.n_chunks_per_env, self.seq_len, self.n_envs
+        return x.view(K, L, N, *x.shape[2:]).transpose(0, 1).reshape(L, K * N, *x.shape[2:])
+
+    def chunks(self) -> ChunkBatch:
+        """All chunks as one batch (``M = K * N``); index its dim 1 to take minibatches."""
+        return ChunkBatch(
+            obs={k: self._chunked(v) for k, v in self.obs.items()},
+            starts=self._chunked(self.starts),
+            actions=self._chunked(self.actions),
+            logprobs=self._chunked(self.logprobs),
+            values=self._chunked(self.values),
+            advantages=self._chunked(self.advantages),
+            returns=self._chunked(self.returns),
+            # [K, N, ...] -> [K*N, ...]: the same c = k * N + e order
+            state=tuple(s.flatten(0, 1) for s in self.chunk_states),
+        )
+
+
+def select_chunks(batch: ChunkBatch, idx: Tensor) -> ChunkBatch:
+    """The chunks ``idx [M']`` of ``batch`` (time dim 0 kept, chunk dim 1 indexed)."""
+    return ChunkBatch(
+        obs={k: v[:, idx] for k, v in batch.obs.items()},
+        starts=batch.starts[:, idx],
+        actions=batch.actions[:, idx],
+        logprobs=batch.logprobs[:, idx],
+        values=batch.values[:, idx],
+        advantages=batch.advantages[:, idx],
+        returns=batch.returns[:, idx],
+        state=tuple(s[idx] for s in batch.state),
+    )
