@@ -1,0 +1,561 @@
+"""Supervised trainer: any memory core + a readout on a sequence task from ``envs.sequences``.
+
+One run, top to bottom (:func:`train`):
+
+1. :func:`prepare` builds the config's task (reading any dataset), core, readout, optimiser
+   and device, so every mistake surfaces before anything is written;
+2. the run directory gets ``config.yaml``, ``init.pt`` (weights at step 0, for before/after
+   diagnostics), TensorBoard events and ``progress.csv`` (via :class:`agents.logger.RunLogger`);
+3. each update draws a batch that is a pure function of ``(seed, step)``, so ``--resume``
+   replays exactly the data an uninterrupted run would have seen;
+4. every ``train.eval_every`` updates: evaluation on a fixed set, the forget-gate time-scale
+   histogram (when the core has a forget gate) and an atomic ``checkpoint.pt`` with the model,
+   optimiser and RNG states;
+5. at the end: the test split (datasets) or the transfer lengths (``transfer_copy``) and
+   ``results.json``.
+
+Tensor shapes: inputs ``x [T, B, D]``, core output ``[T, B, H]``, readout output
+``[W, B, K]`` on the last ``W`` steps (the only ones that carry targets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import Tensor, nn
+
+from agents.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from agents.device import resolve_device
+from agents.logger import RunLogger
+from agents.supervised_config import SupervisedConfig
+from cores import MemoryCore, make_core
+from envs.sequences import (
+    ClassificationTask,
+    SequenceBatch,
+    SequenceTask,
+    TransferCopyTask,
+    make_task,
+)
+
+CHECKPOINT = "checkpoint.pt"
+INIT_CHECKPOINT = "init.pt"
+FORMAT = "memcores-supervised-v1"
+EVAL_SEED = 2_718_281  # one fixed evaluation set per task, shared by every seed and core
+# Sections that define the model and the data; they must match when resuming a run.
+MODEL_SECTIONS = ("task", "core", "model")
+
+
+# =========================================================================== model
+class SequenceModel(nn.Module):
+    """A memory core followed by a per-step readout.
+
+    :param core: any :class:`cores.MemoryCore`.
+    :param output_size: ``K``, classes or target dimension.
+    :param readout: ``linear`` or ``mlp`` (ReLU hidden layer of ``readout_hidden`` units).
+    """
+
+    def __init__(
+        self, core: MemoryCore, output_size: int, readout: str = "linear", readout_hidden: int = 256
+    ) -> None:
+        super().__init__()
+        self.core = core
+        hidden = core.hidden_size
+        if readout == "linear":
+            self.readout: nn.Module = nn.Linear(hidden, output_size)
+        elif readout == "mlp":
+            self.readout = nn.Sequential(
+                nn.Linear(hidden, readout_hidden), nn.ReLU(), nn.Linear(readout_hidden, output_size)
+            )
+        else:
+            raise ValueError(f"unknown readout {readout!r}; valid: linear, mlp")
+
+    def forward(self, x: Tensor, window: int) -> Tensor:
+        """``x [T, B, D]`` -> readout outputs ``[W, B, K]`` for the last ``window`` steps."""
+        state = self.core.initial_state(x.shape[1], x.device)
+        y, _ = self.core(x, state)  # [T, B, H]
+        return self.readout(y[-window:])
+
+
+# =========================================================================== losses
+def batch_to_torch(batch: SequenceBatch, device: torch.device) -> dict[str, Tensor]:
+    """NumPy batch -> tensors on ``device`` (targets stay int64 for cross-entropy)."""
+    return {
+        "x": torch.from_numpy(batch.x).to(device, non_blocking=True),
+        "y": torch.from_numpy(batch.y).to(device, non_blocking=True),
+        "loss_mask": torch.from_numpy(batch.loss_mask).to(device, non_blocking=True),
+        "metric_mask": torch.from_numpy(batch.metric_mask).to(device, non_blocking=True),
+    }
+
+
+def loss_and_metrics(kind: str, out: Tensor, batch: dict[str, Tensor]) -> tuple[Tensor, dict]:
+    """Masked loss and metric sums.
+
+    :param kind: ``ce`` (``out [W, B, C]``, ``y [W, B]`` int), ``mse`` or ``bce``
+        (``out``, ``y`` of shape ``[W, B, K]``).
+    :return: the mean loss over ``loss_mask`` and a dict of *sums* (``loss_sum``, ``n_loss``,
+        ``correct``, ``n_metric``, ``sq_err``) so evaluation can pool batches exactly.
+    """
+    y, lm, mm = batch["y"], batch["loss_mask"], batch["metric_mask"]
+    if kind == "ce":
+        per = F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="none").view_as(lm)
+        hit = (out.argmax(-1) == y).float()
+    elif kind == "bce":
+        per = F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(-1)
+        hit = ((out > 0) == (y > 0.5)).float().mean(-1)  # per-bit accuracy
+    elif kind == "mse":
+        per = (out - y).pow(2).mean(-1)
+        hit = None
+    else:
+        raise ValueError(f"unknown loss kind {kind!r}")
+    n_loss = lm.sum()
+    loss = (per * lm).sum() / n_loss.clamp_min(1.0)
+    sums = {
+        "loss_sum": (per * lm).sum().detach(),
+        "n_loss": n_loss.detach(),
+        "n_metric": mm.sum().detach(),
+        "sq_err": (per.detach() * mm).sum() if kind == "mse" else None,
+        "correct": (hit * mm).sum().detach() if hit is not None else None,
+    }
+    return loss, sums
+
+
+def summarize(kind: str, sums: dict[str, float]) -> dict[str, float]:
+    """Pooled sums -> ``loss`` and ``accuracy`` (``ce``/``bce``) or ``mse``."""
+    result = {"loss": sums["loss_sum"] / max(sums["n_loss"], 1.0)}
+    if kind == "mse":
+        result["mse"] = sums["sq_err"] / max(sums["n_metric"], 1.0)
+    else:
+        result["accuracy"] = sums["correct"] / max(sums["n_metric"], 1.0)
+    return result
+
+
+# =========================================================================== data
+class TaskData:
+    """Training batches as a pure function of ``(seed, step)`` and a fixed evaluation set.
+
+    Synthetic tasks: batch ``step`` is drawn from ``default_rng([seed, step])``; the evaluation
+    set is ``eval_size`` examples from a fixed generator. Datasets: epochs are reshuffled with
+    ``default_rng([seed, epoch])`` (the last partial batch is dropped); evaluation uses the
+    ``valid`` split during training and ``test`` at the end.
+    """
+
+    def __init__(self, task: SequenceTask, batch_size: int, seed: int) -> None:
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self._perm: tuple[int, np.ndarray] | None = None
+        if isinstance(task, ClassificationTask):
+            n = task.size("train")
+            if n < batch_size:
+                raise ValueError(f"train.batch_size={batch_size} exceeds the {n} training examples")
+            self.steps_per_epoch = n // batch_size
+
+    def train_batch(self, step: int) -> SequenceBatch:
+        task = self.task
+        if isinstance(task, ClassificationTask):
+            epoch, i = divmod(step, self.steps_per_epoch)
+            if self._perm is None or self._perm[0] != epoch:
+                n = task.size("train")
+                self._perm = (epoch, np.random.default_rng([self.seed, epoch]).permutation(n))
+            idx = self._perm[1][i * self.batch_size : (i + 1) * self.batch_size]
+            return task.batch("train", idx)
+        return task.sample(np.random.default_rng([self.seed, step]), self.batch_size)
+
+    def epoch(self, step: int) -> float:
+        return step / self.steps_per_epoch if isinstance(self.task, ClassificationTask) else 0.0
+
+
+def eval_batches(
+    task: SequenceTask, split: str, eval_size: int, batch_size: int
+) -> Iterator[SequenceBatch]:
+    """The fixed evaluation set: a dataset split, or ``eval_size`` generated examples."""
+    if isinstance(task, ClassificationTask):
+        n = task.size(split)
+        for start in range(0, n, batch_size):
+            yield task.batch(split, np.arange(start, min(start + batch_size, n)))
+        return
+    rng = np.random.default_rng(EVAL_SEED)
+    for start in range(0, eval_size, batch_size):
+        yield task.sample(rng, min(batch_size, eval_size - start))
+
+
+@torch.no_grad()
+def evaluate(
+    model: SequenceModel,
+    task: SequenceTask,
+    device: torch.device,
+    split: str = "valid",
+    eval_size: int = 1000,
+    batch_size: int = 500,
+) -> dict[str, float]:
+    """Loss and accuracy (or MSE) of ``model`` on ``task``'s evaluation set, in eval mode."""
+    was_training = model.training
+    model.eval()
+    totals: dict[str, float] = {}
+    for batch in eval_batches(task, split, eval_size, batch_size):
+        tb = batch_to_torch(batch, device)
+        out = model(tb["x"], task.window)
+        _, sums = loss_and_metrics(task.loss, out, tb)
+        for key, value in sums.items():
+            if value is not None:
+                totals[key] = totals.get(key, 0.0) + float(value)
+    model.train(was_training)
+    return summarize(task.loss, totals)
+
+
+# =========================================================================== set-up
+@dataclass
+class Prepared:
+    """Everything a run needs, built and validated before the run directory is touched."""
+
+    config: SupervisedConfig
+    task: SequenceTask
+    model: SequenceModel
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    run_dir: Path
+
+
+def default_run_dir(config: SupervisedConfig) -> Path:
+    return (
+        Path("runs") / "supervised" / f"{config.task.name}_{config.core.name}_s{config.train.seed}"
+    )
+
+
+def build_task(config: SupervisedConfig) -> SequenceTask:
+    """The config's task (reads dataset files; raises on a missing one)."""
+    return make_task(config.task.name, **config.task.options)
+
+
+def build_model(config: SupervisedConfig, task: SequenceTask) -> SequenceModel:
+    """Core + readout sized for ``task``; the core is built by :func:`cores.make_core`."""
+    core = make_core(
+        config.core.name, task.input_size, config.core.hidden_size, **config.core.options
+    )
+    return SequenceModel(core, task.output_size, config.model.readout, config.model.readout_hidden)
+
+
+def build_optimizer(config: SupervisedConfig, model: nn.Module) -> torch.optim.Optimizer:
+    o = config.optim
+    params = model.parameters()
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=o.lr, eps=o.eps, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=o.lr, eps=o.eps, weight_decay=o.weight_decay)
+    return torch.optim.RMSprop(
+        params, lr=o.lr, alpha=o.alpha, eps=o.eps, weight_decay=o.weight_decay
+    )
+
+
+def learning_rate(config: SupervisedConfig, step: int) -> float:
+    """The learning rate for update ``step`` (0-based): warm-up, then the schedule."""
+    o = config.optim
+    lr = o.lr
+    if o.warmup_steps and step < o.warmup_steps:
+        lr *= (step + 1) / o.warmup_steps
+    if o.schedule == "step":
+        lr *= o.gamma ** sum(step >= m for m in o.milestones)
+    elif o.schedule == "cosine":
+        lr *= 0.5 * (1.0 + math.cos(math.pi * min(step / config.train.steps, 1.0)))
+    return lr
+
+
+def prepare(config: SupervisedConfig) -> Prepared:
+    """Build and check the task, model, optimiser and device; writes nothing.
+
+    :raises ValueError: unknown core/option, bad task option, unavailable device...
+    :raises FileNotFoundError: a dataset file is missing from ``task.data_dir``.
+    """
+    device = resolve_device(config.train.device)
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    task = build_task(config)
+    torch.manual_seed(config.train.seed)
+    model = build_model(config, task).to(device)
+    optimizer = build_optimizer(config, model)
+    run_dir = Path(config.run.dir) if config.run.dir else default_run_dir(config)
+    TaskData(task, config.train.batch_size, config.train.seed)  # checks batch vs dataset size
+    return Prepared(config, task, model, optimizer, device, run_dir)
+
+
+def forget_timescales(core: MemoryCore) -> Tensor | None:
+    """Per-unit forget-gate time scales ``[H]``, or None for cores without a forget gate."""
+    try:
+        from cores.diagnostics import timescales
+    except ImportError:  # diagnostics module not installed in this checkout
+        return None
+    try:
+        return timescales(core)
+    except ValueError:
+        return None
+
+
+# =========================================================================== training
+def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
+    """Train (or resume) one run; returns the final metrics (also in ``results.json``)."""
+    prep = prepare(config)
+    run_dir, model, optimizer, task = prep.run_dir, prep.model, prep.optimizer, prep.task
+    ckpt_path = run_dir / CHECKPOINT
+    payload = None
+    if resume:
+        payload = load_checkpoint(ckpt_path, map_location=prep.device)
+        check_resumable(payload, config)
+    elif ckpt_path.exists():
+        raise ValueError(
+            f"run directory {run_dir} already holds a run ({CHECKPOINT}); pass --resume to "
+            f"continue it or choose another run.dir"
+        )
+
+    # ---- from here on the run directory is written
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+    )
+    logger = RunLogger(run_dir, tensorboard=config.run.tensorboard)
+    start_step, best = 0, {}
+    if payload is not None:
+        model.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        set_rng_state(payload["rng"])
+        start_step, best = int(payload["step"]), dict(payload.get("best", {}))
+        logger.truncate_after(start_step)
+    else:
+        save_checkpoint(
+            run_dir / INIT_CHECKPOINT,
+            {
+                "format": FORMAT,
+                "step": 0,
+                "model": model.state_dict(),
+                "config": dataclasses.asdict(config),
+            },
+        )
+
+    data = TaskData(task, config.train.batch_size, config.train.seed)
+    tcfg = config.train
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(
+            ckpt_path,
+            {
+                "format": FORMAT,
+                "step": step,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": rng_state(),
+                "config": dataclasses.asdict(config),
+                "best": best,
+            },
+        )
+
+    def run_eval(step: int) -> dict[str, float]:
+        metrics = evaluate(model, task, prep.device, "valid", tcfg.eval_size, tcfg.eval_batch_size)
+        for key, value in metrics.items():
+            logger.record(f"eval/{key}", value)
+            if key == "accuracy":
+                best["accuracy"] = max(best.get("accuracy", 0.0), value)
+            elif key in ("mse", "loss"):
+                best[key] = min(best.get(key, math.inf), value)
+        ts = forget_timescales(model.core)
+        if ts is not None:
+            logger.histogram("train/forget_timescales", ts, step)
+            finite = ts[torch.isfinite(ts)]
+            if finite.numel():
+                logger.record("train/timescale_median", float(finite.median()))
+                logger.record("train/timescale_max", float(finite.max()))
+        return metrics
+
+    model.train()
+    step = start_step
+    stopped_early = False
+    t0, window_steps, window_start = time.perf_counter(), 0, time.perf_counter()
+    sums: dict[str, float] = {}
+    grad_norms: list[float] = []
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=tcfg.steps,
+        initial=start_step,
+        disable=not config.run.progress_bar,
+        dynamic_ncols=True,
+        mininterval=1.0,
+        desc=f"{config.task.name}/{config.core.name}",
+    )
+    try:
+        if start_step == 0:
+            run_eval(0)
+            logger.dump(0)
+        while step < tcfg.steps:
+            lr = learning_rate(config, step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            tb = batch_to_torch(data.train_batch(step), prep.device)
+            out = model(tb["x"], task.window)
+            loss, batch_sums = loss_and_metrics(task.loss, out, tb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            clip = config.optim.clip_grad_norm
+            norm = nn.utils.clip_grad_norm_(model.parameters(), clip if clip else math.inf)
+            optimizer.step()
+            step += 1
+            window_steps += 1
+            for key, value in batch_sums.items():
+                if value is not None:
+                    sums[key] = sums.get(key, 0.0) + float(value)
+            grad_norms.append(float(norm))
+            bar.update(1)
+
+            if step % tcfg.log_every == 0 or step == tcfg.steps:
+                stats = summarize(task.loss, sums)
+                for key, value in stats.items():
+                    logger.record(f"train/{key}", value)
+                logger.record("train/grad_norm", float(np.mean(grad_norms)))
+                logger.record("train/learning_rate", lr)
+                if isinstance(task, ClassificationTask):
+                    logger.record("train/epoch", data.epoch(step))
+                elapsed = time.perf_counter() - window_start
+                logger.record("time/fps", window_steps * tcfg.batch_size * task.length / elapsed)
+                logger.record("time/updates_per_s", window_steps / elapsed)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in stats.items()}, refresh=False)
+                sums, grad_norms = {}, []
+                window_steps, window_start = 0, time.perf_counter()
+
+            if step % tcfg.eval_every == 0 or step == tcfg.steps:
+                metrics = run_eval(step)
+                checkpoint(step)
+                acc = metrics.get("accuracy")
+                if tcfg.target_accuracy is not None and acc is not None:
+                    stopped_early = acc >= tcfg.target_accuracy and step < tcfg.steps
+            if step % tcfg.log_every == 0 or step % tcfg.eval_every == 0 or step == tcfg.steps:
+                logger.dump(step)
+            if stopped_early:
+                checkpoint(step)
+                break
+    finally:
+        bar.close()
+
+    results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
+    for key, value in results.get("final", {}).items():
+        logger.record(key, value)
+    logger.dump(step)
+    logger.close()
+    tmp = run_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(results, indent=2))
+    tmp.replace(run_dir / "results.json")
+    return results
+
+
+def final_report(
+    prep: Prepared, step: int, best: dict[str, float], wall_s: float, stopped_early: bool
+) -> dict[str, Any]:
+    """Final metrics: validation, test split (datasets) and transfer lengths (transfer_copy)."""
+    cfg, task = prep.config, prep.task
+    evaluate_kw = dict(eval_size=cfg.train.eval_size, batch_size=cfg.train.eval_batch_size)
+    final: dict[str, float] = {}
+    for key, value in evaluate(prep.model, task, prep.device, "valid", **evaluate_kw).items():
+        final[f"eval/{key}"] = value
+    if isinstance(task, ClassificationTask):
+        for key, value in evaluate(prep.model, task, prep.device, "test", **evaluate_kw).items():
+            final[f"test/{key}"] = value
+    if isinstance(task, TransferCopyTask):
+        for name, variant in task.variants().items():
+            metrics = evaluate(prep.model, variant, prep.device, "valid", **evaluate_kw)
+            for key, value in metrics.items():
+                final[f"transfer/{name}/{key}"] = value
+    return {
+        "task": cfg.task.name,
+        "core": cfg.core.name,
+        "step": step,
+        "stopped_early": stopped_early,
+        "wall_s": round(wall_s, 1),
+        "baseline_loss": task.baseline,
+        "best": best,
+        "final": final,
+    }
+
+
+def check_resumable(payload: dict[str, Any], config: SupervisedConfig) -> None:
+    """A checkpoint can be resumed only under the same task, core and model sections."""
+    if payload.get("format") != FORMAT:
+        raise ValueError(f"not a memcores supervised checkpoint (format {payload.get('format')!r})")
+    saved, current = payload["config"], dataclasses.asdict(config)
+    for section in MODEL_SECTIONS:
+        if saved.get(section) != current.get(section):
+            raise ValueError(
+                f"cannot resume: config section {section!r} differs from the checkpoint's "
+                f"({saved.get(section)} vs {current.get(section)})"
+            )
+    if int(payload["step"]) > config.train.steps:
+        raise ValueError(
+            f"checkpoint is at step {payload['step']} > train.steps={config.train.steps}"
+        )
+
+
+# =========================================================================== evaluation only
+def load_trained(
+    run_dir: str | Path, config: SupervisedConfig, saved: SupervisedConfig
+) -> tuple[SequenceTask, SequenceModel, torch.device]:
+    """Rebuild a run's model from ``run_dir/checkpoint.pt`` for evaluation on ``config``'s task.
+
+    :param config: the run's saved config with any overrides applied (e.g. ``task.length``).
+    :param saved: the run's saved config as trained; the task may differ only in ways that keep
+        the model's input size, output size and loss.
+    """
+    payload = load_checkpoint(Path(run_dir) / CHECKPOINT)
+    device = resolve_device(config.train.device)
+    task = build_task(config)
+    check_compatible(task, build_task(saved) if saved.task != config.task else task)
+    model = build_model(config, task).to(device)
+    model.load_state_dict(payload["model"])
+    model.eval()
+    return task, model, device
+
+
+def check_compatible(task: SequenceTask, trained: SequenceTask) -> None:
+    """``task`` must have the trained task's input size, output size and loss kind."""
+    got = (task.input_size, task.output_size, task.loss)
+    want = (trained.input_size, trained.output_size, trained.loss)
+    if got != want:
+        raise ValueError(
+            f"task {task.describe()} does not fit the trained model: (input, output, loss) "
+            f"{got} vs {want}"
+        )
+
+
+def with_length(config: SupervisedConfig, length: int) -> SupervisedConfig:
+    """``config`` with ``task.length`` set to ``length``."""
+    task = dataclasses.replace(config.task, options={**config.task.options, "length": length})
+    return dataclasses.replace(config, task=task)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    config: SupervisedConfig,
+    saved: SupervisedConfig,
+    eval_lengths: list[int] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Evaluate a trained run, optionally at several task lengths (transfer).
+
+    :return: ``{label: metrics}``; labels are ``T=<length>`` with ``eval_lengths``, else the
+        split name (``test`` for datasets, ``eval`` for synthetic tasks).
+    """
+    task, model, device = load_trained(run_dir, config, saved)
+    kw = dict(eval_size=config.train.eval_size, batch_size=config.train.eval_batch_size)
+    if eval_lengths:
+        results = {}
+        for length in eval_lengths:
+            variant = build_task(with_length(config, length))
+            check_compatible(variant, task)
+            results[f"T={length}"] = evaluate(model, variant, device, "valid", **kw)
+        return results
+    if isinstance(task, ClassificationTask):
+        return {"test": evaluate(model, task, device, "test", **kw)}
+    return {"eval": evaluate(model, task, device, "valid", **kw)}

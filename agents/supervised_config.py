@@ -1,0 +1,151 @@
+"""Config schema of ``memcores supervised`` (sections task, core, model, optim, train, run).
+
+Loaded with :func:`experiments.config.load_config`; every field below can be set in the YAML
+file or overridden on the command line (``task.length=500 core.name=ur_lstm optim.lr=2e-4``).
+Unknown keys of ``task`` and ``core`` are collected into their ``options`` dict and checked
+against the task factory / core class (``task.loss=last10``, ``core.p=0.25``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agents.device import DEVICE_CHOICES
+
+
+@dataclass
+class TaskConfig:
+    """Which sequence task to train on (``memcores list tasks``)."""
+
+    __extras__ = "options"
+
+    name: str = "copy"
+    """Task name, one of ``envs.sequences.TASKS``."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Task options (any other key of this section): length, loss, data_dir, ..."""
+
+    def validate(self) -> None:
+        from envs.sequences import check_task_options
+
+        check_task_options(self.name, self.options)
+
+
+@dataclass
+class CoreConfig:
+    """The memory core (``memcores list cores --options``)."""
+
+    __extras__ = "options"
+
+    name: str = "lstm"
+    """Core name, one of ``cores.CORES``."""
+    hidden_size: int = 128
+    """Size of the core's output vector (and state)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Core-specific options (any other key of this section), e.g. p for hdetach_lstm."""
+
+    def validate(self) -> None:
+        if self.hidden_size <= 0:
+            raise ValueError(f"core.hidden_size must be positive, got {self.hidden_size}")
+
+
+@dataclass
+class ModelConfig:
+    """The readout applied to the core's output at every scored step."""
+
+    readout: Literal["linear", "mlp"] = "linear"
+    """``linear``: one affine layer; ``mlp``: ReLU hidden layer then affine (UR-gates §3.5)."""
+    readout_hidden: int = 256
+    """Width of the ``mlp`` readout's hidden layer."""
+
+
+@dataclass
+class OptimConfig:
+    """Optimiser, gradient clipping and learning-rate schedule."""
+
+    name: Literal["adam", "rmsprop", "adamw"] = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    eps: float = 1e-8
+    alpha: float = 0.99
+    """RMSprop smoothing constant (torch's default; the fast-gate paper's "default")."""
+    clip_grad_norm: float | None = 1.0
+    """Global gradient-norm clipping threshold; null disables clipping."""
+    schedule: Literal["constant", "step", "cosine"] = "constant"
+    """``step``: multiply lr by ``gamma`` at each of ``milestones``; ``cosine``: anneal to 0."""
+    milestones: list[int] = field(default_factory=list)
+    """Training steps at which the ``step`` schedule multiplies lr by ``gamma``."""
+    gamma: float = 0.5
+    warmup_steps: int = 0
+    """Linear warm-up from 0 over this many steps (before any schedule)."""
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be positive, got {self.lr}")
+        if self.clip_grad_norm is not None and self.clip_grad_norm <= 0:
+            raise ValueError(
+                f"optim.clip_grad_norm must be positive or null, got {self.clip_grad_norm}"
+            )
+        if self.warmup_steps < 0 or any(m <= 0 for m in self.milestones):
+            raise ValueError("optim.warmup_steps must be >= 0 and optim.milestones positive")
+
+
+@dataclass
+class TrainConfig:
+    """Training length, batching, evaluation and reproducibility."""
+
+    steps: int = 2000
+    """Number of optimiser updates."""
+    batch_size: int = 64
+    eval_every: int = 200
+    """Evaluate (and write a checkpoint) every this many updates, and at the end."""
+    eval_size: int = 1000
+    """Examples in the fixed evaluation set of a synthetic task (datasets: the whole split)."""
+    eval_batch_size: int = 500
+    log_every: int = 20
+    """Write training scalars every this many updates."""
+    target_accuracy: float | None = None
+    """Stop early once the evaluation accuracy reaches this value (0..1); null: never."""
+    seed: int = 0
+    device: str = "auto"
+    """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``."""
+    threads: int | None = None
+    """torch CPU threads (null: torch's default); 1 is polite on a shared machine."""
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_size", "eval_every", "eval_size", "eval_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
+        if self.log_every <= 0:
+            raise ValueError(f"train.log_every must be positive, got {self.log_every}")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"train.target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if not (self.device in DEVICE_CHOICES or self.device.startswith("cuda:")):
+            raise ValueError(
+                f"invalid value {self.device!r} for 'train.device'; allowed: "
+                f"{', '.join(DEVICE_CHOICES)}, cuda:N"
+            )
+        if self.threads is not None and self.threads <= 0:
+            raise ValueError(f"train.threads must be positive or null, got {self.threads}")
+
+
+@dataclass
+class RunConfig:
+    """Where the run writes (config.yaml, TensorBoard events, progress.csv, checkpoints)."""
+
+    dir: str | None = None
+    """Run directory; null: ``runs/supervised/<task>_<core>_s<seed>``."""
+    tensorboard: bool = True
+    progress_bar: bool = True
+
+
+@dataclass
+class SupervisedConfig:
+    """Top level of a ``memcores supervised`` config file."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    core: CoreConfig = field(default_factory=CoreConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunConfig = field(default_factory=RunConfig)
