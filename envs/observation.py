@@ -155,14 +155,15 @@ def detokenize(tokens: np.ndarray) -> str:
     return " ".join(VOCAB[int(t)] for t in tokens if int(t) != PAD)
 
 
-class MissionTokens(gym.ObservationWrapper):
+class MissionTokens(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Replace MiniGrid's mission string by ``[MAX_MISSION_LEN]`` int64 token ids.
 
     ``image`` and ``direction`` pass through unchanged (copied out of the env's buffers).
     """
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
         inner = env.observation_space
         if not isinstance(inner, spaces.Dict) or set(inner.spaces) < {"image", "direction"}:
             raise ValueError(
@@ -192,12 +193,16 @@ class MissionTokens(gym.ObservationWrapper):
         }
 
 
-class SuccessInfo(gym.Wrapper):
+class SuccessInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Add ``info["success"]`` (bool) to every reset/step info.
 
     If the env already reports ``info["success"]`` (memory-match envs), that value is kept.
     Otherwise success = ``terminated and reward > 0`` (MiniGrid pays only on success).
     """
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
@@ -213,7 +218,7 @@ class SuccessInfo(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-class SeedFirstReset(gym.Wrapper):
+class SeedFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Use ``seed`` on the first ``reset()`` that is not given a seed of its own.
 
     Later resets continue the env's seeded RNG, so the whole episode sequence is reproducible
@@ -221,7 +226,8 @@ class SeedFirstReset(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, seed: int) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, seed=seed)
+        gym.Wrapper.__init__(self, env)
         self._pending_seed: int | None = seed
         self.action_space.seed(seed)
 

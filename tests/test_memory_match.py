@@ -1,0 +1,279 @@
+"""Passive/Active Visual Match: API checks, phase rules, oracle/random baselines, no leaks."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
+
+import envs  # noqa: F401  (registers memcores/* ids)
+from envs.memory_match import (
+    MISSION,
+    PALETTE,
+    PHASE_CUE,
+    PHASE_DISTRACTOR,
+    PHASE_REWARD,
+    Apple,
+    plan_to_face,
+)
+from envs.observation import WORD_TO_ID, make_env
+
+IDS = ["memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0"]
+FORWARD = 2
+BALL = OBJECT_TO_IDX["ball"]
+IDX_TO_COLOR = {v: k for k, v in COLOR_TO_IDX.items()}
+
+
+def _balls_in_view(image: np.ndarray) -> list[str]:
+    """Colours of the balls visible in a [7, 7, 3] symbolic view."""
+    mask = image[..., 0] == BALL
+    return [IDX_TO_COLOR[int(c)] for c in image[..., 1][mask]]
+
+
+def _ball_cells(env) -> dict[str, tuple[int, int]]:
+    grid = env.unwrapped.grid
+    return {
+        obj.color: (x, y)
+        for y in range(grid.height)
+        for x in range(grid.width)
+        if (obj := grid.get(x, y)) is not None and obj.type == "ball"
+    }
+
+
+def _run_episode(env, choose, seed: int | None = None, explore: bool = True) -> dict:
+    """Play one episode. Phase 1: read the cue colour from the observation (exploring toward
+    the ball with the planner in Active); phase 2: random turns/moves; phase 3: walk to and
+    touch the ball ``choose(remembered_colour, colours_present)``."""
+    obs, info = env.reset(seed=seed)
+    u = env.unwrapped
+    rng = np.random.default_rng(seed)
+    remembered = None
+    plan: list[int] = []
+    target = None
+    while True:
+        phase = info["phase"]
+        if phase == PHASE_CUE:
+            seen = _balls_in_view(obs["image"])
+            if seen:
+                remembered = seen[0]
+            if remembered is None and explore:
+                cue_cell = next(iter(_ball_cells(env).values()))
+                path = plan_to_face(u.grid, u.agent_pos, u.agent_dir, cue_cell) or [0]
+                action = path[0]
+            else:
+                action = 0  # turn in place
+        elif phase == PHASE_DISTRACTOR:
+            action = int(rng.choice([0, 1, FORWARD, FORWARD]))
+        else:
+            if target is None:
+                cells = _ball_cells(env)
+                target = cells[choose(remembered, sorted(cells), rng)]
+                plan = plan_to_face(u.grid, u.agent_pos, u.agent_dir, target) + [FORWARD]
+            action = plan.pop(0)
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            return {
+                "success": info["success"],
+                "reward": reward,
+                "terminated": terminated,
+                "remembered": remembered,
+                "cue": u.cue_color,
+            }
+
+
+def _oracle(remembered, present, rng):
+    return remembered
+
+
+def _uniform(remembered, present, rng):
+    return present[int(rng.integers(len(present)))]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_gymnasium_and_sb3_check_env(env_id: str) -> None:
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # gymnasium: the raw env (MiniGrid's mission string space) and the make_env'd env.
+        check_env(gym.make(env_id, render_mode="rgb_array").unwrapped)
+        check_env(make_env(env_id, seed=0), skip_render_check=True)
+        # SB3 does not support text spaces, so it checks the make_env'd (tokenised) env.
+        sb3_check_env(make_env(env_id, seed=0))
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_oracle_that_remembers_the_cue_succeeds(env_id: str) -> None:
+    env = make_env(env_id, seed=123)
+    results = [_run_episode(env, _oracle, seed=s) for s in range(200)]
+    success = np.mean([r["success"] for r in results])
+    assert success >= 0.99, success
+    for r in results:
+        assert r["remembered"] == r["cue"]
+        if r["success"]:
+            assert 0.1 <= r["reward"] < 1.0
+
+
+@pytest.mark.parametrize(
+    "env_id,n_colors",
+    [(IDS[0], 3), (IDS[1], 3), (IDS[0], 6)],
+    ids=["passive3", "active3", "passive6"],
+)
+def test_uniform_choice_gets_one_over_n(env_id: str, n_colors: int) -> None:
+    env = make_env(env_id, seed=0, n_colors=n_colors, distractor_steps=1, cue_steps=1)
+    n = 500
+    results = [_run_episode(env, _uniform, seed=1000 + s, explore=False) for s in range(n)]
+    assert all(r["terminated"] for r in results)  # a choice is always made
+    rate = np.mean([r["success"] for r in results])
+    se = np.sqrt((1 / n_colors) * (1 - 1 / n_colors) / n)
+    assert abs(rate - 1 / n_colors) < 4 * se, (rate, 1 / n_colors)
+    # Wrong choices pay exactly 0.
+    assert all(r["reward"] == 0.0 for r in results if not r["success"])
+
+
+@pytest.mark.parametrize("apple_reward", [0.0, 0.5])
+def test_apple_reward(apple_reward: float) -> None:
+    env = make_env("memcores/ActiveVisualMatch-v0", seed=0, apple_reward=apple_reward)
+    phase2 = []
+    for s in range(30):
+        _, info = env.reset(seed=s)
+        for _ in range(env.unwrapped.cue_steps + env.unwrapped.distractor_steps):
+            before = info["phase"]
+            _, r, term, trunc, info = env.step(int(env.action_space.sample()))
+            if before == PHASE_DISTRACTOR:
+                phase2.append(r)
+            else:
+                assert r == 0.0
+    phase2 = np.array(phase2)
+    if apple_reward == 0:
+        assert (phase2 == 0).all()
+    else:
+        # Apples pay exactly apple_reward each, and a random walk eats some.
+        assert set(np.unique(phase2)) <= {0.0, apple_reward}
+        assert phase2.sum() > 0
+
+
+@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("cue_steps,distractor_steps", [(1, 1), (3, 7), (6, 25)])
+def test_phase_lengths_exact(env_id: str, cue_steps: int, distractor_steps: int) -> None:
+    env = make_env(env_id, seed=5, cue_steps=cue_steps, distractor_steps=distractor_steps)
+    for _ in range(5):
+        _, info = env.reset()
+        phases = [info["phase"]]
+        while True:
+            _, _, term, trunc, info = env.step(env.action_space.sample())
+            phases.append(info["phase"])
+            if term or trunc:
+                break
+        phases = np.array(phases)
+        assert (phases[:cue_steps] == PHASE_CUE).all()
+        assert (phases[cue_steps : cue_steps + distractor_steps] == PHASE_DISTRACTOR).all()
+        assert (phases[cue_steps + distractor_steps :] == PHASE_REWARD).all()
+        assert len(phases) > cue_steps + distractor_steps
+        assert len(phases) - 1 <= env.unwrapped.max_steps
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_phase_2_and_3_observations_do_not_depend_on_the_cue(env_id: str) -> None:
+    """Same seed, different cue colours: phase-1 views differ, phase-2/3 views are identical."""
+    env = make_env(env_id)
+    u = env.unwrapped
+    for seed in range(8):
+        views: dict[str, list[np.ndarray]] = {}
+        cue_views: dict[str, list[np.ndarray]] = {}
+        for color in u.colors:
+            obs, info = env.reset(seed=seed, options={"cue_color": color})
+            assert u.cue_color == color
+            actions = np.random.default_rng(seed).integers(0, 3, size=u.max_steps)
+            views[color], cue_views[color] = [], []
+            for a in actions:
+                (cue_views if info["phase"] == PHASE_CUE else views)[color].append(obs["image"])
+                if info["phase"] != PHASE_CUE:
+                    assert BALL not in obs["image"][..., 0] or info["phase"] == PHASE_REWARD
+                obs, _, term, trunc, info = env.step(int(a))
+                if term or trunc:
+                    break
+        ref = views[u.colors[0]]
+        for color in u.colors[1:]:
+            assert len(views[color]) == len(ref)
+            assert all(np.array_equal(a, b) for a, b in zip(ref, views[color], strict=True))
+        if env_id.startswith("memcores/Passive"):
+            # The test can fail: the cue phase does show the colour.
+            assert not np.array_equal(cue_views[u.colors[0]][0], cue_views[u.colors[1]][0])
+
+
+def test_phase_3_shows_every_colour_once_and_mission_names_none() -> None:
+    env = make_env("memcores/PassiveVisualMatch-v0", seed=0, n_colors=4, distractor_steps=1)
+    for _ in range(20):
+        obs, info = env.reset()
+        while info["phase"] != PHASE_REWARD:
+            obs, _, _, _, info = env.step(0)
+        visible = _balls_in_view(obs["image"])
+        assert len(set(visible)) == len(visible) and set(visible) <= set(PALETTE[:4])
+        assert sorted(_ball_cells(env)) == sorted(PALETTE[:4])
+        grid = env.unwrapped.grid
+        assert not any(isinstance(grid.get(x, y), Apple) for x in range(7) for y in range(7))
+    colour_ids = {WORD_TO_ID[c] for c in PALETTE}
+    assert not colour_ids & set(obs["mission"].tolist())
+    assert not any(c in MISSION for c in PALETTE)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_same_seed_same_episode(env_id: str) -> None:
+    def play(seed: int) -> tuple[list, list]:
+        env = make_env(env_id, seed=seed)
+        obs, _ = env.reset()
+        images, rewards = [obs["image"]], []
+        for _ in range(200):
+            obs, r, term, trunc, _ = env.step(env.action_space.sample())
+            images.append(obs["image"])
+            rewards.append(r)
+            if term or trunc:
+                obs, _ = env.reset()
+                images.append(obs["image"])
+        return images, rewards
+
+    a, b, c = play(7), play(7), play(8)
+    assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0], strict=True)) and a[1] == b[1]
+    assert not all(np.array_equal(x, y) for x, y in zip(a[0], c[0], strict=False))
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_rgb_rendering(env_id: str) -> None:
+    env = make_env(env_id, seed=0, render_mode="rgb_array", room_size=9)
+    env.reset()
+    frames = [env.render()]
+    for _ in range(60):
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        frames.append(env.render())
+        if term or trunc:
+            break
+    for f in frames:
+        assert f.dtype == np.uint8 and f.shape == (9 * 32, 9 * 32, 3)
+    assert len({f.tobytes() for f in frames}) > 1
+
+
+def test_variants_and_bad_options() -> None:
+    large = make_env("memcores/PassiveVisualMatch-Large-v0").unwrapped
+    long = make_env("memcores/ActiveVisualMatch-LongDelay-v0").unwrapped
+    base = make_env("memcores/ActiveVisualMatch-v0").unwrapped
+    assert large.room_size > 7 and long.distractor_steps > base.distractor_steps
+    with pytest.raises(ValueError, match="n_colors"):
+        make_env("memcores/PassiveVisualMatch-v0", n_colors=7)
+    with pytest.raises(ValueError, match="max_steps"):
+        make_env("memcores/PassiveVisualMatch-v0", cue_steps=5, distractor_steps=5, max_steps=10)
+    with pytest.raises(ValueError, match="cue_color"):
+        make_env("memcores/PassiveVisualMatch-v0").reset(options={"cue_color": "grey"})
+
+
+def test_active_cue_starts_out_of_view() -> None:
+    env = make_env("memcores/ActiveVisualMatch-v0", seed=0)
+    hidden = 0
+    for _ in range(50):
+        obs, _ = env.reset()
+        hidden += not _balls_in_view(obs["image"])
+    assert hidden == 50
