@@ -277,3 +277,19 @@ def test_active_cue_starts_out_of_view() -> None:
         obs, _ = env.reset()
         hidden += not _balls_in_view(obs["image"])
     assert hidden == 50
+
+
+def test_bench_envs_quick(capsys: pytest.CaptureFixture[str]) -> None:
+    """``memcores bench envs --quick`` runs and prints steps/s and ratios for all three envs."""
+    from experiments.bench.envs import BASELINE, ENV_IDS
+    from experiments.cli import main as cli_main
+
+    assert cli_main(["bench", "envs", "--quick"]) == 0
+    out = capsys.readouterr().out
+    for env_id in ENV_IDS:
+        line = next(x for x in out.splitlines() if x.startswith(env_id))
+        sps, ratio = (float(v) for v in line.split()[1:3])
+        assert sps > 0 and ratio > 0
+        if env_id == BASELINE:
+            assert ratio == 1.0
+    assert "slowest memory-match / MemoryS7" in out
