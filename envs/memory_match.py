@@ -94,8 +94,12 @@ class VisualMatchEnv(MiniGridEnv):
             raise ValueError(f"room_size must be an int >= 5, got {room_size!r}")
         if not 2 <= n_colors <= len(PALETTE):
             raise ValueError(f"n_colors must be in 2..{len(PALETTE)}, got {n_colors!r}")
-        if (room_size - 2) ** 2 < n_colors + 1:
-            raise ValueError(f"room_size {room_size} too small for {n_colors} colours")
+        if (room_size - 2) ** 2 < 2 * n_colors + 1:
+            # Room for the agent, the balls and enough free cells to reach every ball.
+            raise ValueError(
+                f"room_size {room_size} too small for {n_colors} colours: need "
+                f"(room_size - 2)**2 >= 2 * n_colors + 1"
+            )
         if cue_steps is None:
             cue_steps = 2 * room_size + 1 if active else 5
         if cue_steps < 1 or distractor_steps < 1:
@@ -192,8 +196,11 @@ class VisualMatchEnv(MiniGridEnv):
             for color, cell in zip(self.colors, ball_cells, strict=True):
                 grid.set(*cell, Ball(color))
             if _all_reachable(grid, agent, ball_cells):
-                break
-        return grid, agent, int(self.np_random.integers(4))
+                return grid, agent, int(self.np_random.integers(4))
+        raise RuntimeError(
+            f"no reward-room layout with every ball reachable in 1000 tries "
+            f"(room_size={self.room_size}, n_colors={self.n_colors}); use a larger room"
+        )
 
     def _gen_grid(self, width: int, height: int) -> None:
         cue_grid, cue_agent, cue_dir, cue_cell = self._gen_cue_room()

@@ -162,3 +162,34 @@ def test_rgb_render_minigrid() -> None:
     env.reset()
     frame = env.render()
     assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+
+
+def test_envs_package_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, envs, envs.memory_match, envs.suites, envs.observation\n"
+        "envs.make_env('memcores/ActiveVisualMatch-v0', seed=0).reset()\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'agents', "
+        "'experiments', 'cores'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_vector_env_batches_observations_and_success() -> None:
+    import gymnasium as gym
+
+    ids = ["MiniGrid-Empty-5x5-v0", "memcores/PassiveVisualMatch-v0"]
+    for env_id in ids:
+        vec = gym.vector.SyncVectorEnv(
+            [lambda i=i, e=env_id: make_env(e, seed=i) for i in range(3)]
+        )
+        obs, info = vec.reset()
+        assert obs["image"].shape == (3, 7, 7, 3) and obs["mission"].shape == (3, MAX_MISSION_LEN)
+        assert obs["direction"].shape == (3,)
+        for _ in range(10):
+            obs, reward, term, trunc, info = vec.step(vec.action_space.sample())
+            assert info["success"].dtype == bool and info["success"].shape == (3,)
+        vec.close()
