@@ -434,8 +434,9 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
                 acc = metrics.get("accuracy")
                 if tcfg.target_accuracy is not None and acc is not None:
                     stopped_early = acc >= tcfg.target_accuracy and step < tcfg.steps
-            if step % tcfg.log_every == 0 or step % tcfg.eval_every == 0 or step == tcfg.steps:
-                logger.dump(step)
+            last = step == tcfg.steps or stopped_early
+            if (step % tcfg.log_every == 0 or step % tcfg.eval_every == 0) and not last:
+                logger.dump(step)  # the last row is written with the final metrics below
             if stopped_early:
                 checkpoint(step)
                 break

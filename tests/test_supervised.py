@@ -1,0 +1,190 @@
+"""The supervised trainer and the ``memcores supervised`` command."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents import supervised
+from agents.checkpoint import load_checkpoint
+from agents.supervised_config import SupervisedConfig
+from experiments.cli import main
+from experiments.config import ConfigError, load_config
+
+# A copy task small enough to learn in a few hundred updates: 3 symbols from {1, 2, 3}
+# recalled after a delay of 5 steps.
+SHORT_COPY = [
+    "task.name=copy",
+    "task.length=5",
+    "task.n_tokens=3",
+    "task.alphabet=3",
+    "core.name=lstm",
+    "core.hidden_size=32",
+    "optim.lr=0.02",
+    "train.batch_size=64",
+    "train.eval_size=200",
+    "train.threads=1",
+    "run.progress_bar=false",
+    "run.tensorboard=false",
+]
+
+
+def _config(tmp_path: Path, *overrides: str) -> SupervisedConfig:
+    return load_config(SupervisedConfig, None, [*SHORT_COPY, f"run.dir={tmp_path}", *overrides])
+
+
+def test_learns_short_copy_to_100_percent(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config = _config(run, "train.steps=800", "train.eval_every=25", "train.target_accuracy=1.0")
+    results = supervised.train(config)
+    assert results["final"]["eval/accuracy"] == 1.0
+    assert results["stopped_early"] and results["step"] < 800
+    assert results["final"]["eval/loss"] < 0.2 * results["baseline_loss"]
+    for name in ("config.yaml", "progress.csv", "checkpoint.pt", "init.pt", "results.json"):
+        assert (run / name).is_file(), name
+    rows = list(csv.DictReader((run / "progress.csv").open()))
+    assert {"train/loss", "train/grad_norm", "eval/accuracy"} <= set(rows[0])
+    # the LSTM has a forget gate, so its time scales are logged
+    assert any(r.get("train/timescale_median") for r in rows)
+
+
+def _run_steps(run: Path, steps: int, resume: bool = False) -> dict:
+    config = _config(run, f"train.steps={steps}", "train.eval_every=3", "train.log_every=1")
+    supervised.train(config, resume=resume)
+    return load_checkpoint(run / "checkpoint.pt")
+
+
+def test_resume_continues_same_step_and_optimizer_state(tmp_path: Path) -> None:
+    straight = _run_steps(tmp_path / "a", 6)
+    first = _run_steps(tmp_path / "b", 3)
+    assert first["step"] == 3
+    state3 = first["optimizer"]["state"][0]["step"]
+    resumed = _run_steps(tmp_path / "b", 6, resume=True)
+    assert resumed["step"] == 6
+    assert float(resumed["optimizer"]["state"][0]["step"]) == float(state3) + 3
+    # same data, same optimiser moments: identical weights to the uninterrupted run
+    for key, value in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][key], value, msg=key)
+    for k, v in straight["optimizer"]["state"].items():
+        torch.testing.assert_close(resumed["optimizer"]["state"][k]["exp_avg"], v["exp_avg"])
+    steps = [int(r["step"]) for r in csv.DictReader((tmp_path / "b" / "progress.csv").open())]
+    assert steps == sorted(set(steps)) and steps[-1] == 6
+
+
+def test_existing_run_needs_resume(tmp_path: Path) -> None:
+    _run_steps(tmp_path, 2)
+    with pytest.raises(ValueError, match="--resume"):
+        _run_steps(tmp_path, 4)
+
+
+def test_resume_rejects_a_different_core(tmp_path: Path) -> None:
+    _run_steps(tmp_path, 2)
+    config = _config(tmp_path, "train.steps=4", "train.eval_every=3", "core.name=gru")
+    with pytest.raises(ValueError, match="section 'core' differs"):
+        supervised.train(config, resume=True)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.stepz=5", "unknown config key 'train.stepz'; valid keys.*steps"),
+        ("optim.name=sgd", "invalid value 'sgd' for 'optim.name'; allowed: 'adam'"),
+        ("task.name=coppy", "unknown task 'coppy'; valid tasks: .*copy"),
+        ("task.lenght=4", "unknown option 'lenght' for task 'copy'; valid options: .*length"),
+        ("train.batch_size=0", "train.batch_size must be positive"),
+        ("core.name=lsmt", "unknown core 'lsmt'; valid cores: .*lstm"),
+        ("core.q=0.5", "unknown option 'q' for core 'fast_lstm'; valid options: .*t_max"),
+        ("task.loss=first10", "copy loss must be 'all' or 'last10'"),
+    ],
+)
+def test_bad_config_is_a_clear_error_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture, override: str, message: str
+) -> None:
+    run = tmp_path / "run"
+    code = main(["supervised", "experiments/configs/demo_copy.yaml", f"run.dir={run}", override])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("memcores supervised: error:")
+    assert re.search(message, err), err
+    assert not run.exists()
+
+
+def test_missing_data_file_is_named_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    config = tmp_path / "har.yaml"
+    config.write_text(f"task:\n  name: har\n  data_dir: {tmp_path / 'nowhere'}\n")
+    run = tmp_path / "run"
+    assert main(["supervised", str(config), f"run.dir={run}"]) == 2
+    err = capsys.readouterr().err
+    assert "UCI HAR" in err and "body_acc_x_train.txt" in err and "archive.ics.uci.edu" in err
+    assert not run.exists()
+
+
+def test_config_errors_raise_config_error() -> None:
+    with pytest.raises(ConfigError, match="optim.lr"):
+        load_config(SupervisedConfig, None, ["optim.lr=fast"])
+
+
+def test_eval_only_at_other_lengths(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    supervised.train(_config(run, "train.steps=3", "train.eval_every=3"))
+    capsys.readouterr()
+    out_json = tmp_path / "transfer.json"
+    code = main(
+        [
+            "supervised",
+            str(run),
+            "train.eval_size=50",
+            "--eval-only",
+            "--eval-lengths",
+            "10,40",
+            "--json",
+            str(out_json),
+        ]
+    )
+    assert code == 0
+    results = json.loads(out_json.read_text())
+    assert set(results) == {"T=10", "T=40"}
+    assert all(0.0 <= m["accuracy"] <= 1.0 for m in results.values())
+    assert "T=40" in capsys.readouterr().out
+    # a task that no longer fits the model is refused
+    assert main(["supervised", str(run), "task.alphabet=5", "--eval-only"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("task", "metric"),
+    [("adding", "eval/mse"), ("pattern_copy", "eval/accuracy"), ("denoise", "eval/accuracy")],
+)
+def test_every_loss_kind_trains(tmp_path: Path, task: str, metric: str) -> None:
+    overrides = [f"task.name={task}", "train.steps=2", "train.eval_every=2", "train.eval_size=20"]
+    if task != "pattern_copy":
+        overrides.append("task.length=12")
+    config = load_config(
+        SupervisedConfig,
+        None,
+        [*overrides, "core.hidden_size=8", "run.progress_bar=false", "run.tensorboard=false"]
+        + [f"run.dir={tmp_path}"],
+    )
+    results = supervised.train(config)
+    assert metric in results["final"]
+    assert torch.isfinite(torch.tensor(results["final"]["eval/loss"]))
+
+
+def test_digits_reports_test_split(tmp_path: Path) -> None:
+    config = load_config(
+        SupervisedConfig,
+        "experiments/configs/digits.yaml",
+        ["train.steps=2", "train.eval_every=2", "core.hidden_size=8", "core.name=power_rnn"]
+        + ["run.progress_bar=false", "run.tensorboard=false", f"run.dir={tmp_path}"],
+    )
+    results = supervised.train(config)
+    assert 0.0 <= results["final"]["test/accuracy"] <= 1.0
+    rows = list(csv.DictReader((tmp_path / "progress.csv").open()))
+    # power_rnn has no forget gate: no time-scale columns, and no crash
+    assert not any(r.get("train/timescale_median") for r in rows)
