@@ -1,0 +1,672 @@
+"""Grid sweeps: expand ``--grid key=v1,v2`` options into trials and run each as a normal command.
+
+A trial is exactly the command a person would type, e.g. ``memcores train CONFIG core.name=lstm
+train.seed=0 run.dir=SWEEP/name=lstm,seed=0``, run in a child process. So a trial's folder has
+the same layout as a hand-made run, and a sweep needs nothing from the trainers beyond their CLI.
+
+Layout of a sweep folder::
+
+    SWEEP/sweep.json              what was asked (config, command, grid) and the last outcome
+    SWEEP/<trial>/                the trial's run.dir (config.yaml, events, progress.csv, ...)
+    SWEEP/<trial>/trial.json      written atomically when the trial ends: status ok|failed|...
+    SWEEP/logs/<trial>.log        the trial's stdout and stderr
+    SWEEP/.ray/                   Ray Tune's own bookkeeping (only with the Ray backend)
+
+A trial counts as finished only when its ``trial.json`` says ``"status": "ok"`` for the same
+command, config and overrides; a re-run skips those and re-runs everything else from scratch.
+
+Backends: Ray Tune (``pip install memcores[ray]``; local by default, a cluster given an address)
+or local child processes when Ray is not installed. Both run every trial to its end whatever
+happens to the others, and report failures with their exit code and the tail of their log.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.config import parse_override, read_yaml_mapping
+
+COMMANDS = ("train", "supervised", "transfer")
+BACKENDS = ("auto", "ray", "local")
+# The default way a trial runs: the module behind the ``memcores`` script, with this Python.
+DEFAULT_TEMPLATE = "{python} -m experiments.cli {command} {config} {overrides}"
+TRIAL_FILE = "trial.json"
+SWEEP_FILE = "sweep.json"
+LOG_TAIL_LINES = 15
+
+
+class SweepError(ValueError):
+    """A sweep's arguments are wrong (bad grid, unknown command, conflicting earlier trial)."""
+
+
+@dataclasses.dataclass
+class Trial:
+    """One point of the grid.
+
+    :param name: folder name inside the sweep, built from the grid values (``name=lstm,seed=0``).
+    :param assignment: the grid values of this trial, ``{"core.name": "lstm", ...}``.
+    :param overrides: every dotted override given to the command, ``run.dir`` last.
+    :param argv: the full command line of the child process.
+    :param run_dir: absolute path of the trial's run directory.
+    :param log_path: absolute path of the trial's stdout/stderr log.
+    :param cwd: working directory of the child process.
+    :param env: variables set for the child on top of the environment of the process that
+        runs it (only these travel to Ray workers, never the whole environment).
+    :param timeout: seconds after which the child is killed (None: no limit).
+    """
+
+    name: str
+    assignment: dict[str, str]
+    overrides: list[str]
+    argv: list[str]
+    run_dir: str
+    log_path: str
+    cwd: str
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    python: str = sys.executable
+    timeout: float | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """What decides whether an earlier result of this trial can be reused."""
+        return {"argv": self.argv}
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """How a trial ended. ``status``: ok | failed | killed | timeout | skipped | error."""
+
+    name: str
+    status: str
+    returncode: int | None = None
+    seconds: float = 0.0
+    message: str = ""
+    run_dir: str = ""
+    log_path: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "skipped")
+
+
+# --------------------------------------------------------------------------- grid and trials
+
+
+def parse_grid(items: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """``["core.name=lstm,ur_lstm", "train.seed=0,1"]`` -> ``[("core.name", ["lstm", ...]), ...]``.
+
+    Values stay strings; the command parses them like any other override. A value that itself
+    holds commas can be given as a YAML list: ``--grid 'x=[1,2],[3,4]'`` is not supported, so
+    such keys belong in the config file instead.
+    """
+    grid: list[tuple[str, list[str]]] = []
+    seen: set[str] = set()
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
+            raise SweepError(f"--grid {item!r} must look like section.key=value1,value2")
+        values = [v.strip() for v in text.split(",")]
+        if not text.strip() or any(not v for v in values):
+            raise SweepError(f"--grid {item!r} has an empty value; give value1,value2,...")
+        if key in seen:
+            raise SweepError(f"--grid key {key!r} is given twice; put all its values in one --grid")
+        if len(set(values)) != len(values):
+            raise SweepError(f"--grid {item!r} repeats a value")
+        if key == "run.dir":
+            raise SweepError("run.dir cannot be swept: each trial's run.dir is set by the sweep")
+        seen.add(key)
+        grid.append((key, values))
+    return grid
+
+
+def expand_grid(grid: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, str]]:
+    """The cartesian product of the grid, the last key varying fastest (like nested loops)."""
+    keys = [k for k, _ in grid]
+    return [
+        dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in grid))
+    ]
+
+
+def trial_name(assignment: dict[str, str]) -> str:
+    """A readable, file-system-safe folder name: ``{"core.name": "lstm", "train.seed": "0"}`` ->
+    ``name=lstm,seed=0``. The last part of each key is used unless two keys share it."""
+    if not assignment:
+        return "trial"
+    last = [k.rsplit(".", 1)[-1] for k in assignment]
+    parts = []
+    for key, short in zip(assignment, last, strict=True):
+        label = short if last.count(short) == 1 else key
+        value = re.sub(r"[^\w.+-]+", "-", str(assignment[key])).strip("-") or "_"
+        parts.append(f"{label}={value}")
+    return ",".join(parts)
+
+
+def infer_command(config: dict[str, Any]) -> str:
+    """Which command a config belongs to: a ``task:`` section means ``supervised``, a ``suite:``
+    key means ``transfer``, anything else ``train``."""
+    if "task" in config:
+        return "supervised"
+    if "suite" in config:
+        return "transfer"
+    return "train"
+
+
+def build_argv(
+    template: str, command: str, config: str, overrides: Sequence[str], python: str
+) -> list[str]:
+    """Fill a command template. ``{overrides}`` must stand alone and expands to several words;
+    ``{python}``, ``{command}``, ``{config}`` may appear anywhere."""
+    argv: list[str] = []
+    for word in shlex.split(template):
+        if word == "{overrides}":
+            argv.extend(overrides)
+            continue
+        try:
+            argv.append(word.format(python=python, command=command, config=config))
+        except (KeyError, IndexError) as err:
+            raise SweepError(
+                f"--command-template {template!r}: unknown placeholder {err}; "
+                "valid: {python}, {command}, {config}, {overrides}"
+            ) from None
+    if "{overrides}" not in shlex.split(template):
+        raise SweepError(f"--command-template {template!r} must contain {{overrides}}")
+    return argv
+
+
+def make_trials(
+    config_path: str | Path,
+    grid: Sequence[tuple[str, Sequence[str]]],
+    out_dir: str | Path,
+    *,
+    command: str | None = None,
+    overrides: Sequence[str] = (),
+    template: str = DEFAULT_TEMPLATE,
+    timeout: float | None = None,
+    threads_per_trial: int = 1,
+) -> tuple[str, list[Trial]]:
+    """Validate the sweep's inputs and build its trials; nothing is written.
+
+    :returns: the command (given or inferred from the config) and the trials in grid order.
+    :raises SweepError: bad grid/override/command; :class:`~experiments.config.ConfigError`
+        for a missing or malformed config file.
+    """
+    config_path = Path(config_path).resolve()
+    raw = read_yaml_mapping(config_path)
+    if command is None:
+        command = infer_command(raw)
+    if command not in COMMANDS:
+        raise SweepError(f"unknown trial command {command!r}; valid: {', '.join(COMMANDS)}")
+    for item in overrides:
+        key, _ = parse_override(item)
+        if key == "run.dir":
+            raise SweepError(
+                "run.dir cannot be overridden: each trial's run.dir is set by the sweep"
+            )
+    grid_keys = {k for k, _ in grid}
+    clash = [o for o in overrides if parse_override(o)[0] in grid_keys]
+    if clash:
+        raise SweepError(f"override(s) {clash} also appear in --grid; keep one of them")
+    out = Path(out_dir).resolve()
+    # Each trial is one process on a shared machine: keep its math libraries to the number of
+    # threads it was given instead of one per core each (which oversubscribes the CPUs).
+    env = {
+        var: str(threads_per_trial)
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+        if var not in os.environ
+    }
+    trials = []
+    names: set[str] = set()
+    for assignment in expand_grid(grid):
+        name = trial_name(assignment)
+        if name in names:  # two values that sanitise to the same folder name
+            raise SweepError(f"two grid points map to the same trial folder {name!r}")
+        names.add(name)
+        run_dir = out / name
+        trial_overrides = [*overrides, *(f"{k}={v}" for k, v in assignment.items())]
+        trial_overrides.append(f"run.dir={run_dir}")
+        trials.append(
+            Trial(
+                name=name,
+                assignment=dict(assignment),
+                overrides=trial_overrides,
+                argv=build_argv(
+                    template, command, str(config_path), trial_overrides, sys.executable
+                ),
+                run_dir=str(run_dir),
+                log_path=str(out / "logs" / f"{name}.log"),
+                cwd=os.getcwd(),
+                env=env,
+                timeout=timeout,
+            )
+        )
+    return command, trials
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
+    """Write JSON via a temp file in the same folder, fsync, rename: never half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_trial_record(run_dir: str | Path) -> dict[str, Any] | None:
+    """The ``trial.json`` of a run directory, or None if absent/unreadable."""
+    path = Path(run_dir) / TRIAL_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def log_tail(path: str | Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Last ``lines`` lines of a log file ('' if it does not exist)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def describe_exit(returncode: int) -> tuple[str, str]:
+    """(status, message) for a child's exit code; negative codes are signals."""
+    if returncode == 0:
+        return "ok", ""
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode).name
+        except ValueError:
+            sig = f"signal {-returncode}"
+        return "killed", f"killed by {sig}"
+    return "failed", f"exit code {returncode}"
+
+
+def run_trial(
+    trial: Trial, on_start: Callable[[subprocess.Popen], None] | None = None
+) -> TrialResult:
+    """Run one trial to its end in a child process and record the outcome in ``trial.json``.
+
+    Never raises for a failing trial: the failure is the result. An earlier, unfinished attempt
+    in the same folder is removed first so its events cannot mix with the new ones.
+    """
+    run_dir, log_path = Path(trial.run_dir), Path(trial.log_path)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    status, message, returncode = "error", "", None
+    with log_path.open("w") as log:
+        log.write(f"$ {shlex.join(trial.argv)}\n")
+        log.flush()
+        try:
+            argv = list(trial.argv)
+            if argv[0] == trial.python and not os.path.exists(argv[0]):
+                argv[0] = sys.executable  # a Ray worker whose Python lives elsewhere
+            proc = subprocess.Popen(
+                argv,
+                cwd=trial.cwd,
+                env={**os.environ, **trial.env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        except OSError as err:
+            message = f"could not start: {err}"
+        else:
+            if on_start is not None:
+                on_start(proc)
+            try:
+                returncode = proc.wait(timeout=trial.timeout)
+                status, message = describe_exit(returncode)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                returncode = proc.wait()
+                status, message = "timeout", f"killed after the {trial.timeout:g}s trial timeout"
+            except BaseException:
+                # The sweep itself is being stopped (Ctrl-C, Ray cancel): take the child along.
+                proc.kill()
+                proc.wait()
+                raise
+    seconds = time.time() - start
+    if status != "ok":
+        tail = log_tail(log_path)
+        if tail:
+            message += "\n" + tail
+    record = {
+        "name": trial.name,
+        "status": status,
+        "returncode": returncode,
+        "message": message,
+        "seconds": round(seconds, 3),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "assignment": trial.assignment,
+        "overrides": trial.overrides,
+        "log": str(log_path),
+        **trial.spec(),
+    }
+    # trial.json goes into the run dir (created by the command, or by us if it failed early).
+    write_json_atomic(run_dir / TRIAL_FILE, record)
+    return TrialResult(
+        trial.name, status, returncode, seconds, message, str(run_dir), str(log_path)
+    )
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def run_local(
+    trials: Sequence[Trial],
+    max_concurrent: int,
+    report: Callable[[TrialResult], None] = lambda r: None,
+) -> list[TrialResult]:
+    """Run trials in child processes, at most ``max_concurrent`` at a time.
+
+    Threads only wait on the children, so one trial's failure cannot stop another. On Ctrl-C
+    every running child is killed before the exception propagates.
+    """
+    running: set[subprocess.Popen] = set()
+    lock = threading.Lock()
+
+    def track(proc: subprocess.Popen) -> None:
+        with lock:
+            running.add(proc)
+
+    def one(trial: Trial) -> TrialResult:
+        result = run_trial(trial, on_start=track)
+        report(result)
+        return result
+
+    results: dict[str, TrialResult] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, max_concurrent))
+    try:
+        futures = {pool.submit(one, t): t for t in trials}
+        for future in concurrent.futures.as_completed(futures):
+            trial = futures[future]
+            try:
+                results[trial.name] = future.result()
+            except Exception as err:  # a bug in our own bookkeeping, not in the trial
+                results[trial.name] = TrialResult(
+                    trial.name, "error", message=repr(err), run_dir=trial.run_dir
+                )
+                report(results[trial.name])
+    except BaseException:
+        with lock:
+            for proc in running:
+                if proc.poll() is None:
+                    proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return [results[t.name] for t in trials]
+
+
+def ray_available() -> bool:
+    """Whether Ray Tune can be imported (the ``memcores[ray]`` extra)."""
+    try:
+        import ray  # noqa: F401
+        from ray import tune  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _ray_trainable(config: dict[str, Any]) -> dict[str, Any]:
+    """Ray Tune function trainable: run one trial in a child process; the final result is its
+    outcome. Never raises for a failing trial, so Tune carries on with the others."""
+    trial = Trial(**config["trial"])
+    result = run_trial(trial)
+    print(f"trial {trial.name}: {result.status} in {result.seconds:.1f}s", flush=True)
+    return {
+        "memcores_status": result.status,
+        "memcores_returncode": -999 if result.returncode is None else result.returncode,
+        "memcores_seconds": result.seconds,
+        "memcores_message": result.message,
+    }
+
+
+def _ray_trial_dirname(tune_trial: Any) -> str:
+    # Tune's default folder name repeats the whole config; the id is enough (ours is elsewhere).
+    return f"{tune_trial.trial_id}"
+
+
+def _ray_trial_name(tune_trial: Any) -> str:
+    return tune_trial.config["trial"]["name"]
+
+
+def run_ray(
+    trials: Sequence[Trial],
+    max_concurrent: int,
+    storage_dir: str | Path,
+    address: str | None = None,
+    report: Callable[[TrialResult], None] = lambda r: None,
+) -> list[TrialResult]:
+    """Run trials with Ray Tune: a function trainable per trial, each running the command in a
+    child process (so a crash or a kill of the trial cannot take a Ray worker down).
+
+    Without ``address`` a private local Ray instance with ``max_concurrent`` CPUs is started and
+    shut down afterwards; with an address (``auto``, ``ray://host:10001``) the trials run on that
+    cluster, whose workers must see the same paths (shared filesystem) and have memcores
+    installed. Ray's session logs stay in Ray's temp dir (``/tmp/ray``); Tune's experiment state
+    goes to ``storage_dir``.
+    """
+    import ray
+    from ray import tune
+
+    started_here = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=True)
+        else:
+            ray.init(
+                num_cpus=max(1, max_concurrent),
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=True,
+                logging_level="WARNING",
+            )
+        started_here = True
+    try:
+        storage = Path(storage_dir).resolve()
+        storage.mkdir(parents=True, exist_ok=True)
+        param_space = {"trial": tune.grid_search([dataclasses.asdict(t) for t in trials])}
+        tuner = tune.Tuner(
+            tune.with_resources(_ray_trainable, {"cpu": 1}),
+            param_space=param_space,
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=max(1, max_concurrent),
+                trial_dirname_creator=_ray_trial_dirname,
+                trial_name_creator=_ray_trial_name,
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(storage),
+                name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+            ),
+        )
+        grid = tuner.fit()
+        results: dict[str, TrialResult] = {}
+        for res in grid:
+            spec = res.config["trial"]
+            metrics = res.metrics or {}
+            if res.error is not None or "memcores_status" not in metrics:
+                # The worker itself died (node lost, OOM-killed Ray worker): use what the trial
+                # wrote if it got that far, else report Ray's error.
+                record = read_trial_record(spec["run_dir"]) or {}
+                result = TrialResult(
+                    spec["name"],
+                    record.get("status", "error"),
+                    record.get("returncode"),
+                    float(record.get("seconds", 0.0)),
+                    record.get("message") or f"Ray trial error: {res.error}",
+                    spec["run_dir"],
+                    spec["log_path"],
+                )
+            else:
+                code = metrics["memcores_returncode"]
+                result = TrialResult(
+                    spec["name"],
+                    metrics["memcores_status"],
+                    None if code == -999 else int(code),
+                    float(metrics["memcores_seconds"]),
+                    metrics["memcores_message"],
+                    spec["run_dir"],
+                    spec["log_path"],
+                )
+            results[result.name] = result
+            report(result)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return [
+        results.get(t.name, TrialResult(t.name, "error", message="Ray returned no result"))
+        for t in trials
+    ]
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+def split_finished(trials: Sequence[Trial]) -> tuple[list[Trial], list[Trial]]:
+    """(finished, to_run). A trial is finished when its trial.json says ok for the same argv.
+
+    :raises SweepError: a finished trial of the same name ran a different command line (another
+        config or other overrides): reusing it would mix two experiments in one sweep.
+    """
+    finished, todo = [], []
+    for trial in trials:
+        record = read_trial_record(trial.run_dir)
+        if record and record.get("status") == "ok":
+            if record.get("argv") != trial.argv:
+                raise SweepError(
+                    f"trial {trial.name!r} in {Path(trial.run_dir).parent} already finished with "
+                    f"another command line:\n  was: {shlex.join(record.get('argv', []))}\n"
+                    f"  now: {shlex.join(trial.argv)}\nuse another --out or delete that folder"
+                )
+            finished.append(trial)
+        else:
+            todo.append(trial)
+    return finished, todo
+
+
+def choose_backend(backend: str, address: str | None) -> str:
+    """Resolve ``auto`` to ``ray`` when Ray is installed, else ``local``."""
+    if backend not in BACKENDS:
+        raise SweepError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if address and backend == "local":
+        raise SweepError("--address needs the Ray backend; drop --backend local")
+    if backend == "local":
+        return "local"
+    if ray_available():
+        return "ray"
+    if backend == "ray" or address:
+        raise SweepError(
+            "Ray is not installed; install the extra with `pip install 'memcores[ray]'` "
+            "or use --backend local"
+        )
+    return "local"
+
+
+def run_sweep(
+    trials: Sequence[Trial],
+    out_dir: str | Path,
+    *,
+    backend: str = "auto",
+    address: str | None = None,
+    max_concurrent: int = 1,
+    meta: dict[str, Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[TrialResult]:
+    """Run every unfinished trial; returns one result per trial (``skipped`` for finished ones).
+
+    Writes ``sweep.json`` before and after running. Failures never stop the sweep.
+    """
+    out = Path(out_dir).resolve()
+    resolved = choose_backend(backend, address)
+    finished, todo = split_finished(trials)
+    out.mkdir(parents=True, exist_ok=True)
+    sweep_meta = {**(meta or {}), "trials": [t.name for t in trials], "backend": resolved}
+    write_json_atomic(out / SWEEP_FILE, {**sweep_meta, "state": "running"})
+    where = f"Ray cluster at {address}" if address else f"{max_concurrent} at a time"
+    if resolved == "ray":
+        how = f"Ray Tune ({where})"
+    else:
+        why = "" if backend == "local" else " (Ray not installed: pip install 'memcores[ray]')"
+        how = f"local processes{why}, {max_concurrent} at a time"
+    echo(
+        f"sweep {out}: {len(trials)} trials, {len(finished)} finished earlier (skipped), "
+        f"{len(todo)} to run with {how}"
+    )
+    done = [0]
+    lock = threading.Lock()
+
+    def report(result: TrialResult) -> None:
+        with lock:
+            done[0] += 1
+            echo(f"[{done[0]}/{len(todo)}] {result.name}: {result.status} ({result.seconds:.1f}s)")
+
+    new: list[TrialResult] = []
+    if todo:
+        if resolved == "ray":
+            new = run_ray(todo, max_concurrent, out / ".ray", address=address, report=report)
+        else:
+            new = run_local(todo, max_concurrent, report=report)
+    by_name = {r.name: r for r in new}
+    results = [
+        by_name.get(t.name) or TrialResult(t.name, "skipped", 0, 0.0, "", t.run_dir, t.log_path)
+        for t in trials
+    ]
+    write_json_atomic(
+        out / SWEEP_FILE,
+        {
+            **sweep_meta,
+            "state": "done",
+            "results": {r.name: {"status": r.status, "returncode": r.returncode} for r in results},
+        },
+    )
+    return results
+
+
+def summarize(results: Sequence[TrialResult]) -> str:
+    """A short text summary: counts, then each failed trial with its reason and log."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    order = ["ok", "skipped", "failed", "killed", "timeout", "error"]
+    ranked = sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99)
+    lines = ["summary: " + ", ".join(f"{n} {s}" for s, n in ranked)]
+    for r in results:
+        if not r.ok:
+            first, _, rest = r.message.partition("\n")
+            lines.append(f"  FAILED {r.name}: {first} (log: {r.log_path})")
+            lines.extend(f"    | {line}" for line in rest.splitlines())
+    return "\n".join(lines)
