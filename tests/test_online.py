@@ -112,3 +112,33 @@ def test_streaming_state_size_independent_of_length() -> None:
 def test_rejects_other_cores() -> None:
     with pytest.raises(TypeError, match="LRUCore"):
         StreamingOnlineTrainer(torch.nn.LSTM(3, 4))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- bench memory lru (fast check)
+def test_live_tensor_bytes_counts_allocations_and_frees() -> None:
+    from experiments.bench.memory_lru import LiveTensorBytes
+
+    tracker = LiveTensorBytes()
+    with tracker:
+        a = torch.zeros(1000)  # 4000 bytes
+        b = a + 1
+        view = a.view(10, 100)  # shares a's storage: not counted again
+        assert tracker.current == 8000
+        del b
+        assert tracker.current == 4000 and tracker.peak == 8000
+    assert view.numel() == 1000
+
+
+def test_memory_bench_script_runs_and_streaming_is_flat(capsys) -> None:
+    from experiments.bench import memory_lru
+
+    args = ["--lengths", "4", "12", "--hidden-size", "8", "--state-size", "4", "--layers", "1"]
+    assert memory_lru.main([*args, "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    for method in memory_lru.METHODS:
+        assert f"| {method} |" in out
+    results = memory_lru.run_bench([4, 12], 8, 4, 1, 2, report=lambda _: None)
+    # Streaming keeps nothing per step; BPTT keeps every step's activations.
+    assert results["online-stream"][12]["total"] == results["online-stream"][4]["total"]
+    assert results["bptt"][12]["total"] > 2 * results["bptt"][4]["total"]
+    assert results["infer-seq"][12]["total"] > results["infer-stream"][12]["total"]
