@@ -1,0 +1,64 @@
+"""``memcores plot RUN_OR_SWEEP... --metric TAG --out curves.png``: learning curves.
+
+Reads the TensorBoard event files of every run under the given folders and draws, per group of
+runs (one core by default), the mean over seeds with a min-max (or std) band.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from experiments.plotting import SPREADS, plot_runs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", help="run folders and/or sweep folders")
+    parser.add_argument(
+        "--metric",
+        default="rollout/ep_rew_mean",
+        help="TensorBoard scalar tag (default rollout/ep_rew_mean; supervised: eval/accuracy)",
+    )
+    parser.add_argument("--out", default="curves.png", help="PNG file to write")
+    parser.add_argument(
+        "--group-by",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="config key(s) that make one line each (default core.name); repeat for several",
+    )
+    parser.add_argument(
+        "--panel-by",
+        default="auto",
+        help="config key with one subplot per value; auto: env.id or task.name when they "
+        "differ between runs; none: one plot",
+    )
+    parser.add_argument(
+        "--spread", choices=SPREADS, default="minmax", help="band over seeds (default minmax)"
+    )
+    parser.add_argument(
+        "--smooth",
+        type=float,
+        default=0.0,
+        help="TensorBoard-style EMA weight in [0, 1) applied to each run before averaging",
+    )
+    parser.add_argument("--title", default=None, help="figure title")
+
+
+def run(args: argparse.Namespace) -> int:
+    panel_by = None if args.panel_by in ("none", "") else args.panel_by
+    out, panels = plot_runs(
+        args.paths,
+        args.metric,
+        args.out,
+        group_by=args.group_by or ["core.name"],
+        panel_by=panel_by,
+        spread=args.spread,
+        smoothing=args.smooth,
+        title=args.title,
+    )
+    for panel, bands in panels.items():
+        head = f"{panel}: " if panel else ""
+        lines = ", ".join(f"{b.label} (n={b.n}, last mean {b.mean[-1]:.4g})" for b in bands)
+        print(f"{head}{lines}")
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,303 @@
+"""Learning curves from TensorBoard event files: mean and spread over seeds, one line per core.
+
+A *run* is any folder holding ``events.out.tfevents.*`` files (what ``memcores train`` and
+``memcores supervised`` write into ``run.dir``); its ``config.yaml`` says which core, env/task
+and seed it used. Runs are grouped by config keys (``core.name`` by default), the runs of one
+group (the seeds) are put on a common step grid by linear interpolation over the step range
+they all cover, and the plot shows their mean with a min-max or +-1 std band.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+EVENTS_GLOB = "events.out.tfevents.*"
+SPREADS = ("minmax", "std", "none")
+# Keys that, when they differ between runs, get their own panel instead of sharing axes.
+PANEL_KEYS = ("env.id", "task.name", "suite")
+
+
+@dataclasses.dataclass
+class Run:
+    """One run folder and its config (``{}`` when it has no ``config.yaml``)."""
+
+    path: Path
+    config: dict[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return get_dotted(self.config, key, default)
+
+
+@dataclasses.dataclass
+class Curve:
+    """A scalar series of one run. ``steps``, ``values``: [N] arrays, steps increasing."""
+
+    steps: np.ndarray
+    values: np.ndarray
+
+
+@dataclasses.dataclass
+class Band:
+    """Aggregate of a group's curves on a common grid. Every array is [M]."""
+
+    label: str
+    steps: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n: int
+
+
+def get_dotted(tree: dict[str, Any], key: str, default: Any = None) -> Any:
+    """``tree["a"]["b"]`` for ``key="a.b"``. Free-form section keys saved under ``options``
+    (``task.length`` is stored as ``task.options.length``) are found too."""
+    node: Any = tree
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, dict) and isinstance(node.get("options"), dict) and i > 0:
+            if part not in node["options"]:
+                return default
+            node = node["options"][part]
+        else:
+            return default
+    return node
+
+
+def find_runs(paths: Iterable[str | Path]) -> list[Run]:
+    """Every folder at or below ``paths`` holding TensorBoard event files, sorted by path.
+
+    Hidden folders (``.ray``) are skipped. A run's config is its own ``config.yaml`` or, for
+    nested runs (one per env pair of a transfer trial), the nearest parent's.
+
+    :raises FileNotFoundError: a path does not exist or holds no event files.
+    """
+    found: dict[Path, Run] = {}
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(f"no such run or sweep folder: {root}")
+        dirs = {p.parent for p in root.rglob(EVENTS_GLOB)}
+        dirs = {
+            d for d in dirs if not any(part.startswith(".") for part in d.relative_to(root).parts)
+        }
+        if not dirs:
+            raise FileNotFoundError(f"no TensorBoard event files ({EVENTS_GLOB}) under {root}")
+        for d in dirs:
+            found[d.resolve()] = Run(d, read_config(d, root))
+    return [found[k] for k in sorted(found)]
+
+
+def read_config(run_dir: Path, root: Path) -> dict[str, Any]:
+    """The ``config.yaml`` of ``run_dir`` or of its nearest parent up to ``root``."""
+    for folder in [run_dir, *run_dir.parents]:
+        path = folder / "config.yaml"
+        if path.is_file():
+            data = yaml.safe_load(path.read_text())
+            return data if isinstance(data, dict) else {}
+        if folder == root or folder == folder.parent:
+            break
+    return {}
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, Curve]:
+    """Every scalar tag of the event files directly in ``run_dir``.
+
+    Read with tensorboard's ``EventAccumulator`` (all points kept, no reservoir sampling). When
+    a resumed run logged a step twice, the later value wins.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    curves = {}
+    for tag in acc.Tags().get("scalars", []):
+        by_step = {int(e.step): float(e.value) for e in acc.Scalars(tag)}
+        steps = np.array(sorted(by_step), dtype=np.int64)
+        values = np.array([by_step[s] for s in steps], dtype=np.float64)
+        curves[tag] = Curve(steps, values)
+    return curves
+
+
+def smooth(values: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard-style exponential moving average; ``weight`` 0 returns ``values``.
+
+    :param values: [N]. NaNs are skipped (they keep the previous average).
+    """
+    if weight <= 0:
+        return values
+    out = np.empty_like(values)
+    last, debias = 0.0, 0.0
+    for i, v in enumerate(values):
+        if math.isfinite(v):
+            last = weight * last + (1 - weight) * v
+            debias = weight * debias + (1 - weight)
+        out[i] = last / debias if debias else np.nan
+    return out
+
+
+def aggregate(
+    curves: Sequence[Curve], label: str, spread: str = "minmax", points: int = 400
+) -> Band:
+    """Mean and spread of several runs' curves (the seeds of one group).
+
+    The curves are linearly interpolated onto at most ``points`` steps inside the range every
+    run covers, so a band never mixes a finished seed with a stopped one. A single run gives a
+    band of zero width.
+    """
+    if spread not in SPREADS:
+        raise ValueError(f"unknown spread {spread!r}; valid: {', '.join(SPREADS)}")
+    curves = [c for c in curves if len(c.steps)]
+    if not curves:
+        raise ValueError(f"group {label!r} has no data points")
+    start = max(int(c.steps[0]) for c in curves)
+    stop = min(int(c.steps[-1]) for c in curves)
+    if stop < start:  # runs that do not overlap: use the shortest one's range
+        shortest = min(curves, key=lambda c: c.steps[-1])
+        start, stop = int(shortest.steps[0]), int(shortest.steps[-1])
+    steps = np.unique(
+        np.concatenate([c.steps[(c.steps >= start) & (c.steps <= stop)] for c in curves])
+    )
+    if len(steps) > points:
+        steps = np.unique(np.linspace(start, stop, points).round().astype(np.int64))
+    stack = np.stack([np.interp(steps, c.steps, c.values) for c in curves])  # [runs, M]
+    mean = stack.mean(axis=0)
+    if spread == "minmax":
+        low, high = stack.min(axis=0), stack.max(axis=0)
+    elif spread == "std":
+        std = stack.std(axis=0)
+        low, high = mean - std, mean + std
+    else:
+        low = high = mean
+    return Band(label, steps, mean, low, high, len(curves))
+
+
+def group_label(run: Run, keys: Sequence[str]) -> str:
+    """``"lstm"`` or ``"lstm, length=200"`` from a run's config; the folder name if none."""
+    parts = []
+    for i, key in enumerate(keys):
+        value = run.get(key)
+        if value is None:
+            continue
+        parts.append(str(value) if i == 0 else f"{key.rsplit('.', 1)[-1]}={value}")
+    return ", ".join(parts) or run.path.name
+
+
+def auto_panel_key(runs: Sequence[Run]) -> str | None:
+    """The first of ``env.id``, ``task.name``, ``suite`` whose value differs between runs."""
+    for key in PANEL_KEYS:
+        if len({str(r.get(key)) for r in runs}) > 1:
+            return key
+    return None
+
+
+def collect_bands(
+    runs: Sequence[Run],
+    metric: str,
+    group_by: Sequence[str] = ("core.name",),
+    panel_by: str | None = None,
+    spread: str = "minmax",
+    smoothing: float = 0.0,
+) -> dict[str, list[Band]]:
+    """``{panel value: [Band per group]}`` for ``metric``.
+
+    :raises ValueError: no run logged ``metric`` (the message lists the tags that exist).
+    """
+    groups: dict[tuple[str, str], list[Curve]] = {}
+    seen_tags: set[str] = set()
+    for run in runs:
+        scalars = read_scalars(run.path)
+        seen_tags.update(scalars)
+        if metric not in scalars:
+            continue
+        curve = scalars[metric]
+        curve = Curve(curve.steps, smooth(curve.values, smoothing))
+        panel = str(run.get(panel_by)) if panel_by else ""
+        groups.setdefault((panel, group_label(run, group_by)), []).append(curve)
+    if not groups:
+        tags = ", ".join(sorted(seen_tags)) or "(none)"
+        raise ValueError(f"no run logged the metric {metric!r}; tags found: {tags}")
+    panels: dict[str, list[Band]] = {}
+    for (panel, label), curves in sorted(groups.items()):
+        panels.setdefault(panel, []).append(aggregate(curves, label, spread))
+    return panels
+
+
+def plot_bands(
+    panels: dict[str, list[Band]],
+    metric: str,
+    out: str | Path,
+    panel_by: str | None = None,
+    spread: str = "minmax",
+    title: str | None = None,
+) -> Path:
+    """Draw one subplot per panel, one line (mean) and band (spread) per group; save a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    n = len(panels)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = sorted({b.label for bands in panels.values() for b in bands})
+    color_of = {label: colors[i % len(colors)] for i, label in enumerate(labels)}
+    band_name = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}[spread]
+    for ax, (panel, bands) in zip(axes.flat, panels.items(), strict=False):
+        for band in bands:
+            color = color_of[band.label]
+            ax.plot(band.steps, band.mean, color=color, label=f"{band.label} (n={band.n})")
+            if spread != "none" and band.n > 1:
+                ax.fill_between(band.steps, band.low, band.high, color=color, alpha=0.2, lw=0)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        if panel:
+            ax.set_title(f"{panel_by}={panel}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    suffix = f" (mean, {band_name} over seeds)" if band_name else " (mean over seeds)"
+    fig.suptitle(title or f"{metric}{suffix}", fontsize=11)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_runs(
+    paths: Iterable[str | Path],
+    metric: str,
+    out: str | Path,
+    group_by: Sequence[str] = ("core.name",),
+    panel_by: str | None = "auto",
+    spread: str = "minmax",
+    smoothing: float = 0.0,
+    title: str | None = None,
+) -> tuple[Path, dict[str, list[Band]]]:
+    """Find the runs under ``paths``, aggregate ``metric`` and write the PNG ``out``.
+
+    :param panel_by: a config key with one subplot per value, ``"auto"`` (``env.id``/
+        ``task.name`` when they vary) or None for a single plot.
+    :returns: the PNG path and the bands that were drawn.
+    """
+    if spread not in SPREADS:
+        raise ValueError(f"unknown spread {spread!r}; valid: {', '.join(SPREADS)}")
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    runs = find_runs(paths)
+    if panel_by == "auto":
+        panel_by = auto_panel_key(runs)
+    panels = collect_bands(runs, metric, group_by, panel_by, spread, smoothing)
+    return plot_bands(panels, metric, out, panel_by, spread, title), panels
