@@ -117,6 +117,11 @@ def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
     return torch.arange(rho, device=relevant_count.device) < relevant_count.unsqueeze(1)
 
 
+def _expand(mask: Tensor, like: Tensor) -> Tensor:
+    """``mask [B]`` viewed to broadcast against ``like [B, ...]``."""
+    return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
 class _AttentiveLSTM(MemoryCore):
     """Shared parameters and maths of RelLSTM and MemLSTM (LSTM on ``s`` + additive attention)."""
 
@@ -228,20 +233,43 @@ class RelLSTM(_AttentiveLSTM):
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
         """One step: ``x_t [B, D]`` -> ``y_t = s_t [B, H]`` and the new state."""
-        return self._step(self.input_proj(x_t), state)
+        y, state = self.forward(x_t.unsqueeze(0), state)
+        return y[0], state
 
-    def _step(self, xp_t: Tensor, state: State) -> tuple[Tensor, State]:
-        _, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = state
+    # Inside forward the buffer and the relevant set carry each state's key next to it,
+    # ``payload = [m ; U_a m]`` of shape [..., 2H], so U_a is applied once per state (when it
+    # is created) instead of to all nu + rho slots at every step. The state tuple holds the
+    # values only; keys are recomputed from them at the start of each call, so they always
+    # match the current parameters.
+    def _to_carry(self, state: State) -> State:
+        h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = state
+        buf = torch.cat([buf, self.key(buf)], dim=2)
+        rel = torch.cat([rel, self.key(rel)], dim=2)
+        return h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n
+
+    def _to_state(self, carry: State) -> State:
+        h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = carry
+        buf, rel = (p[..., : self.hidden_size].contiguous() for p in (buf, rel))
+        return h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n
+
+    def _step(self, xp_t: Tensor, carry: State) -> tuple[Tensor, State]:
+        """One step on the internal carry (payloads ``[B, nu|rho, 2H]``)."""
+        _, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = carry
+        H = self.hidden_size
         h, c = self._lstm(xp_t, s, c)
+        new = torch.cat([h, self.key(h)], dim=1)  # [B, 2H]
         buf, buf_sc, buf_n, rel, rel_sc, rel_n = screening_update(
-            buf, buf_sc, buf_n, rel, rel_sc, rel_n, h
+            buf, buf_sc, buf_n, rel, rel_sc, rel_n, new
         )
-        memory = torch.cat([buf, rel], dim=1) if self.rho > 0 else buf  # [B, nu + rho, H]
         mask = buffer_mask(buf_n, self.nu)
         if self.rho > 0:
+            values = torch.cat([buf[..., :H], rel[..., :H]], dim=1)  # [B, nu + rho, H]
+            keys = torch.cat([buf[..., H:], rel[..., H:]], dim=1)
             mask = torch.cat([mask, relevant_mask(rel_n, self.rho)], dim=1)
-        alpha = self._attend(s, self.key(memory), memory, mask)  # [B, nu + rho]
-        context = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1)
+        else:
+            values, keys = buf[..., :H], buf[..., H:]
+        alpha = self._attend(s, keys, values, mask)  # [B, nu + rho]
+        context = torch.bmm(alpha.unsqueeze(1), values).squeeze(1)
         buf_sc = buf_sc + alpha[:, : self.nu].detach()  # relevance: attention while buffered
         s = self._combine(h, context)
         return s, (h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n)
@@ -253,13 +281,18 @@ class RelLSTM(_AttentiveLSTM):
         check_sequence(self, x, state, starts)
         reset_steps = steps_with_starts(starts)
         xp = self.input_proj(x)  # [T, B, 4H]: one matmul for all input projections
+        carry = self._to_carry(state)
         outputs = []
         for t, xp_t in enumerate(xp.unbind(0)):
             if t in reset_steps:
-                state = self.reset_state(state, starts[t])
-            y_t, state = self._step(xp_t, state)
+                # the initial state is all zeros (a zero key in an empty slot is never used)
+                mask = starts[t].to(xp.device)
+                carry = tuple(
+                    torch.where(_expand(mask, v), torch.zeros((), dtype=v.dtype), v) for v in carry
+                )
+            y_t, carry = self._step(xp_t, carry)
             outputs.append(y_t)
-        return torch.stack(outputs, 0), state
+        return torch.stack(outputs, 0), self._to_state(carry)
 
     def extra_repr(self) -> str:
         return (
