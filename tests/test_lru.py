@@ -178,3 +178,16 @@ def test_bptt_gradient_matches_finite_differences() -> None:
             down = ((decoder(core(x, core.initial_state(B))[0]) - target) ** 2).mean(-1).sum()
             p[i] += eps
             assert abs((up - down).item() / (2 * eps) - g[i].item()) < 1e-6 * max(1, abs(g[i]))
+
+
+def test_pattern_copy_config_builds_the_paper_model() -> None:
+    from pathlib import Path
+
+    from agents.supervised_config import SupervisedConfig
+    from experiments.config import load_config
+
+    path = Path(__file__).parents[1] / "experiments" / "configs" / "lru_pattern_copy.yaml"
+    for grad in ("bptt", "online", "spatial", "truncated"):
+        cfg = load_config(SupervisedConfig, path, [f"core.grad={grad}"])
+        core = make_core("lru", 8, cfg.core.hidden_size, **cfg.core.options)
+        assert core.grad == grad and len(core.blocks) == 4 and core.state_size == 64
