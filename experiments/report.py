@@ -1,0 +1,329 @@
+"""Markdown result report of a sweep: per-core tables over seeds, result tables, and plots.
+
+Reads what the trials left in the sweep folder (see :mod:`experiments.sweep`): ``trial.json``
+(status), ``config.yaml`` (core, env/task, seed), ``progress.csv`` (every logged scalar), any
+other ``*.csv`` a trial wrote (e.g. the train/test reward table of ``memcores transfer``), and
+the TensorBoard events for the learning-curve plots. Nothing is re-run.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.plotting import auto_panel_key, find_runs, get_dotted, plot_runs, read_config
+from experiments.sweep import SWEEP_FILE, TRIAL_FILE
+
+# Metrics reported when none are asked for, in this order, if some trial logged them.
+DEFAULT_METRICS = (
+    "eval/accuracy",
+    "eval/loss",
+    "eval/mse",
+    "rollout/ep_rew_mean",
+    "rollout/success_rate",
+)
+# A metric whose name matches this is better when lower (best = min instead of max).
+LOWER_IS_BETTER = re.compile(r"loss|mse|error|ep_len|bpc|perplexity", re.IGNORECASE)
+LABEL_KEYS = ("env.id", "task.name", "suite")
+SKIP_CSVS = ("progress.csv",)
+
+
+@dataclasses.dataclass
+class TrialInfo:
+    """What the report knows about one trial (or hand-made run) folder."""
+
+    name: str
+    path: Path
+    status: str
+    config: dict[str, Any]
+    seconds: float | None = None
+    message: str = ""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return get_dotted(self.config, key, default)
+
+
+def load_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
+    """``sweep.json`` of the folder, ``{}`` if it was not made by ``memcores sweep``."""
+    try:
+        return json.loads((sweep_dir / SWEEP_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def load_trials(sweep_dir: Path) -> list[TrialInfo]:
+    """Every trial folder (``*/trial.json``) plus run folders with a config but no trial.json.
+
+    :raises FileNotFoundError: the folder is missing or holds neither.
+    """
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"no such sweep folder: {sweep_dir}")
+    trials: dict[Path, TrialInfo] = {}
+    for record_path in sorted(sweep_dir.glob(f"*/{TRIAL_FILE}")):
+        folder = record_path.parent
+        try:
+            record = json.loads(record_path.read_text())
+        except ValueError:
+            record = {"status": "error", "message": f"unreadable {record_path}"}
+        trials[folder] = TrialInfo(
+            name=folder.name,
+            path=folder,
+            status=record.get("status", "unknown"),
+            config=read_config(folder, folder),
+            seconds=record.get("seconds"),
+            message=record.get("message", ""),
+        )
+    for config_path in sorted(sweep_dir.glob("*/config.yaml")):
+        folder = config_path.parent
+        if folder not in trials and not folder.name.startswith("."):
+            trials[folder] = TrialInfo(folder.name, folder, "ok", read_config(folder, folder))
+    if not trials:
+        raise FileNotFoundError(
+            f"{sweep_dir} holds no trials (no */{TRIAL_FILE} and no */config.yaml); "
+            "give the folder made by `memcores sweep --out`"
+        )
+    return [trials[k] for k in sorted(trials)]
+
+
+def read_progress(run_dir: Path) -> dict[str, list[tuple[float, float]]]:
+    """``{tag: [(step, value), ...]}`` from ``progress.csv``; empty cells are skipped."""
+    path = run_dir / "progress.csv"
+    series: dict[str, list[tuple[float, float]]] = {}
+    if not path.is_file():
+        return series
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                step = float(row.get("step") or "nan")
+            except ValueError:
+                continue
+            for tag, text in row.items():
+                if tag == "step" or tag is None or text in ("", None):
+                    continue
+                try:
+                    value = float(text)
+                except ValueError:
+                    continue
+                if math.isfinite(value):
+                    series.setdefault(tag, []).append((step, value))
+    return series
+
+
+def mean_std(values: Sequence[float]) -> str:
+    """``"0.812 ± 0.031"`` (sample std over seeds), or the value alone for one seed."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.4g}"
+    return f"{mean:.4g} ± {statistics.stdev(values):.2g}"
+
+
+def seed_keys(keys: Sequence[str]) -> set[str]:
+    return {k for k in keys if k.rsplit(".", 1)[-1] == "seed"}
+
+
+def row_keys(trials: Sequence[TrialInfo], grid_keys: Sequence[str]) -> list[str]:
+    """Config keys that make one table row each: env/task label, core, other swept keys.
+    Seeds are never a row key: they are what rows average over."""
+    keys = [k for k in LABEL_KEYS if any(t.get(k) is not None for t in trials)][:1]
+    keys.append("core.name")
+    seeds = seed_keys(grid_keys)
+    keys += [k for k in grid_keys if k not in keys and k not in seeds]
+    return keys
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def metric_table(trials: Sequence[TrialInfo], metric: str, keys: Sequence[str]) -> str | None:
+    """Final and best value of ``metric`` per row (mean ± std over seeds); None if unlogged."""
+    lower = bool(LOWER_IS_BETTER.search(metric))
+    groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
+    for trial in trials:
+        if trial.status != "ok":
+            continue
+        points = read_progress(trial.path).get(metric)
+        if not points:
+            continue
+        values = [v for _, v in points]
+        best = min(values) if lower else max(values)
+        key = tuple(str(trial.get(k, "-")) for k in keys)
+        groups.setdefault(key, []).append((values[-1], best, points[-1][0]))
+    if not groups:
+        return None
+    header = [k for k in keys] + ["seeds", "final", f"best ({'min' if lower else 'max'})", "steps"]
+    rows = []
+    for key, items in sorted(groups.items()):
+        finals, bests, steps = zip(*items, strict=True)
+        step_text = f"{int(min(steps))}" + (
+            f"-{int(max(steps))}" if min(steps) != max(steps) else ""
+        )
+        rows.append([*key, len(items), mean_std(finals), mean_std(bests), step_text])
+    return markdown_table(header, rows)
+
+
+def result_csvs(trial: TrialInfo) -> list[Path]:
+    """Tables a trial wrote besides progress.csv (e.g. transfer's train/test reward table)."""
+    return sorted(
+        p
+        for p in trial.path.rglob("*.csv")
+        if p.name not in SKIP_CSVS and not any(part.startswith(".") for part in p.parts)
+    )
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def csv_tables(trials: Sequence[TrialInfo], keys: Sequence[str]) -> dict[str, str]:
+    """One markdown table per result-CSV file name, rows averaged over seeds.
+
+    A row is identified by the trial's row keys (core, ...) that the CSV does not hold itself
+    plus the CSV's text columns (env ids, ...); its numeric columns are averaged over the
+    trials (seeds) that share them.
+    """
+    tables: dict[str, dict[tuple[str, ...], dict[str, list[float]]]] = {}
+    layouts: dict[str, tuple[list[str], list[str], list[str]]] = {}
+    for trial in trials:
+        if trial.status != "ok":
+            continue
+        for path in result_csvs(trial):
+            with path.open(newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            if not rows:
+                continue
+            name = str(path.relative_to(trial.path))
+            if name not in layouts:
+                columns = list(rows[0])
+                numeric = [c for c in columns if all(_number(r[c]) is not None for r in rows)]
+                text = [c for c in columns if c not in numeric]
+                own = [k for k in keys if k not in columns]
+                layouts[name] = (own, text, numeric)
+            own, text, numeric = layouts[name]
+            table = tables.setdefault(name, {})
+            for row in rows:
+                key = tuple(str(trial.get(k, "-")) for k in own) + tuple(
+                    str(row.get(c, "")) for c in text
+                )
+                cells = table.setdefault(key, {})
+                for c in numeric:
+                    value = _number(row.get(c, ""))
+                    if value is not None:
+                        cells.setdefault(c, []).append(value)
+    out = {}
+    for name, table in tables.items():
+        own, text, numeric = layouts[name]
+        rows = [
+            [*key, max((len(v) for v in cells.values()), default=0)]
+            + [mean_std(cells.get(c, [])) for c in numeric]
+            for key, cells in sorted(table.items())
+        ]
+        out[name] = markdown_table([*own, *text, "seeds", *numeric], rows)
+    return out
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^\w]+", "_", text).strip("_")
+
+
+def build_report(
+    sweep_dir: str | Path,
+    out: str | Path,
+    metrics: Sequence[str] | None = None,
+    spread: str = "minmax",
+    plots: bool = True,
+    title: str | None = None,
+) -> str:
+    """Write the markdown report ``out`` (plots as PNGs beside it) and return its text.
+
+    :param metrics: scalar tags to tabulate and plot; default: those of :data:`DEFAULT_METRICS`
+        that some trial logged.
+    """
+    sweep_dir = Path(sweep_dir)
+    out = Path(out)
+    meta = load_sweep_meta(sweep_dir)
+    trials = load_trials(sweep_dir)
+    grid_keys = list(meta.get("grid", {}))
+    keys = row_keys(trials, grid_keys)
+    logged: set[str] = set()
+    for trial in trials:
+        logged.update(read_progress(trial.path))
+    if metrics:
+        missing = [m for m in metrics if m not in logged]
+        if missing:
+            raise ValueError(
+                f"metric(s) {missing} were not logged by any trial; logged: "
+                f"{', '.join(sorted(logged)) or '(none)'}"
+            )
+    else:
+        metrics = [m for m in DEFAULT_METRICS if m in logged]
+
+    lines = [f"# {title or 'Sweep report: ' + sweep_dir.name}", ""]
+    ok = [t for t in trials if t.status == "ok"]
+    failed = [t for t in trials if t.status != "ok"]
+    if meta:
+        grid = ", ".join(
+            f"`{k}` = {', '.join(map(str, v))}" for k, v in meta.get("grid", {}).items()
+        )
+        lines += [
+            f"- command: `memcores {meta.get('command', '?')}` on `{meta.get('config', '?')}`",
+            f"- grid: {grid or '(none)'}",
+            f"- overrides for every trial: `{' '.join(meta.get('overrides', [])) or '(none)'}`",
+            f"- backend: {meta.get('backend', '?')}",
+        ]
+    seconds = [t.seconds for t in trials if t.seconds is not None]
+    budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
+    lines += [f"- trials: {len(trials)} ({len(ok)} ok, {len(failed)} not ok){budget}", ""]
+    lines += [
+        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
+        "value of each run; `steps` is the step of the last logged value.",
+        "",
+    ]
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    panel_key = auto_panel_key(find_runs([sweep_dir])) if plots and ok else None
+    group_by = [k for k in keys if k not in LABEL_KEYS]
+    for metric in metrics:
+        table = metric_table(trials, metric, keys)
+        if table is None:
+            continue
+        lines += [f"## {metric}", "", table, ""]
+        if plots:
+            png = out.parent / f"{out.stem}_{slug(metric)}.png"
+            plot_runs(
+                [sweep_dir], metric, png, group_by=group_by, panel_by=panel_key, spread=spread
+            )
+            lines += [f"![{metric}]({png.name})", ""]
+
+    for name, table in csv_tables(trials, keys).items():
+        lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]
+
+    if failed:
+        rows = [
+            [t.name, t.status, (t.message.splitlines() or [""])[0].replace("|", "/")]
+            for t in failed
+        ]
+        lines += [
+            "## Trials that did not finish",
+            "",
+            markdown_table(["trial", "status", "reason"], rows),
+            "",
+        ]
+    text = "\n".join(lines)
+    out.write_text(text)
+    return text

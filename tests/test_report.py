@@ -1,0 +1,120 @@
+"""``memcores report``: markdown tables (mean ± std over seeds) and plots from a sweep folder."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents.logger import RunLogger
+from experiments.cli import main
+from experiments.report import build_report, mean_std
+from experiments.sweep import write_json_atomic
+
+ACCURACY = {
+    ("lstm", 0): [0.2, 0.5, 0.4],
+    ("lstm", 1): [0.3, 0.6, 0.6],
+    ("ur_lstm", 0): [0.5, 1.0, 1.0],
+}
+
+
+def write_trial(root: Path, core: str, seed: int, status: str = "ok") -> Path:
+    """A trial folder as `memcores sweep` + `memcores supervised` leave it."""
+    run = root / f"name={core},seed={seed}"
+    run.mkdir(parents=True)
+    config = {
+        "task": {"name": "copy", "options": {"length": 20}},
+        "core": {"name": core, "options": {}},
+        "train": {"seed": seed},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    if status == "ok":
+        logger = RunLogger(run)
+        for i, acc in enumerate(ACCURACY[(core, seed)]):
+            logger.record("eval/accuracy", acc)
+            logger.record("eval/loss", 1.0 - acc)
+            logger.dump(10 * i)
+        logger.close()
+        # a result table the trial wrote itself, like `memcores transfer`'s
+        (run / "transfer.csv").write_text(
+            "train_env,test_env,train_reward,test_reward\n"
+            f"A-5x5,A-8x8,{0.9 + seed / 10},{0.5 + seed / 10}\n"
+            f"B-5x5,B-8x8,{0.8},{0.1 * seed}\n"
+        )
+    message = "" if status == "ok" else "exit code 3\nboom"
+    write_json_atomic(
+        run / "trial.json", {"status": status, "seconds": 6.0, "message": message, "argv": []}
+    )
+    return run
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    root = tmp_path / "sweep"
+    for core, seed in ACCURACY:
+        write_trial(root, core, seed)
+    write_trial(root, "ur_lstm", 1, status="failed")
+    write_json_atomic(
+        root / "sweep.json",
+        {
+            "command": "supervised",
+            "config": "experiments/configs/demo_copy.yaml",
+            "grid": {"core.name": ["lstm", "ur_lstm"], "train.seed": ["0", "1"]},
+            "overrides": ["train.steps=30"],
+            "backend": "local",
+        },
+    )
+    return root
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """Cells of the markdown table under ``## heading``."""
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
+def test_mean_std_formats_over_seeds():
+    assert mean_std([0.5]) == "0.5"
+    assert mean_std([0.4, 0.6]) == "0.5 ± 0.14"
+    assert mean_std([]) == "-"
+
+
+def test_report_tables_average_seeds_and_list_failures(sweep, tmp_path):
+    out = tmp_path / "rep" / "report.md"
+    text = build_report(sweep, out)
+    assert out.read_text() == text
+    assert "- trials: 4 (3 ok, 1 not ok), 0.4 trial-minutes in total" in text
+    assert "`core.name` = lstm, ur_lstm" in text
+
+    acc = {row[1]: row for row in table_rows(text, "eval/accuracy")}
+    assert acc["lstm"][0] == "copy" and acc["lstm"][2] == "2"  # task, core, seeds
+    assert acc["lstm"][3] == mean_std([0.4, 0.6])  # final
+    assert acc["lstm"][4] == mean_std([0.5, 0.6])  # best = max
+    assert acc["ur_lstm"][2:5] == ["1", "1", "1"]
+    loss = {row[1]: row for row in table_rows(text, "eval/loss")}
+    assert loss["lstm"][4] == mean_std([0.5, 0.4])  # loss: best = min
+
+    transfer = table_rows(text, "Table `transfer.csv` (per trial, averaged over seeds)")
+    lstm_a = next(r for r in transfer if r[1] == "lstm" and r[2] == "A-5x5")
+    assert lstm_a[3:] == ["A-8x8", "2", mean_std([0.9, 1.0]), mean_std([0.5, 0.6])]
+
+    failed = table_rows(text, "Trials that did not finish")
+    assert failed == [["name=ur_lstm,seed=1", "failed", "exit code 3"]]
+    # one PNG per metric, linked from the report
+    for png in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (out.parent / png).read_bytes()[:4] == b"\x89PNG"
+    assert (out.parent / "report_eval_accuracy.png").is_file()
+
+
+def test_report_cli(sweep, tmp_path, capsys):
+    out = tmp_path / "r.md"
+    code = main(["report", str(sweep), "--out", str(out), "--metric", "eval/loss", "--no-plots"])
+    assert code == 0
+    text = out.read_text()
+    assert "## eval/loss" in text and "## eval/accuracy" not in text and "![" not in text
+    assert main(["report", str(sweep), "--out", str(out), "--metric", "nope/x"]) == 2
+    assert "eval/accuracy" in capsys.readouterr().err  # names what was logged
+    assert main(["report", str(tmp_path / "missing"), "--out", str(out)]) == 2
