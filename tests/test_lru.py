@@ -191,3 +191,17 @@ def test_pattern_copy_config_builds_the_paper_model() -> None:
         cfg = load_config(SupervisedConfig, path, [f"core.grad={grad}"])
         core = make_core("lru", 8, cfg.core.hidden_size, **cfg.core.options)
         assert core.grad == grad and len(core.blocks) == 4 and core.state_size == 64
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["bptt", "online"])
+def test_cuda_move_matches_cpu(mode: str) -> None:
+    core, decoder = _build(layers=2, grad=mode)
+    x, target, starts = _data()
+    ref = _grads(core, decoder, mode, x, target, starts)
+    core, decoder = core.cuda(), decoder.cuda()
+    state = core.initial_state(B)
+    assert all(s.is_cuda for s in state)
+    got = _grads(core, decoder, mode, x.cuda(), target.cuda(), starts.cuda())
+    for name, g in ref.items():
+        torch.testing.assert_close(got[name].cpu(), g)
