@@ -66,7 +66,7 @@ class GatedLSTM(MemoryCore):
         t_max: float = 1000.0,
         hdetach: bool = False,
         p: float = 0.25,
-        impl: str = "loop",
+        impl: str = "fused",
     ) -> None:
         super().__init__(input_size, hidden_size)
         gates.gate_fn(activation)  # validates the name
@@ -84,8 +84,9 @@ class GatedLSTM(MemoryCore):
         self.hdetach = bool(hdetach)
         self.p = float(p)
         self.impl = impl
-        # Gate blocks, sigmoid-like gates first so one sigmoid call covers them: f, [i], [r], o, u
-        names = ["f"] + ([] if self.tied else ["i"]) + (["r"] if self.refine else []) + ["o", "u"]
+        # Gate blocks o, f, [i], [r], u: the sigmoid gates are contiguous (one sigmoid call) and
+        # so are the gates whose gradient is a multiple of dc (the fused backward relies on it)
+        names = ["o", "f"] + ([] if self.tied else ["i"]) + (["r"] if self.refine else []) + ["u"]
         self.gate_names = tuple(names)
         n = len(names)
         H = hidden_size
@@ -141,9 +142,9 @@ class GatedLSTM(MemoryCore):
         n_sig = len(self.gate_names) - 1
         sig = torch.sigmoid(a[:, : n_sig * H])
         if self.activation == "sigmoid":
-            f = sig[:, :H]
+            f = sig[:, self._block("f")]
         else:
-            f = gates.gate_fn(self.activation)(a[:, :H])
+            f = gates.gate_fn(self.activation)(a[:, self._block("f")])
         g = gates.refine(f, sig[:, self._block("r")]) if self.refine else f
         i = 1.0 - g if self.tied else sig[:, self._block("i")]
         o = sig[:, self._block("o")]
