@@ -49,6 +49,12 @@ DEFAULT_TEMPLATE = "{python} -m experiments.cli {command} {config} {overrides}"
 TRIAL_FILE = "trial.json"
 SWEEP_FILE = "sweep.json"
 LOG_TAIL_LINES = 15
+# Config schema of each trial command ("module:Class"), used to check every trial's config
+# before the sweep folder is created. Commands without an entry are checked by the trial itself.
+SCHEMAS = {
+    "train": "agents.rl_config:RLConfig",
+    "supervised": "agents.supervised_config:SupervisedConfig",
+}
 
 
 class SweepError(ValueError):
@@ -256,6 +262,40 @@ def make_trials(
             )
         )
     return command, trials
+
+
+def validate_trials(command: str, trials: Sequence[Trial], config_path: str | Path) -> bool:
+    """Load every trial's config with the command's schema, so a wrong key, value or core name
+    stops the sweep before anything is written (the same check the command itself makes).
+
+    :returns: False when the command has no known schema (nothing was checked).
+    :raises ConfigError: the first trial whose config is wrong, named in the message.
+    """
+    import importlib
+
+    from experiments.config import ConfigError, load_config
+
+    target = SCHEMAS.get(command)
+    if target is None:
+        return False
+    module_name, _, class_name = target.partition(":")
+    try:
+        schema = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
+        return False
+    from cores import CORES
+
+    for trial in trials:
+        try:
+            config = load_config(schema, config_path, trial.overrides)
+        except ConfigError as err:
+            raise ConfigError(f"trial {trial.name}: {err}") from None
+        core = getattr(getattr(config, "core", None), "name", None)
+        if core is not None and core not in CORES:
+            raise ConfigError(
+                f"trial {trial.name}: unknown core {core!r}; valid: {', '.join(CORES)}"
+            )
+    return True
 
 
 # --------------------------------------------------------------------------- one trial

@@ -8,8 +8,6 @@ Most tests run a tiny stand-in trial (a Python script written below, started thr
 from __future__ import annotations
 
 import json
-import os
-import sys
 import textwrap
 from pathlib import Path
 
@@ -308,29 +306,56 @@ def test_ray_sweep_runs_grid_locally_and_reports_killed_trial(fake, capsys):
 # --------------------------------------------------------------------------- real trials
 
 
-def _has_command(module: str) -> bool:
-    return (Path(__file__).parents[1] / "experiments" / "commands" / f"{module}.py").is_file()
+REPO = Path(__file__).parents[1]
+DEMO_COPY = REPO / "experiments" / "configs" / "demo_copy.yaml"
+# Overrides that make the demo copy task finish in well under a second of training.
+TINY_COPY = (
+    "train.steps=20",
+    "train.eval_every=10",
+    "train.eval_size=64",
+    "core.hidden_size=16",
+    "run.progress_bar=false",
+)
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="posix paths in the sweep folder names")
-def test_real_supervised_trials(tmp_path, capsys):
-    config = Path(__file__).parents[1] / "experiments" / "configs" / "demo_copy.yaml"
-    if not (_has_command("supervised") and config.is_file()):
-        pytest.skip("memcores supervised or demo_copy.yaml not available yet")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def _needs_supervised() -> None:
+    if not (
+        (REPO / "experiments" / "commands" / "supervised.py").is_file() and DEMO_COPY.is_file()
+    ):
+        pytest.skip("memcores supervised or demo_copy.yaml not available")
+
+
+def test_real_config_is_validated_before_anything_is_written(tmp_path, capsys):
+    _needs_supervised()
+    out = tmp_path / "sweep"
+    args = ["sweep", str(DEMO_COPY), "--out", str(out), "--backend", "local"]
+    assert main([*args, "--grid", "core.name=lstm,nope"]) == 2
+    assert "unknown core 'nope'; valid: lstm" in capsys.readouterr().err
+    assert main([*args, "--grid", "train.seedz=0,1"]) == 2
+    assert "unknown config key 'train.seedz'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_real_supervised_sweep_then_plot_and_report(tmp_path, capsys):
+    """End to end on real `memcores supervised` trials: sweep, plot the curves, report."""
+    _needs_supervised()
     out = tmp_path / "sweep"
     code = main(
-        ["sweep", str(config), "--grid", "train.seed=0,1", "--out", str(out)]
-        + ["--backend", "local"]
-        + list(REAL_SUPERVISED_TINY)
+        ["sweep", str(DEMO_COPY), "--grid", "core.name=lstm,ur_lstm", "--out", str(out)]
+        + ["--backend", "local", "--max-concurrent", "2", *TINY_COPY]
     )
     assert code == 0, capsys.readouterr()
-    for seed in (0, 1):
-        run = out / f"seed={seed}"
+    for core in ("lstm", "ur_lstm"):
+        run = out / f"name={core}"
         assert json.loads((run / "trial.json").read_text())["status"] == "ok"
-        assert (run / "config.yaml").is_file() and (run / "progress.csv").is_file()
-        assert list(run.glob("events.out.tfevents.*"))
-
-
-# Overrides that make the demo copy task finish in a few seconds (set when the command landed).
-REAL_SUPERVISED_TINY: tuple[str, ...] = ()
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        assert saved["core"]["name"] == core and saved["train"]["steps"] == 20
+        assert list(run.glob("events.out.tfevents.*")) and (run / "progress.csv").is_file()
+    png = tmp_path / "curves.png"
+    assert main(["plot", str(out), "--metric", "eval/accuracy", "--out", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    report = tmp_path / "report.md"
+    assert main(["report", str(out), "--out", str(report)]) == 0
+    text = report.read_text()
+    assert "## eval/accuracy" in text and "| copy | ur_lstm | 1 |" in text
+    assert (tmp_path / "report_eval_accuracy.png").is_file()

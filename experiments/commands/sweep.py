@@ -18,6 +18,7 @@ from experiments.sweep import (
     parse_grid,
     run_sweep,
     summarize,
+    validate_trials,
 )
 
 
@@ -102,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.trial_timeout,
         threads_per_trial=args.threads_per_trial,
     )
+    if args.command_template == DEFAULT_TEMPLATE:
+        # the trials run memcores itself: check each trial's config now, before any folder exists
+        validate_trials(command, trials, args.config)
     if args.dry_run:
         import shlex
 
