@@ -182,3 +182,15 @@ def test_user_options_reach_the_core() -> None:
     assert make_core("power_rnn", D, H, r=1.5).r == 1.5
     with pytest.raises(ValueError, match="p must be"):
         make_core("hdetach_lstm", D, H, p=1.5)
+
+
+def test_bench_cores_quick_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.bench import cores as bench
+
+    assert bench.main(["--quick", "--cores", "lstm,tied_lstm,fast_lstm,ur_lstm,gru"]) == 0
+    out = capsys.readouterr().out
+    assert "threads=1" in out and "x nn.LSTM" in out and "x twin" in out
+    for name in ("nn.LSTM", "lstm", "tied_lstm", "fast_lstm", "ur_lstm", "gru"):
+        assert any(line.startswith(f"{name} ") for line in out.splitlines()), name
+    with pytest.raises(ValueError, match="valid cores"):
+        bench.main(["--quick", "--cores", "nope"])
