@@ -39,25 +39,37 @@ def layer_init(layer: nn.Linear | nn.Conv2d, gain: float = float(np.sqrt(2))) ->
 
 
 class ImageEncoder(nn.Module):
-    """MiniGrid's ``[..., 7, 7, 3]`` symbolic view -> ``[..., 64]`` features.
+    """MiniGrid's ``[..., H, W, 3]`` symbolic view -> ``[..., output_size]`` features.
 
-    ``cnn`` reads the raw integer channels as floats (torch-ac's encoder); ``embed`` first maps
-    each cell's (object, colour, state) triple to the sum of three learned embeddings.
-    Both work on any view size >= 7 (a 2x2 max-pool and three 2x2 convs).
+    - ``flat``: one linear layer (+ReLU) on the flattened view, each channel scaled to [0, 1]
+      (what SB3's MlpPolicy sees); by far the cheapest on CPU for 7x7 views.
+    - ``cnn``: torch-ac's conv net on the raw integer channels (2x2 convs, one max-pool).
+    - ``embed``: learned embeddings of each cell's (object, colour, state), summed, then the
+      same conv net.
     """
 
-    def __init__(self, kind: str = "cnn", view: tuple[int, int] = (7, 7), embed_dim: int = 8):
+    def __init__(self, kind: str = "flat", view: tuple[int, int] = (7, 7), embed_dim: int = 8):
         super().__init__()
         self.kind = kind
+        self.input_shape = (*view, 3)
         in_channels = 3
+        # channel maxima of the symbolic view (object, colour, state), for scaling to [0, 1]
+        scale = 1.0 / torch.tensor(_CELL_VOCAB, dtype=torch.float32).sub(1)
+        self.register_buffer("scale", scale, persistent=False)
+        if kind == "flat":
+            self.linear = layer_init(nn.Linear(view[0] * view[1] * 3, 64))
+            self.output_size = 64
+            return
         if kind == "embed":
             self.embed = nn.Embedding(sum(_CELL_VOCAB), embed_dim)
             self.register_buffer(
-                "offsets", torch.tensor([0, _CELL_VOCAB[0], _CELL_VOCAB[0] + _CELL_VOCAB[1]])
+                "offsets",
+                torch.tensor([0, _CELL_VOCAB[0], _CELL_VOCAB[0] + _CELL_VOCAB[1]]),
+                persistent=False,
             )
             in_channels = embed_dim
         elif kind != "cnn":
-            raise ValueError(f"unknown image encoder {kind!r}; valid: cnn, embed")
+            raise ValueError(f"unknown image encoder {kind!r}; valid: flat, cnn, embed")
         self.conv = nn.Sequential(
             nn.Conv2d(in_channels, 16, 2),
             nn.ReLU(),
@@ -73,6 +85,8 @@ class ImageEncoder(nn.Module):
 
     def forward(self, image: Tensor) -> Tensor:
         """``image [N, H, W, 3]`` uint8 -> ``[N, output_size]``."""
+        if self.kind == "flat":
+            return torch.relu(self.linear((image.float() * self.scale).flatten(1)))
         if self.kind == "embed":
             idx = image.long().clamp_max(max(_CELL_VOCAB) - 1) + self.offsets  # [N, H, W, 3]
             x = self.embed(idx).sum(-2).permute(0, 3, 1, 2)  # [N, E, H, W]
@@ -120,7 +134,7 @@ class RecurrentActorCritic(nn.Module):
         core_name: str = "lstm",
         hidden_size: int = 128,
         core_options: dict[str, Any] | None = None,
-        image_encoder: str = "cnn",
+        image_encoder: str = "flat",
         mission: str = "mean",
         vocab_size: int = 1,
         image_shape: tuple[int, int, int] = (7, 7, 3),

@@ -97,9 +97,11 @@ class AgentConfig:
     target_kl: float | None = None
     """PPO early stop: skip the remaining minibatches of an update once the approximate KL
     exceeds ``1.5 * target_kl`` (``None``: never stop early)."""
-    image_encoder: Literal["cnn", "embed"] = "cnn"
-    """``cnn``: small conv net on the raw 7x7x3 symbolic image (torch-ac); ``embed``: learned
-    embeddings of object/colour/state per cell, then the same conv net."""
+    image_encoder: Literal["flat", "cnn", "embed"] = "flat"
+    """``flat``: one linear layer on the scaled 7x7x3 symbolic image (cheapest on CPU);
+    ``cnn``: torch-ac's small conv net on the raw image; ``embed``: learned embeddings of
+    object/colour/state per cell, then the same conv net. ``flat`` ties the weights to the
+    view size; ``cnn``/``embed`` do not."""
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""

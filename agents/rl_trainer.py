@@ -71,9 +71,11 @@ def make_vector_env(
     make_env(env_id, **env_kwargs).close()  # validate the id/options in this process first
     fns = [partial(_make_one, env_id, seed + i, env_kwargs) for i in range(n_envs)]
     mode = gym.vector.AutoresetMode.SAME_STEP
+    # copy=False: observations are views of the vector env's buffers, valid until the next
+    # step(); the trainer copies them into its rollout buffer before stepping again.
     if vector == "async":
-        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
-    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, copy=False)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode, copy=False)
 
 
 def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

@@ -1,0 +1,200 @@
+"""Evaluate a trained recurrent agent on any env id: mean return and success rate.
+
+The policy runs in eval mode (deterministic cores), its state carried per env and reset at
+episode starts exactly as in training. Episodes are split evenly over the envs in advance
+(env ``i`` plays its share and then idles), so short episodes are not over-counted the way
+"first N episodes to finish" would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
+from agents.rl_trainer import (
+    episode_success,
+    load_rl_checkpoint,
+    make_vector_env,
+    policy_from_checkpoint,
+)
+
+
+@dataclass
+class EvalResult:
+    """Per-episode returns/lengths/successes and their summaries."""
+
+    env_id: str
+    returns: list[float]
+    lengths: list[int]
+    successes: list[bool]
+
+    @property
+    def episodes(self) -> int:
+        return len(self.returns)
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    @property
+    def std_return(self) -> float:
+        return float(np.std(self.returns)) if self.returns else float("nan")
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean(self.successes)) if self.successes else float("nan")
+
+    @property
+    def mean_length(self) -> float:
+        return float(np.mean(self.lengths)) if self.lengths else float("nan")
+
+    def summary(self) -> str:
+        return (
+            f"{self.env_id}: {self.episodes} episodes, mean return {self.mean_return:.3f} "
+            f"+- {self.std_return:.3f}, success rate {self.success_rate:.3f}, "
+            f"mean length {self.mean_length:.1f}"
+        )
+
+
+@torch.no_grad()
+def evaluate_policy(
+    policy: RecurrentActorCritic,
+    env_id: str,
+    episodes: int = 100,
+    argmax: bool = False,
+    seed: int = 10_000,
+    n_envs: int = 8,
+    env_kwargs: dict[str, Any] | None = None,
+    device: str | torch.device = "cpu",
+) -> EvalResult:
+    """Run ``episodes`` episodes of ``policy`` on ``env_id``.
+
+    :param argmax: take the most likely action instead of sampling.
+    :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
+    :raises ValueError: unknown env id, or an env whose observations the policy cannot read.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    n_envs = max(1, min(n_envs, episodes))
+    quota = np.full(n_envs, episodes // n_envs)
+    quota[: episodes % n_envs] += 1
+    device = torch.device(device)
+    envs = make_vector_env(env_id, n_envs, seed, "sync", env_kwargs)
+    try:
+        image_shape = tuple(envs.single_observation_space["image"].shape)
+        expected = tuple(policy.image.input_shape)
+        if image_shape != expected:
+            raise ValueError(
+                f"env {env_id!r} gives {image_shape} images; this policy reads {expected}"
+            )
+        policy.eval()
+        obs, _ = envs.reset(seed=seed)
+        starts = torch.ones(n_envs, dtype=torch.bool, device=device)
+        state = policy.initial_state(n_envs, device)
+        done_count = np.zeros(n_envs, dtype=np.int64)
+        running_return = np.zeros(n_envs)
+        running_length = np.zeros(n_envs, dtype=np.int64)
+        result = EvalResult(env_id, [], [], [])
+        while (done_count < quota).any():
+            out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
+            actions, _ = sample_actions(out.logits[0], argmax=argmax)
+            state = out.state
+            obs, reward, terminated, truncated, infos = envs.step(actions.cpu().numpy())
+            done = np.logical_or(terminated, truncated)
+            starts = torch.as_tensor(done, device=device)
+            running_return += reward
+            running_length += 1
+            if done.any():
+                success = episode_success(infos, done, np.asarray(reward))
+                for i in np.flatnonzero(done):
+                    if done_count[i] < quota[i]:
+                        result.returns.append(float(running_return[i]))
+                        result.lengths.append(int(running_length[i]))
+                        result.successes.append(bool(success[i]))
+                    done_count[i] += 1
+                running_return[done] = 0.0
+                running_length[done] = 0
+        return result
+    finally:
+        envs.close()
+
+
+def load_policy(
+    run: str | Path, device: str | torch.device = "cpu"
+) -> tuple[RecurrentActorCritic, Any]:
+    """A run folder or checkpoint file -> (policy in eval mode, its config)."""
+    payload = load_rl_checkpoint(run, device)
+    return policy_from_checkpoint(payload, device)
+
+
+def evaluate_run(
+    run: str | Path,
+    env_id: str | None = None,
+    episodes: int = 100,
+    argmax: bool = False,
+    seed: int = 10_000,
+    device: str | torch.device = "cpu",
+) -> EvalResult:
+    """Load ``run``'s checkpoint and evaluate it on ``env_id`` (default: its training env)."""
+    policy, config = load_policy(run, device)
+    env_id = env_id or config.env.id
+    kwargs = config.env.kwargs if env_id == config.env.id else {}
+    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs, device=device)
+
+
+@torch.no_grad()
+def record_gif(
+    run: str | Path,
+    gif_path: str | Path,
+    env_id: str | None = None,
+    episodes: int = 3,
+    argmax: bool = False,
+    seed: int = 10_000,
+    fps: float = 8.0,
+    max_frames: int = 2_000,
+) -> tuple[int, list[float]]:
+    """Play ``episodes`` episodes of a trained run and write them as one GIF (imageio).
+
+    :return: the number of frames written and each episode's return.
+    """
+    import imageio.v2 as imageio
+
+    from envs import make_env
+
+    policy, config = load_policy(run)
+    env_id = env_id or config.env.id
+    kwargs = config.env.kwargs if env_id == config.env.id else {}
+    env = make_env(env_id, seed=seed, render_mode="rgb_array", **kwargs)
+    frames: list[np.ndarray] = []
+    returns: list[float] = []
+    try:
+        for _ in range(episodes):
+            obs, _ = env.reset()
+            state = policy.initial_state(1)
+            start = torch.ones(1, 1, dtype=torch.bool)
+            total, done = 0.0, False
+            frames.append(env.render())
+            while not done and len(frames) < max_frames:
+                batch = {
+                    k: torch.as_tensor(np.asarray(v)).view(1, 1, *np.shape(v))
+                    for k, v in obs.items()
+                }
+                out = policy(batch, state, start)
+                action, _ = sample_actions(out.logits[0], argmax=argmax)
+                state, start = out.state, torch.zeros(1, 1, dtype=torch.bool)
+                obs, reward, terminated, truncated, _ = env.step(int(action[0]))
+                total += float(reward)
+                done = terminated or truncated
+                frames.append(env.render())
+            returns.append(total)
+    finally:
+        env.close()
+    gif_path = Path(gif_path)
+    gif_path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.mimsave(gif_path, frames, duration=1.0 / fps, loop=0)
+    return len(frames), returns

@@ -1,0 +1,137 @@
+"""``memcores bench rl``: PPO steps/s of memcores vs sb3-contrib RecurrentPPO, side by side.
+
+Same settings on both sides: MiniGrid-MemoryS7-v0, an LSTM of 64 units, 8 sync envs x 128
+steps, 4 epochs, minibatch 256, the same number of torch threads, on CPU. sb3-contrib runs
+``RecurrentPPO("MlpLstmPolicy", lstm_hidden_size=64, shared_lstm=True,
+enable_critic_lstm=False)`` on the flattened 7x7x3 image (minigrid's ``ImgObsWrapper`` +
+gymnasium's ``FlattenObservation``: SB3 needs a Box observation); memcores runs its own
+policy (CNN image encoder, direction and mission embeddings, ``lstm`` core, seq_len 32).
+Each side first runs one warm-up update (imports, allocator), then is timed over
+``--updates`` updates; the two are run alternately ``--repeats`` times and the best of each is
+kept, so a busy machine hurts both alike. Frames = env steps over all envs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+
+import torch
+
+ENV_ID = "MiniGrid-MemoryS7-v0"
+
+
+def _ours(updates: int, n_envs: int, n_steps: int, core: str, device: str, tmp: str) -> float:
+    """Frames per second of ``memcores train`` for ``updates`` updates (after a warm-up)."""
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import train
+    from experiments.config import load_config
+
+    def run(n_updates: int, name: str) -> float:
+        overrides = [
+            f"env.id={ENV_ID}",
+            f"env.n_envs={n_envs}",
+            f"core.name={core}",
+            "core.hidden_size=64",
+            "agent.algo=ppo",
+            f"agent.n_steps={n_steps}",
+            "agent.seq_len=32",
+            "agent.n_epochs=4",
+            f"agent.minibatch_size={min(256, n_envs * n_steps)}",
+            f"train.total_steps={n_updates * n_envs * n_steps}",
+            f"train.device={device}",
+            "train.threads=0",  # keep the thread count this bench set for both sides
+            "train.progress=false",
+            "train.histogram_every=0",
+            f"train.checkpoint_every={n_updates}",
+        ]
+        config = load_config(RLConfig, None, overrides)
+        start = time.perf_counter()
+        result = train(config, f"{tmp}/{name}")
+        return result.global_step / (time.perf_counter() - start)
+
+    run(1, "warmup")
+    return run(updates, "timed")
+
+
+def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> float:
+    """Frames per second of sb3-contrib RecurrentPPO at the same settings."""
+    import gymnasium as gym
+    from minigrid.wrappers import ImgObsWrapper
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import envs  # noqa: F401  (registers MiniGrid ids)
+
+    def make(i: int):
+        def thunk() -> gym.Env:
+            env = gym.wrappers.FlattenObservation(ImgObsWrapper(gym.make(ENV_ID)))
+            env.reset(seed=i)
+            return env
+
+        return thunk
+
+    vec = DummyVecEnv([make(i) for i in range(n_envs)])
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        vec,
+        n_steps=n_steps,
+        batch_size=min(256, n_envs * n_steps),
+        n_epochs=4,
+        policy_kwargs=dict(lstm_hidden_size=64, shared_lstm=True, enable_critic_lstm=False),
+        device=device,
+        seed=0,
+        verbose=0,
+    )
+    model.learn(n_envs * n_steps)  # warm-up update
+    start = time.perf_counter()
+    model.learn(updates * n_envs * n_steps, reset_num_timesteps=False)
+    fps = updates * n_envs * n_steps / (time.perf_counter() - start)
+    vec.close()
+    return fps
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)
+    parser.add_argument("--updates", type=int, default=4, help="timed updates per side")
+    parser.add_argument("--repeats", type=int, default=2, help="alternating repeats; best kept")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
+    parser.add_argument("--core", default="lstm", help="memcores core (default lstm)")
+    parser.add_argument("--device", default="cpu", help="device of both sides (default cpu)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny run (2 envs x 32 steps, 1 update) for tests"
+    )
+    parser.add_argument("--skip-sb3", action="store_true", help="time memcores only")
+    args = parser.parse_args(argv)
+
+    n_envs, n_steps, updates, repeats = 8, 128, args.updates, args.repeats
+    if args.quick:
+        n_envs, n_steps, updates, repeats = 2, 32, 1, 1
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(
+        f"bench rl: {ENV_ID}, {n_envs} envs x {n_steps} steps, 4 epochs, minibatch "
+        f"{min(256, n_envs * n_steps)}, hidden 64, {updates} timed updates x {repeats} repeats, "
+        f"torch threads {torch.get_num_threads()}, device {args.device}"
+    )
+    tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_")
+    ours: list[float] = []
+    theirs: list[float] = []
+    try:
+        for r in range(repeats):
+            ours.append(_ours(updates, n_envs, n_steps, args.core, args.device, f"{tmp}/{r}"))
+            print(f"  repeat {r + 1}: memcores ({args.core}) {ours[-1]:8.0f} frames/s", flush=True)
+            if not args.skip_sb3:
+                theirs.append(_sb3(updates, n_envs, n_steps, args.device))
+                print(f"  repeat {r + 1}: sb3-contrib RecurrentPPO {theirs[-1]:8.0f} frames/s")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    best_ours = max(ours)
+    print(f"memcores PPO ({args.core}):     {best_ours:8.0f} frames/s")
+    if theirs:
+        best_theirs = max(theirs)
+        print(f"sb3-contrib RecurrentPPO: {best_theirs:8.0f} frames/s")
+        print(f"ratio memcores / sb3-contrib: {best_ours / best_theirs:.2f}x")
+    return 0

@@ -1,0 +1,45 @@
+"""``memcores evaluate RUN --env ID --episodes N [--argmax]``: mean return and success rate.
+
+RUN is a run folder (``runs/<name>``) or a checkpoint file. The env may differ from the
+training env (transfer: train on DoorKey-5x5, evaluate on DoorKey-16x16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run folder or checkpoint file")
+    parser.add_argument("--env", default=None, help="env id (default: the training env)")
+    parser.add_argument("--episodes", type=int, default=100, help="episodes (default 100)")
+    parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
+    parser.add_argument("--seed", type=int, default=10_000, help="env seed (default 10000)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from agents.device import resolve_device
+    from agents.evaluation import evaluate_run
+
+    result = evaluate_run(
+        args.run, args.env, args.episodes, args.argmax, args.seed, resolve_device(args.device)
+    )
+    if args.json:
+        print(
+            json.dumps(
+                dict(
+                    env=result.env_id,
+                    episodes=result.episodes,
+                    mean_return=result.mean_return,
+                    std_return=result.std_return,
+                    success_rate=result.success_rate,
+                    mean_length=result.mean_length,
+                )
+            )
+        )
+    else:
+        print(result.summary())
+    return 0

@@ -1,0 +1,27 @@
+"""``memcores visualize RUN --env ID --gif out.gif``: record a trained agent as a GIF."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run folder or checkpoint file")
+    parser.add_argument("--env", default=None, help="env id (default: the training env)")
+    parser.add_argument("--gif", required=True, help="output GIF path")
+    parser.add_argument("--episodes", type=int, default=3, help="episodes to record")
+    parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
+    parser.add_argument("--seed", type=int, default=10_000, help="env seed")
+    parser.add_argument("--fps", type=float, default=8.0, help="frames per second of the GIF")
+
+
+def run(args: argparse.Namespace) -> int:
+    from agents.evaluation import record_gif
+
+    frames, returns = record_gif(
+        args.run, Path(args.gif), args.env, args.episodes, args.argmax, args.seed, args.fps
+    )
+    shown = ", ".join(f"{r:.2f}" for r in returns)
+    print(f"wrote {args.gif}: {frames} frames, {len(returns)} episodes (returns {shown})")
+    return 0
