@@ -188,3 +188,30 @@ def test_digits_reports_test_split(tmp_path: Path) -> None:
     rows = list(csv.DictReader((tmp_path / "progress.csv").open()))
     # power_rnn has no forget gate: no time-scale columns, and no crash
     assert not any(r.get("train/timescale_median") for r in rows)
+
+
+def test_diagnose_config_and_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "lag.png"
+    code = main(
+        ["diagnose", "experiments/configs/lag_profile.yaml"]
+        + ["--cores", "leaky_rnn,power_rnn,lstm", "--batch", "16", "--out", str(out)]
+    )
+    assert code == 0 and out.is_file()
+    rows = list(csv.DictReader(out.with_suffix(".csv").open()))
+    grads = {}
+    for r in rows:
+        grads.setdefault(r["label"], {})[int(r["lag"])] = float(r["grad_norm"])
+    assert set(grads) == {"leaky_rnn (init)", "power_rnn (init)", "lstm (init)"}
+    assert len(grads["lstm (init)"]) == 64
+    # exponential (leaky) vs polynomial (power-law) memory decay at initialisation
+    leaky, power = grads["leaky_rnn (init)"], grads["power_rnn (init)"]
+    assert leaky[63] / leaky[0] < 1e-8 < 1e-3 < power[63] / power[0]
+    capsys.readouterr()
+    # a trained run, before and after
+    run = tmp_path / "run"
+    supervised.train(_config(run, "train.steps=2", "train.eval_every=2"))
+    out2 = tmp_path / "run.png"
+    assert main(["diagnose", str(run), "--before-after", "--out", str(out2)]) == 0
+    text = capsys.readouterr().out
+    assert "lstm (init)" in text and "lstm (step 2)" in text and out2.is_file()
+    assert main(["diagnose", str(tmp_path / "missing"), "--out", str(out2)]) == 2
