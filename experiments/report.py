@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.config import parse_override, set_dotted
 from experiments.plotting import auto_panel_key, find_runs, get_dotted, plot_runs, read_config
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
 
@@ -33,6 +34,9 @@ DEFAULT_METRICS = (
 LOWER_IS_BETTER = re.compile(r"loss|mse|error|ep_len|bpc|perplexity", re.IGNORECASE)
 LABEL_KEYS = ("env.id", "task.name", "suite")
 SKIP_CSVS = ("progress.csv",)
+# Columns of a trial's result CSV that differ per trial by construction (paths): left out so
+# the seeds of one row are averaged instead of listed apart.
+SKIP_COLUMNS = re.compile(r"(^|_)(dir|path|file)$")
 
 
 @dataclasses.dataclass
@@ -45,9 +49,52 @@ class TrialInfo:
     config: dict[str, Any]
     seconds: float | None = None
     message: str = ""
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The trial's dotted overrides as a tree: the fallback when it has no config.yaml of its
+    own (a transfer trial keeps one per env pair, in sub-folders)."""
 
     def get(self, key: str, default: Any = None) -> Any:
-        return get_dotted(self.config, key, default)
+        value = get_dotted(self.config, key)
+        return get_dotted(self.settings, key, default) if value is None else value
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """A folder with a ``progress.csv`` inside a finished trial (the trial folder itself, or
+    one env pair's run of a transfer trial)."""
+
+    path: Path
+    trial: TrialInfo
+    config: dict[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = get_dotted(self.config, key)
+        return self.trial.get(key, default) if value is None else value
+
+
+def settings_tree(overrides: Sequence[str]) -> dict[str, Any]:
+    """``["core.name=lstm", "train.seed=0"]`` -> ``{"core": {"name": "lstm"}, ...}``."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        try:
+            set_dotted(tree, *parse_override(item))
+        except ValueError:
+            continue
+    return tree
+
+
+def load_runs(trials: Sequence[TrialInfo]) -> list[RunInfo]:
+    """Every run folder (with ``progress.csv``) of the finished trials, hidden folders skipped."""
+    runs = []
+    for trial in trials:
+        if trial.status != "ok":
+            continue
+        for csv_path in sorted(trial.path.rglob("progress.csv")):
+            folder = csv_path.parent
+            if any(p.startswith(".") for p in folder.relative_to(trial.path).parts):
+                continue
+            runs.append(RunInfo(folder, trial, read_config(folder, trial.path)))
+    return runs
 
 
 def load_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
@@ -79,6 +126,7 @@ def load_trials(sweep_dir: Path) -> list[TrialInfo]:
             config=read_config(folder, folder),
             seconds=record.get("seconds"),
             message=record.get("message", ""),
+            settings=settings_tree(record.get("overrides", [])),
         )
     for config_path in sorted(sweep_dir.glob("*/config.yaml")):
         folder = config_path.parent
@@ -130,10 +178,10 @@ def seed_keys(keys: Sequence[str]) -> set[str]:
     return {k for k in keys if k.rsplit(".", 1)[-1] == "seed"}
 
 
-def row_keys(trials: Sequence[TrialInfo], grid_keys: Sequence[str]) -> list[str]:
+def row_keys(items: Sequence[TrialInfo | RunInfo], grid_keys: Sequence[str]) -> list[str]:
     """Config keys that make one table row each: env/task label, core, other swept keys.
     Seeds are never a row key: they are what rows average over."""
-    keys = [k for k in LABEL_KEYS if any(t.get(k) is not None for t in trials)][:1]
+    keys = [k for k in LABEL_KEYS if any(t.get(k) is not None for t in items)][:1]
     keys.append("core.name")
     seeds = seed_keys(grid_keys)
     keys += [k for k in grid_keys if k not in keys and k not in seeds]
@@ -146,19 +194,17 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def metric_table(trials: Sequence[TrialInfo], metric: str, keys: Sequence[str]) -> str | None:
+def metric_table(runs: Sequence[RunInfo], metric: str, keys: Sequence[str]) -> str | None:
     """Final and best value of ``metric`` per row (mean ± std over seeds); None if unlogged."""
     lower = bool(LOWER_IS_BETTER.search(metric))
     groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
-    for trial in trials:
-        if trial.status != "ok":
-            continue
-        points = read_progress(trial.path).get(metric)
+    for run in runs:
+        points = read_progress(run.path).get(metric)
         if not points:
             continue
         values = [v for _, v in points]
         best = min(values) if lower else max(values)
-        key = tuple(str(trial.get(k, "-")) for k in keys)
+        key = tuple(str(run.get(k, "-")) for k in keys)
         groups.setdefault(key, []).append((values[-1], best, points[-1][0]))
     if not groups:
         return None
@@ -209,7 +255,7 @@ def csv_tables(trials: Sequence[TrialInfo], keys: Sequence[str]) -> dict[str, st
                 continue
             name = str(path.relative_to(trial.path))
             if name not in layouts:
-                columns = list(rows[0])
+                columns = [c for c in rows[0] if c and not SKIP_COLUMNS.search(c)]
                 numeric = [c for c in columns if all(_number(r[c]) is not None for r in rows)]
                 text = [c for c in columns if c not in numeric]
                 own = [k for k in keys if k not in columns]
@@ -258,11 +304,12 @@ def build_report(
     out = Path(out)
     meta = load_sweep_meta(sweep_dir)
     trials = load_trials(sweep_dir)
+    runs = load_runs(trials)
     grid_keys = list(meta.get("grid", {}))
-    keys = row_keys(trials, grid_keys)
+    keys = row_keys(runs or trials, grid_keys)
     logged: set[str] = set()
-    for trial in trials:
-        logged.update(read_progress(trial.path))
+    for run in runs:
+        logged.update(read_progress(run.path))
     if metrics:
         missing = [m for m in metrics if m not in logged]
         if missing:
@@ -299,7 +346,7 @@ def build_report(
     panel_key = auto_panel_key(find_runs([sweep_dir])) if plots and ok else None
     group_by = [k for k in keys if k not in LABEL_KEYS]
     for metric in metrics:
-        table = metric_table(trials, metric, keys)
+        table = metric_table(runs, metric, keys)
         if table is None:
             continue
         lines += [f"## {metric}", "", table, ""]
@@ -310,7 +357,8 @@ def build_report(
             )
             lines += [f"![{metric}]({png.name})", ""]
 
-    for name, table in csv_tables(trials, keys).items():
+    trial_keys = row_keys(trials, grid_keys)
+    for name, table in csv_tables(trials, trial_keys).items():
         lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]
 
     if failed:

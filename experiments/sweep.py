@@ -40,12 +40,23 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from experiments.config import parse_override, read_yaml_mapping
 
 COMMANDS = ("train", "supervised", "transfer")
 BACKENDS = ("auto", "ray", "local")
 # The default way a trial runs: the module behind the ``memcores`` script, with this Python.
 DEFAULT_TEMPLATE = "{python} -m experiments.cli {command} {config} {overrides}"
+# `memcores transfer SUITE --config RL_CONFIG --out DIR`: it trains one run per env pair of the
+# suite under DIR (setting their run.dir itself) and writes DIR/table.csv.
+TRANSFER_TEMPLATE = (
+    "{python} -m experiments.cli transfer {suite} --config {config} --out {run_dir} "
+    "{extra} {overrides}"
+)
+# Top-level keys of a transfer sweep config that are arguments of `memcores transfer`, not RL
+# config keys: they are taken out, and the rest is the RL config given to --config.
+TRANSFER_KEYS = ("suite", "episodes", "argmax")
 TRIAL_FILE = "trial.json"
 SWEEP_FILE = "sweep.json"
 LOG_TAIL_LINES = 15
@@ -54,6 +65,7 @@ LOG_TAIL_LINES = 15
 SCHEMAS = {
     "train": "agents.rl_config:RLConfig",
     "supervised": "agents.supervised_config:SupervisedConfig",
+    "transfer": "agents.rl_config:RLConfig",
 }
 
 
@@ -72,8 +84,12 @@ class Trial:
     :param run_dir: absolute path of the trial's run directory.
     :param log_path: absolute path of the trial's stdout/stderr log.
     :param cwd: working directory of the child process.
+    :param config: the config file the child is given.
     :param env: variables set for the child on top of the environment of the process that
         runs it (only these travel to Ray workers, never the whole environment).
+    :param files: files (path -> text) written before the child starts, e.g. the RL config of
+        a transfer sweep without its ``suite:`` key.
+    :param suite: the transfer suite of a transfer trial.
     :param timeout: seconds after which the child is killed (None: no limit).
     """
 
@@ -84,7 +100,10 @@ class Trial:
     run_dir: str
     log_path: str
     cwd: str
+    config: str = ""
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    suite: str = ""
     python: str = sys.executable
     timeout: float | None = None
 
@@ -173,26 +192,33 @@ def infer_command(config: dict[str, Any]) -> str:
     return "train"
 
 
-def build_argv(
-    template: str, command: str, config: str, overrides: Sequence[str], python: str
-) -> list[str]:
-    """Fill a command template. ``{overrides}`` must stand alone and expands to several words;
-    ``{python}``, ``{command}``, ``{config}`` may appear anywhere."""
+def build_argv(template: str, lists: dict[str, Sequence[str]], words: dict[str, str]) -> list[str]:
+    """Fill a command template. A placeholder of ``lists`` (``{overrides}``, ``{extra}``) must
+    stand alone and expands to several words; those of ``words`` (``{python}``, ``{command}``,
+    ``{config}``, ``{run_dir}``, ``{suite}``) may appear anywhere."""
+    parts = shlex.split(template)
+    if "{overrides}" not in parts:
+        raise SweepError(f"--command-template {template!r} must contain {{overrides}}")
     argv: list[str] = []
-    for word in shlex.split(template):
-        if word == "{overrides}":
-            argv.extend(overrides)
+    for word in parts:
+        name = word[1:-1] if word.startswith("{") and word.endswith("}") else None
+        if name in lists:
+            argv.extend(lists[name])
             continue
         try:
-            argv.append(word.format(python=python, command=command, config=config))
+            argv.append(word.format(**words))
         except (KeyError, IndexError) as err:
+            valid = ", ".join("{" + k + "}" for k in [*words, *lists])
             raise SweepError(
-                f"--command-template {template!r}: unknown placeholder {err}; "
-                "valid: {python}, {command}, {config}, {overrides}"
+                f"--command-template {template!r}: unknown placeholder {err}; valid: {valid}"
             ) from None
-    if "{overrides}" not in shlex.split(template):
-        raise SweepError(f"--command-template {template!r} must contain {{overrides}}")
     return argv
+
+
+def split_transfer_config(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(arguments of `memcores transfer` found in the config, the RL config without them)."""
+    args = {k: raw[k] for k in TRANSFER_KEYS if k in raw}
+    return args, {k: v for k, v in raw.items() if k not in TRANSFER_KEYS}
 
 
 def make_trials(
@@ -236,6 +262,22 @@ def make_trials(
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
         if var not in os.environ
     }
+    config_file = str(config_path)
+    files: dict[str, str] = {}
+    transfer_args: dict[str, Any] = {}
+    if command == "transfer":
+        transfer_args, rl_config = split_transfer_config(raw)
+        if transfer_args:
+            # transfer's --config must be a plain RL config: give it a copy without the keys
+            config_file = str(out / "transfer_config.yaml")
+            files[config_file] = yaml.safe_dump(rl_config, sort_keys=False)
+        bad = [k for k in grid_keys if k in TRANSFER_KEYS and k != "suite"]
+        if bad:
+            raise SweepError(f"--grid {bad[0]} cannot be swept; valid transfer grid key: suite")
+    elif "suite" in grid_keys:
+        raise SweepError("--grid suite=... is for transfer sweeps (--command transfer)")
+    if command == "transfer" and template == DEFAULT_TEMPLATE:
+        template = TRANSFER_TEMPLATE
     trials = []
     names: set[str] = set()
     for assignment in expand_grid(grid):
@@ -244,36 +286,60 @@ def make_trials(
             raise SweepError(f"two grid points map to the same trial folder {name!r}")
         names.add(name)
         run_dir = out / name
-        trial_overrides = [*overrides, *(f"{k}={v}" for k, v in assignment.items())]
-        trial_overrides.append(f"run.dir={run_dir}")
+        dotted = {k: v for k, v in assignment.items() if k not in TRANSFER_KEYS}
+        trial_overrides = [*overrides, *(f"{k}={v}" for k, v in dotted.items())]
+        extra: list[str] = []
+        suite = ""
+        if command == "transfer":
+            suite = str(assignment.get("suite", transfer_args.get("suite") or ""))
+            if not suite:
+                raise SweepError(
+                    "a transfer sweep needs a suite: `suite: NAME` in the config or "
+                    "--grid suite=NAME1,NAME2 (see `memcores list suites`)"
+                )
+            if transfer_args.get("episodes") is not None:
+                extra += ["--episodes", str(transfer_args["episodes"])]
+            if transfer_args.get("argmax"):
+                extra.append("--argmax")
+        else:
+            # transfer sets each env pair's run.dir under --out itself
+            trial_overrides.append(f"run.dir={run_dir}")
+        words = {
+            "python": sys.executable,
+            "command": command,
+            "config": config_file,
+            "run_dir": str(run_dir),
+            "suite": suite,
+        }
         trials.append(
             Trial(
                 name=name,
                 assignment=dict(assignment),
                 overrides=trial_overrides,
-                argv=build_argv(
-                    template, command, str(config_path), trial_overrides, sys.executable
-                ),
+                argv=build_argv(template, {"overrides": trial_overrides, "extra": extra}, words),
                 run_dir=str(run_dir),
                 log_path=str(out / "logs" / f"{name}.log"),
                 cwd=os.getcwd(),
+                config=config_file,
                 env=env,
+                files=files,
+                suite=suite,
                 timeout=timeout,
             )
         )
     return command, trials
 
 
-def validate_trials(command: str, trials: Sequence[Trial], config_path: str | Path) -> bool:
-    """Load every trial's config with the command's schema, so a wrong key, value or core name
-    stops the sweep before anything is written (the same check the command itself makes).
+def validate_trials(command: str, trials: Sequence[Trial]) -> bool:
+    """Load every trial's config with the command's schema, so a wrong key, value, core or
+    suite name stops the sweep before anything is written (the check the command makes).
 
     :returns: False when the command has no known schema (nothing was checked).
     :raises ConfigError: the first trial whose config is wrong, named in the message.
     """
     import importlib
 
-    from experiments.config import ConfigError, load_config
+    from experiments.config import ConfigError, build, set_dotted
 
     target = SCHEMAS.get(command)
     if target is None:
@@ -285,15 +351,28 @@ def validate_trials(command: str, trials: Sequence[Trial], config_path: str | Pa
         return False
     from cores import CORES
 
+    suites: Any = None
+    if command == "transfer":
+        from envs.suites import SUITES as suites
     for trial in trials:
+        if trial.config in trial.files:
+            raw = yaml.safe_load(trial.files[trial.config]) or {}
+        else:
+            raw = read_yaml_mapping(trial.config)
+        for item in trial.overrides:
+            set_dotted(raw, *parse_override(item))
         try:
-            config = load_config(schema, config_path, trial.overrides)
+            config = build(schema, raw, prefix="")
         except ConfigError as err:
             raise ConfigError(f"trial {trial.name}: {err}") from None
         core = getattr(getattr(config, "core", None), "name", None)
         if core is not None and core not in CORES:
             raise ConfigError(
                 f"trial {trial.name}: unknown core {core!r}; valid: {', '.join(CORES)}"
+            )
+        if suites is not None and trial.suite not in suites:
+            raise ConfigError(
+                f"trial {trial.name}: unknown suite {trial.suite!r}; valid: {', '.join(suites)}"
             )
     return True
 
@@ -303,13 +382,17 @@ def validate_trials(command: str, trials: Sequence[Trial], config_path: str | Pa
 
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
     """Write JSON via a temp file in the same folder, fsync, rename: never half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write text via a temp file in the same folder, fsync, rename: never half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -360,6 +443,8 @@ def run_trial(
     run_dir, log_path = Path(trial.run_dir), Path(trial.log_path)
     if run_dir.exists():
         shutil.rmtree(run_dir)
+    for path, text in trial.files.items():
+        write_text_atomic(path, text)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
     status, message, returncode = "error", "", None

@@ -118,3 +118,42 @@ def test_report_cli(sweep, tmp_path, capsys):
     assert main(["report", str(sweep), "--out", str(out), "--metric", "nope/x"]) == 2
     assert "eval/accuracy" in capsys.readouterr().err  # names what was logged
     assert main(["report", str(tmp_path / "missing"), "--out", str(out)]) == 2
+
+
+def test_transfer_trials_report_per_env_runs_and_their_table(tmp_path):
+    """A transfer trial has no config.yaml of its own: one run per env pair in sub-folders and
+    a table.csv; rows take the core from the trial's overrides and the env from each run."""
+    root = tmp_path / "sweep"
+    for core in ("lstm", "ur_lstm"):
+        for seed in (0, 1):
+            trial = root / f"name={core},seed={seed}"
+            for env, reward in (("MemoryS7", 0.5), ("DoorKey-5x5", 0.9)):
+                run = trial / env
+                run.mkdir(parents=True)
+                config = {"env": {"id": f"MiniGrid-{env}-v0"}, "core": {"name": core}}
+                (run / "config.yaml").write_text(yaml.safe_dump(config))
+                logger = RunLogger(run)
+                for step in (100, 200):
+                    logger.record("rollout/ep_rew_mean", reward * step / 200 + seed / 100)
+                    logger.dump(step)
+                logger.close()
+            (trial / "table.csv").write_text(
+                "train_env,test_env,core,frames,train_return,test_return,run_dir\n"
+                f"MiniGrid-MemoryS7-v0,MiniGrid-MemoryS13-v0,{core},200,{0.5 + seed / 10},0.25,"
+                f"{trial}/MemoryS7\n"
+            )
+            overrides = [f"core.name={core}", f"train.seed={seed}"]
+            write_json_atomic(
+                trial / "trial.json", {"status": "ok", "seconds": 1.0, "overrides": overrides}
+            )
+    grid = {"core.name": ["lstm", "ur_lstm"], "train.seed": ["0", "1"]}
+    write_json_atomic(root / "sweep.json", {"command": "transfer", "grid": grid})
+    out = tmp_path / "report.md"
+    text = build_report(root, out)
+    rows = {(r[0], r[1]): r for r in table_rows(text, "rollout/ep_rew_mean")}
+    assert rows[("MiniGrid-MemoryS7-v0", "ur_lstm")][2:4] == ["2", mean_std([0.5, 0.51])]
+    assert rows[("MiniGrid-DoorKey-5x5-v0", "lstm")][3] == mean_std([0.9, 0.91])
+    table = table_rows(text, "Table `table.csv` (per trial, averaged over seeds)")
+    assert table[0][:3] == ["lstm", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS13-v0"]
+    assert table[0][-2:] == [mean_std([0.5, 0.6]), "0.25 ± 0"]
+    assert (tmp_path / "report_rollout_ep_rew_mean.png").is_file()

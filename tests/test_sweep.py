@@ -16,6 +16,7 @@ import yaml
 
 from experiments.cli import main
 from experiments.sweep import (
+    DEFAULT_TEMPLATE,
     SweepError,
     build_argv,
     expand_grid,
@@ -134,20 +135,66 @@ def test_command_is_inferred_from_config_sections():
     assert infer_command({"env": {"id": "x"}, "core": {}}) == "train"
 
 
-def test_build_argv_expands_overrides_and_checks_placeholders():
-    argv = build_argv(
-        DEFAULT := "{python} -m experiments.cli {command} {config} {overrides}",
-        "train",
-        "c.yaml",
-        ["a=1", "b=2"],
-        "py",
-    )
-    assert DEFAULT
+def test_build_argv_expands_lists_and_checks_placeholders():
+    words = {"python": "py", "command": "train", "config": "c.yaml"}
+    argv = build_argv(DEFAULT_TEMPLATE, {"overrides": ["a=1", "b=2"]}, words)
     assert argv == ["py", "-m", "experiments.cli", "train", "c.yaml", "a=1", "b=2"]
     with pytest.raises(SweepError, match="placeholder"):
-        build_argv("{python} {nope} {overrides}", "train", "c", [], "py")
+        build_argv("{python} {nope} {overrides}", {"overrides": []}, words)
     with pytest.raises(SweepError, match="overrides"):
-        build_argv("{python} {config}", "train", "c", [], "py")
+        build_argv("{python} {config}", {"overrides": []}, words)
+
+
+def test_transfer_trials_take_suite_and_episodes_out_of_the_config(tmp_path):
+    config = tmp_path / "transfer_sweep.yaml"
+    config.write_text(
+        yaml.safe_dump({"suite": "memory", "episodes": 5, "env": {"n_envs": 2}, "core": {}})
+    )
+    out = tmp_path / "sweep"
+    command, trials = make_trials(config, parse_grid(["core.name=lstm,gru"]), out)
+    assert command == "transfer"
+    rl_config = str(out.resolve() / "transfer_config.yaml")
+    assert trials[1].argv[1:] == [
+        "-m",
+        "experiments.cli",
+        "transfer",
+        "memory",
+        "--config",
+        rl_config,
+        "--out",
+        str(out.resolve() / "name=gru"),
+        "--episodes",
+        "5",
+        "core.name=gru",
+    ]
+    # the RL config handed to --config is the sweep config minus the transfer arguments
+    assert yaml.safe_load(trials[0].files[rl_config]) == {"env": {"n_envs": 2}, "core": {}}
+    assert not out.exists()
+    _, trials = make_trials(config, parse_grid(["suite=memory,doorkey"]), out)
+    assert [t.suite for t in trials] == ["memory", "doorkey"]
+    with pytest.raises(SweepError, match="episodes"):
+        make_trials(config, parse_grid(["episodes=1,2"]), out)
+    with pytest.raises(SweepError, match="transfer sweeps"):
+        make_trials(config, parse_grid(["suite=a,b"]), out, command="train")
+
+
+def test_transfer_sweep_validates_suite_and_keys(tmp_path):
+    pytest.importorskip("agents.rl_config")
+    pytest.importorskip("envs.suites")
+    from experiments.config import ConfigError
+    from experiments.sweep import validate_trials
+
+    config = tmp_path / "t.yaml"
+    config.write_text(yaml.safe_dump({"suite": "memory", "core": {"name": "lstm"}}))
+    _, trials = make_trials(config, parse_grid(["suite=memory,nosuch"]), tmp_path / "s")
+    with pytest.raises(ConfigError, match="unknown suite 'nosuch'; valid: .*memory"):
+        validate_trials("transfer", trials)
+    _, trials = make_trials(config, parse_grid(["agent.algo=ppo,dqn"]), tmp_path / "s")
+    with pytest.raises(ConfigError, match="agent.algo"):
+        validate_trials("transfer", trials)
+    _, trials = make_trials(config, parse_grid(["core.name=lstm,gru"]), tmp_path / "s")
+    assert validate_trials("transfer", trials)
+    assert not (tmp_path / "s").exists()
 
 
 def test_make_trials_validates_before_writing(tmp_path, fake):
