@@ -203,6 +203,95 @@ def policy_from_checkpoint(
     return policy.to(device).eval(), config
 
 
+# ---------------------------------------------------------------------------- rollouts
+class EpisodeStats:
+    """Running episode returns/lengths per env and the last 100 finished episodes (as SB3)."""
+
+    def __init__(self, n_envs: int, window: int = 100) -> None:
+        self.returns: deque[float] = deque(maxlen=window)
+        self.lengths: deque[float] = deque(maxlen=window)
+        self.successes: deque[float] = deque(maxlen=window)
+        self._return = np.zeros(n_envs)
+        self._length = np.zeros(n_envs, dtype=np.int64)
+
+    def step(self, reward: np.ndarray, done: np.ndarray, infos: dict[str, Any]) -> None:
+        """Account one vector step (``reward``/``done`` are ``[N]``)."""
+        self._return += reward
+        self._length += 1
+        if done.any():
+            success = episode_success(infos, done, np.asarray(reward))
+            for i in np.flatnonzero(done):
+                self.returns.append(float(self._return[i]))
+                self.lengths.append(float(self._length[i]))
+                self.successes.append(float(success[i]))
+            self._return[done] = 0.0
+            self._length[done] = 0
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else math.nan
+
+    @property
+    def mean_length(self) -> float:
+        return float(np.mean(self.lengths)) if self.lengths else math.nan
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean(self.successes)) if self.successes else math.nan
+
+
+@dataclass
+class RolloutCarry:
+    """What one rollout hands to the next: the current observation, starts and core state."""
+
+    obs: dict[str, np.ndarray]  # the vector env's batched observation, [N, ...] each
+    starts: torch.Tensor  # [N] bool: obs is the first of an episode
+    state: tuple[torch.Tensor, ...]  # core state before reading obs, [N, ...] each
+
+
+def start_rollouts(
+    policy: RecurrentActorCritic, envs: gym.vector.VectorEnv, seed: int, device: torch.device
+) -> RolloutCarry:
+    """Reset the envs (env ``i`` seeded ``seed + i``) and the core state."""
+    obs, _ = envs.reset(seed=seed)
+    n = envs.num_envs
+    return RolloutCarry(
+        obs, torch.ones(n, dtype=torch.bool, device=device), policy.initial_state(n, device)
+    )
+
+
+def collect_rollout(
+    policy: RecurrentActorCritic,
+    envs: gym.vector.VectorEnv,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    episodes: EpisodeStats | None = None,
+) -> RolloutCarry:
+    """Fill ``buffer`` with ``n_steps`` steps of every env, the core stepping with ``T = 1``.
+
+    The core is called with ``starts`` so it resets the rows of envs whose episode just began;
+    the state *before* that reset is what :meth:`RolloutBuffer.add` stores at chunk starts,
+    which is exactly what the update replays (with the same ``starts``).
+    """
+    device = buffer.device
+    obs_np, starts, state = carry.obs, carry.starts, carry.state
+    policy.eval()  # deterministic cores while acting (h-detach/online rules are training-only)
+    for t in range(buffer.n_steps):
+        obs = obs_to_tensors(obs_np, device)  # each [1, N, ...]
+        with torch.no_grad():
+            out = policy(obs, state, starts.unsqueeze(0))
+            actions, logprobs = sample_actions(out.logits[0])  # [N], [N]
+        buffer.add(t, obs, starts, state, actions, logprobs, out.values[0])
+        state = out.state
+        obs_np, reward, terminated, truncated, infos = envs.step(actions.cpu().numpy())
+        done = np.logical_or(terminated, truncated)
+        buffer.rewards[t] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+        starts = torch.as_tensor(done, device=device)
+        if episodes is not None:
+            episodes.step(np.asarray(reward, dtype=np.float64), done, infos)
+    return RolloutCarry(obs_np, starts, state)
+
+
 # ---------------------------------------------------------------------------- training
 @dataclass
 class TrainResult:
@@ -271,16 +360,9 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
         policy.initial_state(N, device),
         device,
     )
-    ep_returns: deque[float] = deque(maxlen=100)  # SB3's ep_info_buffer size
-    ep_lengths: deque[float] = deque(maxlen=100)
-    ep_success: deque[float] = deque(maxlen=100)
-    running_return = np.zeros(N)
-    running_length = np.zeros(N, dtype=np.int64)
+    episodes = EpisodeStats(N)
     history: list[dict[str, float]] = []
-
-    next_obs, _ = envs.reset(seed=cfg.train.seed + 7919 * updates)
-    next_start = torch.ones(N, dtype=torch.bool, device=device)
-    state = policy.initial_state(N, device)
+    carry = start_rollouts(policy, envs, cfg.train.seed + 7919 * updates, device)
 
     progress = _progress_bar(cfg, global_step)
     start_time, start_step = time.perf_counter(), global_step
@@ -294,37 +376,15 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
                 group["lr"] = lr
 
             # ---------------- rollout: T = 1 core steps, state carried per env
-            policy.eval()
-            for t in range(S):
-                obs = obs_to_tensors(next_obs, device)  # each [1, N, ...]
-                with torch.no_grad():
-                    out = policy(obs, state, next_start.unsqueeze(0))
-                    actions, logprobs = sample_actions(out.logits[0])  # [N], [N]
-                buffer.add(t, obs, next_start, state, actions, logprobs, out.values[0])
-                state = out.state
-                next_obs, reward, terminated, truncated, infos = envs.step(actions.cpu().numpy())
-                done = np.logical_or(terminated, truncated)
-                buffer.rewards[t] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-                next_start = torch.as_tensor(done, device=device)
-
-                running_return += reward
-                running_length += 1
-                if done.any():
-                    success = episode_success(infos, done, np.asarray(reward))
-                    for i in np.flatnonzero(done):
-                        ep_returns.append(float(running_return[i]))
-                        ep_lengths.append(float(running_length[i]))
-                        ep_success.append(float(success[i]))
-                    running_return[done] = 0.0
-                    running_length[done] = 0
+            carry = collect_rollout(policy, envs, buffer, carry, episodes)
             global_step += frames_per_update
 
             # ---------------- GAE from the value of the observation after the rollout
             with torch.no_grad():
                 last_value = policy(
-                    obs_to_tensors(next_obs, device), state, next_start.unsqueeze(0)
+                    obs_to_tensors(carry.obs, device), carry.state, carry.starts.unsqueeze(0)
                 ).values[0]
-            buffer.compute_returns(last_value, next_start, agent.gamma, agent.gae_lambda)
+            buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
 
             # ---------------- update
             stats = update(policy, optimizer, buffer, agent)
@@ -332,12 +392,12 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
 
             # ---------------- logging
             fps = (global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
-            ep_rew = float(np.mean(ep_returns)) if ep_returns else float("nan")
+            ep_rew = episodes.mean_return
             if updates % cfg.train.log_every == 0 or updates == total_updates:
                 row = {
                     "rollout/ep_rew_mean": ep_rew,
-                    "rollout/ep_len_mean": float(np.mean(ep_lengths)) if ep_lengths else math.nan,
-                    "rollout/success_rate": float(np.mean(ep_success)) if ep_success else math.nan,
+                    "rollout/ep_len_mean": episodes.mean_length,
+                    "rollout/success_rate": episodes.success_rate,
                     "train/policy_loss": stats.policy_loss,
                     "train/value_loss": stats.value_loss,
                     "train/entropy_loss": stats.entropy_loss,
@@ -377,8 +437,8 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
         run_dir=run_dir,
         global_step=global_step,
         updates=updates,
-        ep_rew_mean=float(np.mean(ep_returns)) if ep_returns else math.nan,
-        success_rate=float(np.mean(ep_success)) if ep_success else math.nan,
+        ep_rew_mean=episodes.mean_return,
+        success_rate=episodes.success_rate,
         history=history,
     )
 

@@ -1,0 +1,129 @@
+"""The chunk/starts bookkeeping: what the update replays is what the rollout acted with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from rl_helpers import tiny_config
+
+from agents.policy import log_prob_entropy
+from agents.ppo import evaluate_chunks, update
+from agents.rl_trainer import (
+    EpisodeStats,
+    collect_rollout,
+    obs_shapes,
+    setup,
+    start_rollouts,
+)
+from agents.rollout import RolloutBuffer
+
+
+def _collect(core: str, n_steps: int = 32, seq_len: int = 8):
+    config = tiny_config(
+        f"core.name={core}", f"agent.n_steps={n_steps}", f"agent.seq_len={seq_len}"
+    )
+    s = setup(config)
+    N = config.env.n_envs
+    buffer = RolloutBuffer(
+        obs_shapes(s.envs.single_observation_space),
+        n_steps,
+        N,
+        seq_len,
+        s.policy.initial_state(N, s.device),
+        s.device,
+    )
+    carry = start_rollouts(s.policy, s.envs, 0, s.device)
+    episodes = EpisodeStats(N)
+    # two rollouts: the second starts mid-episode from the carried state
+    carry = collect_rollout(s.policy, s.envs, buffer, carry, episodes)
+    carry = collect_rollout(s.policy, s.envs, buffer, carry, episodes)
+    s.envs.close()
+    return s, buffer, episodes
+
+
+@pytest.mark.parametrize("core", ["lstm", "gru", "rel_lstm", "lru"])
+def test_replayed_chunks_match_rollout(core):
+    s, buffer, episodes = _collect(core)
+    assert buffer.starts.any() and not buffer.starts.all()  # boundaries inside the rollout
+    assert len(episodes.returns) > 0
+    policy = s.policy.eval()
+    with torch.no_grad():
+        batch = buffer.chunks()
+        logprobs, _, values = evaluate_chunks(policy, batch)  # ONE core call, all chunks
+    torch.testing.assert_close(logprobs, batch.logprobs, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(values, batch.values, atol=1e-5, rtol=1e-4)
+
+
+def test_step_by_step_recomputation_matches():
+    """Each env's whole rollout, replayed one step at a time from the rollout's first stored
+    state, resetting where ``starts`` says, gives the stored log-probs and values."""
+    s, buffer, _ = _collect("lstm")
+    policy = s.policy.eval()
+    S = buffer.n_steps
+    with torch.no_grad():
+        state = tuple(c[0] for c in buffer.chunk_states)  # state before step 0, [N, ...]
+        for t in range(S):
+            obs = {k: v[t : t + 1] for k, v in buffer.obs.items()}
+            out = policy(obs, state, buffer.starts[t : t + 1])
+            lp, _ = log_prob_entropy(out.logits[0], buffer.actions[t])
+            torch.testing.assert_close(lp, buffer.logprobs[t], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(out.values[0], buffer.values[t], atol=1e-5, rtol=1e-4)
+            state = out.state
+            if (t + 1) % buffer.seq_len == 0 and t + 1 < S:  # stored chunk-start states
+                k = (t + 1) // buffer.seq_len
+                for stored, live in zip(buffer.chunk_states, state, strict=True):
+                    torch.testing.assert_close(stored[k], live)
+
+
+def test_wrong_chunk_states_are_detected():
+    """The check above can fail: replaying chunks from the wrong states changes the values."""
+    s, buffer, _ = _collect("lstm")
+    batch = buffer.chunks()
+    shifted = batch._replace(state=tuple(torch.roll(x, 1, dims=0) for x in batch.state))
+    with torch.no_grad():
+        _, _, values = evaluate_chunks(s.policy.eval(), shifted)
+    assert not torch.allclose(values, batch.values, atol=1e-5)
+
+
+def test_chunk_layout():
+    """Chunk c = k * N + e holds steps [k*L, (k+1)*L) of env e."""
+    s, buffer, _ = _collect("lstm", n_steps=32, seq_len=8)
+    batch = buffer.chunks()
+    L, N = buffer.seq_len, buffer.n_envs
+    for k in range(buffer.n_chunks_per_env):
+        for e in range(N):
+            c = k * N + e
+            assert torch.equal(batch.actions[:, c], buffer.actions[k * L : (k + 1) * L, e])
+            assert torch.equal(batch.starts[:, c], buffer.starts[k * L : (k + 1) * L, e])
+            assert torch.equal(batch.state[0][c], buffer.chunk_states[0][k, e])
+
+
+def test_gae_matches_reference():
+    s, buffer, _ = _collect("lstm")
+    last_value = torch.randn(buffer.n_envs)
+    next_start = torch.tensor([True, False])
+    buffer.compute_returns(last_value, next_start, gamma=0.9, gae_lambda=0.8)
+    r, v, st = buffer.rewards.numpy(), buffer.values.numpy(), buffer.starts.numpy()
+    for e in range(buffer.n_envs):
+        adv, gae = np.zeros(buffer.n_steps), 0.0
+        for t in reversed(range(buffer.n_steps)):
+            ended = next_start[e].item() if t == buffer.n_steps - 1 else st[t + 1, e]
+            nv = last_value[e].item() if t == buffer.n_steps - 1 else v[t + 1, e]
+            delta = r[t, e] + 0.9 * nv * (1 - ended) - v[t, e]
+            gae = delta + 0.9 * 0.8 * (1 - ended) * gae
+            adv[t] = gae
+        np.testing.assert_allclose(buffer.advantages[:, e].numpy(), adv, rtol=1e-5, atol=1e-6)
+
+
+def test_nonfinite_loss_skips_update():
+    s, buffer, _ = _collect("lstm")
+    buffer.compute_returns(torch.zeros(2), torch.zeros(2, dtype=torch.bool), 0.99, 0.95)
+    buffer.returns[0, 0] = float("nan")  # poisons the value loss of one chunk's minibatches
+    stats = update(s.policy, s.optimizer, buffer, s.config.agent)
+    assert stats.skipped_updates > 0
+    for k, v in s.policy.state_dict().items():
+        assert torch.isfinite(v).all(), k
+    buffer.returns[:] = float("nan")
+    stats = update(s.policy, s.optimizer, buffer, s.config.agent)
+    assert stats.n_minibatches == 0 and stats.skipped_updates > 0
