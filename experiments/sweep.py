@@ -49,10 +49,11 @@ BACKENDS = ("auto", "ray", "local")
 # The default way a trial runs: the module behind the ``memcores`` script, with this Python.
 DEFAULT_TEMPLATE = "{python} -m experiments.cli {command} {config} {overrides}"
 # `memcores transfer SUITE --config RL_CONFIG --out DIR`: it trains one run per env pair of the
-# suite under DIR (setting their run.dir itself) and writes DIR/table.csv.
+# suite under DIR (setting their run.dir itself) and writes DIR/table.csv. The overrides come
+# right after the suite: its parser takes positionals only before the options.
 TRANSFER_TEMPLATE = (
-    "{python} -m experiments.cli transfer {suite} --config {config} --out {run_dir} "
-    "{extra} {overrides}"
+    "{python} -m experiments.cli transfer {suite} {overrides} --config {config} "
+    "--out {run_dir} {extra}"
 )
 # Top-level keys of a transfer sweep config that are arguments of `memcores transfer`, not RL
 # config keys: they are taken out, and the rest is the RL config given to --config.

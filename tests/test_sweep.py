@@ -159,13 +159,13 @@ def test_transfer_trials_take_suite_and_episodes_out_of_the_config(tmp_path):
         "experiments.cli",
         "transfer",
         "memory",
+        "core.name=gru",
         "--config",
         rl_config,
         "--out",
         str(out.resolve() / "name=gru"),
         "--episodes",
         "5",
-        "core.name=gru",
     ]
     # the RL config handed to --config is the sweep config minus the transfer arguments
     assert yaml.safe_load(trials[0].files[rl_config]) == {"env": {"n_envs": 2}, "core": {}}
