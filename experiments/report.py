@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from experiments.config import parse_override, set_dotted
 from experiments.plotting import auto_panel_key, find_runs, get_dotted, plot_runs, read_config
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
@@ -283,6 +285,98 @@ def csv_tables(trials: Sequence[TrialInfo], keys: Sequence[str]) -> dict[str, st
     return out
 
 
+TRANSFER_COLUMNS = ("train_env", "test_env", "train_return", "test_return")
+
+
+def short_env(env_id: str) -> str:
+    """``MiniGrid-DoorKey-5x5-v0`` -> ``DoorKey-5x5`` (the names the thesis tables print)."""
+    name = env_id.split("/")[-1]
+    name = re.sub(r"^(MiniGrid|BabyAI)-", "", name)
+    return re.sub(r"-v\d+$", "", name)
+
+
+def load_reference(path: str | Path) -> dict[str, Any]:
+    """A reference table: ``title``, and ``train``/``test`` blocks ``{env: {core: value}}``
+    (env names as :func:`short_env` prints them), e.g. a paper's transfer table."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"reference file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict) or not {"train", "test"} & set(data):
+        raise ValueError(f"reference file {path} needs `train:` and/or `test:` blocks")
+    for block in ("train", "test"):
+        for env, cores in (data.get(block) or {}).items():
+            if not isinstance(cores, dict):
+                raise ValueError(f"reference {path}: {block}.{env} must map core -> value")
+    return data
+
+
+def transfer_table(
+    trials: Sequence[TrialInfo],
+    reference: dict[str, Any] | None = None,
+    core_order: Sequence[str] = (),
+) -> str | None:
+    """The thesis's Table 7 layout: a Train block and a Test block of env rows, one column per
+    core (mean ± std of the return over seeds), the reference's numbers in a column beside
+    each core it has. Built from trial CSVs with train_env/test_env/train_return/test_return.
+    """
+    cells: dict[tuple[str, str], dict[str, list[float]]] = {}
+    envs: dict[str, list[str]] = {"train": [], "test": []}
+    cores: list[str] = list(core_order)
+    for trial in trials:
+        if trial.status != "ok":
+            continue
+        for path in result_csvs(trial):
+            with path.open(newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            if not rows or not set(TRANSFER_COLUMNS) <= set(rows[0]):
+                continue
+            for row in rows:
+                core = str(trial.get("core.name") or row.get("core") or "-")
+                if core not in cores:
+                    cores.append(core)
+                for block in ("train", "test"):
+                    env = short_env(row[f"{block}_env"])
+                    if env not in envs[block]:
+                        envs[block].append(env)
+                    value = _number(row[f"{block}_return"])
+                    if value is not None:
+                        cells.setdefault((block, env), {}).setdefault(core, []).append(value)
+    if not cells:
+        return None
+    ours = [c for c in cores if any(c in v for v in cells.values())]
+    ref = reference or {}
+    ref_cores: list[str] = []
+    for block in ("train", "test"):
+        for env in envs[block]:
+            for core in (ref.get(block) or {}).get(env, {}):
+                if core not in ref_cores:
+                    ref_cores.append(core)
+    ref_name = ref.get("label", "ref")
+    header = ["Environment"]
+    columns: list[tuple[str, str]] = []  # (core, "ours"|"ref")
+    for core in [*ours, *(c for c in ref_cores if c not in ours)]:
+        if core in ours:
+            columns.append((core, "ours"))
+            header.append(core)
+        if core in ref_cores:
+            columns.append((core, "ref"))
+            header.append(f"{core} ({ref_name})")
+    rows: list[list[Any]] = []
+    for block in ("train", "test"):
+        rows.append([f"**{block.capitalize()}**", *([""] * len(columns))])
+        for env in envs[block]:
+            row: list[Any] = [env]
+            for core, kind in columns:
+                if kind == "ours":
+                    row.append(mean_std(cells.get((block, env), {}).get(core, [])))
+                else:
+                    value = (ref.get(block) or {}).get(env, {}).get(core)
+                    row.append("-" if value is None else f"{value:g}")
+            rows.append(row)
+    return markdown_table(header, rows)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^\w]+", "_", text).strip("_")
 
@@ -294,12 +388,16 @@ def build_report(
     spread: str = "minmax",
     plots: bool = True,
     title: str | None = None,
+    reference: str | Path | None = None,
 ) -> str:
     """Write the markdown report ``out`` (plots as PNGs beside it) and return its text.
 
     :param metrics: scalar tags to tabulate and plot; default: those of :data:`DEFAULT_METRICS`
         that some trial logged.
+    :param reference: YAML of published numbers (:func:`load_reference`) shown beside ours in
+        the transfer table.
     """
+    ref = load_reference(reference) if reference else None
     sweep_dir = Path(sweep_dir)
     out = Path(out)
     meta = load_sweep_meta(sweep_dir)
@@ -357,6 +455,13 @@ def build_report(
             )
             lines += [f"![{metric}]({png.name})", ""]
 
+    core_order = [str(c) for c in meta.get("grid", {}).get("core.name", [])]
+    table7 = transfer_table(trials, ref, core_order)
+    if table7:
+        title7 = "Train/test return per env pair (mean ± std over seeds)"
+        if ref:
+            title7 += f"; {ref.get('label', 'ref')}: {ref.get('title', reference)}"
+        lines += [f"## {title7}", "", table7, ""]
     trial_keys = row_keys(trials, grid_keys)
     for name, table in csv_tables(trials, trial_keys).items():
         lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]

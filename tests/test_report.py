@@ -148,8 +148,20 @@ def test_transfer_trials_report_per_env_runs_and_their_table(tmp_path):
             )
     grid = {"core.name": ["lstm", "ur_lstm"], "train.seed": ["0", "1"]}
     write_json_atomic(root / "sweep.json", {"command": "transfer", "grid": grid})
+    reference = tmp_path / "ref.yaml"
+    reference.write_text(
+        "title: Paper T7\nlabel: paper\n"
+        "train: {MemoryS7: {lstm: 0.96, rel_lstm: 0.94}}\ntest: {MemoryS13: {lstm: 0.25}}\n"
+    )
     out = tmp_path / "report.md"
-    text = build_report(root, out)
+    text = build_report(root, out, reference=reference)
+    # Table 7 layout: Train/Test blocks, one column per core, the paper's beside ours
+    heading = "Train/test return per env pair (mean ± std over seeds); paper: Paper T7"
+    section = text.split(f"## {heading}\n", 1)[1]
+    assert "| Environment | lstm | lstm (paper) | ur_lstm | rel_lstm (paper) |" in section
+    t7 = table_rows(text, heading)
+    assert t7[1] == ["MemoryS7", mean_std([0.5, 0.6]), "0.96", mean_std([0.5, 0.6]), "0.94"]
+    assert t7[3] == ["MemoryS13", "0.25 ± 0", "0.25", "0.25 ± 0", "-"]
     rows = {(r[0], r[1]): r for r in table_rows(text, "rollout/ep_rew_mean")}
     assert rows[("MiniGrid-MemoryS7-v0", "ur_lstm")][2:4] == ["2", mean_std([0.5, 0.51])]
     assert rows[("MiniGrid-DoorKey-5x5-v0", "lstm")][3] == mean_std([0.9, 0.91])
@@ -157,3 +169,7 @@ def test_transfer_trials_report_per_env_runs_and_their_table(tmp_path):
     assert table[0][:3] == ["lstm", "MiniGrid-MemoryS7-v0", "MiniGrid-MemoryS13-v0"]
     assert table[0][-2:] == [mean_std([0.5, 0.6]), "0.25 ± 0"]
     assert (tmp_path / "report_rollout_ep_rew_mean.png").is_file()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rows: []\n")
+    with pytest.raises(ValueError, match="train"):
+        build_report(root, out, reference=bad)

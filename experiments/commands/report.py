@@ -28,6 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", action="store_true", help="tables only")
     parser.add_argument("--title", default=None, help="report title")
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="YAML of published train/test returns shown beside ours in the transfer table, "
+        "e.g. experiments/configs/references/thesis_table7.yaml",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         spread=args.spread,
         plots=not args.no_plots,
         title=args.title,
+        reference=args.reference,
     )
     print(text)
     print(f"\nwrote {args.out}")
