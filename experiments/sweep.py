@@ -433,8 +433,19 @@ def describe_exit(returncode: int) -> tuple[str, str]:
     return "failed", f"exit code {returncode}"
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGKILL it when its parent dies, so a trial
+    cannot outlive a Ray worker that Ray killed (cancelled sweep, lost node)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def run_trial(
-    trial: Trial, on_start: Callable[[subprocess.Popen], None] | None = None
+    trial: Trial,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+    die_with_parent: bool = False,
 ) -> TrialResult:
     """Run one trial to its end in a child process and record the outcome in ``trial.json``.
 
@@ -463,6 +474,7 @@ def run_trial(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if die_with_parent else None,
             )
         except OSError as err:
             message = f"could not start: {err}"
@@ -568,7 +580,7 @@ def _ray_trainable(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Tune function trainable: run one trial in a child process; the final result is its
     outcome. Never raises for a failing trial, so Tune carries on with the others."""
     trial = Trial(**config["trial"])
-    result = run_trial(trial)
+    result = run_trial(trial, die_with_parent=sys.platform.startswith("linux"))
     print(f"trial {trial.name}: {result.status} in {result.seconds:.1f}s", flush=True)
     return {
         "memcores_status": result.status,
