@@ -615,6 +615,9 @@ def run_ray(
     installed. Ray's session logs stay in Ray's temp dir (``/tmp/ray``); Tune's experiment state
     goes to ``storage_dir``.
     """
+    # Tune's console tables repeat what the sweep reports itself; the legacy reporter with
+    # verbose=0 prints nothing.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     import ray
     from ray import tune
 
