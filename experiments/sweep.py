@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
@@ -91,6 +92,7 @@ class Trial:
     :param files: files (path -> text) written before the child starts, e.g. the RL config of
         a transfer sweep without its ``suite:`` key.
     :param suite: the transfer suite of a transfer trial.
+    :param config_sha256: hash of the sweep's config file when the trials were made.
     :param timeout: seconds after which the child is killed (None: no limit).
     """
 
@@ -105,12 +107,19 @@ class Trial:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     suite: str = ""
+    config_sha256: str = ""
     python: str = sys.executable
     timeout: float | None = None
 
     def spec(self) -> dict[str, Any]:
-        """What decides whether an earlier result of this trial can be reused."""
-        return {"argv": self.argv}
+        """What decides whether an earlier result of this trial can be reused: the command line
+        (the interpreter's path aside, so another venv can resume a sweep) and the content of
+        the config file (editing it changes the experiment even if its path stays)."""
+        return {
+            "argv": self.argv,
+            "same_as": [("{python}" if a == self.python else a) for a in self.argv],
+            "config_sha256": self.config_sha256,
+        }
 
 
 @dataclasses.dataclass
@@ -241,6 +250,7 @@ def make_trials(
     """
     config_path = Path(config_path).resolve()
     raw = read_yaml_mapping(config_path)
+    config_sha256 = hashlib.sha256(config_path.read_bytes()).hexdigest()
     if command is None:
         command = infer_command(raw)
     if command not in COMMANDS:
@@ -325,6 +335,7 @@ def make_trials(
                 env=env,
                 files=files,
                 suite=suite,
+                config_sha256=config_sha256,
                 timeout=timeout,
             )
         )
@@ -707,11 +718,22 @@ def split_finished(trials: Sequence[Trial]) -> tuple[list[Trial], list[Trial]]:
     for trial in trials:
         record = read_trial_record(trial.run_dir)
         if record and record.get("status") == "ok":
-            if record.get("argv") != trial.argv:
+            spec = trial.spec()
+            where = f"trial {trial.name!r} in {Path(trial.run_dir).parent} already finished"
+            argv = record.get("argv", [])
+            same_as = record.get(
+                "same_as", [("{python}" if a == trial.python else a) for a in argv]
+            )
+            if same_as != spec["same_as"]:
                 raise SweepError(
-                    f"trial {trial.name!r} in {Path(trial.run_dir).parent} already finished with "
-                    f"another command line:\n  was: {shlex.join(record.get('argv', []))}\n"
+                    f"{where} with another command line:\n"
+                    f"  was: {shlex.join(record.get('argv', []))}\n"
                     f"  now: {shlex.join(trial.argv)}\nuse another --out or delete that folder"
+                )
+            if record.get("config_sha256", spec["config_sha256"]) != spec["config_sha256"]:
+                raise SweepError(
+                    f"{where} with another version of the config file {trial.config}; "
+                    "use another --out or delete that folder"
                 )
             finished.append(trial)
         else:

@@ -300,7 +300,7 @@ def test_timeout_kills_a_hanging_trial(fake, capsys):
     assert records["sleep=30"]["status"] == "timeout"
 
 
-def test_finished_trial_with_other_settings_is_not_silently_reused(fake):
+def test_finished_trial_with_other_settings_is_not_silently_reused(fake, capsys):
     assert sweep_cli(fake, "--backend", "local") == 0
     # same trial names, different base override: refuse instead of mixing two experiments
     assert sweep_cli(fake, "--backend", "local", "fake.extra=1") == 2
