@@ -1,0 +1,142 @@
+"""`memcores train/evaluate/transfer/visualize`: resume, transfer, bad input, corrupt files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from rl_helpers import TINY, tiny_config
+
+from agents.checkpoint import CheckpointError
+from agents.rl_trainer import CHECKPOINT_NAME, train
+from experiments.cli import main
+
+
+def _train_cli(run_dir: Path, *overrides: str, resume: bool = False) -> int:
+    args = ["train", "experiments/configs/demo_rl.yaml", *TINY, f"run.dir={run_dir}", *overrides]
+    return main([*args, "--resume"] if resume else args)
+
+
+def test_train_writes_run_folder(tmp_path):
+    run = tmp_path / "run"
+    assert _train_cli(run, "train.total_steps=64") == 0
+    assert {"config.yaml", "progress.csv", "checkpoints"} <= {p.name for p in run.iterdir()}
+    assert any(p.name.startswith("events.out.tfevents") for p in run.iterdir())
+    assert "MiniGrid-Empty-5x5-v0" in (run / "config.yaml").read_text()
+
+
+def test_resume_restores_step_optimizer_and_rng(tmp_path):
+    first = tmp_path / "first"
+    train(tiny_config("train.total_steps=128"), first)  # 2 updates
+    ckpt = torch.load(first / CHECKPOINT_NAME, weights_only=True)
+    assert ckpt["global_step"] == 128 and ckpt["updates"] == 2
+    adam_steps = {int(v["step"]) for v in ckpt["optimizer"]["state"].values()}
+
+    # two copies resumed from the same checkpoint must continue identically (RNG restored)
+    copies = [tmp_path / "a", tmp_path / "b"]
+    for c in copies:
+        shutil.copytree(first, c)
+        assert _train_cli(c, "train.total_steps=192", resume=True) == 0
+    a, b = (torch.load(c / CHECKPOINT_NAME, weights_only=True) for c in copies)
+    assert a["global_step"] == 192 and a["updates"] == 3
+    # Adam continued from its saved step count: 2 epochs x 2 minibatches more
+    assert {int(v["step"]) for v in a["optimizer"]["state"].values()} == {s + 4 for s in adam_steps}
+    for k in a["policy"]:
+        torch.testing.assert_close(a["policy"][k], b["policy"][k], rtol=0, atol=0)
+    assert not torch.equal(a["rng"]["torch"], ckpt["rng"]["torch"])
+    steps = [line.split(",")[0] for line in (copies[0] / "progress.csv").read_text().splitlines()]
+    assert steps[1:] == ["64", "128", "192"]  # no duplicated rows after resuming
+
+
+def test_resume_needs_a_checkpoint_and_refuses_to_overwrite(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train_cli(run, "train.total_steps=64", resume=True) == 2
+    assert "checkpoint not found" in capsys.readouterr().err
+    assert not run.exists()
+    assert _train_cli(run, "train.total_steps=64") == 0
+    assert _train_cli(run, "train.total_steps=64") == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("agent.algoo=ppo", "unknown config key 'agent.algoo'"),
+        ("agent.algo=dqn", "'ppo', 'a2c'"),
+        ("core.name=nope", "unknown core 'nope'; valid cores:"),
+        ("core.bogus=1", "unknown option 'bogus' for core 'lstm'"),
+        ("core.name=hdetach_lstm", None),
+        ("env.id=MiniGrid-Nope-v0", "unknown env id 'MiniGrid-Nope-v0'"),
+        ("agent.seq_len=7", "multiple of agent.seq_len"),
+        ("train.device=tpu", "unknown device 'tpu'"),
+        ("train.total_steps=many", "must be an integer"),
+    ],
+)
+def test_bad_config_stops_before_writing(tmp_path, capsys, override, message):
+    run = tmp_path / "run"
+    if message is None:  # a valid core option value that the core itself rejects
+        override, message = "core.p=2.0", "p must be in [0, 1]"
+        rc = _train_cli(run, "core.name=hdetach_lstm", override)
+    else:
+        rc = _train_cli(run, override)
+    assert rc == 2
+    assert message in capsys.readouterr().err
+    assert not run.exists()
+
+
+def test_evaluate_on_larger_grid(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(tiny_config("train.total_steps=64", "agent.image_encoder=cnn"), run)
+    assert main(["evaluate", str(run), "--env", "MiniGrid-Empty-8x8-v0", "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "MiniGrid-Empty-8x8-v0: 3 episodes" in out and "success rate" in out
+    assert main(["evaluate", str(run / CHECKPOINT_NAME), "--episodes", "2", "--argmax"]) == 0
+    assert "MiniGrid-Empty-5x5-v0: 2 episodes" in capsys.readouterr().out
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(tiny_config("train.total_steps=64"), run)
+    path = run / CHECKPOINT_NAME
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    assert main(["evaluate", str(run), "--episodes", "1"]) == 2
+    assert "corrupt or not a memcores checkpoint" in capsys.readouterr().err
+    with pytest.raises(CheckpointError, match="corrupt"):
+        train(tiny_config("train.total_steps=128"), run, resume=True)
+
+
+def test_missing_run_is_a_clear_error(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "nope"), "--episodes", "1"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_visualize_writes_gif(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(tiny_config("train.total_steps=64"), run)
+    gif = tmp_path / "agent.gif"
+    assert main(["visualize", str(run), "--gif", str(gif), "--episodes", "1"]) == 0
+    assert gif.stat().st_size > 1000 and gif.read_bytes()[:3] == b"GIF"
+
+
+def test_transfer_writes_table(tmp_path, monkeypatch, capsys):
+    import envs.suites
+
+    suite = type(envs.suites.SUITES["doorkey"])  # same record type as the real suites
+    try:
+        tiny = suite(pairs=(("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),), description="t")
+    except TypeError:
+        pytest.skip("suite record type has a different constructor")
+    monkeypatch.setitem(envs.suites.SUITES, "tiny-test", tiny)
+    out = tmp_path / "transfer"
+    args = ["transfer", "tiny-test", *TINY, "train.total_steps=64", "--episodes", "2"]
+    assert main([*args, "--out", str(out)]) == 0
+    table = (out / "table.md").read_text()
+    assert "| **Train** |" in table and "| Empty-5x5 |" in table and "| Empty-6x6 |" in table
+    rows = (out / "table.csv").read_text().splitlines()
+    assert rows[0].startswith("train_env,test_env,core") and len(rows) == 2
+    # bad suite name: clear error, nothing written
+    assert main(["transfer", "nope", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown suite 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
