@@ -9,13 +9,14 @@ storage). That is the graph memory alive at the end of the forward pass, i.e. th
 grows with T (parameters, inputs and outputs are small next to it). Because it counts what
 the graph holds rather than what the allocator reports, it is exact, unaffected by other
 processes on a shared machine, and can be computed on the ``meta`` device (shapes only, no
-data, no allocation): that is how it is measured for every row, including MemLSTM lengths
-that would not fit in RAM. The test suite checks that the meta accounting equals the one on
-real CPU tensors.
+data, no allocation): that is how MemLSTM lengths that would not fit in RAM are measured.
+The test suite checks that the meta accounting equals the one on real CPU tensors.
 
-Time: ``time.perf_counter`` around forward + backward on real CPU tensors, one thread, only
-for rows whose accounted memory is below ``--max-gb`` (the others print ``skipped``). On a
-shared machine compare ratios within one run, not absolute seconds.
+Time: ``time.perf_counter`` around the same forward + backward on real CPU tensors (one
+thread; the hook's cost is a dict insert per saved tensor), for rows predicted (quadratic
+extrapolation from the previous length) to fit in ``--max-gb``; the others are measured on the
+meta device, memory only, and print ``skip``. On a shared machine compare ratios within one
+run, not absolute seconds.
 """
 
 from __future__ import annotations
@@ -67,10 +68,17 @@ def build_core(name: str, input_size: int, hidden_size: int, T: int, nu: int, rh
 def graph_bytes(core: MemoryCore, T: int, B: int, device: str = "cpu") -> int:
     """Bytes of the unique storages autograd saves during ``core``'s forward over ``[T, B, D]``.
 
-    Runs on ``device`` (``"meta"`` for shape-only accounting) and then runs backward, so a
-    failure of either pass surfaces here.
+    Runs a copy of ``core`` on ``device`` (``"meta"`` for shape-only accounting).
     """
-    core = copy.deepcopy(core).to(device)
+    return measure(copy.deepcopy(core).to(device), T, B, device)[0]
+
+
+def measure(core: MemoryCore, T: int, B: int, device: str = "cpu") -> tuple[int, float]:
+    """One forward + backward of ``core`` over ``[T, B, D]`` from the initial state.
+
+    :return: bytes of the unique storages autograd saved during the forward pass, and the
+        ``time.perf_counter`` seconds of forward + backward (meaningless on ``meta``).
+    """
     x = torch.randn(T, B, core.input_size, device=device)
     state = core.initial_state(B, device)
     storages: dict[int, int] = {}
@@ -80,24 +88,13 @@ def graph_bytes(core: MemoryCore, T: int, B: int, device: str = "cpu") -> int:
         storages[st._cdata] = st.nbytes()  # _cdata: the storage's identity (works on meta)
         return t
 
+    core.zero_grad(set_to_none=True)
+    start = time.perf_counter()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y, _ = core(x, state)
         loss = y.mean()
     loss.backward()
-    return sum(storages.values())
-
-
-def time_forward_backward(core: MemoryCore, T: int, B: int, repeats: int = 1) -> float:
-    """Best-of-``repeats`` seconds of one forward + backward on CPU."""
-    x = torch.randn(T, B, core.input_size)
-    best = float("inf")
-    for _ in range(repeats):
-        core.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        y, _ = core(x, core.initial_state(B))
-        y.mean().backward()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return sum(storages.values()), time.perf_counter() - start
 
 
 @dataclass
@@ -116,23 +113,30 @@ def run(
     nu: int,
     rho: int,
     max_gb: float,
-    repeats: int,
     cores: tuple[str, ...] = CORE_NAMES,
 ) -> list[Row]:
-    """Measure every (core, T) pair; time only the pairs under ``max_gb`` of graph memory."""
+    """Measure every (core, T) pair.
+
+    A pair runs on real CPU tensors (memory and time in one pass) when a quadratic
+    extrapolation from the core's previous length predicts its graph fits in ``max_gb``;
+    otherwise only its memory is measured, on the meta device.
+    """
     rows = []
+    budget = max_gb * 2**30
     for name in cores:
-        for T in lengths:
+        previous: tuple[int, int] | None = None  # (T, bytes) of the last measured length
+        for T in sorted(lengths):
             torch.manual_seed(0)
             core = build_core(name, input_size, hidden, T, nu, rho)
-            try:
-                nbytes = graph_bytes(core, T, batch, "meta")
-            except (NotImplementedError, RuntimeError):  # a core that cannot run on meta
-                nbytes = graph_bytes(core, T, batch, "cpu")
-            seconds = None
-            if nbytes <= max_gb * 2**30:
-                seconds = time_forward_backward(core, T, batch, repeats)
+            guess = 0 if previous is None else previous[1] * (T / previous[0]) ** 2
+            if guess <= budget:
+                nbytes, seconds = measure(core, T, batch, "cpu")
+            else:
+                nbytes, seconds = graph_bytes(core, T, batch, "meta"), None
+            previous = (T, nbytes)
             rows.append(Row(name, T, nbytes, seconds))
+            shown = "memory only (meta)" if seconds is None else f"{seconds:.3f} s"
+            print(f"  measured {name} T={T}: {nbytes / 2**20:.1f} MB, {shown}", flush=True)
     return rows
 
 
@@ -183,7 +187,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--max-gb", type=float, default=2.5, help="time only rows whose graph fits in this"
     )
-    parser.add_argument("--repeats", type=int, default=1, help="timing: best of N")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     args = parser.parse_args(argv)
@@ -193,7 +196,7 @@ def main(argv: list[str]) -> int:
     print(
         f"forward+backward, B={args.batch}, H={args.hidden}, D={args.input_size}, "
         f"rel_lstm nu={args.nu} rho={args.rho}, mem_lstm max_len=T, threads={args.threads}; "
-        "graph MB = bytes autograd saves for backward (meta-device accounting)"
+        "graph MB = bytes autograd saves for backward"
     )
     rows = run(
         args.lengths,
@@ -203,7 +206,6 @@ def main(argv: list[str]) -> int:
         args.nu,
         args.rho,
         args.max_gb,
-        args.repeats,
     )
     print(format_table(rows, args.max_gb))
     return 0
