@@ -196,7 +196,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def metric_table(runs: Sequence[RunInfo], metric: str, keys: Sequence[str]) -> str | None:
+def metric_table(
+    runs: Sequence[RunInfo],
+    metric: str,
+    keys: Sequence[str],
+    grid: dict[str, Sequence[Any]] | None = None,
+) -> str | None:
     """Final and best value of ``metric`` per row (mean ± std over seeds); None if unlogged."""
     lower = bool(LOWER_IS_BETTER.search(metric))
     groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
@@ -212,7 +217,7 @@ def metric_table(runs: Sequence[RunInfo], metric: str, keys: Sequence[str]) -> s
         return None
     header = [k for k in keys] + ["seeds", "final", f"best ({'min' if lower else 'max'})", "steps"]
     rows = []
-    for key, items in sorted(groups.items()):
+    for key, items in sorted(groups.items(), key=lambda kv: order_key(kv[0], keys, grid or {})):
         finals, bests, steps = zip(*items, strict=True)
         step_text = f"{int(min(steps))}" + (
             f"-{int(max(steps))}" if min(steps) != max(steps) else ""
@@ -238,7 +243,11 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def csv_tables(trials: Sequence[TrialInfo], keys: Sequence[str]) -> dict[str, str]:
+def csv_tables(
+    trials: Sequence[TrialInfo],
+    keys: Sequence[str],
+    grid: dict[str, Sequence[Any]] | None = None,
+) -> dict[str, str]:
     """One markdown table per result-CSV file name, rows averaged over seeds.
 
     A row is identified by the trial's row keys (core, ...) that the CSV does not hold itself
@@ -279,7 +288,9 @@ def csv_tables(trials: Sequence[TrialInfo], keys: Sequence[str]) -> dict[str, st
         rows = [
             [*key, max((len(v) for v in cells.values()), default=0)]
             + [mean_std(cells.get(c, [])) for c in numeric]
-            for key, cells in sorted(table.items())
+            for key, cells in sorted(
+                table.items(), key=lambda kv: order_key(kv[0], own, grid or {})
+            )
         ]
         out[name] = markdown_table([*own, *text, "seeds", *numeric], rows)
     return out
@@ -377,6 +388,27 @@ def transfer_table(
     return markdown_table(header, rows)
 
 
+def display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def order_key(
+    key: tuple[str, ...], keys: Sequence[str], grid: dict[str, Sequence[Any]]
+) -> tuple[Any, ...]:
+    """Sort rows in the order the grid lists its values (lstm before ur_lstm if so given),
+    other columns alphabetically."""
+    out: list[Any] = []
+    for name, value in zip(keys, key, strict=False):
+        values = [str(v) for v in grid.get(name, [])]
+        out.append((values.index(value), "") if value in values else (len(values), value))
+    out.extend((0, v) for v in key[len(keys) :])
+    return tuple(out)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^\w]+", "_", text).strip("_")
 
@@ -425,12 +457,14 @@ def build_report(
         grid = ", ".join(
             f"`{k}` = {', '.join(map(str, v))}" for k, v in meta.get("grid", {}).items()
         )
-        lines += [
-            f"- command: `memcores {meta.get('command', '?')}` on `{meta.get('config', '?')}`",
-            f"- grid: {grid or '(none)'}",
-            f"- overrides for every trial: `{' '.join(meta.get('overrides', [])) or '(none)'}`",
-            f"- backend: {meta.get('backend', '?')}",
-        ]
+        if "command" in meta:
+            on = f" on `{display_path(meta['config'])}`" if "config" in meta else ""
+            lines.append(f"- command: `memcores {meta['command']}`{on}")
+        lines.append(f"- grid: {grid or '(none)'}")
+        if meta.get("overrides"):
+            lines.append(f"- overrides for every trial: `{' '.join(meta['overrides'])}`")
+        if "backend" in meta:
+            lines.append(f"- backend: {meta['backend']}")
     seconds = [t.seconds for t in trials if t.seconds is not None]
     budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
     lines += [f"- trials: {len(trials)} ({len(ok)} ok, {len(failed)} not ok){budget}", ""]
@@ -444,7 +478,7 @@ def build_report(
     panel_key = auto_panel_key(find_runs([sweep_dir])) if plots and ok else None
     group_by = [k for k in keys if k not in LABEL_KEYS]
     for metric in metrics:
-        table = metric_table(runs, metric, keys)
+        table = metric_table(runs, metric, keys, meta.get("grid"))
         if table is None:
             continue
         lines += [f"## {metric}", "", table, ""]
@@ -463,7 +497,7 @@ def build_report(
             title7 += f"; {ref.get('label', 'ref')}: {ref.get('title', reference)}"
         lines += [f"## {title7}", "", table7, ""]
     trial_keys = row_keys(trials, grid_keys)
-    for name, table in csv_tables(trials, trial_keys).items():
+    for name, table in csv_tables(trials, trial_keys, meta.get("grid")).items():
         lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]
 
     if failed:
