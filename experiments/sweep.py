@@ -278,6 +278,11 @@ def make_trials(
     transfer_args: dict[str, Any] = {}
     if command == "transfer":
         transfer_args, rl_config = split_transfer_config(raw)
+        # `episodes=10` on the command line sets a transfer argument like the config key does
+        for item in [o for o in overrides if parse_override(o)[0] in TRANSFER_KEYS]:
+            key, value = parse_override(item)
+            transfer_args[key] = value
+        overrides = [o for o in overrides if parse_override(o)[0] not in TRANSFER_KEYS]
         if transfer_args:
             # transfer's --config must be a plain RL config: give it a copy without the keys
             config_file = str(out / "transfer_config.yaml")
@@ -444,13 +449,27 @@ def describe_exit(returncode: int) -> tuple[str, str]:
     return "failed", f"exit code {returncode}"
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGKILL it when its parent dies, so a trial
-    cannot outlive a Ray worker that Ray killed (cancelled sweep, lost node)."""
+def _pdeathsig_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent dies, so a trial
+    cannot outlive a Ray worker that Ray killed (cancelled sweep, lost node); None elsewhere.
+
+    ``prctl`` is looked up here, in the parent: the child, forked from a threaded process,
+    then only makes one foreign call before exec (no imports, no dlopen).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
     import ctypes
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, sigkill)
+
+    return hook
 
 
 def run_trial(
@@ -485,7 +504,7 @@ def run_trial(
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if die_with_parent else None,
+                preexec_fn=_pdeathsig_hook() if die_with_parent else None,
             )
         except OSError as err:
             message = f"could not start: {err}"
@@ -591,7 +610,7 @@ def _ray_trainable(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Tune function trainable: run one trial in a child process; the final result is its
     outcome. Never raises for a failing trial, so Tune carries on with the others."""
     trial = Trial(**config["trial"])
-    result = run_trial(trial, die_with_parent=sys.platform.startswith("linux"))
+    result = run_trial(trial, die_with_parent=True)
     print(f"trial {trial.name}: {result.status} in {result.seconds:.1f}s", flush=True)
     return {
         "memcores_status": result.status,

@@ -8,6 +8,7 @@ Most tests run a tiny stand-in trial (a Python script written below, started thr
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -47,6 +48,8 @@ FAKE_TRIAL = textwrap.dedent(
     with open(os.path.join(run_dir, "calls.txt"), "a") as handle:
         handle.write(command + "\\n")
     print("starting", command, run_dir, flush=True)
+    with open(os.path.join(run_dir, "pid"), "w") as handle:
+        handle.write(str(os.getpid()))
     if fake.get("sleep"):
         time.sleep(float(fake["sleep"]))
     if fake.get("kill"):
@@ -170,6 +173,10 @@ def test_transfer_trials_take_suite_and_episodes_out_of_the_config(tmp_path):
     # the RL config handed to --config is the sweep config minus the transfer arguments
     assert yaml.safe_load(trials[0].files[rl_config]) == {"env": {"n_envs": 2}, "core": {}}
     assert not out.exists()
+    # transfer arguments can be overridden on the command line like config keys
+    _, trials = make_trials(config, [], out, overrides=["episodes=7", "argmax=true"])
+    assert trials[0].argv[-3:] == ["--episodes", "7", "--argmax"]
+    assert not any(a.startswith("episodes=") for a in trials[0].argv)
     _, trials = make_trials(config, parse_grid(["suite=memory,doorkey"]), out)
     assert [t.suite for t in trials] == ["memory", "doorkey"]
     with pytest.raises(SweepError, match="episodes"):
@@ -298,6 +305,29 @@ def test_timeout_kills_a_hanging_trial(fake, capsys):
     records = trial_records(fake["out"])
     assert records["sleep=0"]["status"] == "ok"
     assert records["sleep=30"]["status"] == "timeout"
+
+
+def test_sigterm_stops_the_sweep_and_its_running_trials(fake):
+    """`kill SWEEP_PID` must not leave trials running as orphans."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = [sys.executable, "-m", "experiments.cli", "sweep", fake["config"]]
+    argv += ["--grid", "fake.sleep=60", "--out", fake["out"], "--backend", "local"]
+    argv += ["--command-template", fake["template"]]
+    sweep = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid_file = Path(fake["out"]) / "sleep=60" / "pid"
+    deadline = time.time() + 60
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.time() < deadline and sweep.poll() is None
+        time.sleep(0.1)
+    trial_pid = int(pid_file.read_text())
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=30) != 0
+    with pytest.raises(ProcessLookupError):  # the trial is gone (killed and reaped)
+        os.kill(trial_pid, 0)
 
 
 def test_finished_trial_with_other_settings_is_not_silently_reused(fake, capsys):

@@ -8,6 +8,7 @@ in its own process, on Ray Tune when it is installed (locally, or on a cluster w
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 from experiments.sweep import (
@@ -88,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.parse_args = parser.parse_intermixed_args  # type: ignore[method-assign]
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.max_concurrent < 1:
         raise ValueError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.command_template == DEFAULT_TEMPLATE:
         # the trials run memcores itself: check each trial's config now, before any folder exists
-        validate_trials(command, trials, args.config)
+        validate_trials(command, trials)
     if args.dry_run:
         import shlex
 
@@ -118,13 +123,19 @@ def run(args: argparse.Namespace) -> int:
         "grid": {k: v for k, v in grid},
         "overrides": list(args.overrides),
     }
-    results = run_sweep(
-        trials,
-        out,
-        backend=args.backend,
-        address=args.address,
-        max_concurrent=args.max_concurrent,
-        meta=meta,
-    )
+    # A sweep stopped with SIGTERM (kill, a batch scheduler) must take its trials along; the
+    # runners kill their children on KeyboardInterrupt, so turn SIGTERM into one.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        results = run_sweep(
+            trials,
+            out,
+            backend=args.backend,
+            address=args.address,
+            max_concurrent=args.max_concurrent,
+            meta=meta,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(summarize(results))
     return 0 if all(r.ok for r in results) else 1
