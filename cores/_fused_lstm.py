@@ -56,6 +56,11 @@ class _Spec:
         return slice(0, (self.n_gates - 1) * self.hidden)
 
 
+def _cols(x: Tensor, cols: slice) -> list[Tensor]:
+    """Per-step views ``x[t][:, cols]`` of a ``[T, B, n]`` buffer, made once (not in the loop)."""
+    return list(x[:, :, cols].unbind(0))
+
+
 class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -71,50 +76,50 @@ class _FusedLSTM(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor, Tensor]:
         T, B, _ = xproj.shape
         H = spec.hidden
+        act, tied, refine = spec.activation, spec.tied, spec.refine
         A = torch.empty_like(xproj)  # pre-activations (f block: sinh'ed for the fast gates)
         G = torch.empty_like(xproj)  # gate values
         Y = xproj.new_empty(T, B, H)
         C = xproj.new_empty(T, B, H)
         TC = xproj.new_empty(T, B, H)
-        D = xproj.new_empty(T, B, H) if spec.tied else None  # c_{t-1} - u_t
-        Geff = xproj.new_empty(T, B, H) if spec.refine else None  # refined forget gate
+        D = xproj.new_empty(T, B, H) if tied else None  # c_{t-1} - u_t
+        Geff = xproj.new_empty(T, B, H) if refine else None  # refined forget gate
+        # every per-step view is made here once: slicing inside the loop costs as much as
+        # the small gate operations themselves
+        xs, As, Ys, Cs, TCs = (z.unbind(0) for z in (xproj, A, Y, C, TC))
+        A_sig, G_sig = _cols(A, spec.sig), _cols(G, spec.sig)
+        A_u, G_u = _cols(A, spec.u), _cols(G, spec.u)
+        A_f, G_f, G_o = _cols(A, spec.f), _cols(G, spec.f), _cols(G, spec.o)
+        G_i = None if tied else _cols(G, spec.i)
+        G_r = _cols(G, spec.r) if refine else None
+        Ds = D.unbind(0) if tied else None
+        Gg = Geff.unbind(0) if refine else None
+        keeps = None if keep is None else keep.unbind(0)
         w_t = weight_hh.t()
         h, c = h0, c0
-        for t, (x_t, a, g_t, y_t, c_t, tc_t) in enumerate(
-            zip(
-                xproj.unbind(0),
-                A.unbind(0),
-                G.unbind(0),
-                Y.unbind(0),
-                C.unbind(0),
-                TC.unbind(0),
-                strict=True,
-            )
-        ):
+        for t in range(T):
             if t in resets:  # rows starting an episode restart from the zero initial state
-                h, c = h * keep[t], c * keep[t]
-            torch.addmm(x_t, h, w_t, out=a)
-            if spec.activation == "fast":
-                a[:, spec.f].sinh_()
-            elif spec.activation == "fast2":
-                a[:, spec.f].sinh_().sinh_()
-            torch.sigmoid(a[:, spec.sig], out=g_t[:, spec.sig])
-            torch.tanh(a[:, spec.u], out=g_t[:, spec.u])
-            if spec.activation == "softsign":
-                a_f = a[:, spec.f]
-                torch.div(a_f, a_f.abs().add_(2.0), out=g_t[:, spec.f]).mul_(0.5).add_(0.5)
-            f, u = g_t[:, spec.f], g_t[:, spec.u]
-            if spec.refine:  # g = f (f + 2 r (1 - f))
-                r = g_t[:, spec.r]
-                g = torch.mul(f, torch.addcmul(f, r, 1.0 - f, value=2.0), out=Geff[t])
+                h, c = h * keeps[t], c * keeps[t]
+            torch.addmm(xs[t], h, w_t, out=As[t])
+            if act == "fast":
+                A_f[t].sinh_()
+            elif act == "fast2":
+                A_f[t].sinh_().sinh_()
+            torch.sigmoid(A_sig[t], out=G_sig[t])
+            u = torch.tanh(A_u[t], out=G_u[t])
+            f = G_f[t]
+            if act == "softsign":
+                a_f = A_f[t]
+                torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
+            if refine:  # g = f (f + 2 r (1 - f))
+                g = torch.mul(f, torch.addcmul(f, G_r[t], 1.0 - f, value=2.0), out=Gg[t])
             else:
                 g = f
-            if spec.tied:  # c = g c + (1 - g) u = u + g (c - u)
-                torch.addcmul(u, g, torch.sub(c, u, out=D[t]), out=c_t)
+            if tied:  # c = g c + (1 - g) u = u + g (c - u)
+                c = torch.addcmul(u, g, torch.sub(c, u, out=Ds[t]), out=Cs[t])
             else:
-                torch.mul(g, c, out=c_t).addcmul_(g_t[:, spec.i], u)
-            torch.mul(g_t[:, spec.o], torch.tanh(c_t, out=tc_t), out=y_t)
-            h, c = y_t, c_t
+                c = torch.mul(g, c, out=Cs[t]).addcmul_(G_i[t], u)
+            h = torch.mul(G_o[t], torch.tanh(c, out=TCs[t]), out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
         ctx.save_for_backward(weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff)
         return Y, Y[-1].clone(), C[-1].clone()
@@ -125,51 +130,60 @@ class _FusedLSTM(torch.autograd.Function):
         weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff = ctx.saved_tensors
         spec: _Spec = ctx.spec
         resets, detached = ctx.resets, ctx.detached
+        act, tied, refine = spec.activation, spec.tied, spec.refine
         T, B, _ = G.shape
         dA = torch.empty_like(G)
         ones = G.new_ones(B, spec.hidden)
         dh_rec = torch.zeros_like(h0) if dhT is None else dhT.clone()
         dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
+        dAs = dA.unbind(0)
+        dA_o, dA_f, dA_u = _cols(dA, spec.o), _cols(dA, spec.f), _cols(dA, spec.u)
+        G_o, G_f, G_u, A_f = _cols(G, spec.o), _cols(G, spec.f), _cols(G, spec.u), _cols(A, spec.f)
+        TCs = TC.unbind(0)
+        dYs = None if dY is None else dY.unbind(0)
+        keeps = None if keep is None else keep.unbind(0)
+        if tied:
+            Ds = D.unbind(0)
+        else:
+            G_i, dA_i = _cols(G, spec.i), _cols(dA, spec.i)
+            c_prevs = [c0, *C.unbind(0)[:-1]]
+        if refine:
+            G_r, dA_r, Gg = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0)
         for t in range(T - 1, -1, -1):
-            g_t, tc, da = G[t], TC[t], dA[t]
-            o, f, u = g_t[:, spec.o], g_t[:, spec.f], g_t[:, spec.u]
-            dh = dh_rec if dY is None else dY[t] + dh_rec
+            o, f, u, tc = G_o[t], G_f[t], G_u[t], TCs[t]
+            dh = dh_rec if dYs is None else dYs[t] + dh_rec
             # h = o tanh(c): output gate and the cell gradient through tanh
-            torch.mul(torch.addcmul(o, o, o, value=-1.0).mul_(tc), dh, out=da[:, spec.o])
+            torch.mul(torch.addcmul(o, o, o, value=-1.0).mul_(tc), dh, out=dA_o[t])
             dcs = torch.addcmul(dc, dh, torch.addcmul(ones, tc, tc, value=-1.0).mul_(o))
-            g = Geff[t] if spec.refine else f
-            dc_prev = dcs * g
-            if spec.tied:  # c = u + g (c_prev - u): du = dcs (1 - g), dg = dcs (c_prev - u)
-                du = dcs - dc_prev
-                dg = dcs * D[t]
+            g = Gg[t] if refine else f
+            dc = dcs * g  # gradient into c_{t-1}
+            if tied:  # c = u + g (c_prev - u): du = dcs (1 - g), dg = dcs (c_prev - u)
+                du = dcs - dc
+                dg = dcs * Ds[t]
             else:
-                c_prev = C[t - 1] if t > 0 else c0
-                if t in resets:
-                    c_prev = c_prev * keep[t]
-                i = g_t[:, spec.i]
+                c_prev = c_prevs[t] if t not in resets else c_prevs[t] * keeps[t]
+                i = G_i[t]
                 du = dcs * i
-                torch.mul(torch.addcmul(i, i, i, value=-1.0).mul_(u), dcs, out=da[:, spec.i])
+                torch.mul(torch.addcmul(i, i, i, value=-1.0).mul_(u), dcs, out=dA_i[t])
                 dg = dcs * c_prev
-            torch.mul(du, torch.addcmul(ones, u, u, value=-1.0), out=da[:, spec.u])
+            torch.mul(du, torch.addcmul(ones, u, u, value=-1.0), out=dA_u[t])
             f_slope = torch.addcmul(f, f, f, value=-1.0)  # f (1 - f)
-            if spec.refine:  # g = 2 r f + (1 - 2r) f^2
-                r = g_t[:, spec.r]
+            if refine:  # g = 2 r f + (1 - 2r) f^2
+                r = G_r[t]
                 r_slope = torch.addcmul(r, r, r, value=-1.0)
-                torch.mul(r_slope.mul_(f_slope).mul_(2.0), dg, out=da[:, spec.r])
+                torch.mul(r_slope.mul_(f_slope).mul_(2.0), dg, out=dA_r[t])
                 # dg/df = 2 (f + r (1 - 2f))
                 dg = dg * torch.addcmul(f, r, torch.add(ones, f, alpha=-2.0)).mul_(2.0)
-            torch.mul(
-                dg,
-                _forget_slope(spec.activation, A[t][:, spec.f], f_slope, ones),
-                out=da[:, spec.f],
-            )
-            dc = dc_prev
+            if act == "sigmoid":
+                torch.mul(dg, f_slope, out=dA_f[t])
+            else:
+                torch.mul(dg, _forget_slope(act, A_f[t], f_slope, ones), out=dA_f[t])
             if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
                 dh_rec = torch.zeros_like(dh_rec)
             else:
-                dh_rec = torch.mm(da, weight_hh)
+                dh_rec = torch.mm(dAs[t], weight_hh)
             if t in resets:
-                dh_rec, dc = dh_rec * keep[t], dc * keep[t]
+                dh_rec, dc = dh_rec * keeps[t], dc * keeps[t]
         # dU = sum_t dA_t^T h_{t-1}: one large matmul instead of T small ones
         h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
         if keep is not None:
