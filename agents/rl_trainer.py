@@ -199,7 +199,10 @@ def policy_from_checkpoint(
     """Rebuild the trained policy (eval mode) and its config from a loaded checkpoint."""
     config = config_from_dict(payload["config"])
     policy = build_policy(config, int(payload["n_actions"]), tuple(payload["image_shape"]))
-    policy.load_state_dict(payload["policy"])
+    weights = dict(payload["policy"])
+    for name in ("image.scale", "image.offsets"):  # constants, saved by early versions only
+        weights.pop(name, None)
+    policy.load_state_dict(weights)
     return policy.to(device).eval(), config
 
 
