@@ -31,7 +31,7 @@ test-slow: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/memcores list cores
 	$(BIN)/memcores supervised experiments/configs/demo_copy.yaml run.dir=runs/demo_copy
-	$(BIN)/memcores train experiments/configs/demo_rl.yaml run.dir=runs/demo_rl
+	$(BIN)/memcores train experiments/configs/demo_rl.yaml run.dir=runs/demo_rl run.overwrite=true
 
 bench: $(STAMP)
 	$(BIN)/memcores bench cores

@@ -167,6 +167,10 @@ class RunConfig:
     Empty: ``runs/<config file stem>``."""
     tensorboard: bool = True
     """Write TensorBoard event files (``progress.csv`` is always written)."""
+    overwrite: bool = False
+    """Start over in a run folder that already holds a run (its checkpoint, ``config.yaml``,
+    ``progress.csv`` and event files are deleted once the new config has been validated);
+    without it, such a folder is an error unless ``--resume`` is given."""
 
 
 @dataclass

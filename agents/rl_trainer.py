@@ -320,16 +320,42 @@ def train(config: RLConfig, run_dir: str | Path, resume: bool = False) -> TrainR
     resume_payload = None
     if resume:
         resume_payload = load_rl_checkpoint(ckpt_path)  # clear error if missing/corrupt
-    elif ckpt_path.exists():
+    elif ckpt_path.exists() and not config.run.overwrite:
         raise ValueError(
-            f"run folder {run_dir} already holds a run; pass --resume to continue it or "
-            "choose another run.dir"
+            f"run folder {run_dir} already holds a run; pass --resume to continue it, "
+            "run.overwrite=true to start over, or choose another run.dir"
         )
     s = setup(config)  # validates env/core/device; writes nothing
+    if resume_payload is None and config.run.overwrite:
+        _clear_run(run_dir)
     try:
         return _train_loop(s, run_dir, resume_payload)
     finally:
         s.envs.close()
+
+
+def _check_same_network(saved: dict[str, Any], config: RLConfig) -> None:
+    """``--resume`` needs the network the checkpoint was trained with."""
+    now = config_to_dict(config)
+    keys = [("core", k) for k in ("name", "hidden_size", "options")]
+    keys += [("agent", "image_encoder"), ("agent", "mission")]
+    diff = [
+        f"{a}.{b}: checkpoint {saved[a].get(b)!r}, config {now[a][b]!r}"
+        for a, b in keys
+        if saved.get(a, {}).get(b) != now[a][b]
+    ]
+    if diff:
+        raise ValueError(
+            "cannot resume: the network differs from the checkpoint's (" + "; ".join(diff) + ")"
+        )
+
+
+def _clear_run(run_dir: Path) -> None:
+    """Delete what an earlier run wrote into ``run_dir`` (only the files a run writes)."""
+    for path in [run_dir / CHECKPOINT_NAME, run_dir / "config.yaml", run_dir / "progress.csv"]:
+        path.unlink(missing_ok=True)
+    for path in run_dir.glob("events.out.tfevents.*"):
+        path.unlink()
 
 
 def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> TrainResult:
@@ -341,6 +367,7 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
 
     global_step, updates = 0, 0
     if resume is not None:
+        _check_same_network(resume["config"], cfg)
         policy.load_state_dict(resume["policy"])
         optimizer.load_state_dict(resume["optimizer"])
         global_step, updates = int(resume["global_step"]), int(resume["updates"])

@@ -29,7 +29,7 @@ def test_train_writes_run_folder(tmp_path):
 
 def test_resume_restores_step_optimizer_and_rng(tmp_path):
     first = tmp_path / "first"
-    train(tiny_config("train.total_steps=128"), first)  # 2 updates
+    assert _train_cli(first, "train.total_steps=128") == 0  # 2 updates
     ckpt = torch.load(first / CHECKPOINT_NAME, weights_only=True)
     assert ckpt["global_step"] == 128 and ckpt["updates"] == 2
     adam_steps = {int(v["step"]) for v in ckpt["optimizer"]["state"].values()}
@@ -46,6 +46,8 @@ def test_resume_restores_step_optimizer_and_rng(tmp_path):
     for k in a["policy"]:
         torch.testing.assert_close(a["policy"][k], b["policy"][k], rtol=0, atol=0)
     assert not torch.equal(a["rng"]["torch"], ckpt["rng"]["torch"])
+    # resuming with a different network is a clear error, not a state_dict traceback
+    assert _train_cli(copies[0], "train.total_steps=256", "core.hidden_size=8", resume=True) == 2
     steps = [line.split(",")[0] for line in (copies[0] / "progress.csv").read_text().splitlines()]
     assert steps[1:] == ["64", "128", "192"]  # no duplicated rows after resuming
 
@@ -140,3 +142,12 @@ def test_transfer_writes_table(tmp_path, monkeypatch, capsys):
     assert main(["transfer", "nope", "--out", str(tmp_path / "x")]) == 2
     assert "unknown suite 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_overwrite_starts_over(tmp_path):
+    run = tmp_path / "run"
+    assert _train_cli(run, "train.total_steps=128") == 0
+    assert _train_cli(run, "train.total_steps=64", "run.overwrite=true") == 0
+    assert torch.load(run / CHECKPOINT_NAME, weights_only=True)["global_step"] == 64
+    assert len([p for p in run.iterdir() if p.name.startswith("events.out")]) == 1
+    assert len((run / "progress.csv").read_text().splitlines()) == 2  # header + 1 update
