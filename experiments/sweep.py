@@ -629,6 +629,61 @@ def _ray_trial_name(tune_trial: Any) -> str:
     return tune_trial.config["trial"]["name"]
 
 
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on a ``host:port`` / ``ray://host:port`` address nobody listens on: Ray itself
+    keeps retrying such an address for many minutes. ``auto`` is left to Ray.
+
+    :raises RuntimeError: the port does not accept a TCP connection within ``timeout``.
+    """
+    import socket
+
+    match = re.fullmatch(r"(?:ray://)?\[?([^\]]+?)\]?:(\d+)", address.strip())
+    if not match:
+        return
+    host, port = match.group(1), int(match.group(2))
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as err:
+        raise RuntimeError(
+            f"no Ray cluster answers at {address} ({err}); start one with `ray start --head` "
+            "or check the address"
+        ) from None
+
+
+def connect_ray(address: str | None, max_concurrent: int) -> bool:
+    """Connect to the Ray cluster at ``address``, or start a private local Ray with
+    ``max_concurrent`` CPUs; returns whether this call started/connected it (then the caller
+    shuts it down).
+
+    :raises RuntimeError: the cluster cannot be reached (one line, no traceback at the CLI).
+    """
+    # Tune's console tables repeat what the sweep reports itself; the legacy reporter with
+    # verbose=0 prints nothing.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        check_reachable(address)
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=True)
+        else:
+            ray.init(
+                num_cpus=max(1, max_concurrent),
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=True,
+                logging_level="WARNING",
+            )
+    except (ConnectionError, TimeoutError) as err:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise RuntimeError(f"could not connect to {where}: {err}") from err
+    return True
+
+
 def run_ray(
     trials: Sequence[Trial],
     max_concurrent: int,
@@ -645,25 +700,9 @@ def run_ray(
     installed. Ray's session logs stay in Ray's temp dir (``/tmp/ray``); Tune's experiment state
     goes to ``storage_dir``.
     """
-    # Tune's console tables repeat what the sweep reports itself; the legacy reporter with
-    # verbose=0 prints nothing.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    import ray
     from ray import tune
 
-    started_here = False
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=True)
-        else:
-            ray.init(
-                num_cpus=max(1, max_concurrent),
-                include_dashboard=False,
-                log_to_driver=True,
-                configure_logging=True,
-                logging_level="WARNING",
-            )
-        started_here = True
+    started_here = connect_ray(address, max_concurrent)
     try:
         storage = Path(storage_dir).resolve()
         storage.mkdir(parents=True, exist_ok=True)
@@ -717,6 +756,8 @@ def run_ray(
             report(result)
     finally:
         if started_here:
+            import ray
+
             ray.shutdown()
     return [
         results.get(t.name, TrialResult(t.name, "error", message="Ray returned no result"))
@@ -795,6 +836,33 @@ def run_sweep(
     out = Path(out_dir).resolve()
     resolved = choose_backend(backend, address)
     finished, todo = split_finished(trials)
+    connected_here = False
+    if resolved == "ray" and todo:
+        # Reach the cluster before writing anything: a wrong address leaves no half sweep.
+        connected_here = connect_ray(address, max_concurrent)
+    try:
+        return _run_sweep(
+            trials, out, resolved, backend, address, max_concurrent, meta, echo, finished, todo
+        )
+    finally:
+        if connected_here:
+            import ray
+
+            ray.shutdown()
+
+
+def _run_sweep(
+    trials: Sequence[Trial],
+    out: Path,
+    resolved: str,
+    backend: str,
+    address: str | None,
+    max_concurrent: int,
+    meta: dict[str, Any] | None,
+    echo: Callable[[str], None],
+    finished: Sequence[Trial],
+    todo: Sequence[Trial],
+) -> list[TrialResult]:
     out.mkdir(parents=True, exist_ok=True)
     sweep_meta = {**(meta or {}), "trials": [t.name for t in trials], "backend": resolved}
     write_json_atomic(out / SWEEP_FILE, {**sweep_meta, "state": "running"})
