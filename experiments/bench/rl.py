@@ -8,7 +8,10 @@ gymnasium's ``FlattenObservation``: SB3 needs a Box observation); memcores runs 
 policy (CNN image encoder, direction and mission embeddings, ``lstm`` core, seq_len 32).
 Each side first runs one warm-up update (imports, allocator), then is timed over
 ``--updates`` updates; the two are run alternately ``--repeats`` times and the best of each is
-kept, so a busy machine hurts both alike. Frames = env steps over all envs.
+kept, so a busy machine hurts both alike. Frames = env steps over all envs. Both wall-clock
+frames/s and frames per CPU-second of this process (``time.process_time``; one torch thread
+and in-process envs, so it counts all the work) are printed: on a shared machine the CPU-time
+ratio is the steadier one.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ import torch
 ENV_ID = "MiniGrid-MemoryS7-v0"
 
 
-def _ours(updates: int, n_envs: int, n_steps: int, core: str, device: str, tmp: str) -> float:
-    """Frames per second of ``memcores train`` for ``updates`` updates (after a warm-up)."""
+def _ours(
+    updates: int, n_envs: int, n_steps: int, core: str, device: str, tmp: str
+) -> tuple[float, float]:
+    """Frames per wall second and per CPU second of ``memcores train`` (after a warm-up)."""
     from agents.rl_config import RLConfig
     from agents.rl_trainer import train
     from experiments.config import load_config
 
-    def run(n_updates: int, name: str) -> float:
+    def run(n_updates: int, name: str) -> tuple[float, float]:
         overrides = [
             f"env.id={ENV_ID}",
             f"env.n_envs={n_envs}",
@@ -48,16 +53,17 @@ def _ours(updates: int, n_envs: int, n_steps: int, core: str, device: str, tmp: 
             f"train.checkpoint_every={n_updates}",
         ]
         config = load_config(RLConfig, None, overrides)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = train(config, f"{tmp}/{name}")
-        return result.global_step / (time.perf_counter() - start)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return result.global_step / wall, result.global_step / cpu
 
     run(1, "warmup")
     return run(updates, "timed")
 
 
-def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> float:
-    """Frames per second of sb3-contrib RecurrentPPO at the same settings."""
+def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, float]:
+    """Frames per wall second and per CPU second of sb3-contrib RecurrentPPO, same settings."""
     import gymnasium as gym
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
@@ -86,11 +92,12 @@ def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> float:
         verbose=0,
     )
     model.learn(n_envs * n_steps)  # warm-up update
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     model.learn(updates * n_envs * n_steps, reset_num_timesteps=False)
-    fps = updates * n_envs * n_steps / (time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     vec.close()
-    return fps
+    frames = updates * n_envs * n_steps
+    return frames / wall, frames / cpu
 
 
 def main(argv: list[str]) -> int:
@@ -117,21 +124,28 @@ def main(argv: list[str]) -> int:
         f"torch threads {torch.get_num_threads()}, device {args.device}"
     )
     tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_")
-    ours: list[float] = []
-    theirs: list[float] = []
+    ours: list[tuple[float, float]] = []
+    theirs: list[tuple[float, float]] = []
     try:
         for r in range(repeats):
             ours.append(_ours(updates, n_envs, n_steps, args.core, args.device, f"{tmp}/{r}"))
-            print(f"  repeat {r + 1}: memcores ({args.core}) {ours[-1]:8.0f} frames/s", flush=True)
+            print(f"  repeat {r + 1}: memcores ({args.core}) {_fmt(ours[-1])}", flush=True)
             if not args.skip_sb3:
                 theirs.append(_sb3(updates, n_envs, n_steps, args.device))
-                print(f"  repeat {r + 1}: sb3-contrib RecurrentPPO {theirs[-1]:8.0f} frames/s")
+                print(f"  repeat {r + 1}: sb3-contrib RecurrentPPO {_fmt(theirs[-1])}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    best_ours = max(ours)
-    print(f"memcores PPO ({args.core}):     {best_ours:8.0f} frames/s")
+    best_ours = (max(o[0] for o in ours), max(o[1] for o in ours))
+    print(f"memcores PPO ({args.core}):     {_fmt(best_ours)}")
     if theirs:
-        best_theirs = max(theirs)
-        print(f"sb3-contrib RecurrentPPO: {best_theirs:8.0f} frames/s")
-        print(f"ratio memcores / sb3-contrib: {best_ours / best_theirs:.2f}x")
+        best_theirs = (max(t[0] for t in theirs), max(t[1] for t in theirs))
+        print(f"sb3-contrib RecurrentPPO: {_fmt(best_theirs)}")
+        print(
+            f"ratio memcores / sb3-contrib: {best_ours[0] / best_theirs[0]:.2f}x (wall), "
+            f"{best_ours[1] / best_theirs[1]:.2f}x (CPU time)"
+        )
     return 0
+
+
+def _fmt(fps: tuple[float, float]) -> str:
+    return f"{fps[0]:8.0f} frames/s wall, {fps[1]:8.0f} frames per CPU-second"
