@@ -138,7 +138,7 @@ class _FusedLSTM(torch.autograd.Function):
         dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
         dAs = dA.unbind(0)
         dA_o, dA_f, dA_u = _cols(dA, spec.o), _cols(dA, spec.f), _cols(dA, spec.u)
-        G_o, G_f, G_u, A_f = _cols(G, spec.o), _cols(G, spec.f), _cols(G, spec.u), _cols(A, spec.f)
+        G_o, G_f, G_u = _cols(G, spec.o), _cols(G, spec.f), _cols(G, spec.u)
         TCs = TC.unbind(0)
         dYs = None if dY is None else dY.unbind(0)
         keeps = None if keep is None else keep.unbind(0)
@@ -149,6 +149,9 @@ class _FusedLSTM(torch.autograd.Function):
             c_prevs = [c0, *C.unbind(0)[:-1]]
         if refine:
             G_r, dA_r, Gg = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0)
+        slopes = None
+        if act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
+            slopes = _forget_slope(act, A[:, :, spec.f], G[:, :, spec.f]).unbind(0)
         for t in range(T - 1, -1, -1):
             o, f, u, tc = G_o[t], G_f[t], G_u[t], TCs[t]
             dh = dh_rec if dYs is None else dYs[t] + dh_rec
@@ -167,17 +170,15 @@ class _FusedLSTM(torch.autograd.Function):
                 torch.mul(torch.addcmul(i, i, i, value=-1.0).mul_(u), dcs, out=dA_i[t])
                 dg = dcs * c_prev
             torch.mul(du, torch.addcmul(ones, u, u, value=-1.0), out=dA_u[t])
-            f_slope = torch.addcmul(f, f, f, value=-1.0)  # f (1 - f)
+            if refine or slopes is None:
+                f_slope = torch.addcmul(f, f, f, value=-1.0)  # f (1 - f)
             if refine:  # g = 2 r f + (1 - 2r) f^2
                 r = G_r[t]
                 r_slope = torch.addcmul(r, r, r, value=-1.0)
                 torch.mul(r_slope.mul_(f_slope).mul_(2.0), dg, out=dA_r[t])
                 # dg/df = 2 (f + r (1 - 2f))
                 dg = dg * torch.addcmul(f, r, torch.add(ones, f, alpha=-2.0)).mul_(2.0)
-            if act == "sigmoid":
-                torch.mul(dg, f_slope, out=dA_f[t])
-            else:
-                torch.mul(dg, _forget_slope(act, A_f[t], f_slope, ones), out=dA_f[t])
+            torch.mul(dg, f_slope if slopes is None else slopes[t], out=dA_f[t])
             if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
                 dh_rec = torch.zeros_like(dh_rec)
             else:
@@ -192,28 +193,26 @@ class _FusedLSTM(torch.autograd.Function):
         return dA, d_weight, dh_rec, dc, None, None, None, None
 
 
-def _forget_slope(activation: str, a_f: Tensor, f_slope: Tensor, ones: Tensor) -> Tensor:
-    """``phi'(a)`` from what the forward stored for the forget block.
+def _forget_slope(activation: str, a_f: Tensor, f: Tensor) -> Tensor:
+    """``phi'(a)`` of the forget gate from what the forward stored (any shape, e.g. ``[T, B, H]``).
 
-    ``a_f`` holds ``a`` (sigmoid, softsign), ``sinh a`` (fast) or ``sinh sinh a`` (fast2);
-    ``f_slope = f (1 - f)`` is the sigmoid's slope at the last ``sinh``. The ``cosh`` factors
-    are ``sqrt(1 + sinh^2)``, capped where ``f_slope`` is already exactly 0 so that the product
-    stays 0 instead of ``0 * inf``.
+    ``a_f`` holds ``a`` (softsign), ``sinh a`` (fast) or ``sinh sinh a`` (fast2); ``f`` is the
+    gate value, so ``f (1 - f)`` is the sigmoid's slope at the last ``sinh``. The ``cosh``
+    factors are ``sqrt(1 + sinh^2)``; where that overflows, ``f (1 - f)`` is exactly 0 and the
+    product is set to 0 instead of ``0 * inf``.
     """
-    if activation == "sigmoid":
-        return f_slope
     if activation == "softsign":
         return a_f.abs().add_(2.0).pow_(-2.0)
+    f_slope = torch.addcmul(f, f, f, value=-1.0)
+    if activation == "sigmoid":
+        return f_slope
     if activation == "fast":
-        # cosh a = hypot(sinh a, 1); sinh a = inf only where f_slope == 0 exactly (0 * inf)
-        return torch.hypot(a_f, ones).mul_(f_slope).nan_to_num_(nan=0.0)
+        return a_f.square().add_(1.0).sqrt_().mul_(f_slope).nan_to_num_(nan=0.0)
     # fast2: a_f = sinh(s) with s = sinh(a); phi' = sigma' * cosh(s) * cosh(a). Beyond
     # |sinh s| = 1e4 the sigmoid slope is exactly 0, so clamping there changes nothing.
     s2 = a_f.clamp(-1e4, 1e4)
-    s1 = torch.asinh(s2)
-    cosh_s = torch.addcmul(ones, s2, s2).sqrt_()
-    cosh_a = torch.addcmul(ones, s1, s1).sqrt_()
-    return f_slope * cosh_s * cosh_a
+    cosh_a = torch.asinh(s2).square_().add_(1.0).sqrt_()
+    return s2.square().add_(1.0).sqrt_().mul_(cosh_a).mul_(f_slope)
 
 
 def fused_lstm(
