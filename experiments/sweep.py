@@ -93,6 +93,8 @@ class Trial:
         a transfer sweep without its ``suite:`` key.
     :param suite: the transfer suite of a transfer trial.
     :param config_sha256: hash of the sweep's config file when the trials were made.
+    :param cpus: CPUs the trial is scheduled with on Ray (its thread count).
+    :param gpus: GPUs (or a fraction) the trial is scheduled with on Ray.
     :param timeout: seconds after which the child is killed (None: no limit).
     """
 
@@ -108,6 +110,8 @@ class Trial:
     files: dict[str, str] = dataclasses.field(default_factory=dict)
     suite: str = ""
     config_sha256: str = ""
+    cpus: int = 1
+    gpus: float = 0.0
     python: str = sys.executable
     timeout: float | None = None
 
@@ -241,6 +245,7 @@ def make_trials(
     template: str = DEFAULT_TEMPLATE,
     timeout: float | None = None,
     threads_per_trial: int = 1,
+    gpus_per_trial: float = 0.0,
 ) -> tuple[str, list[Trial]]:
     """Validate the sweep's inputs and build its trials; nothing is written.
 
@@ -341,6 +346,8 @@ def make_trials(
                 files=files,
                 suite=suite,
                 config_sha256=config_sha256,
+                cpus=max(1, threads_per_trial),
+                gpus=gpus_per_trial,
                 timeout=timeout,
             )
         )
@@ -651,10 +658,10 @@ def check_reachable(address: str, timeout: float = 10.0) -> None:
         ) from None
 
 
-def connect_ray(address: str | None, max_concurrent: int) -> bool:
+def connect_ray(address: str | None, max_concurrent: int, cpus_per_trial: int = 1) -> bool:
     """Connect to the Ray cluster at ``address``, or start a private local Ray with
-    ``max_concurrent`` CPUs; returns whether this call started/connected it (then the caller
-    shuts it down).
+    ``max_concurrent * cpus_per_trial`` CPUs; returns whether this call started/connected it
+    (then the caller shuts it down).
 
     :raises RuntimeError: the cluster cannot be reached (one line, no traceback at the CLI).
     """
@@ -672,7 +679,7 @@ def connect_ray(address: str | None, max_concurrent: int) -> bool:
             ray.init(address=address, log_to_driver=True)
         else:
             ray.init(
-                num_cpus=max(1, max_concurrent),
+                num_cpus=max(1, max_concurrent) * max(1, cpus_per_trial),
                 include_dashboard=False,
                 log_to_driver=True,
                 configure_logging=True,
@@ -707,8 +714,12 @@ def run_ray(
         storage = Path(storage_dir).resolve()
         storage.mkdir(parents=True, exist_ok=True)
         param_space = {"trial": tune.grid_search([dataclasses.asdict(t) for t in trials])}
+        # every trial of a sweep asks for the same resources
+        resources: dict[str, float] = {"cpu": trials[0].cpus}
+        if trials[0].gpus:
+            resources["gpu"] = trials[0].gpus
         tuner = tune.Tuner(
-            tune.with_resources(_ray_trainable, {"cpu": 1}),
+            tune.with_resources(_ray_trainable, resources),
             param_space=param_space,
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=max(1, max_concurrent),
@@ -839,7 +850,7 @@ def run_sweep(
     connected_here = False
     if resolved == "ray" and todo:
         # Reach the cluster before writing anything: a wrong address leaves no half sweep.
-        connected_here = connect_ray(address, max_concurrent)
+        connected_here = connect_ray(address, max_concurrent, todo[0].cpus)
     try:
         return _run_sweep(
             trials, out, resolved, backend, address, max_concurrent, meta, echo, finished, todo

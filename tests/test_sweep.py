@@ -220,6 +220,9 @@ def test_make_trials_validates_before_writing(tmp_path, fake):
     assert [t.name for t in trials] == ["seed=0", "seed=1"]
     assert trials[0].argv[-2:] == ["train.seed=0", f"run.dir={out.resolve() / 'seed=0'}"]
     assert trials[0].argv[1:4] == ["-m", "experiments.cli", "supervised"]
+    _, trials = make_trials(fake["config"], [], out, threads_per_trial=3, gpus_per_trial=0.5)
+    assert (trials[0].cpus, trials[0].gpus) == (3, 0.5)  # what Ray reserves per trial
+    assert all(v == "3" for v in trials[0].env.values())  # OMP/MKL threads unless set already
     assert not out.exists()
 
 

@@ -67,7 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads-per-trial",
         type=int,
         default=1,
-        help="OMP/MKL threads of each trial unless already set in the environment (default 1)",
+        help="OMP/MKL threads of each trial unless already set in the environment, and the "
+        "CPUs Ray reserves for it (default 1)",
+    )
+    parser.add_argument(
+        "--gpus-per-trial",
+        type=float,
+        default=0.0,
+        help="Ray: GPUs (or a fraction, e.g. 0.5) reserved per trial; add train.device=cuda",
     )
     parser.add_argument(
         "--trial-timeout",
@@ -96,6 +103,8 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_concurrent < 1:
         raise ValueError(f"--max-concurrent must be >= 1, got {args.max_concurrent}")
+    if args.threads_per_trial < 1 or args.gpus_per_trial < 0:
+        raise ValueError("--threads-per-trial must be >= 1 and --gpus-per-trial >= 0")
     grid = parse_grid(args.grid)
     out = Path(args.out) if args.out else Path("runs/sweeps") / Path(args.config).stem
     command, trials = make_trials(
@@ -107,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         template=args.command_template,
         timeout=args.trial_timeout,
         threads_per_trial=args.threads_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
     )
     if args.command_template == DEFAULT_TEMPLATE:
         # the trials run memcores itself: check each trial's config now, before any folder exists
