@@ -149,9 +149,8 @@ class TrialResult:
 def parse_grid(items: Iterable[str]) -> list[tuple[str, list[str]]]:
     """``["core.name=lstm,ur_lstm", "train.seed=0,1"]`` -> ``[("core.name", ["lstm", ...]), ...]``.
 
-    Values stay strings; the command parses them like any other override. A value that itself
-    holds commas can be given as a YAML list: ``--grid 'x=[1,2],[3,4]'`` is not supported, so
-    such keys belong in the config file instead.
+    Values stay strings; the command parses them like any other override. Values cannot hold
+    commas (list-valued keys are swept with one config file per value instead).
     """
     grid: list[tuple[str, list[str]]] = []
     seen: set[str] = set()
