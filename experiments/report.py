@@ -21,7 +21,14 @@ from typing import Any
 import yaml
 
 from experiments.config import parse_override, set_dotted
-from experiments.plotting import auto_panel_key, find_runs, get_dotted, plot_runs, read_config
+from experiments.plotting import (
+    EVENTS_GLOB,
+    auto_panel_key,
+    find_runs,
+    get_dotted,
+    plot_runs,
+    read_config,
+)
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
 
 # Metrics reported when none are asked for, in this order, if some trial logged them.
@@ -475,7 +482,10 @@ def build_report(
     ]
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    panel_key = auto_panel_key(find_runs([sweep_dir])) if plots and ok else None
+    # Plot the same runs the tables use: finished trials only, and only folders with events.
+    plot_paths = [r.path for r in runs if any(r.path.glob(EVENTS_GLOB))]
+    plots = plots and bool(plot_paths)
+    panel_key = auto_panel_key(find_runs(plot_paths)) if plots else None
     group_by = [k for k in keys if k not in LABEL_KEYS]
     for metric in metrics:
         table = metric_table(runs, metric, keys, meta.get("grid"))
@@ -484,10 +494,14 @@ def build_report(
         lines += [f"## {metric}", "", table, ""]
         if plots:
             png = out.parent / f"{out.stem}_{slug(metric)}.png"
-            plot_runs(
-                [sweep_dir], metric, png, group_by=group_by, panel_by=panel_key, spread=spread
-            )
-            lines += [f"![{metric}]({png.name})", ""]
+            try:
+                plot_runs(
+                    plot_paths, metric, png, group_by=group_by, panel_by=panel_key, spread=spread
+                )
+            except ValueError as err:  # in progress.csv but not in the event files
+                lines += [f"(no plot: {err})", ""]
+            else:
+                lines += [f"![{metric}]({png.name})", ""]
 
     core_order = [str(c) for c in meta.get("grid", {}).get("core.name", [])]
     table7 = transfer_table(trials, ref, core_order)
