@@ -309,10 +309,12 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
     if resume:
         payload = load_checkpoint(ckpt_path, map_location=prep.device)
         check_resumable(payload, config)
+    elif ckpt_path.exists() and config.run.overwrite:
+        clear_run(run_dir)
     elif ckpt_path.exists():
         raise ValueError(
             f"run directory {run_dir} already holds a run ({CHECKPOINT}); pass --resume to "
-            f"continue it or choose another run.dir"
+            f"continue it, run.overwrite=true to start afresh, or choose another run.dir"
         )
 
     # ---- from here on the run directory is written
@@ -452,6 +454,15 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
     tmp.write_text(json.dumps(results, indent=2))
     tmp.replace(run_dir / "results.json")
     return results
+
+
+def clear_run(run_dir: Path) -> None:
+    """Delete the files a previous run wrote in ``run_dir`` (and nothing else)."""
+    names = ("config.yaml", CHECKPOINT, INIT_CHECKPOINT, "progress.csv", "results.json")
+    for name in names:
+        (run_dir / name).unlink(missing_ok=True)
+    for events in run_dir.glob("events.out.tfevents.*"):
+        events.unlink()
 
 
 def final_report(

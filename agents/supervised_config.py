@@ -137,6 +137,8 @@ class RunConfig:
     """Run directory; null: ``runs/supervised/<task>_<core>_s<seed>``."""
     tensorboard: bool = True
     progress_bar: bool = True
+    overwrite: bool = False
+    """Start afresh in an existing run directory (deletes its run files); else it is an error."""
 
 
 @dataclass

@@ -82,6 +82,15 @@ def test_existing_run_needs_resume(tmp_path: Path) -> None:
         _run_steps(tmp_path, 4)
 
 
+def test_overwrite_starts_afresh(tmp_path: Path) -> None:
+    _run_steps(tmp_path, 4)
+    config = _config(tmp_path, "train.steps=2", "train.eval_every=2", "run.overwrite=true")
+    supervised.train(config)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2
+    steps = [int(r["step"]) for r in csv.DictReader((tmp_path / "progress.csv").open())]
+    assert max(steps) == 2
+
+
 def test_resume_rejects_a_different_core(tmp_path: Path) -> None:
     _run_steps(tmp_path, 2)
     config = _config(tmp_path, "train.steps=4", "train.eval_every=3", "core.name=gru")
