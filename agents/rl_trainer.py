@@ -306,6 +306,10 @@ class TrainResult:
     ep_rew_mean: float = float("nan")
     success_rate: float = float("nan")
     history: list[dict[str, float]] = field(default_factory=list)
+    loop_seconds: float = 0.0
+    """Wall-clock time of the training loop (rollouts, updates, logging, checkpoints)."""
+    loop_cpu_seconds: float = 0.0
+    """CPU time of this process in the training loop (``time.process_time``)."""
 
 
 def train(config: RLConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
@@ -396,6 +400,7 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
 
     progress = _progress_bar(cfg, global_step)
     start_time, start_step = time.perf_counter(), global_step
+    start_cpu = time.process_time()
     try:
         while updates < total_updates:
             # Linear LR annealing to 0 over the whole budget (CleanRL).
@@ -467,6 +472,8 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
         run_dir=run_dir,
         global_step=global_step,
         updates=updates,
+        loop_seconds=time.perf_counter() - start_time,
+        loop_cpu_seconds=time.process_time() - start_cpu,
         ep_rew_mean=episodes.mean_return,
         success_rate=episodes.success_rate,
         history=history,

@@ -17,6 +17,7 @@ from agents.rl_trainer import (
     start_rollouts,
 )
 from agents.rollout import RolloutBuffer
+from cores import CORES
 
 
 def _collect(core: str, n_steps: int = 32, seq_len: int = 8):
@@ -42,8 +43,10 @@ def _collect(core: str, n_steps: int = 32, seq_len: int = 8):
     return s, buffer, episodes
 
 
-@pytest.mark.parametrize("core", ["lstm", "gru", "rel_lstm", "lru"])
+@pytest.mark.parametrize("core", sorted(CORES))
 def test_replayed_chunks_match_rollout(core):
+    """Acting uses the core's step() (T = 1), the update its forward() over chunks: for every
+    core they must agree, episode resets inside chunks included."""
     s, buffer, episodes = _collect(core)
     assert buffer.starts.any() and not buffer.starts.all()  # boundaries inside the rollout
     assert len(episodes.returns) > 0
