@@ -56,6 +56,13 @@ TRANSFER_TEMPLATE = (
     "{python} -m experiments.cli transfer {suite} {overrides} --config {config} "
     "--out {run_dir} {extra}"
 )
+DEFAULT_TEMPLATES = (DEFAULT_TEMPLATE, TRANSFER_TEMPLATE)
+# The checkpoint each command's --resume continues from (globs inside the trial's run folder).
+RESUME_FROM = {
+    "train": "checkpoints/last.pt",
+    "supervised": "checkpoint.pt",
+    "transfer": "*/checkpoints/last.pt",
+}
 # Top-level keys of a transfer sweep config that are arguments of `memcores transfer`, not RL
 # config keys: they are taken out, and the rest is the RL config given to --config.
 TRANSFER_KEYS = ("suite", "episodes", "argmax")
@@ -95,6 +102,11 @@ class Trial:
     :param config_sha256: hash of the sweep's config file when the trials were made.
     :param cpus: CPUs the trial is scheduled with on Ray (its thread count).
     :param gpus: GPUs (or a fraction) the trial is scheduled with on Ray.
+    :param resume: how an unfinished earlier attempt is continued instead of restarted: the
+        flag appended to the command (``"--resume"``), ``""`` for a command that resumes by
+        itself (transfer), None to restart from scratch.
+    :param resume_from: glob (in the run folder) of the checkpoint the command resumes from;
+        without a match the trial restarts from scratch even with ``resume``.
     :param timeout: seconds after which the child is killed (None: no limit).
     """
 
@@ -112,6 +124,8 @@ class Trial:
     config_sha256: str = ""
     cpus: int = 1
     gpus: float = 0.0
+    resume: str | None = None
+    resume_from: str = "**/*.pt"
     python: str = sys.executable
     timeout: float | None = None
 
@@ -245,6 +259,7 @@ def make_trials(
     timeout: float | None = None,
     threads_per_trial: int = 1,
     gpus_per_trial: float = 0.0,
+    resume: bool = False,
 ) -> tuple[str, list[Trial]]:
     """Validate the sweep's inputs and build its trials; nothing is written.
 
@@ -298,6 +313,14 @@ def make_trials(
         raise SweepError("--grid suite=... is for transfer sweeps (--command transfer)")
     if command == "transfer" and template == DEFAULT_TEMPLATE:
         template = TRANSFER_TEMPLATE
+    # How an interrupted trial continues: `train`/`supervised` (and a custom template's
+    # command) take --resume; `transfer` resumes its unfinished env pairs by itself.
+    resume_how: str | None = None
+    if resume:
+        resume_how = "" if command == "transfer" else "--resume"
+    resume_from = (
+        RESUME_FROM.get(command, "**/*.pt") if template in DEFAULT_TEMPLATES else "**/*.pt"
+    )
     trials = []
     names: set[str] = set()
     for assignment in expand_grid(grid):
@@ -347,6 +370,8 @@ def make_trials(
                 config_sha256=config_sha256,
                 cpus=max(1, threads_per_trial),
                 gpus=gpus_per_trial,
+                resume=resume_how,
+                resume_from=resume_from,
                 timeout=timeout,
             )
         )
@@ -455,6 +480,11 @@ def describe_exit(returncode: int) -> tuple[str, str]:
     return "failed", f"exit code {returncode}"
 
 
+def has_checkpoint(run_dir: Path, pattern: str) -> bool:
+    """Whether an earlier attempt left the checkpoint ``pattern`` (a glob) in its run folder."""
+    return run_dir.is_dir() and any(run_dir.glob(pattern))
+
+
 def _pdeathsig_hook() -> Callable[[], None] | None:
     """A ``preexec_fn`` that asks Linux to SIGKILL the child when its parent dies, so a trial
     cannot outlive a Ray worker that Ray killed (cancelled sweep, lost node); None elsewhere.
@@ -486,21 +516,27 @@ def run_trial(
     """Run one trial to its end in a child process and record the outcome in ``trial.json``.
 
     Never raises for a failing trial: the failure is the result. An earlier, unfinished attempt
-    in the same folder is removed first so its events cannot mix with the new ones.
+    in the same folder is continued from its checkpoint when ``trial.resume`` says how and one
+    exists; otherwise it is removed first so its events cannot mix with the new ones.
     """
     run_dir, log_path = Path(trial.run_dir), Path(trial.log_path)
-    if run_dir.exists():
+    extra: list[str] = []
+    resumed = trial.resume is not None and has_checkpoint(run_dir, trial.resume_from)
+    if resumed:
+        (run_dir / TRIAL_FILE).unlink(missing_ok=True)  # the failed attempt's record
+        extra = [trial.resume] if trial.resume else []
+    elif run_dir.exists():
         shutil.rmtree(run_dir)
     for path, text in trial.files.items():
         write_text_atomic(path, text)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
     status, message, returncode = "error", "", None
-    with log_path.open("w") as log:
-        log.write(f"$ {shlex.join(trial.argv)}\n")
+    with log_path.open("a" if resumed else "w") as log:
+        log.write(f"$ {shlex.join([*trial.argv, *extra])}\n")
         log.flush()
         try:
-            argv = list(trial.argv)
+            argv = [*trial.argv, *extra]
             if argv[0] == trial.python and not os.path.exists(argv[0]):
                 argv[0] = sys.executable  # a Ray worker whose Python lives elsewhere
             proc = subprocess.Popen(
@@ -544,6 +580,7 @@ def run_trial(
         "assignment": trial.assignment,
         "overrides": trial.overrides,
         "log": str(log_path),
+        "resumed": resumed,
         **trial.spec(),
     }
     # trial.json goes into the run dir (created by the command, or by us if it failed early).

@@ -33,7 +33,9 @@ from experiments.sweep import (
 FAKE_TRIAL = textwrap.dedent(
     """
     import os, signal, sys, time, yaml
-    command, config_path, overrides = sys.argv[1], sys.argv[2], sys.argv[3:]
+    resume = "--resume" in sys.argv
+    argv = [a for a in sys.argv if a != "--resume"]
+    command, config_path, overrides = argv[1], argv[2], argv[3:]
     config = yaml.safe_load(open(config_path)) or {}
     for item in overrides:
         key, _, value = item.partition("=")
@@ -46,7 +48,10 @@ FAKE_TRIAL = textwrap.dedent(
     os.makedirs(run_dir, exist_ok=True)
     fake = config.get("fake", {})
     with open(os.path.join(run_dir, "calls.txt"), "a") as handle:
-        handle.write(command + "\\n")
+        handle.write(command + (" resumed" if resume else "") + "\\n")
+    if fake.get("checkpoint") and not resume:
+        open(os.path.join(run_dir, "last.pt"), "w").close()
+        sys.exit(4)  # dies after its first checkpoint
     print("starting", command, run_dir, flush=True)
     with open(os.path.join(run_dir, "pid"), "w") as handle:
         handle.write(str(os.getpid()))
@@ -297,6 +302,25 @@ def test_failed_and_killed_trials_are_reported_and_rerun(fake, tmp_path, capsys)
     assert "1 finished earlier (skipped), 3 to run" in capsys.readouterr().out
     calls = Path(fake["out"]) / "kill=0,fail=0" / "calls.txt"
     assert calls.read_text().count("supervised") == 1
+
+
+def test_resume_continues_unfinished_trials_instead_of_restarting(fake, capsys):
+    args = ["sweep", fake["config"], "--grid", "fake.checkpoint=0,1", "--out", fake["out"]]
+    args += ["--command-template", fake["template"], "--backend", "local"]
+    assert main(args) == 1  # checkpoint=1 dies after writing a checkpoint
+    crashed = Path(fake["out"]) / "checkpoint=1"
+    assert (crashed / "last.pt").is_file()
+    # without --resume the folder would be wiped; with it the trial continues in place
+    assert main([*args, "--resume"]) == 0
+    assert (crashed / "calls.txt").read_text().splitlines() == ["supervised", "supervised resumed"]
+    record = json.loads((crashed / "trial.json").read_text())
+    assert record["status"] == "ok" and record["resumed"] is True
+    log = (Path(fake["out"]) / "logs" / "checkpoint=1.log").read_text()
+    commands = [line for line in log.splitlines() if line.startswith("$ ")]
+    assert len(commands) == 2 and commands[1].endswith("--resume")  # both attempts logged
+    # the finished trial is skipped afterwards, with or without --resume
+    assert main([*args, "--resume"]) == 0
+    assert "2 finished earlier (skipped), 0 to run" in capsys.readouterr().out
 
 
 def test_timeout_kills_a_hanging_trial(fake, capsys):

@@ -89,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {DEFAULT_TEMPLATE!r})",
     )
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue unfinished trials from their last checkpoint (train/supervised "
+        "--resume; transfer resumes its env pairs) instead of restarting them",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="print the trials' command lines and exit"
     )
     # Overrides may come before or after the options (`sweep CFG --grid a=1,2 train.seed=3`);
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.trial_timeout,
         threads_per_trial=args.threads_per_trial,
         gpus_per_trial=args.gpus_per_trial,
+        resume=args.resume,
     )
     if args.command_template == DEFAULT_TEMPLATE:
         # the trials run memcores itself: check each trial's config now, before any folder exists
