@@ -106,7 +106,12 @@ class MissionEncoder(nn.Module):
         self.output_size = dim
 
     def forward(self, tokens: Tensor) -> Tensor:
-        mask = (tokens > 0).unsqueeze(-1)  # [N, L, 1]
+        """``tokens [N, L]`` (pads at the end) -> ``[N, dim]``."""
+        # Missions are short and padded at the end to a fixed length: drop the all-pad tail
+        # columns (one host sync; 4-5x less embedding work for MiniGrid's missions).
+        longest = max(int((tokens > 0).sum(1).max()), 1) if tokens.numel() else 1
+        tokens = tokens[:, :longest]
+        mask = (tokens > 0).unsqueeze(-1)  # [N, L', 1]
         emb = self.embed(tokens)  # [N, L, dim]; pads embed to 0
         if self.gru is None:
             return emb.sum(1) / mask.sum(1).clamp_min(1)
