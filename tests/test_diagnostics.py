@@ -90,8 +90,8 @@ def test_power_rnn_keeps_gradient_longer_than_leaky_rnn() -> None:
     profiles = {}
     for name in ("leaky_rnn", "power_rnn"):
         torch.manual_seed(0)
-        core = make_core(name, 1, 32, alpha_init=0.5).double()
-        x = torch.randn(200, 8, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        core = make_core(name, 1, 16, alpha_init=0.5).double()
+        x = torch.randn(80, 4, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
         profiles[name] = input_gradient_profile(
             lambda xs, core=core: core(xs, core.initial_state(xs.shape[1]))[0][-1],
             x,
