@@ -73,6 +73,11 @@ def test_resume_needs_a_checkpoint_and_refuses_to_overwrite(tmp_path, capsys):
         ("env.id=MiniGrid-Nope-v0", "unknown env id 'MiniGrid-Nope-v0'"),
         ("agent.seq_len=7", "multiple of agent.seq_len"),
         ("train.device=tpu", "unknown device 'tpu'"),
+        pytest.param(
+            "train.device=cuda",
+            "no CUDA GPU is available",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present"),
+        ),
         ("train.total_steps=many", "must be an integer"),
     ],
 )
