@@ -41,78 +41,91 @@ class CoreSpec:
 _GATED = "cores.gated:GatedLSTM"
 _GRU = "cores.gru:GatedGRU"
 
+
+def _preset(**options: Any) -> dict[str, Any]:
+    """Options fixed by a gated preset. Options that matter only for some presets (chrono's
+    ``t_max``, h-detach's ``p``) are fixed in the others, so passing them there is an error
+    instead of being silently ignored.
+    """
+    if options.get("init") != "chrono":
+        options.setdefault("t_max", 1000.0)
+    if "tied" in options and not options.get("hdetach"):  # an LSTM preset without h-detach
+        options.update(hdetach=False, p=0.0)
+    return options
+
+
 CORES: dict[str, CoreSpec] = {
     # --- gated LSTM family: one cell class, presets differ only in options ------------------
     "lstm": CoreSpec(
         _GATED,
         "LSTM, untied gates, sigmoid, forget bias 1 (the standard baseline)",
-        dict(activation="sigmoid", tied=False, refine=False, init="constant"),
+        _preset(activation="sigmoid", tied=False, refine=False, init="constant"),
     ),
     "tied_lstm": CoreSpec(
         _GATED,
         "gate-tied LSTM (i = 1 - f), sigmoid forget gate: the sigmoid twin of fast/softsign",
-        dict(activation="sigmoid", tied=True, refine=False, init="constant"),
+        _preset(activation="sigmoid", tied=True, refine=False, init="constant"),
     ),
     "fast_lstm": CoreSpec(
         _GATED,
         "gate-tied LSTM with the fast gate sigma(sinh z) on the forget gate (Ohno et al.)",
-        dict(activation="fast", tied=True, refine=False, init="constant"),
+        _preset(activation="fast", tied=True, refine=False, init="constant"),
     ),
     "fast2_lstm": CoreSpec(
         _GATED,
         "gate-tied LSTM with the iterated fast gate sigma(sinh(sinh z))",
-        dict(activation="fast2", tied=True, refine=False, init="constant"),
+        _preset(activation="fast2", tied=True, refine=False, init="constant"),
     ),
     "softsign_lstm": CoreSpec(
         _GATED,
         "gate-tied LSTM with the normalised softsign forget gate (slow-saturation reference)",
-        dict(activation="softsign", tied=True, refine=False, init="constant"),
+        _preset(activation="softsign", tied=True, refine=False, init="constant"),
     ),
     "uf_lstm": CoreSpec(
         _GATED,
         "gate-tied fast-gate LSTM with uniform (UGI) forget-bias initialisation",
-        dict(activation="fast", tied=True, refine=False, init="uniform"),
+        _preset(activation="fast", tied=True, refine=False, init="uniform"),
     ),
     "ur_lstm": CoreSpec(
         _GATED,
         "UR-LSTM: uniform gate init + refine gate, input tied to 1 - g (Gu et al.)",
-        dict(activation="sigmoid", tied=True, refine=True, init="uniform"),
+        _preset(activation="sigmoid", tied=True, refine=True, init="uniform"),
     ),
     "u_lstm": CoreSpec(
         _GATED,
         "U-LSTM: uniform gate init (b_i = -b_f), no refine gate",
-        dict(activation="sigmoid", tied=False, refine=False, init="uniform"),
+        _preset(activation="sigmoid", tied=False, refine=False, init="uniform"),
     ),
     "r_lstm": CoreSpec(
         _GATED,
         "R-LSTM: refine gate with standard forget bias 1, input tied to 1 - g",
-        dict(activation="sigmoid", tied=True, refine=True, init="constant"),
+        _preset(activation="sigmoid", tied=True, refine=True, init="constant"),
     ),
     "c_lstm": CoreSpec(
         _GATED,
         "chrono LSTM: b_f ~ log U[1, T_max - 1], b_i = -b_f (option t_max)",
-        dict(activation="sigmoid", tied=False, refine=False, init="chrono"),
+        _preset(activation="sigmoid", tied=False, refine=False, init="chrono"),
     ),
     "hdetach_lstm": CoreSpec(
         _GATED,
         "LSTM trained with h-detach: stochastically stops gradients through h_{t-1} (option p)",
-        dict(activation="sigmoid", tied=False, refine=False, init="constant", hdetach=True),
+        _preset(activation="sigmoid", tied=False, refine=False, init="constant", hdetach=True),
     ),
     # --- GRU family --------------------------------------------------------------------------
     "gru": CoreSpec(
         _GRU,
         "GRU (torch.nn.GRU equations), update-gate bias 1",
-        dict(activation="sigmoid", refine=False, init="constant"),
+        _preset(activation="sigmoid", refine=False, init="constant"),
     ),
     "fast_gru": CoreSpec(
         _GRU,
         "GRU whose update gate uses the fast gate sigma(sinh z)",
-        dict(activation="fast", refine=False, init="constant"),
+        _preset(activation="fast", refine=False, init="constant"),
     ),
     "ur_gru": CoreSpec(
         _GRU,
         "GRU with uniform init + refine gate on the update gate",
-        dict(activation="sigmoid", refine=True, init="uniform"),
+        _preset(activation="sigmoid", refine=True, init="uniform"),
     ),
     # --- leaky / power-law RNNs (Ohno & Kumagai) ---------------------------------------------
     "leaky_rnn": CoreSpec(
