@@ -432,3 +432,12 @@ def test_alpha_stays_in_unit_interval() -> None:
     assert 0 < core.alpha.item() <= 1.0
     with pytest.raises(ValueError, match="alpha_init"):
         make_core("leaky_rnn", 2, 3, alpha_init=1.5)
+
+
+def test_fused_core_falls_back_to_the_loop_under_autocast() -> None:
+    core = make_core("ur_lstm", 3, 4)
+    x = torch.randn(5, 2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, (h, c) = core(x, core.initial_state(2))
+    y.float().sum().backward()
+    assert y.shape == (5, 2, 4) and torch.isfinite(core.weight_hh.grad).all()
