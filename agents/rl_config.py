@@ -97,8 +97,9 @@ class AgentConfig:
     target_kl: float | None = None
     """PPO early stop: skip the remaining minibatches of an update once the approximate KL
     exceeds ``1.5 * target_kl`` (``None``: never stop early)."""
-    image_encoder: Literal["flat", "cnn", "embed"] = "flat"
+    image_encoder: Literal["flat", "onehot", "cnn", "embed"] = "flat"
     """``flat``: one linear layer on the scaled 7x7x3 symbolic image (cheapest on CPU);
+    ``onehot``: one linear layer on the one-hot object/colour/state of every cell;
     ``cnn``: torch-ac's small conv net on the raw image; ``embed``: learned embeddings of
     object/colour/state per cell, then the same conv net. ``flat`` ties the weights to the
     view size; ``cnn``/``embed`` do not."""
