@@ -12,9 +12,10 @@ shuffled order and repeated, and the table shows medians and two ratios:
   c_lstm, hdetach_lstm``, and ``rel_lstm``/``mem_lstm``, which build on an LSTM) compare with
   ``lstm``; ``fast_gru, ur_gru`` with ``gru``; ``power_rnn`` with ``leaky_rnn``.
 
-Wall-clock medians are what a user waits for; on a shared machine the process CPU time
-(``cpu`` columns) is less disturbed by other jobs, so both are printed. Benchmarks print ratios;
-tests never assert on them.
+Times are medians over rounds; ratios are medians of the per-round ratios (paired, so a busy
+spell on a shared machine slows both sides alike). Wall-clock is what a user waits for; the
+process CPU time (``cpu`` columns) is less disturbed by other jobs, so both are printed.
+Benchmarks print ratios; tests never assert on them.
 """
 
 from __future__ import annotations
@@ -91,13 +92,14 @@ def build_runs(
     return runs, errors
 
 
-def measure(
-    runs: dict[str, Callable[[], None]], reps: int, seed: int
-) -> dict[str, tuple[float, float]]:
-    """Median (wall, cpu) seconds per run; rounds interleave all cores in a shuffled order."""
+Samples = dict[str, list[tuple[float, float]]]
+"""Per core, one ``(wall, cpu)`` seconds pair per round."""
+
+
+def measure(runs: dict[str, Callable[[], None]], reps: int, seed: int) -> Samples:
+    """Time every run once per round; each round runs all cores in a new shuffled order."""
     order = list(runs)
-    wall: dict[str, list[float]] = {k: [] for k in order}
-    cpu: dict[str, list[float]] = {k: [] for k in order}
+    samples: Samples = {k: [] for k in order}
     for fn in runs.values():  # warm-up: allocator, first-call dispatch
         fn()
     rng = random.Random(seed)
@@ -106,48 +108,60 @@ def measure(
         for name in order:
             w0, c0 = time.perf_counter(), time.process_time()
             runs[name]()
-            cpu[name].append(time.process_time() - c0)
-            wall[name].append(time.perf_counter() - w0)
-    return {k: (statistics.median(wall[k]), statistics.median(cpu[k])) for k in runs}
+            samples[name].append((time.perf_counter() - w0, time.process_time() - c0))
+    return samples
 
 
-def _ratio(a: float, b: float | None) -> str:
-    return "-" if b is None or b <= 0 else f"{a / b:5.2f}x"
+def median_time(samples: Samples, name: str, col: int) -> float:
+    """Median seconds of ``name`` (col 0: wall, 1: cpu)."""
+    return statistics.median(s[col] for s in samples[name])
 
 
-def _target(name: str, times: dict[str, tuple[float, float]], col: int) -> str:
-    checks = []
-    anchor = times[ANCHOR][col]
+def ratio(samples: Samples, name: str, ref: str | None, col: int) -> float | None:
+    """Median over rounds of the per-round ratio ``name / ref``: rounds are close in time, so a
+    busy spell on a shared machine slows both sides of a ratio alike."""
+    if ref is None or ref not in samples:
+        return None
+    return statistics.median(
+        a[col] / b[col] for a, b in zip(samples[name], samples[ref], strict=True) if b[col] > 0
+    )
+
+
+def _fmt(r: float | None) -> str:
+    return "-" if r is None else f"{r:5.2f}x"
+
+
+def _target(name: str, samples: Samples) -> str:
+    """``ok``/``MISS`` against the issue's targets (wall-clock ratios)."""
+    checks, labels = [], []
     if name in LSTM_FAMILY:
-        checks.append(times[name][col] / anchor <= LSTM_LIMIT)
-    if name in TARGETS and TWINS[name] in times:
-        _, limit = TARGETS[name]
-        checks.append(times[name][col] / times[TWINS[name]][col] <= limit)
+        checks.append(ratio(samples, name, ANCHOR, 0) <= LSTM_LIMIT)
+        labels.append(f"<={LSTM_LIMIT}x nn")
+    if name in TARGETS and TWINS[name] in samples:
+        checks.append(ratio(samples, name, TWINS[name], 0) <= TARGETS[name][1])
+        labels.append(f"<={TARGETS[name][1]}x twin")
     if not checks:
         return ""
-    labels = [f"<={LSTM_LIMIT}x nn"] if name in LSTM_FAMILY else []
-    if name in TARGETS:
-        labels.append(f"<={TARGETS[name][1]}x twin")
     return ("ok " if all(checks) else "MISS ") + ", ".join(labels)
 
 
-def format_table(times: dict[str, tuple[float, float]], threads: int) -> str:
+def format_table(samples: Samples, threads: int) -> str:
     """The result table for one thread count (wall and cpu medians and ratios)."""
     header = (
         f"{'core':<14}{'wall ms':>9}{'x nn.LSTM':>11}{'x twin':>9}  "
         f"{'cpu ms':>9}{'x nn.LSTM':>11}{'x twin':>9}  {'twin':<11}{'target (wall)'}"
     )
     lines = [f"threads={threads}", header, "-" * len(header)]
-    for name in [ANCHOR, *sorted(k for k in times if k != ANCHOR)]:
-        w, c = times[name]
+    for name in [ANCHOR, *sorted(k for k in samples if k != ANCHOR)]:
         twin = TWINS.get(name)
-        tw = times.get(twin) if twin else None
-        lines.append(
-            f"{name:<14}{w * 1e3:>9.1f}{_ratio(w, times[ANCHOR][0]):>11}"
-            f"{_ratio(w, tw[0] if tw else None):>9}  {c * 1e3:>9.1f}"
-            f"{_ratio(c, times[ANCHOR][1]):>11}{_ratio(c, tw[1] if tw else None):>9}  "
-            f"{(twin or '-'):<11}{_target(name, times, 0)}"
-        )
+        cols = []
+        for col in (0, 1):
+            cols.append(
+                f"{median_time(samples, name, col) * 1e3:>9.1f}"
+                f"{_fmt(ratio(samples, name, ANCHOR, col)):>11}"
+                f"{_fmt(ratio(samples, name, twin, col)):>9}"
+            )
+        lines.append(f"{name:<14}{cols[0]}  {cols[1]}  {(twin or '-'):<11}{_target(name, samples)}")
     return "\n".join(lines)
 
 
@@ -183,9 +197,9 @@ def main(argv: list[str]) -> int:
         for n in threads:
             torch.set_num_threads(n)
             runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed)
-            times = measure(runs, args.reps, args.seed)
+            samples = measure(runs, args.reps, args.seed)
             print()
-            print(format_table(times, n))
+            print(format_table(samples, n))
             for name, err in errors.items():
                 print(f"{name:<14}skipped ({err})")
     finally:
