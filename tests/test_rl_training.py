@@ -64,3 +64,17 @@ def test_gate_timescale_histogram_logged(tmp_path):
     events = EventAccumulator(str(tmp_path / "run"))
     events.Reload()
     assert "core/gate_timescales" in events.Tags()["histograms"]
+
+
+@pytest.mark.parametrize(
+    ("encoder", "mission"),
+    [("flat", "none"), ("onehot", "mean"), ("cnn", "gru"), ("embed", "mean")],
+)
+def test_encoders_train(tmp_path, encoder, mission):
+    config = tiny_config(
+        f"agent.image_encoder={encoder}", f"agent.mission={mission}", "train.total_steps=64"
+    )
+    result = train(config, tmp_path / "run")
+    assert result.updates == 1
+    payload = torch.load(tmp_path / "run" / CHECKPOINT_NAME, weights_only=True)
+    assert all(torch.isfinite(v).all() for v in payload["policy"].values())
