@@ -21,7 +21,6 @@ Benchmarks print ratios; tests never assert on them.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -96,16 +95,27 @@ Samples = dict[str, list[tuple[float, float]]]
 """Per core, one ``(wall, cpu)`` seconds pair per round."""
 
 
-def measure(runs: dict[str, Callable[[], None]], reps: int, seed: int) -> Samples:
-    """Time every run once per round; each round runs all cores in a new shuffled order."""
-    order = list(runs)
+def run_order(names: list[str]) -> list[str]:
+    """The anchor, then each twin directly followed by the cores compared with it."""
+    order = [ANCHOR] if ANCHOR in names else []
+    for twin in dict.fromkeys(TWINS.values()):
+        order += [
+            n
+            for n in [twin, *(k for k, v in TWINS.items() if v == twin and k != twin)]
+            if n in names and n not in order
+        ]
+    return order + [n for n in names if n not in order]
+
+
+def measure(runs: dict[str, Callable[[], None]], reps: int) -> Samples:
+    """Time every run once per round. A core runs right after its twin and the order reverses
+    every other round (A B B A ...), so slow drifts of a shared machine cancel in the ratios."""
+    order = run_order(list(runs))
     samples: Samples = {k: [] for k in order}
     for fn in runs.values():  # warm-up: allocator, first-call dispatch
         fn()
-    rng = random.Random(seed)
-    for _ in range(reps):
-        rng.shuffle(order)
-        for name in order:
+    for rep in range(reps):
+        for name in order if rep % 2 == 0 else order[::-1]:
             w0, c0 = time.perf_counter(), time.process_time()
             runs[name]()
             samples[name].append((time.perf_counter() - w0, time.process_time() - c0))
@@ -176,7 +186,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
     parser.add_argument("--reps", type=int, default=7, help="interleaved rounds (median taken)")
     parser.add_argument("--cores", default="all", help="comma-separated core names or 'all'")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     parser.add_argument(
         "--quick", action="store_true", help="smoke mode: T=16 B=4 D=H=16, 1 thread, 1 round"
     )
@@ -191,13 +201,13 @@ def main(argv: list[str]) -> int:
     old_threads = torch.get_num_threads()
     print(
         f"bench cores: forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, "
-        f"{args.reps} interleaved rounds, medians; torch {torch.__version__}"
+        f"{args.reps} interleaved rounds (A B B A), medians; torch {torch.__version__}"
     )
     try:
         for n in threads:
             torch.set_num_threads(n)
             runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed)
-            samples = measure(runs, args.reps, args.seed)
+            samples = measure(runs, args.reps)
             print()
             print(format_table(samples, n))
             for name, err in errors.items():
