@@ -9,7 +9,7 @@ import pytest
 import torch
 from rl_helpers import TINY, tiny_config
 
-from agents.checkpoint import CheckpointError
+from agents.checkpoint import CheckpointError, save_checkpoint
 from agents.rl_trainer import CHECKPOINT_NAME, train
 from experiments.cli import main
 
@@ -46,6 +46,15 @@ def test_resume_restores_step_optimizer_and_rng(tmp_path):
     for k in a["policy"]:
         torch.testing.assert_close(a["policy"][k], b["policy"][k], rtol=0, atol=0)
     assert not torch.equal(a["rng"]["torch"], ckpt["rng"]["torch"])
+    # ...and the continuation depends on the saved RNG state: change it and it differs
+    other = tmp_path / "other_rng"
+    shutil.copytree(first, other)
+    changed = torch.load(other / CHECKPOINT_NAME, weights_only=True)
+    changed["rng"]["torch"] = torch.Generator().manual_seed(12345).get_state()
+    save_checkpoint(other / CHECKPOINT_NAME, changed)
+    assert _train_cli(other, "train.total_steps=192", resume=True) == 0
+    c = torch.load(other / CHECKPOINT_NAME, weights_only=True)
+    assert any(not torch.equal(a["policy"][k], c["policy"][k]) for k in a["policy"])
     # resuming with a different network is a clear error, not a state_dict traceback
     assert _train_cli(copies[0], "train.total_steps=256", "core.hidden_size=8", resume=True) == 2
     steps = [line.split(",")[0] for line in (copies[0] / "progress.csv").read_text().splitlines()]
