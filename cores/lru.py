@@ -109,7 +109,7 @@ class _OnlineLRUScan(torch.autograd.Function):
     """Sequence-level online rule for one LRU layer (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, u, h0, keep, nu_log, theta_log, gamma_log, b_re, b_im):  # noqa: D401
+    def forward(ctx, u, h0, keep, nu_log, theta_log, gamma_log, b_re, b_im):
         lam = _lambda(nu_log, theta_log)
         gamma = torch.exp(gamma_log)
         v = torch.complex(u @ b_re.T, u @ b_im.T)  # B u  [T, B, N]
@@ -290,7 +290,9 @@ class LRULayer(nn.Module):
 class LRUBlock(nn.Module):
     """Pre-LayerNorm -> LRU -> GELU -> GLU -> residual (the paper's code, no dropout)."""
 
-    def __init__(self, hidden_size: int, state_size: int, r_min, r_max, max_phase) -> None:
+    def __init__(
+        self, hidden_size: int, state_size: int, r_min: float, r_max: float, max_phase: float
+    ) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(hidden_size)
         self.lru = LRULayer(hidden_size, state_size, r_min, r_max, max_phase)
