@@ -291,7 +291,7 @@ def test_dtype_and_device_moves(cls) -> None:
 
 # ----------------------------------------------------------------- memory benchmark
 def test_meta_accounting_equals_real_tensors() -> None:
-    for name in memory_rel.CORE_NAMES:
+    for name in ("rel_lstm", "mem_lstm"):  # the cores the bench measures on meta
         core = memory_rel.build_core(name, 4, 8, 12, 3, 2)
         assert memory_rel.graph_bytes(core, 12, 2, "meta") == memory_rel.graph_bytes(
             core, 12, 2, "cpu"
@@ -304,3 +304,15 @@ def test_bench_quick_prints_table(capsys) -> None:
     for name in memory_rel.CORE_NAMES:
         assert f"\n{name}" in out
     assert "mem/rel" in out and "growth" in out
+
+
+def test_average_option_halves_the_first_macro_state() -> None:
+    """First step: only h_1 is attended (alpha = 1), so s_1 = 2 h_1 (sum) or h_1 (average)."""
+    torch.manual_seed(0)
+    plain, avg = RelLSTM(D, H), RelLSTM(D, H, average=True)
+    avg.load_state_dict(plain.state_dict())
+    x = _rand_seq(1, 2)
+    y_sum, state = plain(x, plain.initial_state(2))
+    y_avg, _ = avg(x, avg.initial_state(2))
+    torch.testing.assert_close(y_sum[0], 2 * state[0])
+    torch.testing.assert_close(y_avg[0], state[0])
