@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from agents.files import atomic_write
 
 
 class CheckpointError(RuntimeError):
@@ -17,24 +17,12 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+    """Write ``payload`` to ``path`` atomically (see :func:`atomic_write`).
 
     A crash mid-write leaves the previous checkpoint intact. ``payload`` must hold only what
     ``weights_only=True`` loading accepts: tensors, numbers, strings, lists, tuples and dicts.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

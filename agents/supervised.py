@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from agents.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from agents.device import resolve_device
+from agents.files import write_text_atomic
 from agents.logger import RunLogger
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
@@ -450,9 +451,7 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
         logger.record(key, value)
     logger.dump(step)
     logger.close()
-    tmp = run_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=2))
-    tmp.replace(run_dir / "results.json")
+    write_text_atomic(run_dir / "results.json", json.dumps(results, indent=2))
     return results
 
 

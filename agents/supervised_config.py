@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agents.core_config import CoreConfig
 from agents.device import DEVICE_CHOICES
 
 
@@ -29,24 +30,6 @@ class TaskConfig:
         from envs.sequences import check_task_options
 
         check_task_options(self.name, self.options)
-
-
-@dataclass
-class CoreConfig:
-    """The memory core (``memcores list cores --options``)."""
-
-    __extras__ = "options"
-
-    name: str = "lstm"
-    """Core name, one of ``cores.CORES``."""
-    hidden_size: int = 128
-    """Size of the core's output vector (and state)."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Core-specific options (any other key of this section), e.g. p for hdetach_lstm."""
-
-    def validate(self) -> None:
-        if self.hidden_size <= 0:
-            raise ValueError(f"core.hidden_size must be positive, got {self.hidden_size}")
 
 
 @dataclass

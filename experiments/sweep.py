@@ -34,7 +34,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -43,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from agents.files import write_text_atomic
 from experiments.config import parse_override, read_yaml_mapping
 
 COMMANDS = ("train", "supervised", "transfer")
@@ -431,22 +431,6 @@ def validate_trials(command: str, trials: Sequence[Trial]) -> bool:
 def write_json_atomic(path: str | Path, data: dict[str, Any]) -> None:
     """Write JSON via a temp file in the same folder, fsync, rename: never half a file."""
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write text via a temp file in the same folder, fsync, rename: never half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_trial_record(run_dir: str | Path) -> dict[str, Any] | None:
