@@ -82,7 +82,31 @@ def _one_hot(tokens: np.ndarray, depth: int) -> np.ndarray:
     return np.eye(depth, dtype=np.float32)[tokens]
 
 
-class CopyTask(SequenceTask):
+class RecallTask(SequenceTask):
+    """A token task whose last ``n_tokens`` steps recall earlier symbols (copy, denoise).
+
+    Subclasses set ``window``, ``n_tokens`` and ``input_size`` and implement :meth:`tokens`;
+    the loss covers the last ``window`` steps and accuracy the last ``n_tokens``.
+    """
+
+    window: int
+    n_tokens: int
+    input_size: int
+
+    def tokens(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Input and target token ids, both ``[length, batch_size]`` int64."""
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator, batch_size: int) -> SequenceBatch:
+        inputs, targets = self.tokens(rng, batch_size)
+        y = targets[-self.window :]
+        loss_mask = np.ones(y.shape, dtype=np.float32)
+        metric_mask = np.zeros(y.shape, dtype=np.float32)
+        metric_mask[-self.n_tokens :] = 1.0
+        return SequenceBatch(_one_hot(inputs, self.input_size), y, loss_mask, metric_mask)
+
+
+class CopyTask(RecallTask):
     """Copy memory task, h-detach/Arjovsky layout (T + 20 steps).
 
     Input tokens, for delay ``T``:
@@ -134,14 +158,6 @@ class CopyTask(SequenceTask):
         targets = np.zeros_like(inputs)
         targets[-n:] = data
         return inputs, targets
-
-    def sample(self, rng: np.random.Generator, batch_size: int) -> SequenceBatch:
-        inputs, targets = self.tokens(rng, batch_size)
-        y = targets[-self.window :]
-        loss_mask = np.ones(y.shape, dtype=np.float32)
-        metric_mask = np.zeros(y.shape, dtype=np.float32)
-        metric_mask[-self.n_tokens :] = 1.0
-        return SequenceBatch(_one_hot(inputs, self.input_size), y, loss_mask, metric_mask)
 
     def describe(self) -> str:
         return f"copy(T={self.delay}, total {self.length} steps, loss={self.loss_mode})"
@@ -250,7 +266,7 @@ class AddingTask(SequenceTask):
         return f"adding(T={self.length})"
 
 
-class DenoiseTask(SequenceTask):
+class DenoiseTask(RecallTask):
     """Denoise task (GORU paper / Kanuparthi thesis §5.1): copy symbols scattered in noise.
 
     Exact definition used here, for ``T = length``:
@@ -302,14 +318,6 @@ class DenoiseTask(SequenceTask):
         targets = np.zeros_like(inputs)
         targets[-n:] = data.T
         return inputs, targets
-
-    def sample(self, rng: np.random.Generator, batch_size: int) -> SequenceBatch:
-        inputs, targets = self.tokens(rng, batch_size)
-        y = targets[-self.window :]
-        loss_mask = np.ones(y.shape, dtype=np.float32)
-        metric_mask = np.zeros(y.shape, dtype=np.float32)
-        metric_mask[-self.n_tokens :] = 1.0
-        return SequenceBatch(_one_hot(inputs, self.input_size), y, loss_mask, metric_mask)
 
     def describe(self) -> str:
         return f"denoise(T={self.span}, total {self.length} steps, loss={self.loss_mode})"
