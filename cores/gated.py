@@ -24,19 +24,18 @@ gradients; forward values are identical to the plain LSTM.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from cores import gates
-from cores.base import MemoryCore, State, check_sequence
+from cores.base import State, check_sequence
+from cores.blocks import BlockGatedCore
 
 IMPLS = ("fused", "loop")
 
 
-class GatedLSTM(MemoryCore):
+class GatedLSTM(BlockGatedCore):
     """Gated LSTM with a choice of forget-gate activation, gate tying, refine gate and bias init.
 
     :param input_size: size ``D`` of each input vector.
@@ -69,9 +68,6 @@ class GatedLSTM(MemoryCore):
         impl: str = "fused",
     ) -> None:
         super().__init__(input_size, hidden_size)
-        gates.gate_fn(activation)  # validates the name
-        if init not in gates.INITS:
-            raise ValueError(f"unknown init {init!r}; valid: {', '.join(gates.INITS)}")
         if impl not in IMPLS:
             raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
         if not 0.0 <= p <= 1.0:
@@ -87,26 +83,14 @@ class GatedLSTM(MemoryCore):
         # Gate blocks o, f, [i], [r], u: the sigmoid gates are contiguous (one sigmoid call) and
         # so are the gates whose gradient is a multiple of dc (the fused backward relies on it)
         names = ["o", "f"] + ([] if self.tied else ["i"]) + (["r"] if self.refine else []) + ["u"]
-        self.gate_names = tuple(names)
-        n = len(names)
-        H = hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(n * H, input_size))
-        self.weight_hh = nn.Parameter(torch.empty(n * H, H))
-        self.bias = nn.Parameter(torch.zeros(n * H))
+        self._init_blocks(tuple(names), activation, init)
         self.reset_parameters()
 
     # ------------------------------------------------------------------ parameters
-    def _block(self, name: str) -> slice:
-        k = self.gate_names.index(name)
-        return slice(k * self.hidden_size, (k + 1) * self.hidden_size)
-
     def reset_parameters(self) -> None:
         """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; gate biases from the chosen initialiser."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        self._reset_weights()
         with torch.no_grad():
-            self.weight_ih.uniform_(-bound, bound)
-            self.weight_hh.uniform_(-bound, bound)
-            self.bias.zero_()
             b_f = gates.forget_bias(self.init, self.activation, self.hidden_size, self.t_max)
             self.bias[self._block("f")] = b_f.to(self.bias.dtype)
             if "i" in self.gate_names and self.init in ("uniform", "chrono"):
@@ -119,12 +103,7 @@ class GatedLSTM(MemoryCore):
 
         With a refine gate, ``g = 2 r f + (1 - 2r) f^2`` with ``f = phi(b_f)``, ``r = sigma(b_r)``.
         """
-        with torch.no_grad():
-            b = self.bias.detach().double().cpu()
-            g = gates.gate_fn(self.activation)(b[self._block("f")])
-            if self.refine:
-                g = gates.refine(g, torch.sigmoid(b[self._block("r")]))
-            return gates.timescale(g)
+        return self._bias_timescales("f", "r" if self.refine else None)
 
     # ------------------------------------------------------------------ contract
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:

@@ -18,17 +18,16 @@ reset gate ``r`` and candidate ``n`` are those of ``torch.nn.GRU`` with zero bia
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores import gates
-from cores.base import MemoryCore, State, check_sequence
+from cores.base import State, check_sequence
+from cores.blocks import BlockGatedCore
 
 
-class GatedGRU(MemoryCore):
+class GatedGRU(BlockGatedCore):
     """GRU with a configurable update gate (see the module docstring for the equations).
 
     :param input_size: size ``D`` of each input vector.
@@ -52,32 +51,18 @@ class GatedGRU(MemoryCore):
         t_max: float = 1000.0,
     ) -> None:
         super().__init__(input_size, hidden_size)
-        gates.gate_fn(activation)
-        if init not in gates.INITS:
-            raise ValueError(f"unknown init {init!r}; valid: {', '.join(gates.INITS)}")
         self.activation = activation
         self.refine = bool(refine)
         self.init = init
         self.t_max = float(t_max)
-        self.gate_names = ("z",) + (("q",) if self.refine else ()) + ("r", "n")
-        n, H = len(self.gate_names), hidden_size
-        self.weight_ih = nn.Parameter(torch.empty(n * H, input_size))
-        self.weight_hh = nn.Parameter(torch.empty(n * H, H))
-        self.bias = nn.Parameter(torch.zeros(n * H))
-        self.bias_hn = nn.Parameter(torch.zeros(H))
+        self._init_blocks(("z",) + (("q",) if self.refine else ()) + ("r", "n"), activation, init)
+        self.bias_hn = nn.Parameter(torch.zeros(hidden_size))
         self.reset_parameters()
-
-    def _block(self, name: str) -> slice:
-        k = self.gate_names.index(name)
-        return slice(k * self.hidden_size, (k + 1) * self.hidden_size)
 
     def reset_parameters(self) -> None:
         """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; ``b_z`` (and ``b_q``) from the initialiser."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        self._reset_weights()
         with torch.no_grad():
-            self.weight_ih.uniform_(-bound, bound)
-            self.weight_hh.uniform_(-bound, bound)
-            self.bias.zero_()
             self.bias_hn.zero_()
             b_z = gates.forget_bias(self.init, self.activation, self.hidden_size, self.t_max)
             self.bias[self._block("z")] = b_z.to(self.bias.dtype)
@@ -86,12 +71,7 @@ class GatedGRU(MemoryCore):
 
     def forget_gate_timescales(self) -> Tensor:
         """``[H]`` characteristic times ``-1/log z`` of the (refined) update gate at its bias."""
-        with torch.no_grad():
-            b = self.bias.detach().double().cpu()
-            z = gates.gate_fn(self.activation)(b[self._block("z")])
-            if self.refine:
-                z = gates.refine(z, torch.sigmoid(b[self._block("q")]))
-            return gates.timescale(z)
+        return self._bias_timescales("z", "q" if self.refine else None)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         device = self.weight_hh.device if device is None else device
