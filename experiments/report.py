@@ -14,7 +14,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +242,18 @@ def result_csvs(trial: TrialInfo) -> list[Path]:
     )
 
 
+def result_tables(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInfo, Path, list[dict]]]:
+    """``(trial, csv path, rows)`` for every non-empty result CSV of the finished trials."""
+    for trial in trials:
+        if trial.status != "ok":
+            continue
+        for path in result_csvs(trial):
+            with path.open(newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            if rows:
+                yield trial, path, rows
+
+
 def _number(text: str) -> float | None:
     try:
         value = float(text)
@@ -263,32 +275,25 @@ def csv_tables(
     """
     tables: dict[str, dict[tuple[str, ...], dict[str, list[float]]]] = {}
     layouts: dict[str, tuple[list[str], list[str], list[str]]] = {}
-    for trial in trials:
-        if trial.status != "ok":
-            continue
-        for path in result_csvs(trial):
-            with path.open(newline="") as handle:
-                rows = list(csv.DictReader(handle))
-            if not rows:
-                continue
-            name = str(path.relative_to(trial.path))
-            if name not in layouts:
-                columns = [c for c in rows[0] if c and not SKIP_COLUMNS.search(c)]
-                numeric = [c for c in columns if all(_number(r[c]) is not None for r in rows)]
-                text = [c for c in columns if c not in numeric]
-                own = [k for k in keys if k not in columns]
-                layouts[name] = (own, text, numeric)
-            own, text, numeric = layouts[name]
-            table = tables.setdefault(name, {})
-            for row in rows:
-                key = tuple(str(trial.get(k, "-")) for k in own) + tuple(
-                    str(row.get(c, "")) for c in text
-                )
-                cells = table.setdefault(key, {})
-                for c in numeric:
-                    value = _number(row.get(c, ""))
-                    if value is not None:
-                        cells.setdefault(c, []).append(value)
+    for trial, path, rows in result_tables(trials):
+        name = str(path.relative_to(trial.path))
+        if name not in layouts:
+            columns = [c for c in rows[0] if c and not SKIP_COLUMNS.search(c)]
+            numeric = [c for c in columns if all(_number(r[c]) is not None for r in rows)]
+            text = [c for c in columns if c not in numeric]
+            own = [k for k in keys if k not in columns]
+            layouts[name] = (own, text, numeric)
+        own, text, numeric = layouts[name]
+        table = tables.setdefault(name, {})
+        for row in rows:
+            key = tuple(str(trial.get(k, "-")) for k in own) + tuple(
+                str(row.get(c, "")) for c in text
+            )
+            cells = table.setdefault(key, {})
+            for c in numeric:
+                value = _number(row.get(c, ""))
+                if value is not None:
+                    cells.setdefault(c, []).append(value)
     out = {}
     for name, table in tables.items():
         own, text, numeric = layouts[name]
@@ -341,25 +346,20 @@ def transfer_table(
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     envs: dict[str, list[str]] = {"train": [], "test": []}
     cores: list[str] = list(core_order)
-    for trial in trials:
-        if trial.status != "ok":
+    for trial, _path, rows in result_tables(trials):
+        if not set(TRANSFER_COLUMNS) <= set(rows[0]):
             continue
-        for path in result_csvs(trial):
-            with path.open(newline="") as handle:
-                rows = list(csv.DictReader(handle))
-            if not rows or not set(TRANSFER_COLUMNS) <= set(rows[0]):
-                continue
-            for row in rows:
-                core = str(trial.get("core.name") or row.get("core") or "-")
-                if core not in cores:
-                    cores.append(core)
-                for block in ("train", "test"):
-                    env = short_env(row[f"{block}_env"])
-                    if env not in envs[block]:
-                        envs[block].append(env)
-                    value = _number(row[f"{block}_return"])
-                    if value is not None:
-                        cells.setdefault((block, env), {}).setdefault(core, []).append(value)
+        for row in rows:
+            core = str(trial.get("core.name") or row.get("core") or "-")
+            if core not in cores:
+                cores.append(core)
+            for block in ("train", "test"):
+                env = short_env(row[f"{block}_env"])
+                if env not in envs[block]:
+                    envs[block].append(env)
+                value = _number(row[f"{block}_return"])
+                if value is not None:
+                    cells.setdefault((block, env), {}).setdefault(core, []).append(value)
     if not cells:
         return None
     ours = [c for c in cores if any(c in v for v in cells.values())]
