@@ -93,6 +93,25 @@ class RecallTask(SequenceTask):
     n_tokens: int
     input_size: int
 
+    @staticmethod
+    def _check_loss(task: str, loss: str) -> None:
+        if loss not in ("all", "last10"):
+            raise ValueError(f"{task} loss must be 'all' or 'last10', got {loss!r}")
+
+    def _set_recall(self, loss: str, n_tokens: int, alphabet: int, total_length: int) -> None:
+        """Token layout shared by recall tasks: blank 0, symbols ``1..alphabet``, the marker
+        ``alphabet + 1``; CE over the last ``window`` steps."""
+        self.loss_mode = loss
+        self.n_tokens, self.alphabet = int(n_tokens), int(alphabet)
+        self.marker = self.alphabet + 1
+        self.input_size, self.output_size = self.alphabet + 2, self.alphabet + 1
+        self.loss = "ce"
+        self.length = int(total_length)
+        self.window = self.length if loss == "all" else self.n_tokens
+        # Chance: the blanks are predictable, the symbols are not.
+        recall = math.log(self.alphabet)
+        self.baseline = recall if loss == "last10" else recall * self.n_tokens / self.length
+
     def tokens(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Input and target token ids, both ``[length, batch_size]`` int64."""
         raise NotImplementedError
@@ -132,21 +151,11 @@ class CopyTask(RecallTask):
     ) -> None:
         if length < 1:
             raise ValueError(f"copy length (the delay T) must be >= 1, got {length}")
-        if loss not in ("all", "last10"):
-            raise ValueError(f"copy loss must be 'all' or 'last10', got {loss!r}")
+        self._check_loss("copy", loss)
         if n_tokens < 1 or alphabet < 2:
             raise ValueError(f"need n_tokens >= 1 and alphabet >= 2, got {n_tokens}, {alphabet}")
-        self.delay, self.loss_mode = int(length), loss
-        self.n_tokens, self.alphabet = int(n_tokens), int(alphabet)
-        self.marker = self.alphabet + 1
-        self.input_size = self.alphabet + 2
-        self.output_size = self.alphabet + 1
-        self.loss = "ce"
-        self.length = self.delay + 2 * self.n_tokens
-        self.window = self.length if loss == "all" else self.n_tokens
-        # Chance: the blanks are predictable, the symbols are not.
-        recall = math.log(self.alphabet)
-        self.baseline = recall if loss == "last10" else recall * self.n_tokens / self.length
+        self.delay = int(length)
+        self._set_recall(loss, n_tokens, alphabet, total_length=self.delay + 2 * int(n_tokens))
 
     def tokens(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``(inputs [T, B], targets [T, B])`` as token ids."""
@@ -291,18 +300,9 @@ class DenoiseTask(RecallTask):
     ) -> None:
         if length < n_tokens:
             raise ValueError(f"denoise length must be >= n_tokens={n_tokens}, got {length}")
-        if loss not in ("all", "last10"):
-            raise ValueError(f"denoise loss must be 'all' or 'last10', got {loss!r}")
-        self.span, self.loss_mode = int(length), loss
-        self.n_tokens, self.alphabet = int(n_tokens), int(alphabet)
-        self.marker = self.alphabet + 1
-        self.input_size, self.output_size = self.alphabet + 2, self.alphabet + 1
-        self.loss = "ce"
-        self.length = self.span + self.n_tokens + 1
-        self.window = self.length if loss == "all" else self.n_tokens
-        self.baseline = math.log(self.alphabet) * (
-            1.0 if loss == "last10" else self.n_tokens / self.length
-        )
+        self._check_loss("denoise", loss)
+        self.span = int(length)
+        self._set_recall(loss, n_tokens, alphabet, total_length=self.span + int(n_tokens) + 1)
 
     def tokens(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``(inputs [T, B], targets [T, B])`` as token ids."""
