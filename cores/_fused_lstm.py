@@ -84,6 +84,8 @@ class _FusedLSTM(torch.autograd.Function):
         TC = xproj.new_empty(T, B, H)
         D = xproj.new_empty(T, B, H) if tied else None  # c_{t-1} - u_t
         Geff = xproj.new_empty(T, B, H) if refine else None  # refined forget gate
+        # q = f + 2 r (1 - f), kept because the backward's dg/df = 2 (q - r) reuses it
+        Q = xproj.new_empty(T, B, H) if refine else None
         # every per-step view is made here once: slicing inside the loop costs as much as
         # the small gate operations themselves
         xs, As, Ys, Cs, TCs = (z.unbind(0) for z in (xproj, A, Y, C, TC))
@@ -94,6 +96,7 @@ class _FusedLSTM(torch.autograd.Function):
         G_r = _cols(G, spec.r) if refine else None
         Ds = D.unbind(0) if tied else None
         Gg = Geff.unbind(0) if refine else None
+        Qs = Q.unbind(0) if refine else None
         keeps = None if keep is None else keep.unbind(0)
         w_t = weight_hh.t()
         h, c = h0, c0
@@ -111,8 +114,10 @@ class _FusedLSTM(torch.autograd.Function):
             if act == "softsign":
                 a_f = A_f[t]
                 torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
-            if refine:  # g = f (f + 2 r (1 - f))
-                g = torch.mul(f, torch.addcmul(f, G_r[t], 1.0 - f, value=2.0), out=Gg[t])
+            if refine:  # g = f q with q = f + 2 (r - r f): three ops, no scalar tensors
+                r_t = G_r[t]
+                q = torch.add(f, torch.addcmul(r_t, r_t, f, value=-1.0), alpha=2.0, out=Qs[t])
+                g = torch.mul(f, q, out=Gg[t])
             else:
                 g = f
             if tied:  # c = g c + (1 - g) u = u + g (c - u)
@@ -121,13 +126,13 @@ class _FusedLSTM(torch.autograd.Function):
                 c = torch.mul(g, c, out=Cs[t]).addcmul_(G_i[t], u)
             h = torch.mul(G_o[t], torch.tanh(c, out=TCs[t]), out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
-        ctx.save_for_backward(weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff)
+        ctx.save_for_backward(weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff, Q)
         return Y, Y[-1].clone(), C[-1].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
-        weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff = ctx.saved_tensors
+        weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff, Q = ctx.saved_tensors
         spec: _Spec = ctx.spec
         resets, detached = ctx.resets, ctx.detached
         act, tied, refine = spec.activation, spec.tied, spec.refine
@@ -148,7 +153,7 @@ class _FusedLSTM(torch.autograd.Function):
             G_i, dA_i = _cols(G, spec.i), _cols(dA, spec.i)
             c_prevs = [c0, *C.unbind(0)[:-1]]
         if refine:
-            G_r, dA_r, Gg = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0)
+            G_r, dA_r, Gg, Qs = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0), Q.unbind(0)
         slopes = None
         if act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
             slopes = _forget_slope(act, A[:, :, spec.f], G[:, :, spec.f]).unbind(0)
@@ -170,15 +175,20 @@ class _FusedLSTM(torch.autograd.Function):
                 torch.mul(torch.addcmul(i, i, i, value=-1.0).mul_(u), dcs, out=dA_i[t])
                 dg = dcs * c_prev
             torch.mul(du, torch.addcmul(ones, u, u, value=-1.0), out=dA_u[t])
-            if refine or slopes is None:
-                f_slope = torch.addcmul(f, f, f, value=-1.0)  # f (1 - f)
-            if refine:  # g = 2 r f + (1 - 2r) f^2
+            if refine:
+                # g = f q, q = f + 2 r (1 - f): dg/dr = 2 f (1 - f), dg/df = 2 (q - r);
+                # s = 2 dg f (1 - f) is shared by both gate gradients
                 r = G_r[t]
-                r_slope = torch.addcmul(r, r, r, value=-1.0)
-                torch.mul(r_slope.mul_(f_slope).mul_(2.0), dg, out=dA_r[t])
-                # dg/df = 2 (f + r (1 - 2f))
-                dg = dg * torch.addcmul(f, r, torch.add(ones, f, alpha=-2.0)).mul_(2.0)
-            torch.mul(dg, f_slope if slopes is None else slopes[t], out=dA_f[t])
+                s = torch.addcmul(f, f, f, value=-1.0).mul_(dg).mul_(2.0)
+                torch.mul(torch.addcmul(r, r, r, value=-1.0), s, out=dA_r[t])
+                if slopes is None:  # sigmoid: phi'(a_f) = f (1 - f) is already in s
+                    torch.mul(torch.sub(Qs[t], r), s, out=dA_f[t])
+                else:
+                    dgdf = torch.sub(Qs[t], r).mul_(dg).mul_(2.0)
+                    torch.mul(dgdf, slopes[t], out=dA_f[t])
+            else:
+                f_slope = torch.addcmul(f, f, f, value=-1.0) if slopes is None else slopes[t]
+                torch.mul(dg, f_slope, out=dA_f[t])
             if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
                 dh_rec = torch.zeros_like(dh_rec)
             else:

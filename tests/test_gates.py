@@ -3,6 +3,7 @@ cores.power_rnn)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -189,11 +190,20 @@ PRESETS = [
 ]
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_fused_matches_reference_loop(name: str) -> None:
+def _refined(activation: str):  # a refine gate on a non-sigmoid forget gate: no preset has one
+    return lambda impl: GatedLSTM(3, 6, activation=activation, tied=True, refine=True, impl=impl)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [functools.partial(make_core, name, 3, 6) for name in PRESETS]
+    + [_refined("fast"), _refined("softsign")],
+    ids=[*PRESETS, "refine_fast", "refine_softsign"],
+)
+def test_fused_matches_reference_loop(build) -> None:
     torch.manual_seed(0)
-    fused = make_core(name, 3, 6, impl="fused").double().train()
-    loop = make_core(name, 3, 6, impl="loop").double().train()
+    fused = build(impl="fused").double().train()
+    loop = build(impl="loop").double().train()
     loop.load_state_dict(fused.state_dict())
     x = torch.randn(9, 4, 3, dtype=torch.float64)
     starts = torch.zeros(9, 4, dtype=torch.bool)
