@@ -38,6 +38,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs import fast_obs
+
 PAD = 0
 """Mission token id used for padding."""
 UNK = 1
@@ -297,6 +299,7 @@ def make_env(
         env = gym.make(env_id, render_mode=render_mode, **env_kwargs)
     except TypeError as exc:
         raise ValueError(f"bad options for {env_id!r} {sorted(env_kwargs)}: {exc}") from exc
+    fast_obs.install(env)  # same observations as MiniGrid's gen_obs, computed faster
     env = MissionTokens(env)
     env = SuccessInfo(env)
     if seed is not None:
