@@ -10,17 +10,22 @@ lists. The result is byte-for-byte MiniGrid's (``tests/test_fast_obs.py`` compar
 random walks through every kind of env we ship, carrying and doors included).
 
 :func:`install` patches one env instance; envs whose class overrides ``gen_obs`` or
-``gen_obs_grid`` are left alone, so custom observations are never replaced.
+``gen_obs_grid`` are left alone, so custom observations are never replaced. Setting the
+environment variable ``MEMCORES_MINIGRID_OBS=1`` turns it off (MiniGrid's own code runs).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 from minigrid.minigrid_env import MiniGridEnv
+
+DISABLE_VARIABLE = "MEMCORES_MINIGRID_OBS"
+"""Set to ``1`` to keep MiniGrid's own ``gen_obs`` everywhere."""
 
 _EMPTY = (OBJECT_TO_IDX["empty"], 0, 0)
 _OUTSIDE_WALL = (OBJECT_TO_IDX["wall"], COLOR_TO_IDX["grey"], 0)  # what Grid.slice puts there
@@ -110,9 +115,12 @@ def _uses_default_observation(env: MiniGridEnv) -> bool:
 def install(env: gym.Env) -> bool:
     """Make ``env`` (any wrapper stack over a ``MiniGridEnv``) use :func:`fast_gen_obs`.
 
-    :return: whether it was installed (``False`` for non-MiniGrid envs and envs with their
-        own ``gen_obs``/``gen_obs_grid``, which keep their observation code).
+    :return: whether it was installed (``False`` for non-MiniGrid envs, envs with their
+        own ``gen_obs``/``gen_obs_grid``, which keep their observation code, and when
+        ``MEMCORES_MINIGRID_OBS=1``).
     """
+    if os.environ.get(DISABLE_VARIABLE) == "1":
+        return False
     base = env.unwrapped
     if not isinstance(base, MiniGridEnv) or not _uses_default_observation(base):
         return False

@@ -62,3 +62,9 @@ def test_install_skips_custom_observations() -> None:
     assert not fast_obs.install(env)
     assert "gen_obs" not in vars(env)
     assert not fast_obs.install(gym.make("CartPole-v1"))
+
+
+def test_environment_variable_keeps_minigrid_observation(monkeypatch) -> None:
+    monkeypatch.setenv(fast_obs.DISABLE_VARIABLE, "1")
+    env = make_env("MiniGrid-MemoryS7-v0", seed=0)
+    assert "gen_obs" not in vars(env.unwrapped)

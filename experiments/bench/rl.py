@@ -5,7 +5,10 @@ steps, 4 epochs, minibatch 256, the same number of torch threads, on CPU. sb3-co
 ``RecurrentPPO("MlpLstmPolicy", lstm_hidden_size=64, shared_lstm=True,
 enable_critic_lstm=False)`` on the flattened 7x7x3 image (minigrid's ``ImgObsWrapper`` +
 gymnasium's ``FlattenObservation``: SB3 needs a Box observation); memcores runs its own
-policy (CNN image encoder, direction and mission embeddings, ``lstm`` core, seq_len 32).
+policy (default ``flat`` image encoder, direction embedding and mean-of-embeddings mission
+encoder, ``lstm`` core, seq_len 32). Both sides step the same MiniGrid env with the same
+observation code: :mod:`envs.fast_obs` by default, MiniGrid's own ``gen_obs`` with
+``--minigrid-obs`` (identical observations; only the env's share of the time changes).
 Each side first runs one warm-up update (imports, allocator), then is timed over
 ``--updates`` updates; the two are run alternately ``--repeats`` times and the best of each is
 kept, so a busy machine hurts both alike. Frames = env steps over all envs. Both wall-clock
@@ -17,11 +20,14 @@ ratio is the steadier one.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
 
 import torch
+
+from envs import fast_obs
 
 ENV_ID = "MiniGrid-MemoryS7-v0"
 
@@ -73,10 +79,13 @@ def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, f
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     import envs  # noqa: F401  (registers MiniGrid ids)
+    from envs import fast_obs
 
     def make(i: int):
         def thunk() -> gym.Env:
-            env = gym.wrappers.FlattenObservation(ImgObsWrapper(gym.make(ENV_ID)))
+            base = gym.make(ENV_ID)
+            fast_obs.install(base)  # the same observation code as memcores' side
+            env = gym.wrappers.FlattenObservation(ImgObsWrapper(base))
             env.reset(seed=i)
             return env
 
@@ -114,7 +123,14 @@ def main(argv: list[str]) -> int:
         "--quick", action="store_true", help="tiny run (2 envs x 32 steps, 1 update) for tests"
     )
     parser.add_argument("--skip-sb3", action="store_true", help="time memcores only")
+    parser.add_argument(
+        "--minigrid-obs",
+        action="store_true",
+        help="both sides use MiniGrid's own gen_obs instead of envs.fast_obs (same output)",
+    )
     args = parser.parse_args(argv)
+    if args.minigrid_obs:
+        os.environ[fast_obs.DISABLE_VARIABLE] = "1"
 
     n_envs, n_steps, updates, repeats = 8, 128, args.updates, args.repeats
     if args.quick:
@@ -124,7 +140,8 @@ def main(argv: list[str]) -> int:
     print(
         f"bench rl: {ENV_ID}, {n_envs} envs x {n_steps} steps, 4 epochs, minibatch "
         f"{min(256, n_envs * n_steps)}, hidden 64, {updates} timed updates x {repeats} repeats, "
-        f"torch threads {torch.get_num_threads()}, device {args.device}"
+        f"torch threads {torch.get_num_threads()}, device {args.device}, observations from "
+        f"{'MiniGrid gen_obs' if args.minigrid_obs else 'envs.fast_obs'} on both sides"
     )
     tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_")
     ours: list[tuple[float, float]] = []
