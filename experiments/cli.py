@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"experiments.commands.{module_name}")
     parser = argparse.ArgumentParser(prog=f"memcores {name}", description=help_)
     module.add_arguments(parser)
-    args = parser.parse_args(rest)
+    args = parser.parse_intermixed_args(rest)  # options may follow the overrides
     try:
         return int(module.run(args) or 0)
     except (ValueError, FileNotFoundError, RuntimeError) as err:

@@ -35,3 +35,14 @@ def test_console_script_runs_as_module():
         check=True,
     )
     assert "ur_lstm" in result.stdout
+
+
+def test_options_may_follow_the_overrides(tmp_path, capsys) -> None:
+    # `memcores supervised RUN --resume train.steps=N` (as the docs write it) must parse
+    from experiments.cli import main
+
+    missing = tmp_path / "missing.yaml"
+    assert main(["supervised", str(missing), "--resume", "train.steps=5"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" not in err
+    assert "missing.yaml" in err
