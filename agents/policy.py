@@ -51,7 +51,7 @@ class ImageEncoder(nn.Module):
       same conv net.
     """
 
-    def __init__(self, kind: str = "flat", view: tuple[int, int] = (7, 7), embed_dim: int = 8):
+    def __init__(self, kind: str = "onehot", view: tuple[int, int] = (7, 7), embed_dim: int = 8):
         super().__init__()
         self.kind = kind
         self.input_shape = (*view, 3)
@@ -139,7 +139,7 @@ class RecurrentActorCritic(nn.Module):
     :param core_name: registered core name (:data:`cores.CORES`).
     :param hidden_size: the core's output size.
     :param core_options: extra options for :func:`cores.make_core`.
-    :param image_encoder: ``cnn`` or ``embed`` (see :class:`ImageEncoder`).
+    :param image_encoder: ``onehot``, ``flat``, ``cnn`` or ``embed`` (see :class:`ImageEncoder`).
     :param mission: ``none``, ``mean`` or ``gru`` (see :class:`MissionEncoder`).
     :param vocab_size: number of mission token ids.
     :param image_shape: the image observation's shape ``(H, W, 3)``.
@@ -151,7 +151,7 @@ class RecurrentActorCritic(nn.Module):
         core_name: str = "lstm",
         hidden_size: int = 128,
         core_options: dict[str, Any] | None = None,
-        image_encoder: str = "flat",
+        image_encoder: str = "onehot",
         mission: str = "mean",
         vocab_size: int = 1,
         image_shape: tuple[int, int, int] = (7, 7, 3),

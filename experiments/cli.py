@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"experiments.commands.{module_name}")
     parser = argparse.ArgumentParser(prog=f"memcores {name}", description=help_)
     module.add_arguments(parser)
-    args = parser.parse_intermixed_args(rest)  # options may follow the overrides
+    try:  # options may follow the dotted overrides
+        args = parser.parse_intermixed_args(rest)
+    except TypeError:  # a command that passes its arguments on (nargs=REMAINDER) as they are
+        args = parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
     except (ValueError, FileNotFoundError, RuntimeError) as err:

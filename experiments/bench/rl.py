@@ -5,8 +5,8 @@ steps, 4 epochs, minibatch 256, the same number of torch threads, on CPU. sb3-co
 ``RecurrentPPO("MlpLstmPolicy", lstm_hidden_size=64, shared_lstm=True,
 enable_critic_lstm=False)`` on the flattened 7x7x3 image (minigrid's ``ImgObsWrapper`` +
 gymnasium's ``FlattenObservation``: SB3 needs a Box observation); memcores runs its own
-policy (default ``flat`` image encoder, direction embedding and mean-of-embeddings mission
-encoder, ``lstm`` core, seq_len 32). Both sides step the same MiniGrid env with the same
+policy with the ``flat`` image encoder (one linear layer on the flattened raw image, the
+input sb3's MLP gets), direction embedding and mean-of-embeddings mission encoder, ``lstm`` core, seq_len 32). Both sides step the same MiniGrid env with the same
 observation code: :mod:`envs.fast_obs` by default, MiniGrid's own ``gen_obs`` with
 ``--minigrid-obs`` (identical observations; only the env's share of the time changes).
 Each side first runs one warm-up update (imports, allocator), then is timed over
@@ -46,6 +46,7 @@ def _ours(
             f"env.n_envs={n_envs}",
             f"core.name={core}",
             "core.hidden_size=64",
+            "agent.image_encoder=flat",  # the flattened raw image, as sb3's MlpLstmPolicy
             "agent.algo=ppo",
             f"agent.n_steps={n_steps}",
             "agent.seq_len=32",
