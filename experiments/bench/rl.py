@@ -6,9 +6,10 @@ steps, 4 epochs, minibatch 256, the same number of torch threads, on CPU. sb3-co
 enable_critic_lstm=False)`` on the flattened 7x7x3 image (minigrid's ``ImgObsWrapper`` +
 gymnasium's ``FlattenObservation``: SB3 needs a Box observation); memcores runs its own
 policy with the ``flat`` image encoder (one linear layer on the flattened raw image, the
-input sb3's MLP gets), direction embedding and mean-of-embeddings mission encoder, ``lstm`` core, seq_len 32). Both sides step the same MiniGrid env with the same
-observation code: :mod:`envs.fast_obs` by default, MiniGrid's own ``gen_obs`` with
-``--minigrid-obs`` (identical observations; only the env's share of the time changes).
+input sb3's MLP gets), direction embedding, mean-of-embeddings mission encoder, ``lstm``
+core, seq_len 32. Both sides step the same MiniGrid env with the same observation code:
+:mod:`envs.fast_obs` by default, MiniGrid's own ``gen_obs`` with ``--minigrid-obs``
+(identical observations; only the env's share of the time changes).
 Each side first runs one warm-up update (imports, allocator), then is timed over
 ``--updates`` updates; the two are run alternately ``--repeats`` times and the best of each is
 kept, so a busy machine hurts both alike. Frames = env steps over all envs. Both wall-clock
