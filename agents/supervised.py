@@ -35,7 +35,13 @@ import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
 
-from agents.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from agents.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from agents.device import resolve_device
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
@@ -310,13 +316,15 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
     if resume:
         payload = load_checkpoint(ckpt_path, map_location=prep.device)
         check_resumable(payload, config)
-    elif ckpt_path.exists() and config.run.overwrite:
-        clear_run(run_dir)
-    elif ckpt_path.exists():
+    elif ckpt_path.exists() and not config.run.overwrite:
         raise ValueError(
             f"run directory {run_dir} already holds a run ({CHECKPOINT}); pass --resume to "
             f"continue it, run.overwrite=true to start afresh, or choose another run.dir"
         )
+    if payload is None and config.train.init_from:  # checked before anything is written
+        load_initial_weights(model, config.train.init_from, config, prep.device)
+    if payload is None and ckpt_path.exists():  # run.overwrite=true
+        clear_run(run_dir)
 
     # ---- from here on the run directory is written
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -491,6 +499,33 @@ def final_report(
         "best": best,
         "final": final,
     }
+
+
+def load_initial_weights(
+    model: torch.nn.Module, source: str, config: SupervisedConfig, device: torch.device
+) -> None:
+    """Load ``train.init_from`` (a run directory or a checkpoint file) into ``model``.
+
+    :raises ValueError: the source is missing, not a supervised checkpoint, or was trained
+        with other core/model settings (the message names the differing section).
+    """
+    path = Path(source)
+    if path.is_dir():
+        path = path / CHECKPOINT
+    try:
+        payload = load_checkpoint(path, map_location=device)
+    except CheckpointError as err:
+        raise ValueError(f"train.init_from: {err}") from err
+    if payload.get("format") != FORMAT:
+        raise ValueError(f"train.init_from: {path} is not a memcores supervised checkpoint")
+    saved, current = payload["config"], dataclasses.asdict(config)
+    for section in ("core", "model"):
+        if saved.get(section) != current.get(section):
+            raise ValueError(
+                f"train.init_from: config section {section!r} differs from {path}'s "
+                f"({saved.get(section)} vs {current.get(section)})"
+            )
+    model.load_state_dict(payload["model"])
 
 
 def check_resumable(payload: dict[str, Any], config: SupervisedConfig) -> None:

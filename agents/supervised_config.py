@@ -94,6 +94,10 @@ class TrainConfig:
     """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``."""
     threads: int | None = None
     """torch CPU threads (null: torch's default); 1 is polite on a shared machine."""
+    init_from: str | None = None
+    """Start a new run from the weights of another run (its directory or a ``.pt`` file),
+    e.g. a curriculum: train at T=100, then ``task.length=1000 train.init_from=RUN``. The
+    optimizer, step count and RNG start afresh; the core and model sections must match."""
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "eval_size", "eval_batch_size"):

@@ -224,3 +224,29 @@ def test_diagnose_config_and_run(tmp_path: Path, capsys: pytest.CaptureFixture) 
     text = capsys.readouterr().out
     assert "lstm (init)" in text and "lstm (step 2)" in text and out2.is_file()
     assert main(["diagnose", str(tmp_path / "missing"), "--out", str(out2)]) == 2
+
+
+def test_init_from_starts_from_another_runs_weights(tmp_path: Path) -> None:
+    source = tmp_path / "short"
+    supervised.train(_config(source, "train.steps=4", "train.eval_every=4"))
+    trained = load_checkpoint(source / "checkpoint.pt")["model"]
+    # a longer task (a curriculum step) from those weights: init.pt holds them exactly
+    run = tmp_path / "long"
+    config = _config(run, "train.steps=2", "task.length=12", f"train.init_from={source}")
+    supervised.train(config)
+    start = load_checkpoint(run / "init.pt")["model"]
+    for key, value in trained.items():
+        torch.testing.assert_close(start[key], value, msg=key)
+    assert load_checkpoint(run / "checkpoint.pt")["step"] == 2  # fresh step count
+
+
+def test_init_from_errors_write_nothing(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with pytest.raises(ValueError, match="init_from.*not found"):
+        supervised.train(_config(run, f"train.init_from={tmp_path / 'missing'}"))
+    assert not run.exists()
+    source = tmp_path / "small"
+    supervised.train(_config(source, "train.steps=2", "train.eval_every=2"))
+    with pytest.raises(ValueError, match="section 'core' differs"):
+        supervised.train(_config(run, "core.hidden_size=9", f"train.init_from={source}"))
+    assert not run.exists()
