@@ -155,7 +155,11 @@ class _FusedLSTM(torch.autograd.Function):
         if refine:
             G_r, dA_r, Gg, Qs = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0), Q.unbind(0)
         slopes = None
-        if act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
+        if act == "fast" and torch.get_num_threads() == 1:
+            # one thread: a few ops per step on cache-hot [B, H] tiles beat whole-sequence
+            # passes; with more threads the whole-sequence ops run in parallel and win
+            slopes = _FastSlopes(_cols(A, spec.f), G_f, ones)
+        elif act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
             slopes = _forget_slope(act, A[:, :, spec.f], G[:, :, spec.f]).unbind(0)
         for t in range(T - 1, -1, -1):
             o, f, u, tc = G_o[t], G_f[t], G_u[t], TCs[t]
@@ -201,6 +205,23 @@ class _FusedLSTM(torch.autograd.Function):
             h_prev = h_prev * keep
         d_weight = dA.flatten(0, 1).t().mm(h_prev.flatten(0, 1))
         return dA, d_weight, dh_rec, dc, None, None, None, None
+
+
+class _FastSlopes:
+    """``slopes[t]``: the fast gate's ``phi'(a) = f (1 - f) cosh(a)`` at step ``t``.
+
+    ``sinh_a[t]`` holds ``sinh a``, so ``cosh a = sqrt(1 + sinh^2 a)``. Beyond
+    ``|sinh a| = 1e4`` the sigmoid's slope ``f (1 - f)`` is exactly 0 in float32 and float64,
+    so clamping there keeps ``cosh`` finite and the product exactly 0 (never ``0 * inf``).
+    """
+
+    def __init__(self, sinh_a: list[Tensor], f: list[Tensor], ones: Tensor) -> None:
+        self.sinh_a, self.f, self.ones = sinh_a, f, ones
+
+    def __getitem__(self, t: int) -> Tensor:
+        s, f = torch.clamp(self.sinh_a[t], -1e4, 1e4), self.f[t]
+        cosh = torch.addcmul(self.ones, s, s).sqrt_()
+        return torch.addcmul(f, f, f, value=-1.0).mul_(cosh)
 
 
 def _forget_slope(activation: str, a_f: Tensor, f: Tensor) -> Tensor:

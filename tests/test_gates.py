@@ -451,3 +451,28 @@ def test_fused_core_falls_back_to_the_loop_under_autocast() -> None:
         y, (h, c) = core(x, core.initial_state(2))
     y.float().sum().backward()
     assert y.shape == (5, 2, 4) and torch.isfinite(core.weight_hh.grad).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_fast_gate_slope_paths_agree(threads: int) -> None:
+    # the fast gate's backward takes a per-step path on one thread and a whole-sequence one
+    # otherwise; both must equal the reference loop, also where sinh saturates the gate
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(0)
+        fused = make_core("fast_lstm", 3, 6, impl="fused").double()
+        loop = make_core("fast_lstm", 3, 6, impl="loop").double()
+        loop.load_state_dict(fused.state_dict())
+        x = torch.randn(7, 4, 3, dtype=torch.float64) * 30.0  # pushes some |a_f| past 10
+        grads = []
+        for core in (fused, loop):
+            xs = x.clone().requires_grad_(True)
+            y, _ = core(xs, core.initial_state(4))
+            y.sum().backward()
+            grads.append((xs.grad, *[p.grad for p in core.parameters()]))
+        for a, b in zip(*grads, strict=True):
+            assert torch.isfinite(a).all()
+            torch.testing.assert_close(a, b)
+    finally:
+        torch.set_num_threads(previous)
