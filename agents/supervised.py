@@ -516,29 +516,33 @@ def load_initial_weights(
         payload = load_checkpoint(path, map_location=device)
     except CheckpointError as err:
         raise ValueError(f"train.init_from: {err}") from err
+    check_same_sections(payload, config, ("core", "model"), f"train.init_from: {path}:")
+    model.load_state_dict(payload["model"])
+
+
+def check_same_sections(
+    payload: dict[str, Any], config: SupervisedConfig, sections: tuple[str, ...], context: str
+) -> None:
+    """Reject a checkpoint that is not a supervised one or whose ``sections`` differ.
+
+    :param context: what the message starts with (which operation found the mismatch).
+    """
     if payload.get("format") != FORMAT:
-        raise ValueError(f"train.init_from: {path} is not a memcores supervised checkpoint")
+        raise ValueError(
+            f"{context} not a memcores supervised checkpoint (format {payload.get('format')!r})"
+        )
     saved, current = payload["config"], dataclasses.asdict(config)
-    for section in ("core", "model"):
+    for section in sections:
         if saved.get(section) != current.get(section):
             raise ValueError(
-                f"train.init_from: config section {section!r} differs from {path}'s "
+                f"{context} config section {section!r} differs from the checkpoint's "
                 f"({saved.get(section)} vs {current.get(section)})"
             )
-    model.load_state_dict(payload["model"])
 
 
 def check_resumable(payload: dict[str, Any], config: SupervisedConfig) -> None:
     """A checkpoint can be resumed only under the same task, core and model sections."""
-    if payload.get("format") != FORMAT:
-        raise ValueError(f"not a memcores supervised checkpoint (format {payload.get('format')!r})")
-    saved, current = payload["config"], dataclasses.asdict(config)
-    for section in MODEL_SECTIONS:
-        if saved.get(section) != current.get(section):
-            raise ValueError(
-                f"cannot resume: config section {section!r} differs from the checkpoint's "
-                f"({saved.get(section)} vs {current.get(section)})"
-            )
+    check_same_sections(payload, config, MODEL_SECTIONS, "cannot resume:")
     if int(payload["step"]) > config.train.steps:
         raise ValueError(
             f"checkpoint is at step {payload['step']} > train.steps={config.train.steps}"
