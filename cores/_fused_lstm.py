@@ -154,13 +154,17 @@ class _FusedLSTM(torch.autograd.Function):
             c_prevs = [c0, *C.unbind(0)[:-1]]
         if refine:
             G_r, dA_r, Gg, Qs = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0), Q.unbind(0)
-        slopes = None
+        slope_at = None  # t -> phi'(a_f) at step t; None for the sigmoid (f (1 - f) inline)
         if act == "fast" and torch.get_num_threads() == 1:
             # one thread: a few ops per step on cache-hot [B, H] tiles beat whole-sequence
             # passes; with more threads the whole-sequence ops run in parallel and win
-            slopes = _FastSlopes(_cols(A, spec.f), G_f, ones)
+            A_f = _cols(A, spec.f)
+
+            def slope_at(t: int) -> Tensor:
+                return _forget_slope(act, A_f[t], G_f[t])
+
         elif act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
-            slopes = _forget_slope(act, A[:, :, spec.f], G[:, :, spec.f]).unbind(0)
+            slope_at = _forget_slope(act, A[:, :, spec.f], G[:, :, spec.f]).unbind(0).__getitem__
         for t in range(T - 1, -1, -1):
             o, f, u, tc = G_o[t], G_f[t], G_u[t], TCs[t]
             dh = dh_rec if dYs is None else dYs[t] + dh_rec
@@ -185,13 +189,13 @@ class _FusedLSTM(torch.autograd.Function):
                 r = G_r[t]
                 s = torch.addcmul(f, f, f, value=-1.0).mul_(dg).mul_(2.0)
                 torch.mul(torch.addcmul(r, r, r, value=-1.0), s, out=dA_r[t])
-                if slopes is None:  # sigmoid: phi'(a_f) = f (1 - f) is already in s
+                if slope_at is None:  # sigmoid: phi'(a_f) = f (1 - f) is already in s
                     torch.mul(torch.sub(Qs[t], r), s, out=dA_f[t])
                 else:
                     dgdf = torch.sub(Qs[t], r).mul_(dg).mul_(2.0)
-                    torch.mul(dgdf, slopes[t], out=dA_f[t])
+                    torch.mul(dgdf, slope_at(t), out=dA_f[t])
             else:
-                f_slope = torch.addcmul(f, f, f, value=-1.0) if slopes is None else slopes[t]
+                f_slope = torch.addcmul(f, f, f, value=-1.0) if slope_at is None else slope_at(t)
                 torch.mul(dg, f_slope, out=dA_f[t])
             if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
                 dh_rec = torch.zeros_like(dh_rec)
@@ -205,23 +209,6 @@ class _FusedLSTM(torch.autograd.Function):
             h_prev = h_prev * keep
         d_weight = dA.flatten(0, 1).t().mm(h_prev.flatten(0, 1))
         return dA, d_weight, dh_rec, dc, None, None, None, None
-
-
-class _FastSlopes:
-    """``slopes[t]``: the fast gate's ``phi'(a) = f (1 - f) cosh(a)`` at step ``t``.
-
-    ``sinh_a[t]`` holds ``sinh a``, so ``cosh a = sqrt(1 + sinh^2 a)``. Beyond
-    ``|sinh a| = 1e4`` the sigmoid's slope ``f (1 - f)`` is exactly 0 in float32 and float64,
-    so clamping there keeps ``cosh`` finite and the product exactly 0 (never ``0 * inf``).
-    """
-
-    def __init__(self, sinh_a: list[Tensor], f: list[Tensor], ones: Tensor) -> None:
-        self.sinh_a, self.f, self.ones = sinh_a, f, ones
-
-    def __getitem__(self, t: int) -> Tensor:
-        s, f = torch.clamp(self.sinh_a[t], -1e4, 1e4), self.f[t]
-        cosh = torch.addcmul(self.ones, s, s).sqrt_()
-        return torch.addcmul(f, f, f, value=-1.0).mul_(cosh)
 
 
 def _forget_slope(activation: str, a_f: Tensor, f: Tensor) -> Tensor:

@@ -81,7 +81,6 @@ def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, f
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     import envs  # noqa: F401  (registers MiniGrid ids)
-    from envs import fast_obs
 
     def make(i: int):
         def thunk() -> gym.Env:
