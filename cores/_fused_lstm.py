@@ -2,13 +2,15 @@
 
 Why: a per-step autograd loop records ~20 nodes per step, runs two small matmuls per step in
 backward (``dh_{t-1}`` and ``dU``) and pays autograd bookkeeping for every gate operation. Here
-the forward writes every gate into preallocated ``[T, B, nH]`` buffers, the backward walks the
-sequence once with only the work the recurrence needs (one ``[B, nH] x [nH, H]`` matmul per
-step) and computes ``dU`` for all steps with one large matmul at the end.
+the input projection writes every step's pre-activations straight into the gate buffer, the
+recurrence adds ``h_{t-1} U^T`` and applies the gates in place, the backward walks the sequence
+once with only the work the recurrence needs (one ``[B, nH] x [nH, H]`` matmul per step) and
+computes ``dU``, ``dW``, ``db`` and ``dx`` with a few large matmuls at the end.
 
 The math is exactly :meth:`cores.gated.GatedLSTM.cell` (tests compare values and gradients
-with the reference loop in float64). The gate layout is that of :class:`GatedLSTM`:
-``o, f, [i], [r], u`` blocks of ``H`` columns. Double backward is not supported.
+with the reference loop in float64). The gate layout is that of
+:class:`GatedLSTM`: ``o, f, [i], [r], u`` blocks of ``H`` columns. Double backward is not
+supported.
 """
 
 from __future__ import annotations
@@ -56,16 +58,19 @@ class _Spec:
         return slice(0, (self.n_gates - 1) * self.hidden)
 
 
-def _cols(x: Tensor, cols: slice) -> list[Tensor]:
-    """Per-step views ``x[t][:, cols]`` of a ``[T, B, n]`` buffer, made once (not in the loop)."""
-    return list(x[:, :, cols].unbind(0))
+def _cols(x: Tensor, cols: slice | None = None) -> list[Tensor]:
+    """Per-step views ``x[t][:, cols]`` of a ``[T, B, n]`` buffer, made once (not in the loop:
+    slicing inside it costs as much as the small gate operations themselves)."""
+    return list((x if cols is None else x[:, :, cols]).unbind(0))
 
 
 class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx,
-        xproj: Tensor,
+        x: Tensor,
+        weight_ih: Tensor,
+        bias: Tensor,
         weight_hh: Tensor,
         h0: Tensor,
         c0: Tensor,
@@ -74,24 +79,27 @@ class _FusedLSTM(torch.autograd.Function):
         resets: frozenset[int],
         detached: frozenset[int],
     ) -> tuple[Tensor, Tensor, Tensor]:
-        T, B, _ = xproj.shape
+        T, B, _ = x.shape
         H = spec.hidden
         act, tied, refine = spec.activation, spec.tied, spec.refine
-        A = torch.empty_like(xproj)  # pre-activations (f block: sinh'ed for the fast gates)
-        G = torch.empty_like(xproj)  # gate values
-        Y = xproj.new_empty(T, B, H)
-        C = xproj.new_empty(T, B, H)
-        TC = xproj.new_empty(T, B, H)
-        D = xproj.new_empty(T, B, H) if tied else None  # c_{t-1} - u_t
-        Geff = xproj.new_empty(T, B, H) if refine else None  # refined forget gate
+        # gate buffer: x W^T + b for every step in one matmul; the recurrence adds h U^T and
+        # turns each step into gate values in place (no separate pre-activation buffer)
+        G = torch.addmm(bias, x.flatten(0, 1), weight_ih.t()).view(T, B, -1)
+        Y = x.new_empty(T, B, H)
+        C = x.new_empty(T, B, H)
+        TC = x.new_empty(T, B, H)
+        D = x.new_empty(T, B, H) if tied else None  # c_{t-1} - u_t
+        # forget pre-activation as the backward's slope needs it: a (softsign), sinh a (fast),
+        # sinh sinh a (fast2); the sigmoid's slope f (1 - f) needs nothing kept
+        A_f = x.new_empty(T, B, H) if act != "sigmoid" else None
+        Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
         # q = f + 2 r (1 - f), kept because the backward's dg/df = 2 (q - r) reuses it
-        Q = xproj.new_empty(T, B, H) if refine else None
-        # every per-step view is made here once: slicing inside the loop costs as much as
-        # the small gate operations themselves
-        xs, As, Ys, Cs, TCs = (z.unbind(0) for z in (xproj, A, Y, C, TC))
-        A_sig, G_sig = _cols(A, spec.sig), _cols(G, spec.sig)
-        A_u, G_u = _cols(A, spec.u), _cols(G, spec.u)
-        A_f, G_f, G_o = _cols(A, spec.f), _cols(G, spec.f), _cols(G, spec.o)
+        Q = x.new_empty(T, B, H) if refine else None
+        Gs, G_sig, G_u, G_f, G_o = (
+            _cols(G, cols) for cols in (None, spec.sig, spec.u, spec.f, spec.o)
+        )
+        Ys, Cs, TCs = Y.unbind(0), C.unbind(0), TC.unbind(0)
+        A_fs = None if A_f is None else A_f.unbind(0)
         G_i = None if tied else _cols(G, spec.i)
         G_r = _cols(G, spec.r) if refine else None
         Ds = D.unbind(0) if tied else None
@@ -103,16 +111,18 @@ class _FusedLSTM(torch.autograd.Function):
         for t in range(T):
             if t in resets:  # rows starting an episode restart from the zero initial state
                 h, c = h * keeps[t], c * keeps[t]
-            torch.addmm(xs[t], h, w_t, out=As[t])
-            if act == "fast":
-                A_f[t].sinh_()
-            elif act == "fast2":
-                A_f[t].sinh_().sinh_()
-            torch.sigmoid(A_sig[t], out=G_sig[t])
-            u = torch.tanh(A_u[t], out=G_u[t])
+            Gs[t].addmm_(h, w_t)
             f = G_f[t]
+            if act == "fast":
+                f.copy_(torch.sinh(f, out=A_fs[t]))
+            elif act == "fast2":
+                f.copy_(torch.sinh(f, out=A_fs[t]).sinh_())
+            elif act == "softsign":
+                A_fs[t].copy_(f)
+            G_sig[t].sigmoid_()
+            u = G_u[t].tanh_()
             if act == "softsign":
-                a_f = A_f[t]
+                a_f = A_fs[t]
                 torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
             if refine:  # g = f q with q = f + 2 (r - r f): three ops, no scalar tensors
                 r_t = G_r[t]
@@ -126,22 +136,22 @@ class _FusedLSTM(torch.autograd.Function):
                 c = torch.mul(g, c, out=Cs[t]).addcmul_(G_i[t], u)
             h = torch.mul(G_o[t], torch.tanh(c, out=TCs[t]), out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
-        ctx.save_for_backward(weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff, Q)
+        ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, D, Geff, Q)
         return Y, Y[-1].clone(), C[-1].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
-        weight_hh, h0, c0, keep, A, G, Y, C, TC, D, Geff, Q = ctx.saved_tensors
+        x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, D, Geff, Q = ctx.saved_tensors
         spec: _Spec = ctx.spec
         resets, detached = ctx.resets, ctx.detached
         act, tied, refine = spec.activation, spec.tied, spec.refine
-        T, B, _ = G.shape
+        T, B, _ = x.shape
         dA = torch.empty_like(G)
-        ones = G.new_ones(B, spec.hidden)
+        ones = x.new_ones(B, spec.hidden)
         dh_rec = torch.zeros_like(h0) if dhT is None else dhT.clone()
         dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
-        dAs = dA.unbind(0)
+        dAs = _cols(dA)
         dA_o, dA_f, dA_u = _cols(dA, spec.o), _cols(dA, spec.f), _cols(dA, spec.u)
         G_o, G_f, G_u = _cols(G, spec.o), _cols(G, spec.f), _cols(G, spec.u)
         TCs = TC.unbind(0)
@@ -158,13 +168,13 @@ class _FusedLSTM(torch.autograd.Function):
         if act == "fast" and torch.get_num_threads() == 1:
             # one thread: a few ops per step on cache-hot [B, H] tiles beat whole-sequence
             # passes; with more threads the whole-sequence ops run in parallel and win
-            A_f = _cols(A, spec.f)
+            A_fs = A_f.unbind(0)
 
             def slope_at(t: int) -> Tensor:
-                return _forget_slope(act, A_f[t], G_f[t])
+                return _forget_slope(act, A_fs[t], G_f[t])
 
         elif act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
-            slope_at = _forget_slope(act, A[:, :, spec.f], G[:, :, spec.f]).unbind(0).__getitem__
+            slope_at = _forget_slope(act, A_f, G[:, :, spec.f]).unbind(0).__getitem__
         for t in range(T - 1, -1, -1):
             o, f, u, tc = G_o[t], G_f[t], G_u[t], TCs[t]
             dh = dh_rec if dYs is None else dYs[t] + dh_rec
@@ -203,12 +213,18 @@ class _FusedLSTM(torch.autograd.Function):
                 dh_rec = torch.mm(dAs[t], weight_hh)
             if t in resets:
                 dh_rec, dc = dh_rec * keeps[t], dc * keeps[t]
-        # dU = sum_t dA_t^T h_{t-1}: one large matmul instead of T small ones
+        # the weight gradients sum over all steps: one large matmul each instead of T small
+        # ones; dU = sum_t dA_t^T h_{t-1}, dW = sum_t dA_t^T x_t, db = sum_t dA_t
         h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
         if keep is not None:
             h_prev = h_prev * keep
-        d_weight = dA.flatten(0, 1).t().mm(h_prev.flatten(0, 1))
-        return dA, d_weight, dh_rec, dc, None, None, None, None
+        dA_flat = dA.flatten(0, 1)
+        d_weight_hh = dA_flat.t().mm(h_prev.flatten(0, 1))
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
+        d_weight_ih = dA_flat.t().mm(x.flatten(0, 1)) if need_w else None
+        d_bias = dA_flat.sum(0) if need_b else None
+        return dx, d_weight_ih, d_bias, d_weight_hh, dh_rec, dc, None, None, None, None
 
 
 def _forget_slope(activation: str, a_f: Tensor, f: Tensor) -> Tensor:
@@ -234,9 +250,9 @@ def _forget_slope(activation: str, a_f: Tensor, f: Tensor) -> Tensor:
 
 
 def fused_lstm(
-    core, xproj: Tensor, state: tuple[Tensor, ...], keep: Tensor | None, detach: list[bool]
+    core, x: Tensor, state: tuple[Tensor, ...], keep: Tensor | None, detach: list[bool]
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """Run :class:`~cores.gated.GatedLSTM` over ``xproj [T, B, nH]`` with the fused function.
+    """Run :class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` with the fused function.
 
     :param keep: ``[T, B, 1]`` 0/1 multipliers (0 where a row restarts) or ``None``.
     :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
@@ -254,6 +270,15 @@ def fused_lstm(
     detached = frozenset(t for t, d in enumerate(detach) if d)
     h0, c0 = state
     y, h, c = _FusedLSTM.apply(
-        xproj.contiguous(), core.weight_hh, h0, c0, keep, spec, resets, detached
+        x.contiguous(),
+        core.weight_ih,
+        core.bias,
+        core.weight_hh,
+        h0,
+        c0,
+        keep,
+        spec,
+        resets,
+        detached,
     )
     return y, (h, c)

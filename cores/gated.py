@@ -156,14 +156,14 @@ class GatedLSTM(BlockGatedCore):
         """``x [T, B, D]`` -> ``y [T, B, H]`` and the final ``(h, c)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
         detach = self._draw_detach(x.shape[0], x.device)
-        xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
         keep = None if starts is None else (~starts.bool()).to(x.dtype).unsqueeze(-1)  # [T,B,1]
         # the fused function writes into preallocated buffers, which autocast's dtype changes
         # would break; under autocast the reference loop runs instead
         if self.impl == "fused" and not torch.is_autocast_enabled(x.device.type):
             from cores._fused_lstm import fused_lstm
 
-            return fused_lstm(self, xproj, state, keep, detach)
+            return fused_lstm(self, x, state, keep, detach)
+        xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
         return self._loop(xproj, state, keep, detach)
 
     def _loop(

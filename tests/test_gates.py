@@ -234,14 +234,15 @@ def test_fused_gradcheck(name: str) -> None:
     h0 = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     c0 = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
 
-    def fn(x, w_hh, bias, h0, c0):
-        params = {"weight_hh": w_hh, "bias": bias}
+    def fn(x, w_ih, w_hh, bias, h0, c0):
+        params = {"weight_ih": w_ih, "weight_hh": w_hh, "bias": bias}
         y, (h, c) = torch.func.functional_call(core, params, (x, (h0, c0), starts))
         return y, c
 
-    w = core.weight_hh.detach().clone().requires_grad_(True)
-    b = core.bias.detach().clone().requires_grad_(True)
-    assert torch.autograd.gradcheck(fn, (x, w, b, h0, c0))
+    w_ih, w_hh, b = (
+        p.detach().clone().requires_grad_(True) for p in (core.weight_ih, core.weight_hh, core.bias)
+    )
+    assert torch.autograd.gradcheck(fn, (x, w_ih, w_hh, b, h0, c0))
 
 
 # ---------------------------------------------------------------------------- equivalences
