@@ -102,6 +102,8 @@ class _FusedLSTM(torch.autograd.Function):
         A_fs = None if A_f is None else A_f.unbind(0)
         G_i = None if tied else _cols(G, spec.i)
         G_r = _cols(G, spec.r) if refine else None
+        # the sigmoid gates after f (i and/or r), one op per step; None when there are none
+        G_ir = _cols(G, slice(2 * H, spec.sig.stop)) if spec.n_gates > 3 else None
         Ds = D.unbind(0) if tied else None
         Gg = Geff.unbind(0) if refine else None
         Qs = Q.unbind(0) if refine else None
@@ -113,17 +115,24 @@ class _FusedLSTM(torch.autograd.Function):
                 h, c = h * keeps[t], c * keeps[t]
             Gs[t].addmm_(h, w_t)
             f = G_f[t]
-            if act == "fast":
-                f.copy_(torch.sinh(f, out=A_fs[t]))
-            elif act == "fast2":
-                f.copy_(torch.sinh(f, out=A_fs[t]).sinh_())
-            elif act == "softsign":
-                A_fs[t].copy_(f)
-            G_sig[t].sigmoid_()
-            u = G_u[t].tanh_()
-            if act == "softsign":
+            if act == "sigmoid":
+                G_sig[t].sigmoid_()
+            else:  # the forget gate from its kept pre-activation, the other sigmoids in place
                 a_f = A_fs[t]
-                torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
+                if act == "fast":
+                    torch.sinh(f, out=a_f)
+                elif act == "fast2":
+                    torch.sinh(f, out=a_f).sinh_()
+                else:
+                    a_f.copy_(f)
+                G_o[t].sigmoid_()
+                if G_ir is not None:
+                    G_ir[t].sigmoid_()
+                if act == "softsign":
+                    torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
+                else:
+                    torch.sigmoid(a_f, out=f)
+            u = G_u[t].tanh_()
             if refine:  # g = f q with q = f + 2 (r - r f): three ops, no scalar tensors
                 r_t = G_r[t]
                 q = torch.add(f, torch.addcmul(r_t, r_t, f, value=-1.0), alpha=2.0, out=Qs[t])
