@@ -194,3 +194,18 @@ def test_bench_cores_quick_prints_the_table(capsys: pytest.CaptureFixture[str]) 
         assert any(line.startswith(f"{name} ") for line in out.splitlines()), name
     with pytest.raises(ValueError, match="valid cores"):
         bench.main(["--quick", "--cores", "nope"])
+
+
+def test_bench_cores_marks_each_target_separately() -> None:
+    from experiments.bench import cores as bench
+
+    # three rounds of (wall, cpu) seconds: ur_lstm 1.1x nn.LSTM but 1.35x its tied twin
+    samples = {
+        "nn.LSTM": [(1.0, 1.0)] * 3,
+        "tied_lstm": [(0.8148, 0.8148)] * 3,
+        "ur_lstm": [(1.1, 1.1)] * 3,
+    }
+    assert bench._target("ur_lstm", samples) == "ok <=1.5x nn, MISS <=1.3x twin"
+    samples["ur_lstm"] = [(1.6, 1.6)] * 3
+    assert bench._target("ur_lstm", samples) == "MISS <=1.5x nn, MISS <=1.3x twin"
+    assert bench._target("gru", samples) == ""
