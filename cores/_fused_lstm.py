@@ -95,15 +95,17 @@ class _FusedLSTM(torch.autograd.Function):
         Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
         # q = f + 2 r (1 - f), kept because the backward's dg/df = 2 (q - r) reuses it
         Q = x.new_empty(T, B, H) if refine else None
-        Gs, G_sig, G_u, G_f, G_o = (
-            _cols(G, cols) for cols in (None, spec.sig, spec.u, spec.f, spec.o)
-        )
+        Gs, G_u, G_f, G_o = (_cols(G, cols) for cols in (None, spec.u, spec.f, spec.o))
+        # sigmoid forget gate: every sigmoid gate in one op; otherwise the gates go one by one
+        G_sig = _cols(G, spec.sig) if act == "sigmoid" else None
         Ys, Cs, TCs = Y.unbind(0), C.unbind(0), TC.unbind(0)
         A_fs = None if A_f is None else A_f.unbind(0)
         G_i = None if tied else _cols(G, spec.i)
         G_r = _cols(G, spec.r) if refine else None
-        # the sigmoid gates after f (i and/or r), one op per step; None when there are none
-        G_ir = _cols(G, slice(2 * H, spec.sig.stop)) if spec.n_gates > 3 else None
+        # non-sigmoid forget gate: the sigmoid gates after f (i and/or r), one op per step
+        G_ir = None
+        if act != "sigmoid" and spec.n_gates > 3:
+            G_ir = _cols(G, slice(2 * H, spec.sig.stop))
         Ds = D.unbind(0) if tied else None
         Gg = Geff.unbind(0) if refine else None
         Qs = Q.unbind(0) if refine else None
