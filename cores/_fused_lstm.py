@@ -64,6 +64,13 @@ def _cols(x: Tensor, cols: slice | None = None) -> list[Tensor]:
     return list((x if cols is None else x[:, :, cols]).unbind(0))
 
 
+# Backward chunk length: the whole-sequence gate factors are computed for this many steps at
+# once, so each factor op is large enough for ATen to split across threads (more than its
+# 32768-element grain at B=64, H=128) while a chunk's factors (a few MiB) stay in cache for the
+# per-step loop that consumes them
+_CHUNK = 16
+
+
 class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -88,13 +95,10 @@ class _FusedLSTM(torch.autograd.Function):
         Y = x.new_empty(T, B, H)
         C = x.new_empty(T, B, H)
         TC = x.new_empty(T, B, H)
-        D = x.new_empty(T, B, H) if tied else None  # c_{t-1} - u_t
         # forget pre-activation as the backward's slope needs it: a (softsign), sinh a (fast),
         # sinh sinh a (fast2); the sigmoid's slope f (1 - f) needs nothing kept
         A_f = x.new_empty(T, B, H) if act != "sigmoid" else None
         Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
-        # q = f + 2 r (1 - f), kept because the backward's dg/df = 2 (q - r) reuses it
-        Q = x.new_empty(T, B, H) if refine else None
         Gs, G_u, G_f, G_o = (_cols(G, cols) for cols in (None, spec.u, spec.f, spec.o))
         # sigmoid forget gate: every sigmoid gate in one op; otherwise the gates go one by one
         G_sig = _cols(G, spec.sig) if act == "sigmoid" else None
@@ -106,9 +110,7 @@ class _FusedLSTM(torch.autograd.Function):
         G_ir = None
         if act != "sigmoid" and spec.n_gates > 3:
             G_ir = _cols(G, slice(2 * H, spec.sig.stop))
-        Ds = D.unbind(0) if tied else None
         Gg = Geff.unbind(0) if refine else None
-        Qs = Q.unbind(0) if refine else None
         keeps = None if keep is None else keep.unbind(0)
         w_t = weight_hh.t()
         h, c = h0, c0
@@ -137,93 +139,56 @@ class _FusedLSTM(torch.autograd.Function):
             u = G_u[t].tanh_()
             if refine:  # g = f q with q = f + 2 (r - r f): three ops, no scalar tensors
                 r_t = G_r[t]
-                q = torch.add(f, torch.addcmul(r_t, r_t, f, value=-1.0), alpha=2.0, out=Qs[t])
-                g = torch.mul(f, q, out=Gg[t])
+                g = torch.mul(
+                    f, torch.add(f, torch.addcmul(r_t, r_t, f, value=-1.0), alpha=2.0), out=Gg[t]
+                )
             else:
                 g = f
-            if tied:  # c = g c + (1 - g) u = u + g (c - u)
-                c = torch.addcmul(u, g, torch.sub(c, u, out=Ds[t]), out=Cs[t])
+            if tied:  # c = g c + (1 - g) u = u + g (c - u): one lerp
+                c = torch.lerp(u, c, g, out=Cs[t])
             else:
                 c = torch.mul(g, c, out=Cs[t]).addcmul_(G_i[t], u)
             h = torch.mul(G_o[t], torch.tanh(c, out=TCs[t]), out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
-        ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, D, Geff, Q)
+        ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, Geff)
         return Y, Y[-1].clone(), C[-1].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
-        x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, D, Geff, Q = ctx.saved_tensors
+        x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, Geff = ctx.saved_tensors
         spec: _Spec = ctx.spec
         resets, detached = ctx.resets, ctx.detached
-        act, tied, refine = spec.activation, spec.tied, spec.refine
         T, B, _ = x.shape
+        H, n = spec.hidden, spec.n_gates
+        # dA holds, per step, the factors that turn dh (block o) and dcs (the other blocks) into
+        # pre-activation gradients; the loop multiplies them in place. P_c turns dh into dcs.
         dA = torch.empty_like(G)
-        ones = x.new_ones(B, spec.hidden)
+        P_c = torch.empty_like(TC)
         dh_rec = torch.zeros_like(h0) if dhT is None else dhT.clone()
         dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
-        dAs = _cols(dA)
-        dA_o, dA_f, dA_u = _cols(dA, spec.o), _cols(dA, spec.f), _cols(dA, spec.u)
-        G_o, G_f, G_u = _cols(G, spec.o), _cols(G, spec.f), _cols(G, spec.u)
-        TCs = TC.unbind(0)
+        dAs = dA.unbind(0)
+        dA_o = _cols(dA, spec.o)
+        dA_c = [d.view(B, n - 1, H) for d in _cols(dA, slice(H, n * H))]  # f, [i], [r], u
+        P_cs = P_c.unbind(0)
+        gs = (Geff if spec.refine else G[:, :, spec.f]).unbind(0)
         dYs = None if dY is None else dY.unbind(0)
         keeps = None if keep is None else keep.unbind(0)
-        if tied:
-            Ds = D.unbind(0)
-        else:
-            G_i, dA_i = _cols(G, spec.i), _cols(dA, spec.i)
-            c_prevs = [c0, *C.unbind(0)[:-1]]
-        if refine:
-            G_r, dA_r, Gg, Qs = _cols(G, spec.r), _cols(dA, spec.r), Geff.unbind(0), Q.unbind(0)
-        slope_at = None  # t -> phi'(a_f) at step t; None for the sigmoid (f (1 - f) inline)
-        if act == "fast" and torch.get_num_threads() == 1:
-            # one thread: a few ops per step on cache-hot [B, H] tiles beat whole-sequence
-            # passes; with more threads the whole-sequence ops run in parallel and win
-            A_fs = A_f.unbind(0)
-
-            def slope_at(t: int) -> Tensor:
-                return _forget_slope(act, A_fs[t], G_f[t])
-
-        elif act != "sigmoid":  # phi'(a) for all steps at once: it does not depend on dh
-            slope_at = _forget_slope(act, A_f, G[:, :, spec.f]).unbind(0).__getitem__
-        for t in range(T - 1, -1, -1):
-            o, f, u, tc = G_o[t], G_f[t], G_u[t], TCs[t]
-            dh = dh_rec if dYs is None else dYs[t] + dh_rec
-            # h = o tanh(c): output gate and the cell gradient through tanh
-            torch.mul(torch.addcmul(o, o, o, value=-1.0).mul_(tc), dh, out=dA_o[t])
-            dcs = torch.addcmul(dc, dh, torch.addcmul(ones, tc, tc, value=-1.0).mul_(o))
-            g = Gg[t] if refine else f
-            dc = dcs * g  # gradient into c_{t-1}
-            if tied:  # c = u + g (c_prev - u): du = dcs (1 - g), dg = dcs (c_prev - u)
-                du = dcs - dc
-                dg = dcs * Ds[t]
-            else:
-                c_prev = c_prevs[t] if t not in resets else c_prevs[t] * keeps[t]
-                i = G_i[t]
-                du = dcs * i
-                torch.mul(torch.addcmul(i, i, i, value=-1.0).mul_(u), dcs, out=dA_i[t])
-                dg = dcs * c_prev
-            torch.mul(du, torch.addcmul(ones, u, u, value=-1.0), out=dA_u[t])
-            if refine:
-                # g = f q, q = f + 2 r (1 - f): dg/dr = 2 f (1 - f), dg/df = 2 (q - r);
-                # s = 2 dg f (1 - f) is shared by both gate gradients
-                r = G_r[t]
-                s = torch.addcmul(f, f, f, value=-1.0).mul_(dg).mul_(2.0)
-                torch.mul(torch.addcmul(r, r, r, value=-1.0), s, out=dA_r[t])
-                if slope_at is None:  # sigmoid: phi'(a_f) = f (1 - f) is already in s
-                    torch.mul(torch.sub(Qs[t], r), s, out=dA_f[t])
+        for stop in range(T, 0, -_CHUNK):
+            steps = slice(max(stop - _CHUNK, 0), stop)
+            _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, keep, dA, P_c)
+            for t in range(steps.stop - 1, steps.start - 1, -1):
+                dh = dh_rec if dYs is None else dYs[t] + dh_rec
+                dA_o[t].mul_(dh)
+                dcs = torch.addcmul(dc, dh, P_cs[t])  # gradient into c_t
+                dA_c[t].mul_(dcs.unsqueeze(1))
+                dc = dcs * gs[t]  # gradient into c_{t-1}
+                if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
+                    dh_rec = torch.zeros_like(dh_rec)
                 else:
-                    dgdf = torch.sub(Qs[t], r).mul_(dg).mul_(2.0)
-                    torch.mul(dgdf, slope_at(t), out=dA_f[t])
-            else:
-                f_slope = torch.addcmul(f, f, f, value=-1.0) if slope_at is None else slope_at(t)
-                torch.mul(dg, f_slope, out=dA_f[t])
-            if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
-                dh_rec = torch.zeros_like(dh_rec)
-            else:
-                dh_rec = torch.mm(dAs[t], weight_hh)
-            if t in resets:
-                dh_rec, dc = dh_rec * keeps[t], dc * keeps[t]
+                    dh_rec = torch.mm(dAs[t], weight_hh)
+                if t in resets:
+                    dh_rec, dc = dh_rec * keeps[t], dc * keeps[t]
         # the weight gradients sum over all steps: one large matmul each instead of T small
         # ones; dU = sum_t dA_t^T h_{t-1}, dW = sum_t dA_t^T x_t, db = sum_t dA_t
         h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
@@ -238,8 +203,65 @@ class _FusedLSTM(torch.autograd.Function):
         return dx, d_weight_ih, d_bias, d_weight_hh, dh_rec, dc, None, None, None, None
 
 
-def _forget_slope(activation: str, a_f: Tensor, f: Tensor) -> Tensor:
-    """``phi'(a)`` of the forget gate from what the forward stored (any shape, e.g. ``[T, B, H]``).
+def _gate_factors(
+    spec: _Spec,
+    steps: slice,
+    G: Tensor,
+    C: Tensor,
+    TC: Tensor,
+    A_f: Tensor | None,
+    Geff: Tensor | None,
+    c0: Tensor,
+    keep: Tensor | None,
+    dA: Tensor,
+    P_c: Tensor,
+) -> None:
+    """Write, for the steps in ``steps``, the parts of the gate gradients that do not depend on
+    the incoming gradient: ``dA[:, :, o] = o (1 - o) tanh c`` (times ``dh`` later), ``P_c = o (1
+    - tanh^2 c)`` (``dcs = dc + P_c dh``) and ``dA`` of the blocks f, [i], [r], u as multiples of
+    ``dcs`` (the cell's gradient at step t). Inputs are the forward's ``[T, B, *]`` buffers."""
+    o, f, u = (G[steps, :, cols] for cols in (spec.o, spec.f, spec.u))
+    tc = TC[steps]
+    dA = dA[steps]
+    torch.mul(torch.addcmul(o, o, o, value=-1.0), tc, out=dA[:, :, spec.o])
+    torch.addcmul(o, torch.mul(o, tc), tc, value=-1.0, out=P_c[steps])
+    # c_{t-1} as step t read it (zero where a row restarted)
+    if steps.start == 0:
+        c_prev = torch.cat([c0.unsqueeze(0), C[: steps.stop - 1]])
+    else:
+        c_prev = C[steps.start - 1 : steps.stop - 1]
+    if keep is not None:
+        c_prev = c_prev * keep[steps]
+    slope = _forget_slope(spec.activation, None if A_f is None else A_f[steps], f)  # phi'(a_f)
+    if not spec.tied:  # c = f c_prev + i u
+        i = G[steps, :, spec.i]
+        torch.mul(c_prev, slope, out=dA[:, :, spec.f])
+        torch.mul(torch.addcmul(i, i, i, value=-1.0), u, out=dA[:, :, spec.i])
+        torch.addcmul(i, torch.mul(i, u), u, value=-1.0, out=dA[:, :, spec.u])
+        return
+    # c = u + g (c_prev - u): dc/du = 1 - g, dc/dg = c_prev - u
+    g = Geff[steps] if spec.refine else f
+    one_minus_g = torch.sub(1.0, g)
+    torch.addcmul(one_minus_g, torch.mul(one_minus_g, u), u, value=-1.0, out=dA[:, :, spec.u])
+    dgdc = c_prev.sub_(u) if keep is not None or steps.start == 0 else torch.sub(c_prev, u)
+    if not spec.refine:
+        torch.mul(dgdc, slope, out=dA[:, :, spec.f])
+        return
+    # g = f q, q = f + 2 r (1 - f): dg/dr = 2 f (1 - f), dg/df = 2 (q - r)
+    r = G[steps, :, spec.r]
+    f_slope = slope if spec.activation == "sigmoid" else torch.addcmul(f, f, f, value=-1.0)
+    s = f_slope.mul_(dgdc).mul_(2.0)  # 2 f (1 - f) dc/dg
+    torch.mul(torch.addcmul(r, r, r, value=-1.0), s, out=dA[:, :, spec.r])
+    q_minus_r = torch.add(f, torch.addcmul(r, r, f, value=-1.0), alpha=2.0).sub_(r)
+    if spec.activation == "sigmoid":  # phi'(a_f) = f (1 - f) is already in s
+        torch.mul(q_minus_r, s, out=dA[:, :, spec.f])
+    else:
+        torch.mul(q_minus_r.mul_(dgdc).mul_(2.0), slope, out=dA[:, :, spec.f])
+
+
+def _forget_slope(activation: str, a_f: Tensor | None, f: Tensor) -> Tensor:
+    """``phi'(a)`` of the forget gate from what the forward stored (any shape, e.g. ``[T, B, H]``;
+    ``a_f`` is unused for the sigmoid).
 
     ``a_f`` holds ``a`` (softsign), ``sinh a`` (fast) or ``sinh sinh a`` (fast2); ``f`` is the
     gate value, so ``f (1 - f)`` is the sigmoid's slope at the last ``sinh``. The ``cosh``
