@@ -91,7 +91,12 @@ class _FusedLSTM(torch.autograd.Function):
         act, tied, refine = spec.activation, spec.tied, spec.refine
         # gate buffer: x W^T + b for every step in one matmul; the recurrence adds h U^T and
         # turns each step into gate values in place (no separate pre-activation buffer)
-        G = torch.addmm(bias, x.flatten(0, 1), weight_ih.t()).view(T, B, -1)
+        # tanh is ~10x slower than the sigmoid in ATen on CPU, so every tanh here is computed as
+        # tanh z = 2 sigmoid(2 z) - 1: the u block's weights and bias are doubled once, so the
+        # buffer holds 2 a_u and the u block shares the other gates' sigmoid call
+        w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
+        G = torch.addmm(bias2, x.flatten(0, 1), w_ih2.t()).view(T, B, -1)
+        one, minus_one = x.new_ones(1), x.new_full((1,), -1.0)
         Y = x.new_empty(T, B, H)
         C = x.new_empty(T, B, H)
         TC = x.new_empty(T, B, H)
@@ -100,8 +105,6 @@ class _FusedLSTM(torch.autograd.Function):
         A_f = x.new_empty(T, B, H) if act != "sigmoid" else None
         Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
         Gs, G_u, G_f, G_o = (_cols(G, cols) for cols in (None, spec.u, spec.f, spec.o))
-        # sigmoid forget gate: every sigmoid gate in one op; otherwise the gates go one by one
-        G_sig = _cols(G, spec.sig) if act == "sigmoid" else None
         Ys, Cs, TCs = Y.unbind(0), C.unbind(0), TC.unbind(0)
         A_fs = None if A_f is None else A_f.unbind(0)
         G_i = None if tied else _cols(G, spec.i)
@@ -112,15 +115,15 @@ class _FusedLSTM(torch.autograd.Function):
             G_ir = _cols(G, slice(2 * H, spec.sig.stop))
         Gg = Geff.unbind(0) if refine else None
         keeps = None if keep is None else keep.unbind(0)
-        w_t = weight_hh.t()
+        w_t = w_hh2.t()
         h, c = h0, c0
         for t in range(T):
             if t in resets:  # rows starting an episode restart from the zero initial state
                 h, c = h * keeps[t], c * keeps[t]
             Gs[t].addmm_(h, w_t)
             f = G_f[t]
-            if act == "sigmoid":
-                G_sig[t].sigmoid_()
+            if act == "sigmoid":  # every gate's sigmoid in one op over the whole row
+                Gs[t].sigmoid_()
             else:  # the forget gate from its kept pre-activation, the other sigmoids in place
                 a_f = A_fs[t]
                 if act == "fast":
@@ -136,7 +139,8 @@ class _FusedLSTM(torch.autograd.Function):
                     torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
                 else:
                     torch.sigmoid(a_f, out=f)
-            u = G_u[t].tanh_()
+                G_u[t].sigmoid_()
+            u = torch.addcmul(minus_one, G_u[t], one, value=2.0, out=G_u[t])  # tanh a_u
             if refine:  # g = f q with q = f + 2 (r - r f): three ops, no scalar tensors
                 r_t = G_r[t]
                 g = torch.mul(
@@ -148,7 +152,9 @@ class _FusedLSTM(torch.autograd.Function):
                 c = torch.lerp(u, c, g, out=Cs[t])
             else:
                 c = torch.mul(g, c, out=Cs[t]).addcmul_(G_i[t], u)
-            h = torch.mul(G_o[t], torch.tanh(c, out=TCs[t]), out=Ys[t])
+            tc = torch.add(c, c, out=TCs[t]).sigmoid_()
+            tc = torch.addcmul(minus_one, tc, one, value=2.0, out=tc)  # tanh c
+            h = torch.mul(G_o[t], tc, out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
         ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, Geff)
         return Y, Y[-1].clone(), C[-1].clone()
@@ -165,7 +171,9 @@ class _FusedLSTM(torch.autograd.Function):
         # pre-activation gradients; the loop multiplies them in place. P_c turns dh into dcs.
         dA = torch.empty_like(G)
         P_c = torch.empty_like(TC)
-        dh_rec = torch.zeros_like(h0) if dhT is None else dhT.clone()
+        dh = torch.zeros_like(h0) if dhT is None else dhT.clone()  # gradient into h_t
+        if dY is not None:
+            dh = dh + dY[-1]
         dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
         dAs = dA.unbind(0)
         dA_o = _cols(dA, spec.o)
@@ -178,17 +186,23 @@ class _FusedLSTM(torch.autograd.Function):
             steps = slice(max(stop - _CHUNK, 0), stop)
             _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, keep, dA, P_c)
             for t in range(steps.stop - 1, steps.start - 1, -1):
-                dh = dh_rec if dYs is None else dYs[t] + dh_rec
                 dA_o[t].mul_(dh)
                 dcs = torch.addcmul(dc, dh, P_cs[t])  # gradient into c_t
                 dA_c[t].mul_(dcs.unsqueeze(1))
                 dc = dcs * gs[t]  # gradient into c_{t-1}
+                # gradient into h_{t-1}: its own output's dY plus the recurrent path dA_t U
+                dy_prev = dYs[t - 1] if dYs is not None and t > 0 else None
                 if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
-                    dh_rec = torch.zeros_like(dh_rec)
+                    dh = torch.zeros_like(dh) if dy_prev is None else dy_prev
+                elif t in resets:
+                    dh = torch.mm(dAs[t], weight_hh).mul_(keeps[t])
+                    dh = dh if dy_prev is None else dh.add_(dy_prev)
+                elif dy_prev is None:
+                    dh = torch.mm(dAs[t], weight_hh)
                 else:
-                    dh_rec = torch.mm(dAs[t], weight_hh)
+                    dh = torch.addmm(dy_prev, dAs[t], weight_hh)
                 if t in resets:
-                    dh_rec, dc = dh_rec * keeps[t], dc * keeps[t]
+                    dc = dc * keeps[t]
         # the weight gradients sum over all steps: one large matmul each instead of T small
         # ones; dU = sum_t dA_t^T h_{t-1}, dW = sum_t dA_t^T x_t, db = sum_t dA_t
         h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
@@ -200,7 +214,14 @@ class _FusedLSTM(torch.autograd.Function):
         dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
         d_weight_ih = dA_flat.t().mm(x.flatten(0, 1)) if need_w else None
         d_bias = dA_flat.sum(0) if need_b else None
-        return dx, d_weight_ih, d_bias, d_weight_hh, dh_rec, dc, None, None, None, None
+        return dx, d_weight_ih, d_bias, d_weight_hh, dh, dc, None, None, None, None
+
+
+def _double_u_block(weight: Tensor, spec: _Spec) -> Tensor:
+    """A copy of a ``[nH, ...]`` weight (or ``[nH]`` bias) with the u block's rows doubled."""
+    doubled = weight.clone()
+    doubled[spec.u] *= 2.0
+    return doubled
 
 
 def _gate_factors(

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from experiments.malloc import keep_freed_memory
+
 # command -> (module under experiments.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("list_cmd", "list registered cores, tasks, envs or transfer suites"),
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memcores: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     module_name, help_ = COMMANDS[name]
+    keep_freed_memory()
     module = importlib.import_module(f"experiments.commands.{module_name}")
     parser = argparse.ArgumentParser(prog=f"memcores {name}", description=help_)
     module.add_arguments(parser)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 from cores import CORES, make_core
+from experiments.malloc import ENV_VAR, keep_freed_memory
 
 TWINS = {
     "lstm": "lstm",
@@ -200,7 +201,8 @@ def main(argv: list[str]) -> int:
     old_threads = torch.get_num_threads()
     print(
         f"bench cores: forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, "
-        f"{args.reps} interleaved rounds (A B B A), medians; torch {torch.__version__}"
+        f"{args.reps} interleaved rounds (A B B A), medians; torch {torch.__version__}; "
+        f"malloc keeps freed memory: {'yes' if keep_freed_memory() else 'no'} ({ENV_VAR})"
     )
     try:
         for n in threads:
