@@ -456,8 +456,9 @@ def test_fused_core_falls_back_to_the_loop_under_autocast() -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_fast_gate_slope_paths_agree(threads: int) -> None:
-    # the fast gate's backward takes a per-step path on one thread and a whole-sequence one
-    # otherwise; both must equal the reference loop, also where sinh saturates the gate
+    # the fast gate's slope is computed per chunk of steps with ops ATen may split across
+    # threads; with 1 and 2 threads it must equal the reference loop, also where sinh
+    # saturates the gate
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
