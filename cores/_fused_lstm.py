@@ -124,21 +124,16 @@ class _FusedLSTM(torch.autograd.Function):
             f = G_f[t]
             if act == "sigmoid":  # every gate's sigmoid in one op over the whole row
                 Gs[t].sigmoid_()
-            else:  # the forget gate from its kept pre-activation, the other sigmoids in place
-                a_f = A_fs[t]
-                if act == "fast":
-                    torch.sinh(f, out=a_f)
-                elif act == "fast2":
-                    torch.sinh(f, out=a_f).sinh_()
-                else:
-                    a_f.copy_(f)
+            elif act in ("fast", "fast2"):  # f = sigmoid(sinh a): sinh in place, kept, then
+                a_f = torch.sinh(f, out=A_fs[t])  # one sigmoid over the whole row as above
+                f.copy_(a_f.sinh_() if act == "fast2" else a_f)
+                Gs[t].sigmoid_()
+            else:  # softsign: the forget gate from its kept pre-activation, the rest in place
+                a_f = A_fs[t].copy_(f)
                 G_o[t].sigmoid_()
                 if G_ir is not None:
                     G_ir[t].sigmoid_()
-                if act == "softsign":
-                    torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
-                else:
-                    torch.sigmoid(a_f, out=f)
+                torch.div(a_f, a_f.abs().add_(2.0), out=f).mul_(0.5).add_(0.5)
                 G_u[t].sigmoid_()
             u = torch.addcmul(minus_one, G_u[t], one, value=2.0, out=G_u[t])  # tanh a_u
             if refine:  # g = f q with q = f + 2 (r - r f): three ops, no scalar tensors
