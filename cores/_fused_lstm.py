@@ -109,9 +109,10 @@ class _FusedLSTM(torch.autograd.Function):
         A_fs = None if A_f is None else A_f.unbind(0)
         G_i = None if tied else _cols(G, spec.i)
         G_r = _cols(G, spec.r) if refine else None
-        # non-sigmoid forget gate: the sigmoid gates after f (i and/or r), one op per step
+        # softsign forget gate: the sigmoid gates after f (i and/or r), one op per step (the
+        # sigmoid and fast gates take one sigmoid over the whole row)
         G_ir = None
-        if act != "sigmoid" and spec.n_gates > 3:
+        if act == "softsign" and spec.n_gates > 3:
             G_ir = _cols(G, slice(2 * H, spec.sig.stop))
         Gg = Geff.unbind(0) if refine else None
         keeps = None if keep is None else keep.unbind(0)
