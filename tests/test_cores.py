@@ -215,7 +215,7 @@ def test_bench_cores_splits_the_refine_ratio() -> None:
     from experiments.bench import cores as bench
 
     samples = {"tied_lstm": [(1.0, 1.0)] * 3, "ur_lstm": [(1.4, 1.4)] * 3}
-    assert bench.format_block_floor(samples) is None
+    assert bench.format_refine_split(samples) is None
     samples["lstm"] = [(1.3, 1.3)] * 3
-    line = bench.format_block_floor(samples)
+    line = bench.format_refine_split(samples)
     assert "lstm / tied_lstm = 1.30x" in line and "ur_lstm / lstm = 1.08x" in line

@@ -179,7 +179,7 @@ def format_table(samples: Samples, threads: int) -> str:
     return "\n".join(lines)
 
 
-def format_block_floor(samples: Samples) -> str | None:
+def format_refine_split(samples: Samples) -> str | None:
     """One line that splits ``ur_lstm``'s ratio to its 3-block twin into the price of a fourth
     gate block (``lstm / tied_lstm``: same cell family, plain sigmoid gates, no refine) and the
     refine gate's own arithmetic (``ur_lstm / lstm``, equal parameter counts). ``None`` unless
@@ -230,9 +230,9 @@ def main(argv: list[str]) -> int:
             samples = measure(runs, args.reps)
             print()
             print(format_table(samples, n))
-            floor = format_block_floor(samples)
-            if floor:
-                print(floor)
+            split = format_refine_split(samples)
+            if split:
+                print(split)
             for name, err in errors.items():
                 print(f"{name:<14}skipped ({err})")
     finally:
