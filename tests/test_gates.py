@@ -69,9 +69,10 @@ def test_fast_gate_finite_at_extreme_inputs(act: str, dtype: torch.dtype) -> Non
     assert torch.isnan(naive_grad).all()
 
 
+@pytest.mark.parametrize("name", ["fast_lstm", "fast2_lstm"])
 @pytest.mark.parametrize("impl", ["fused", "loop"])
-def test_fast_lstm_finite_with_saturated_forget_bias(impl: str) -> None:
-    core = make_core("fast_lstm", 3, 4, impl=impl)
+def test_fast_lstm_finite_with_saturated_forget_bias(impl: str, name: str) -> None:
+    core = make_core(name, 3, 4, impl=impl)
     with torch.no_grad():
         core.bias[core._block("f")] = torch.tensor([1e4, -1e4, 95.0, -95.0])
     x = torch.randn(5, 2, 3, requires_grad=True)
@@ -243,6 +244,27 @@ def test_fused_gradcheck(name: str) -> None:
         p.detach().clone().requires_grad_(True) for p in (core.weight_ih, core.weight_hh, core.bias)
     )
     assert torch.autograd.gradcheck(fn, (x, w_ih, w_hh, b, h0, c0))
+
+
+@pytest.mark.parametrize("name", ["fast_lstm", "fast2_lstm"])
+def test_fused_fast_gate_gradient_matches_loop_near_saturation(name: str) -> None:
+    # forget pre-activations from 0.5 to 40: the fused backward's cosh factors (and fast2's
+    # clamp of sinh a at 30) must give the reference loop's gradient across the saturating band
+    torch.manual_seed(0)
+    fused = make_core(name, 3, 6, impl="fused").double()
+    loop = make_core(name, 3, 6, impl="loop").double()
+    with torch.no_grad():
+        fused.bias[fused._block("f")] = torch.tensor([0.5, 1.5, 2.5, 3.5, -4.0, 40.0])
+    loop.load_state_dict(fused.state_dict())
+    x = torch.randn(7, 2, 3, dtype=torch.float64)
+    grads = []
+    for core in (fused, loop):
+        y, _ = core(x, tuple(s.double() for s in core.initial_state(2)))
+        y.sum().backward()
+        grads.append([p.grad for p in core.parameters()])
+    for a, b in zip(*grads, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b)
 
 
 # ---------------------------------------------------------------------------- equivalences
