@@ -226,6 +226,25 @@ def test_diagnose_config_and_run(tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert main(["diagnose", str(tmp_path / "missing"), "--out", str(out2)]) == 2
 
 
+def test_diagnose_train_mode_shows_h_detach(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # eval mode: h-detach is the LSTM; training mode with p = 1 cuts every h path into the
+    # gates, so less gradient reaches the early inputs, and the mean over draws is reported
+    out = tmp_path / "hd.png"
+    args = ["diagnose", "experiments/configs/lag_profile.yaml", "--batch", "8", "--out", str(out)]
+    profiles = {}
+    for extra in ([], ["--train-draws", "2"]):
+        assert main([*args, "--cores", "lstm,hdetach_lstm", "core.p=1.0", *extra]) == 0
+        for r in csv.DictReader(out.with_suffix(".csv").open()):
+            profiles.setdefault(r["label"], {})[int(r["lag"])] = float(r["grad_norm"])
+    eval_lstm, eval_hd = profiles["lstm (init)"], profiles["hdetach_lstm (init)"]
+    train_lstm = profiles["lstm (init), train mode x2"]
+    train_hd = profiles["hdetach_lstm (init), train mode x2"]
+    assert eval_hd == pytest.approx(eval_lstm) and train_lstm == pytest.approx(eval_lstm)
+    assert train_hd[63] < 0.5 * eval_hd[63]
+    assert main([*args, "--train-draws", "-1"]) == 2
+    capsys.readouterr()
+
+
 def test_init_from_starts_from_another_runs_weights(tmp_path: Path) -> None:
     source = tmp_path / "short"
     supervised.train(_config(source, "train.steps=4", "train.eval_every=4"))

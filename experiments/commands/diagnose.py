@@ -13,6 +13,11 @@ config's core) or a run directory (the trained checkpoint; with ``--before-after
 weights at step 0). Arguments containing ``=`` are config overrides (``task.length=1000``).
 The profile values are also written as CSV next to the PNG, and a fit of each profile to an
 exponential and to a power law is printed.
+
+By default the models are probed in eval mode (deterministic). ``--train-draws N`` probes them
+in training mode instead and averages the profile over N draws (seeds ``--seed`` to
+``--seed + N - 1``), which shows what training-only behaviour does to the gradient: h-detach's
+stochastic detaching of ``h_{t-1}``, the LRU's online gradient rule.
 """
 
 from __future__ import annotations
@@ -46,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--normalize", action="store_true", help="divide each profile by its largest value"
     )
+    parser.add_argument(
+        "--train-draws",
+        type=int,
+        default=0,
+        metavar="N",
+        help="probe in training mode (h-detach draws, online rules), averaging N draws "
+        "(default 0: eval mode)",
+    )
 
 
 @dataclasses.dataclass
@@ -65,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give at least one config YAML or run directory")
     if args.batch <= 0:
         raise ValueError(f"--batch must be positive, got {args.batch}")
+    if args.train_draws < 0:
+        raise ValueError(f"--train-draws must be >= 0, got {args.train_draws}")
     cores = [c for c in (args.cores or "").split(",") if c]
     probes: list[Probe] = []
     for source in sources:
@@ -108,7 +123,7 @@ def _probe_config(path: Path, overrides: list[str], cores: list[str], args) -> l
             )
         torch.manual_seed(args.seed)
         model = supervised.build_model(cfg, task)
-        probes.append(_probe(model, task, f"{core} (init)", args.batch))
+        probes.append(_probe(model, task, f"{core} (init)", args))
     return probes
 
 
@@ -132,17 +147,19 @@ def _probe_run(run_dir: Path, overrides: list[str], args) -> list[Probe]:
         model = supervised.build_model(config, task)
         model.load_state_dict(payload["model"])
         when = "init" if filename == supervised.INIT_CHECKPOINT else f"step {payload['step']}"
-        probes.append(_probe(model, task, f"{name} ({when})", args.batch))
+        probes.append(_probe(model, task, f"{name} ({when})", args))
     return probes
 
 
-def _probe(model, task, label: str, batch_size: int) -> Probe:
-    """Gradient profile on a fixed probe batch and the forget-gate time scales of ``model``."""
+def _probe(model, task, label: str, args) -> Probe:
+    """Gradient profile on a fixed probe batch and the forget-gate time scales of ``model``:
+    in eval mode, or with ``args.train_draws > 0`` the mean over that many training-mode draws."""
+    import torch
+
     from agents import supervised
     from cores.diagnostics import input_gradient_profile
 
-    model.eval()  # deterministic (h-detach off); gradients still flow
-    batch = next(supervised.eval_batches(task, "valid", batch_size, batch_size))
+    batch = next(supervised.eval_batches(task, "valid", args.batch, args.batch))
     tb = supervised.batch_to_torch(batch, next(model.parameters()).device)
 
     def model_fn(x):
@@ -151,9 +168,21 @@ def _probe(model, task, label: str, batch_size: int) -> Probe:
     def loss_fn(out):
         return supervised.loss_and_metrics(task.loss, out, tb)[0]
 
-    grad = input_gradient_profile(model_fn, tb["x"], loss_fn).double().cpu().numpy()
+    if args.train_draws == 0:
+        model.eval()  # deterministic (h-detach off); gradients still flow
+        grad = input_gradient_profile(model_fn, tb["x"], loss_fn).double()
+    else:
+        model.train()
+        label = f"{label}, train mode x{args.train_draws}"
+        draws = []
+        for k in range(args.train_draws):
+            torch.manual_seed(args.seed + k)
+            draws.append(input_gradient_profile(model_fn, tb["x"], loss_fn).double())
+        grad = torch.stack(draws).mean(0)
     ts = supervised.forget_timescales(model.core)
-    return Probe(label, grad, None if ts is None else ts.double().cpu().numpy(), task.length)
+    return Probe(
+        label, grad.cpu().numpy(), None if ts is None else ts.double().cpu().numpy(), task.length
+    )
 
 
 # --------------------------------------------------------------------------- outputs
