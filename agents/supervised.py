@@ -506,8 +506,13 @@ def load_initial_weights(
 ) -> None:
     """Load ``train.init_from`` (a run directory or a checkpoint file) into ``model``.
 
-    :raises ValueError: the source is missing, not a supervised checkpoint, or was trained
-        with other core/model settings (the message names the differing section).
+    The core may change when its parameters are the same (e.g. ``lstm`` weights fine-tuned as
+    ``hdetach_lstm``, or with another gate initialisation): the model section and the hidden
+    size must match and every parameter must load with its shape.
+
+    :raises ValueError: the source is missing, not a supervised checkpoint, was trained with
+        other model settings or hidden size, or its parameters do not fit this core (the
+        message names what differs).
     """
     path = Path(source)
     if path.is_dir():
@@ -516,8 +521,21 @@ def load_initial_weights(
         payload = load_checkpoint(path, map_location=device)
     except CheckpointError as err:
         raise ValueError(f"train.init_from: {err}") from err
-    check_same_sections(payload, config, ("core", "model"), f"train.init_from: {path}:")
-    model.load_state_dict(payload["model"])
+    context = f"train.init_from: {path}:"
+    check_same_sections(payload, config, ("model",), context)
+    saved_core = payload["config"].get("core") or {}
+    if saved_core.get("hidden_size") != config.core.hidden_size:
+        raise ValueError(
+            f"{context} config section 'core' differs from the checkpoint's: hidden_size "
+            f"{saved_core.get('hidden_size')} vs {config.core.hidden_size}"
+        )
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as err:  # other parameter names or shapes
+        raise ValueError(
+            f"{context} the parameters of core {saved_core.get('name')!r} do not fit core "
+            f"{config.core.name!r}: {str(err).splitlines()[0]}"
+        ) from err
 
 
 def check_same_sections(

@@ -97,7 +97,8 @@ class TrainConfig:
     init_from: str | None = None
     """Start a new run from the weights of another run (its directory or a ``.pt`` file),
     e.g. a curriculum: train at T=100, then ``task.length=1000 train.init_from=RUN``. The
-    optimizer, step count and RNG start afresh; the core and model sections must match."""
+    optimizer, step count and RNG start afresh; the model section and hidden size must match,
+    and the core may change only to one with the same parameters (``lstm`` -> ``hdetach_lstm``)."""
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "eval_size", "eval_batch_size"):

@@ -269,3 +269,19 @@ def test_init_from_errors_write_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="section 'core' differs"):
         supervised.train(_config(run, "core.hidden_size=9", f"train.init_from={source}"))
     assert not run.exists()
+    with pytest.raises(ValueError, match="parameters of core 'lstm' do not fit core 'gru'"):
+        supervised.train(_config(run, "core.name=gru", f"train.init_from={source}"))
+    assert not run.exists()
+
+
+def test_init_from_another_core_with_the_same_parameters(tmp_path: Path) -> None:
+    # an LSTM's weights continued with h-detach: the same GatedLSTM parameters
+    source = tmp_path / "lstm"
+    supervised.train(_config(source, "core.name=lstm", "train.steps=2", "train.eval_every=2"))
+    run = tmp_path / "hdetach"
+    supervised.train(
+        _config(run, "core.name=hdetach_lstm", "train.steps=2", f"train.init_from={source}")
+    )
+    start = load_checkpoint(run / "init.pt")["model"]
+    for key, value in load_checkpoint(source / "checkpoint.pt")["model"].items():
+        torch.testing.assert_close(start[key], value, msg=key)
