@@ -306,6 +306,24 @@ def forget_timescales(core: MemoryCore) -> Tensor | None:
         return None
 
 
+def log10_timescale_stats(core: MemoryCore) -> dict[str, float]:
+    """Mean and std over units of ``log10`` of the forget-gate time scales (empty without one).
+
+    The fast-gate paper's Fig. 5 averages time scales that grow to ``e^74`` and beyond; their
+    arithmetic mean is the largest unit's value (or ``inf`` in float64), so we average logs.
+    """
+    try:
+        from cores.diagnostics import log_timescales
+
+        log10_ts = log_timescales(core) / math.log(10.0)
+    except (ImportError, ValueError):
+        return {}
+    return {
+        "log10_timescale_mean": float(log10_ts.mean()),
+        "log10_timescale_std": float(log10_ts.std(unbiased=False)),
+    }
+
+
 # =========================================================================== training
 def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
     """Train (or resume) one run; returns the final metrics (also in ``results.json``)."""
@@ -382,6 +400,8 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
             if finite.numel():
                 logger.record("train/timescale_median", float(finite.median()))
                 logger.record("train/timescale_max", float(finite.max()))
+            for key, value in log10_timescale_stats(model.core).items():
+                logger.record(f"train/{key}", value)
         return metrics
 
     model.train()

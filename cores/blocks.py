@@ -44,10 +44,18 @@ class BlockGatedCore(MemoryCore):
 
     def _bias_timescales(self, forget: str, refine: str | None) -> Tensor:
         """``[H]`` time scales ``-1/log g`` of gate ``forget`` (refined by gate ``refine``) at
-        its bias, with ``g = phi(b)`` for this cell's activation ``phi``."""
+        its bias, with ``g = phi(b)`` for this cell's activation ``phi`` (float64; ``inf``
+        only beyond ``1e308``)."""
+        return torch.exp(self._bias_log_timescales(forget, refine))
+
+    def _bias_log_timescales(self, forget: str, refine: str | None) -> Tensor:
+        """``[H]`` natural logs of :meth:`_bias_timescales`, exact for saturated gates too."""
         with torch.no_grad():
             b = self.bias.detach().double().cpu()
-            g = gates.gate_fn(self.activation)(b[self._block(forget)])
+            b_f = b[self._block(forget)]
+            log_complement = gates.log_gate_complement(self.activation, b_f)
             if refine is not None:
-                g = gates.refine(g, torch.sigmoid(b[self._block(refine)]))
-            return gates.timescale(g)
+                f = gates.gate_fn(self.activation)(b_f)
+                log_one_minus_r = gates.log_gate_complement("sigmoid", b[self._block(refine)])
+                log_complement = gates.log_refine_complement(log_complement, f, log_one_minus_r)
+            return gates.log_timescale(log_complement)

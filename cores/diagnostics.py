@@ -32,6 +32,22 @@ def timescales(core: nn.Module) -> Tensor:
     return method().float()
 
 
+def log_timescales(core: nn.Module) -> Tensor:
+    """Natural logs of :func:`timescales`, shape ``[H]``, float64 and finite for saturated gates.
+
+    A fast-gate unit with bias 5 has ``tau ~ e^74``: its gate is 1 in float32 and float64, so
+    :func:`timescales` gives ``inf`` while this gives ``74.2``. Use it to average time scales
+    that span many orders of magnitude (fast-gate paper Fig. 5).
+
+    :raises ValueError: for a core without a forget gate.
+    """
+    method = getattr(core, "forget_gate_log_timescales", None)
+    if method is None:
+        timescales(core)  # raises the ValueError that names the supported cores
+        raise ValueError(f"{type(core).__name__} has no forget_gate_log_timescales()")
+    return method()
+
+
 def input_gradient_profile(
     model_fn: Callable[[Tensor], object], x: Tensor, loss_fn: Callable[[object], Tensor]
 ) -> Tensor:

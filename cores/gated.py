@@ -105,6 +105,10 @@ class GatedLSTM(BlockGatedCore):
         """
         return self._bias_timescales("f", "r" if self.refine else None)
 
+    def forget_gate_log_timescales(self) -> Tensor:
+        """``[H]`` natural logs of :meth:`forget_gate_timescales`, finite for saturated gates."""
+        return self._bias_log_timescales("f", "r" if self.refine else None)
+
     # ------------------------------------------------------------------ contract
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         dtype = self.weight_hh.dtype

@@ -177,3 +177,45 @@ def refine(f: Tensor, r: Tensor) -> Tensor:
 def timescale(gate_value: Tensor) -> Tensor:
     """Characteristic time ``-1 / log(f)`` of a unit whose forget gate stays at ``f``."""
     return -1.0 / torch.log(gate_value)
+
+
+def log_gate_complement(activation: str, z: Tensor) -> Tensor:
+    """``log(1 - phi(z))`` computed without forming ``1 - phi(z)``, finite for any finite ``z``.
+
+    A saturated gate rounds to exactly 1 (``sigma(37)`` in float64, ``sigma(sinh 4.3)`` for the
+    fast gate), so ``-1/log phi`` becomes infinite long before the time scale stops being
+    meaningful; in log space the fast gate's ``log(1 - phi) ~ -sinh z`` stays exact. The fast
+    gates use the same clamped argument as :func:`fast_gate`.
+    """
+    if activation == "softsign":  # 1 - phi(z) = phi(-z) = (2 + |z| - z) / (2 (2 + |z|))
+        return torch.log(2.0 + z.abs() - z) - torch.log(2.0 * (2.0 + z.abs()))
+    if activation == "sigmoid":
+        x = z
+    elif activation == "fast":
+        x = torch.sinh(z.clamp(-FAST_CLAMP, FAST_CLAMP))
+    elif activation == "fast2":
+        x = torch.sinh(torch.sinh(z.clamp(-FAST_CLAMP, FAST_CLAMP)).clamp(-FAST_CLAMP, FAST_CLAMP))
+    else:
+        raise ValueError(f"unknown gate activation {activation!r}; valid: {', '.join(ACTIVATIONS)}")
+    return torch.nn.functional.logsigmoid(-x)
+
+
+def log_refine_complement(log_one_minus_f: Tensor, f: Tensor, log_one_minus_r: Tensor) -> Tensor:
+    """``log(1 - g)`` of the refine gate :func:`refine` from ``log(1 - f)``, ``f``, ``log(1 - r)``.
+
+    ``1 - g = (1 - f) ((1 - f) + 2 f (1 - r))``: both factors stay in log space, so a gate with
+    ``f`` and ``r`` rounded to 1 still gets its ``~3 (1 - f)^2``.
+    """
+    second = torch.logaddexp(log_one_minus_f, math.log(2.0) + torch.log(f) + log_one_minus_r)
+    return log_one_minus_f + second
+
+
+def log_timescale(log_one_minus_g: Tensor) -> Tensor:
+    """Natural log of the time scale ``-1/log g`` from ``log(1 - g)``; finite while ``g < 1``.
+
+    With ``u = 1 - g``: ``log tau = -log(-log1p(-u))``; below ``u = e^-20`` this equals
+    ``-log u`` to float64 precision (``-log1p(-u) = u (1 + u/2 + ...)``), which never overflows.
+    """
+    u = torch.exp(log_one_minus_g)
+    direct = -torch.log(-torch.log1p(-u.clamp(max=1.0 - 1e-16)))
+    return torch.where(log_one_minus_g < -20.0, -log_one_minus_g, direct)

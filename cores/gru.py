@@ -73,6 +73,10 @@ class GatedGRU(BlockGatedCore):
         """``[H]`` characteristic times ``-1/log z`` of the (refined) update gate at its bias."""
         return self._bias_timescales("z", "q" if self.refine else None)
 
+    def forget_gate_log_timescales(self) -> Tensor:
+        """``[H]`` natural logs of :meth:`forget_gate_timescales`, finite for saturated gates."""
+        return self._bias_log_timescales("z", "q" if self.refine else None)
+
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         device = self.weight_hh.device if device is None else device
         return (

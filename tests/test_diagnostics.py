@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cores import gates, make_core
-from cores.diagnostics import input_gradient_profile, timescales
+from cores.diagnostics import input_gradient_profile, log_timescales, timescales
 
 CONSTANT_TIMESCALE = -1.0 / math.log(1.0 / (1.0 + math.exp(-1.0)))  # ~3.19 steps
 
@@ -47,10 +47,53 @@ def test_timescales_follow_training_of_the_bias() -> None:
     assert timescales(core).min() > 100.0
 
 
+@pytest.mark.parametrize(
+    "name", ["lstm", "fast_lstm", "fast2_lstm", "softsign_lstm", "ur_lstm", "c_lstm", "ur_gru"]
+)
+def test_log_timescales_equal_the_log_of_unsaturated_timescales(name: str) -> None:
+    torch.manual_seed(0)
+    core = make_core(name, 3, 32)
+    log_ts = log_timescales(core)
+    assert log_ts.dtype == torch.float64 and log_ts.shape == (32,)
+    torch.testing.assert_close(log_ts.float(), timescales(core).log(), rtol=1e-5, atol=1e-5)
+
+
+def test_log_timescale_of_a_saturated_fast_gate_stays_finite_and_exact() -> None:
+    core = make_core("fast_lstm", 3, 3)
+    with torch.no_grad():
+        core.bias[core._block("f")] = torch.tensor([5.0, 7.0, 10.0])
+    # sigma(sinh 5) rounds to 1 even in float64, so the naive time scale is infinite...
+    g = torch.sigmoid(torch.sinh(torch.tensor(5.0, dtype=torch.float64)))
+    assert g == 1.0
+    # ...while -1/log sigma(x) = 1/softplus(-x) ~ e^x gives log tau = sinh(b)
+    log_ts = log_timescales(core)
+    assert torch.isfinite(log_ts).all()
+    expected = torch.sinh(torch.tensor([5.0, 7.0, 10.0], dtype=torch.float64))
+    torch.testing.assert_close(log_ts, expected, rtol=1e-9, atol=1e-9)
+    assert torch.isinf(timescales(core)[2])  # e^11013 is beyond float range
+
+
+def test_log_timescale_of_saturated_refine_and_softsign_gates() -> None:
+    core = make_core("ur_lstm", 3, 2)
+    with torch.no_grad():  # f, r = sigma(40) round to 1; 1 - g = (1-f)((1-f) + 2f(1-r)) ~ 3e^-80
+        core.bias[core._block("f")] = 40.0
+        core.bias[core._block("r")] = 40.0
+    expected = torch.full((2,), 80.0 - math.log(3.0), dtype=torch.float64)
+    torch.testing.assert_close(log_timescales(core), expected, rtol=1e-9, atol=1e-9)
+    soft = make_core("softsign_lstm", 3, 1)
+    with torch.no_grad():  # 1 - phi(z) = 1 / (2 + z): tau ~ z + 1.5 for large z
+        soft.bias[soft._block("f")] = 1e12
+    torch.testing.assert_close(
+        log_timescales(soft), torch.tensor([math.log(1e12 + 1.5)], dtype=torch.float64)
+    )
+
+
 @pytest.mark.parametrize("name", ["power_rnn", "leaky_rnn"])
 def test_timescales_reject_cores_without_forget_gate(name: str) -> None:
     with pytest.raises(ValueError, match="forget gate"):
         timescales(make_core(name, 3, 4))
+    with pytest.raises(ValueError, match="forget gate"):
+        log_timescales(make_core(name, 3, 4))
 
 
 def test_input_gradient_profile_matches_autograd() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 from agents import supervised
 from agents.checkpoint import load_checkpoint
 from agents.supervised_config import SupervisedConfig
+from cores import make_core
 from experiments.cli import main
 from experiments.config import ConfigError, load_config
 
@@ -51,6 +53,22 @@ def test_learns_short_copy_to_100_percent(tmp_path: Path) -> None:
     assert {"train/loss", "train/grad_norm", "eval/accuracy"} <= set(rows[0])
     # the LSTM has a forget gate, so its time scales are logged
     assert any(r.get("train/timescale_median") for r in rows)
+    assert any(r.get("train/log10_timescale_mean") for r in rows)
+
+
+def test_log10_timescale_stats_average_logs_and_skip_cores_without_a_gate() -> None:
+    constant = math.log10(-1.0 / math.log(1.0 / (1.0 + math.exp(-1.0))))  # 3.19 steps
+    lstm = make_core("lstm", 3, 8)  # constant init: every unit at -1/log sigma(1)
+    stats = supervised.log10_timescale_stats(lstm)
+    assert stats["log10_timescale_mean"] == pytest.approx(constant, abs=1e-9)
+    assert stats["log10_timescale_std"] == pytest.approx(0.0, abs=1e-9)
+    fast = make_core("fast_lstm", 3, 2)
+    with torch.no_grad():  # units at tau ~ e^(sinh 5) and ~3.19: the mean of logs stays finite
+        fast.bias[fast._block("f")] = torch.tensor([5.0, math.asinh(1.0)])
+    stats = supervised.log10_timescale_stats(fast)
+    expected = (math.sinh(5.0) / math.log(10.0) + constant) / 2
+    assert stats["log10_timescale_mean"] == pytest.approx(expected, rel=1e-4)
+    assert supervised.log10_timescale_stats(make_core("power_rnn", 3, 8)) == {}
 
 
 def _run_steps(run: Path, steps: int, resume: bool = False) -> dict:
