@@ -233,7 +233,9 @@ def test_diagnose_config_and_run(tmp_path: Path, capsys: pytest.CaptureFixture) 
     # exponential (leaky) vs polynomial (power-law) memory decay at initialisation
     leaky, power = grads["leaky_rnn (init)"], grads["power_rnn (init)"]
     assert leaky[63] / leaky[0] < 1e-8 < 1e-3 < power[63] / power[0]
-    capsys.readouterr()
+    summary = capsys.readouterr().out.splitlines()
+    lstm_line = next(line for line in summary if line.startswith("lstm (init)"))
+    assert lstm_line.split()[-2:] == ["3.19", "3.19"]  # time-scale median and max at init
     # a trained run, before and after
     run = tmp_path / "run"
     supervised.train(_config(run, "train.steps=2", "train.eval_every=2"))
@@ -303,3 +305,10 @@ def test_init_from_another_core_with_the_same_parameters(tmp_path: Path) -> None
     start = load_checkpoint(run / "init.pt")["model"]
     for key, value in load_checkpoint(source / "checkpoint.pt")["model"].items():
         torch.testing.assert_close(start[key], value, msg=key)
+
+
+def test_diagnose_prints_saturated_time_scales_as_powers_of_ten() -> None:
+    from experiments.commands.diagnose import _power_of_ten
+
+    assert _power_of_ten(math.log10(3.19)) == "3.19"
+    assert _power_of_ten(4783.2) == "1e+4783"  # a fast-gate unit at the clamp: beyond float64

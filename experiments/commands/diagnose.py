@@ -63,11 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclasses.dataclass
 class Probe:
-    """One model's diagnostics: ``grad [T]`` by input step, time scales ``[H]`` or None."""
+    """One model's diagnostics: ``grad [T]`` by input step, ``log10`` of the forget-gate time
+    scales ``[H]`` (None without a forget gate; logs keep saturated fast-gate units finite)."""
 
     label: str
     grad: np.ndarray
-    timescales: np.ndarray | None
+    log10_timescales: np.ndarray | None
     length: int
 
 
@@ -157,7 +158,7 @@ def _probe(model, task, label: str, args) -> Probe:
     import torch
 
     from agents import supervised
-    from cores.diagnostics import input_gradient_profile
+    from cores.diagnostics import input_gradient_profile, log_timescales
 
     batch = next(supervised.eval_batches(task, "valid", args.batch, args.batch))
     tb = supervised.batch_to_torch(batch, next(model.parameters()).device)
@@ -179,10 +180,11 @@ def _probe(model, task, label: str, args) -> Probe:
             torch.manual_seed(args.seed + k)
             draws.append(input_gradient_profile(model_fn, tb["x"], loss_fn).double())
         grad = torch.stack(draws).mean(0)
-    ts = supervised.forget_timescales(model.core)
-    return Probe(
-        label, grad.cpu().numpy(), None if ts is None else ts.double().cpu().numpy(), task.length
-    )
+    try:
+        log10_ts = (log_timescales(model.core) / math.log(10.0)).cpu().numpy()
+    except ValueError:  # no forget gate
+        log10_ts = None
+    return Probe(label, grad.cpu().numpy(), log10_ts, task.length)
 
 
 # --------------------------------------------------------------------------- outputs
@@ -197,7 +199,7 @@ def _plot(probes: list[Probe], out: Path, normalize: bool) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    has_ts = any(p.timescales is not None for p in probes)
+    has_ts = any(p.log10_timescales is not None for p in probes)
     ncols = 3 if has_ts else 2
     fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols, 4.2))
     for probe in probes:
@@ -213,20 +215,18 @@ def _plot(probes: list[Probe], out: Path, normalize: bool) -> None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
     if has_ts:
-        finite = [
-            p.timescales[np.isfinite(p.timescales)] for p in probes if p.timescales is not None
-        ]
-        values = np.concatenate([f for f in finite if f.size]) if finite else np.array([1.0])
-        lo, hi = max(values.min(), 1e-1), max(values.max(), 10.0)
-        bins = np.logspace(math.log10(lo) - 0.1, math.log10(hi) + 0.1, 40)
+        values = np.concatenate(
+            [p.log10_timescales for p in probes if p.log10_timescales is not None]
+        )
+        lo, hi = min(values.min(), -1.0), max(values.max(), 1.0)
+        bins = np.linspace(lo - 0.1, hi + 0.1, 41)
         for probe in probes:
-            if probe.timescales is None:
-                continue
-            ts = np.clip(probe.timescales, bins[0], bins[-1])  # inf (saturated) -> last bin
-            axes[2].hist(ts, bins=bins, histtype="step", lw=1.5, label=probe.label)
-        axes[2].set_xscale("log")
+            if probe.log10_timescales is not None:
+                axes[2].hist(
+                    probe.log10_timescales, bins=bins, histtype="step", lw=1.5, label=probe.label
+                )
         axes[2].set(
-            xlabel=r"forget-gate time scale $-1/\log\,\phi(b_f)$ (steps)",
+            xlabel=r"$\log_{10}$ forget-gate time scale $-1/\log\,\phi(b_f)$ (steps)",
             ylabel="units",
             title="gate time scales",
         )
@@ -277,8 +277,14 @@ def _print_summary(probes: list[Probe]) -> None:
         if fit:
             line += f"{fit['ratio']:>12.3g}{fit['exp_rate']:>10.4f}{fit['exp_r2']:>7.3f}"
             line += f"{fit['power_exponent']:>9.3f}{fit['power_r2']:>7.3f}"
-        if probe.timescales is not None:
-            ts = probe.timescales[np.isfinite(probe.timescales)]
-            if ts.size:
-                line += f"{np.median(ts):>11.3g}{ts.max():>10.3g}"
+        if probe.log10_timescales is not None:
+            log10_ts = probe.log10_timescales
+            line += f"{_power_of_ten(np.median(log10_ts)):>11}{_power_of_ten(log10_ts.max()):>10}"
         print(line)
+
+
+def _power_of_ten(log10_value: float) -> str:
+    """``10 ** log10_value`` as ``%.3g`` when a float holds it, else ``1e+NNNN`` (saturated)."""
+    if log10_value < 300:
+        return f"{10.0**log10_value:.3g}"
+    return f"1e+{log10_value:.0f}"
