@@ -237,8 +237,20 @@ def plot_bands(
     panel_by: str | None = None,
     spread: str = "minmax",
     title: str | None = None,
+    log_y: bool = False,
 ) -> Path:
-    """Draw one subplot per panel, one line (mean) and band (spread) per group; save a PNG."""
+    """Draw one subplot per panel, one line (mean) and band (spread) per group; save a PNG.
+
+    :param log_y: logarithmic y axis (every plotted value must then be positive).
+    """
+    if log_y:
+        for bands in panels.values():
+            for band in bands:
+                if band.low.min() <= 0 or band.mean.min() <= 0:
+                    raise ValueError(
+                        f"--log-y needs positive values; {band.label} reaches "
+                        f"{min(band.low.min(), band.mean.min()):.3g} in {metric}"
+                    )
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -260,6 +272,8 @@ def plot_bands(
                 ax.fill_between(band.steps, band.low, band.high, color=color, alpha=0.2, lw=0)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
+        if log_y:
+            ax.set_yscale("log")
         if panel:
             ax.set_title(f"{panel_by}={panel}", fontsize=10)
         ax.grid(alpha=0.3)
@@ -285,6 +299,7 @@ def plot_runs(
     spread: str = "minmax",
     smoothing: float = 0.0,
     title: str | None = None,
+    log_y: bool = False,
 ) -> tuple[Path, dict[str, list[Band]]]:
     """Find the runs under ``paths``, aggregate ``metric`` and write the PNG ``out``.
 
@@ -300,4 +315,4 @@ def plot_runs(
     if panel_by == "auto":
         panel_by = auto_panel_key(runs)
     panels = collect_bands(runs, metric, group_by, panel_by, spread, smoothing)
-    return plot_bands(panels, metric, out, panel_by, spread, title), panels
+    return plot_bands(panels, metric, out, panel_by, spread, title, log_y), panels

@@ -120,3 +120,14 @@ def test_plot_cli_errors_name_the_problem(sweep, tmp_path, capsys):
     assert main(["plot", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "no such run" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_plot_cli_log_y_needs_positive_values(sweep, tmp_path, capsys):
+    out = tmp_path / "log.png"
+    # the lstm's reward starts at exactly 0 (step 0, seed 0): no log axis for it
+    args = ["plot", str(sweep), "--out", str(out), "--log-y", "--panel-by", "none"]
+    assert main([*args, "--metric", "rollout/ep_rew_mean"]) == 2
+    err = capsys.readouterr().err
+    assert "--log-y needs positive values" in err and "lstm" in err
+    assert not out.exists()
+    assert main([*args, "--metric", "train/value_loss"]) == 0 and out.is_file()

@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TensorBoard-style EMA weight in [0, 1) applied to each run before averaging",
     )
     parser.add_argument("--title", default=None, help="figure title")
+    parser.add_argument("--log-y", action="store_true", help="logarithmic y axis")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         spread=args.spread,
         smoothing=args.smooth,
         title=args.title,
+        log_y=args.log_y,
     )
     for panel, bands in panels.items():
         head = f"{panel}: " if panel else ""
