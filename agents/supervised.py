@@ -294,34 +294,36 @@ def prepare(config: SupervisedConfig) -> Prepared:
     return Prepared(config, task, model, optimizer, device, run_dir)
 
 
-def forget_timescales(core: MemoryCore) -> Tensor | None:
-    """Per-unit forget-gate time scales ``[H]``, or None for cores without a forget gate."""
+def forget_log_timescales(core: MemoryCore) -> Tensor | None:
+    """Natural logs of the per-unit forget-gate time scales ``[H]`` (float64, finite for
+    saturated gates), or None for cores without a forget gate."""
     try:
-        from cores.diagnostics import timescales
+        from cores.diagnostics import log_timescales
     except ImportError:  # diagnostics module not installed in this checkout
         return None
     try:
-        return timescales(core)
+        return log_timescales(core)
     except ValueError:
         return None
 
 
-def log10_timescale_stats(core: MemoryCore) -> dict[str, float]:
-    """Mean and std over units of ``log10`` of the forget-gate time scales (empty without one).
+def timescale_stats(log_ts: Tensor) -> dict[str, float]:
+    """Median and max of the time scales that fit a float, mean and std over units of their
+    ``log10``.
 
     The fast-gate paper's Fig. 5 averages time scales that grow to ``e^74`` and beyond; their
-    arithmetic mean is the largest unit's value (or ``inf`` in float64), so we average logs.
+    arithmetic mean is the largest unit's value (or ``inf``), so the mean is taken over logs.
     """
-    try:
-        from cores.diagnostics import log_timescales
-
-        log10_ts = log_timescales(core) / math.log(10.0)
-    except (ImportError, ValueError):
-        return {}
-    return {
-        "log10_timescale_mean": float(log10_ts.mean()),
-        "log10_timescale_std": float(log10_ts.std(unbiased=False)),
-    }
+    ts = log_ts.exp()
+    finite = ts[torch.isfinite(ts)]
+    stats = {}
+    if finite.numel():
+        stats["timescale_median"] = float(finite.median())
+        stats["timescale_max"] = float(finite.max())
+    log10_ts = log_ts / math.log(10.0)
+    stats["log10_timescale_mean"] = float(log10_ts.mean())
+    stats["log10_timescale_std"] = float(log10_ts.std(unbiased=False))
+    return stats
 
 
 # =========================================================================== training
@@ -393,14 +395,10 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
                 best["accuracy"] = max(best.get("accuracy", 0.0), value)
             elif key in ("mse", "loss"):
                 best[key] = min(best.get(key, math.inf), value)
-        ts = forget_timescales(model.core)
-        if ts is not None:
-            logger.histogram("train/forget_timescales", ts, step)
-            finite = ts[torch.isfinite(ts)]
-            if finite.numel():
-                logger.record("train/timescale_median", float(finite.median()))
-                logger.record("train/timescale_max", float(finite.max()))
-            for key, value in log10_timescale_stats(model.core).items():
+        log_ts = forget_log_timescales(model.core)
+        if log_ts is not None:
+            logger.histogram("train/forget_timescales", log_ts.exp().float(), step)
+            for key, value in timescale_stats(log_ts).items():
                 logger.record(f"train/{key}", value)
         return metrics
 

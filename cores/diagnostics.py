@@ -42,9 +42,8 @@ def log_timescales(core: nn.Module) -> Tensor:
     :raises ValueError: for a core without a forget gate.
     """
     method = getattr(core, "forget_gate_log_timescales", None)
-    if method is None:
-        timescales(core)  # raises the ValueError that names the supported cores
-        raise ValueError(f"{type(core).__name__} has no forget_gate_log_timescales()")
+    if method is None:  # a core with only forget_gate_timescales(), or none (ValueError)
+        return torch.log(timescales(core).double())
     return method()
 
 

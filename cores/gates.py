@@ -174,11 +174,6 @@ def refine(f: Tensor, r: Tensor) -> Tensor:
     return f * (2.0 * r + (1.0 - 2.0 * r) * f)
 
 
-def timescale(gate_value: Tensor) -> Tensor:
-    """Characteristic time ``-1 / log(f)`` of a unit whose forget gate stays at ``f``."""
-    return -1.0 / torch.log(gate_value)
-
-
 def log_gate_complement(activation: str, z: Tensor) -> Tensor:
     """``log(1 - phi(z))`` computed without forming ``1 - phi(z)``, finite for any finite ``z``.
 

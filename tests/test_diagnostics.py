@@ -149,3 +149,14 @@ def test_input_gradient_profile_rejects_bad_input() -> None:
         input_gradient_profile(lambda xs: xs, torch.randn(4, 3), lambda out: out.sum())
     with pytest.raises(ValueError, match="scalar"):
         input_gradient_profile(lambda xs: xs, torch.randn(4, 3, 2), lambda out: out)
+
+
+def test_log_timescales_fall_back_to_a_core_with_only_timescales() -> None:
+    class OnlyTimescales(torch.nn.Module):  # a user core written before log time scales
+        def forget_gate_timescales(self) -> torch.Tensor:
+            return torch.tensor([2.0, 100.0])
+
+    torch.testing.assert_close(
+        log_timescales(OnlyTimescales()),
+        torch.tensor([math.log(2.0), math.log(100.0)], dtype=torch.float64),
+    )

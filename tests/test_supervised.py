@@ -56,19 +56,21 @@ def test_learns_short_copy_to_100_percent(tmp_path: Path) -> None:
     assert any(r.get("train/log10_timescale_mean") for r in rows)
 
 
-def test_log10_timescale_stats_average_logs_and_skip_cores_without_a_gate() -> None:
+def test_timescale_stats_average_logs_and_skip_cores_without_a_gate() -> None:
     constant = math.log10(-1.0 / math.log(1.0 / (1.0 + math.exp(-1.0))))  # 3.19 steps
     lstm = make_core("lstm", 3, 8)  # constant init: every unit at -1/log sigma(1)
-    stats = supervised.log10_timescale_stats(lstm)
+    stats = supervised.timescale_stats(supervised.forget_log_timescales(lstm))
     assert stats["log10_timescale_mean"] == pytest.approx(constant, abs=1e-9)
     assert stats["log10_timescale_std"] == pytest.approx(0.0, abs=1e-9)
+    assert stats["timescale_median"] == stats["timescale_max"] == pytest.approx(10**constant)
     fast = make_core("fast_lstm", 3, 2)
-    with torch.no_grad():  # units at tau ~ e^(sinh 5) and ~3.19: the mean of logs stays finite
-        fast.bias[fast._block("f")] = torch.tensor([5.0, math.asinh(1.0)])
-    stats = supervised.log10_timescale_stats(fast)
-    expected = (math.sinh(5.0) / math.log(10.0) + constant) / 2
-    assert stats["log10_timescale_mean"] == pytest.approx(expected, rel=1e-4)
-    assert supervised.log10_timescale_stats(make_core("power_rnn", 3, 8)) == {}
+    with torch.no_grad():  # units at tau = e^11013 (beyond float64) and ~3.19: the mean of
+        fast.bias[fast._block("f")] = torch.tensor([10.0, math.asinh(1.0)])  # logs stays finite
+    stats = supervised.timescale_stats(supervised.forget_log_timescales(fast))
+    expected = (math.sinh(10.0) / math.log(10.0) + constant) / 2
+    assert stats["log10_timescale_mean"] == pytest.approx(expected, rel=1e-6)
+    assert stats["timescale_max"] == pytest.approx(10**constant)  # only the finite unit
+    assert supervised.forget_log_timescales(make_core("power_rnn", 3, 8)) is None
 
 
 def _run_steps(run: Path, steps: int, resume: bool = False) -> dict:
