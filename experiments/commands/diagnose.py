@@ -158,7 +158,7 @@ def _probe(model, task, label: str, args) -> Probe:
     import torch
 
     from agents import supervised
-    from cores.diagnostics import input_gradient_profile, log_timescales
+    from cores.diagnostics import input_gradient_profile
 
     batch = next(supervised.eval_batches(task, "valid", args.batch, args.batch))
     tb = supervised.batch_to_torch(batch, next(model.parameters()).device)
@@ -180,10 +180,8 @@ def _probe(model, task, label: str, args) -> Probe:
             torch.manual_seed(args.seed + k)
             draws.append(input_gradient_profile(model_fn, tb["x"], loss_fn).double())
         grad = torch.stack(draws).mean(0)
-    try:
-        log10_ts = (log_timescales(model.core) / math.log(10.0)).cpu().numpy()
-    except ValueError:  # no forget gate
-        log10_ts = None
+    log_ts = supervised.forget_log_timescales(model.core)
+    log10_ts = None if log_ts is None else (log_ts / math.log(10.0)).cpu().numpy()
     return Probe(label, grad.cpu().numpy(), log10_ts, task.length)
 
 
