@@ -15,6 +15,7 @@ supported.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -95,13 +96,18 @@ class _FusedLSTM(torch.autograd.Function):
         # tanh z = 2 sigmoid(2 z) - 1: the u block's weights and bias are doubled once, so the
         # buffer holds 2 a_u and the u block shares the other gates' sigmoid call
         w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
+        if act in ("fast", "fast2"):
+            # sinh a = e - 1 / (4 e) with e = exp(a - ln 2): ATen's sinh is not vectorised on
+            # CPU (2.3x an exp), so the buffer holds a - ln 2 (the bias shifted once) and a step
+            # takes one exp, one reciprocal and one add; e is kept for the backward's cosh
+            bias2[spec.f] -= math.log(2.0)
         G = torch.addmm(bias2, x.flatten(0, 1), w_ih2.t()).view(T, B, -1)
         one, minus_one = x.new_ones(1), x.new_full((1,), -1.0)
         Y = x.new_empty(T, B, H)
         C = x.new_empty(T, B, H)
         TC = x.new_empty(T, B, H)
-        # forget pre-activation as the backward's slope needs it: a (softsign), sinh a (fast and
-        # fast2); the sigmoid's slope f (1 - f) needs nothing kept
+        # forget pre-activation as the backward's slope needs it: a (softsign), e = exp(a) / 2
+        # (fast and fast2); the sigmoid's slope f (1 - f) needs nothing kept
         A_f = x.new_empty(T, B, H) if act != "sigmoid" else None
         Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
         Gs, G_u, G_f, G_o = (_cols(G, cols) for cols in (None, spec.u, spec.f, spec.o))
@@ -126,12 +132,11 @@ class _FusedLSTM(torch.autograd.Function):
             if act == "sigmoid":  # every gate's sigmoid in one op over the whole row
                 Gs[t].sigmoid_()
             elif act in ("fast", "fast2"):  # f = sigmoid(sinh a) or sigmoid(sinh sinh a):
-                a_f = torch.sinh(f, out=A_fs[t])  # sinh a is kept for the backward, then
-                if act == "fast2":  # one sigmoid over the whole row as above
-                    torch.sinh(a_f, out=f)
-                else:
-                    f.copy_(a_f)
-                Gs[t].sigmoid_()
+                e = torch.exp(f, out=A_fs[t])  # f holds a - ln 2, so e = exp(a) / 2
+                torch.add(e, torch.reciprocal(e, out=f), alpha=-0.25, out=f)  # sinh a
+                if act == "fast2":
+                    f.sinh_()
+                Gs[t].sigmoid_()  # then one sigmoid over the whole row as above
             else:  # softsign: the forget gate from its kept pre-activation, the rest in place
                 a_f = A_fs[t].copy_(f)
                 G_o[t].sigmoid_()
@@ -283,25 +288,28 @@ def _forget_slope(activation: str, a_f: Tensor | None, f: Tensor) -> Tensor:
     """``phi'(a)`` of the forget gate from what the forward stored (any shape, e.g. ``[T, B, H]``;
     ``a_f`` is unused for the sigmoid).
 
-    ``a_f`` holds ``a`` (softsign) or ``s = sinh a`` (fast, fast2); ``f`` is the gate value, so
-    ``f (1 - f)`` is the sigmoid's slope at the last ``sinh``. ``cosh a = sqrt(1 + s^2)``; where
-    that overflows, ``f (1 - f)`` is exactly 0 and the product is set to 0 instead of ``0 * inf``.
-    Keeping ``sinh a`` rather than ``sinh sinh a`` for fast2 spares the backward an ``asinh``,
-    which ATen computes ~10x slower than ``cosh`` (2.2 ms per 16-step chunk at B=64, H=128).
+    ``a_f`` holds ``a`` (softsign) or ``e = exp(a) / 2`` (fast, fast2); ``f`` is the gate value,
+    so ``f (1 - f)`` is the sigmoid's slope at the last ``sinh``. ``cosh a = e + 1 / (4 e)`` and
+    ``sinh a = e - 1 / (4 e)``; where ``e`` is 0 or ``inf``, ``f (1 - f)`` is exactly 0 and the
+    product is set to 0 instead of ``0 * inf``. Keeping ``a``'s exponential rather than ``sinh
+    sinh a`` for fast2 spares the backward an ``asinh``, which ATen computes ~10x slower than
+    ``cosh`` (2.2 ms per 16-step chunk at B=64, H=128).
     """
     if activation == "softsign":
         return a_f.abs().add_(2.0).pow_(-2.0)
     f_slope = torch.addcmul(f, f, f, value=-1.0)
     if activation == "sigmoid":
         return f_slope
-    one = a_f.new_ones(())
+    quarter_inv_e = torch.reciprocal(a_f).mul_(0.25)
     if activation == "fast":
-        return torch.addcmul(one, a_f, a_f).sqrt_().mul_(f_slope).nan_to_num_(nan=0.0)
-    # fast2: phi' = sigma'(sinh s) cosh(s) cosh(a). Beyond |s| = 30, sinh s > 5e12 and the
-    # sigmoid's slope is exactly 0 (float32 and float64), so clamping there changes nothing and
-    # keeps cosh s finite
-    s = a_f.clamp(-30.0, 30.0)
-    return torch.cosh(s).mul_(torch.addcmul(one, s, s).sqrt_()).mul_(f_slope)
+        cosh_a = quarter_inv_e.add_(a_f)
+        return cosh_a.mul_(f_slope).nan_to_num_(nan=0.0)
+    # fast2: phi' = sigma'(sinh s) cosh(s) cosh(a) with s = sinh a. Beyond |s| = 30, sinh s >
+    # 5e12 and the sigmoid's slope is exactly 0 (float32 and float64), so clamping there changes
+    # nothing and keeps cosh s finite
+    s = torch.sub(a_f, quarter_inv_e).clamp_(-30.0, 30.0)
+    cosh_a = quarter_inv_e.add_(a_f)
+    return torch.cosh(s).mul_(cosh_a).mul_(f_slope).nan_to_num_(nan=0.0)
 
 
 def fused_lstm(

@@ -267,6 +267,31 @@ def test_fused_fast_gate_gradient_matches_loop_near_saturation(name: str) -> Non
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("name", ["fast_lstm", "fast2_lstm"])
+def test_fused_fast_gate_float32_matches_loop_across_exp_range(name: str) -> None:
+    # the fused forward computes sinh a as e - 1/(4 e) with e = exp(a) / 2 in float32. Near
+    # a = 0 this subtracts two values close to 1/2; past |a| = 88 e is inf or 0. Forward values
+    # and gradients must still match the reference loop (torch.sinh on a clamped argument) to
+    # float32 precision, with no NaN from 0 * inf in the slope
+    torch.manual_seed(0)
+    fused = make_core(name, 3, 8, impl="fused")
+    loop = make_core(name, 3, 8, impl="loop")
+    with torch.no_grad():
+        fused.bias[fused._block("f")] = torch.tensor([0.0, 1e-3, -0.3, 2.0, 6.0, -6.0, 95.0, -95.0])
+    loop.load_state_dict(fused.state_dict())
+    x = torch.randn(9, 4, 3)
+    outputs, grads = [], []
+    for core in (fused, loop):
+        y, _ = core(x, core.initial_state(4))
+        (y * torch.linspace(-1.0, 1.0, 8)).sum().backward()
+        outputs.append(y.detach())
+        grads.append([p.grad for p in core.parameters()])
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------- equivalences
 def _copy_torch_lstm(core: GatedLSTM, ref: torch.nn.LSTM) -> None:
     H = core.hidden_size
