@@ -99,7 +99,8 @@ class _FusedLSTM(torch.autograd.Function):
         if act in ("fast", "fast2"):
             # sinh a = e - 1 / (4 e) with e = exp(a - ln 2): ATen's sinh is not vectorised on
             # CPU (2.3x an exp), so the buffer holds a - ln 2 (the bias shifted once) and a step
-            # takes one exp, one reciprocal and one add; e is kept for the backward's cosh
+            # takes one exp and one addcdiv (e - q / e with q a tensor of 1/4: with a scalar
+            # or broadcast q ATen's addcdiv is several times slower); e is kept for the backward
             bias2[spec.f] -= math.log(2.0)
         G = torch.addmm(bias2, x.flatten(0, 1), w_ih2.t()).view(T, B, -1)
         one, minus_one = x.new_ones(1), x.new_full((1,), -1.0)
@@ -109,6 +110,7 @@ class _FusedLSTM(torch.autograd.Function):
         # forget pre-activation as the backward's slope needs it: a (softsign), e = exp(a) / 2
         # (fast and fast2); the sigmoid's slope f (1 - f) needs nothing kept
         A_f = x.new_empty(T, B, H) if act != "sigmoid" else None
+        quarter = x.new_full((B, H), 0.25) if act in ("fast", "fast2") else None
         Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
         Gs, G_u, G_f, G_o = (_cols(G, cols) for cols in (None, spec.u, spec.f, spec.o))
         Ys, Cs, TCs = Y.unbind(0), C.unbind(0), TC.unbind(0)
@@ -133,7 +135,7 @@ class _FusedLSTM(torch.autograd.Function):
                 Gs[t].sigmoid_()
             elif act in ("fast", "fast2"):  # f = sigmoid(sinh a) or sigmoid(sinh sinh a):
                 e = torch.exp(f, out=A_fs[t])  # f holds a - ln 2, so e = exp(a) / 2
-                torch.add(e, torch.reciprocal(e, out=f), alpha=-0.25, out=f)  # sinh a
+                torch.addcdiv(e, quarter, e, value=-1.0, out=f)  # sinh a
                 if act == "fast2":
                     f.sinh_()
                 Gs[t].sigmoid_()  # then one sigmoid over the whole row as above
@@ -174,6 +176,9 @@ class _FusedLSTM(torch.autograd.Function):
         # dA holds, per step, the factors that turn dh (block o) and dcs (the other blocks) into
         # pre-activation gradients; the loop multiplies them in place. P_c turns dh into dcs.
         dA = torch.empty_like(G)
+        quarter = None  # the fast gates' cosh a = e + q / e, q a tensor of 1/4 (see forward)
+        if spec.activation in ("fast", "fast2"):
+            quarter = G.new_full((min(_CHUNK, T), B, H), 0.25)
         P_c = torch.empty_like(TC)
         dh = torch.zeros_like(h0) if dhT is None else dhT.clone()  # gradient into h_t
         if dY is not None:
@@ -188,7 +193,7 @@ class _FusedLSTM(torch.autograd.Function):
         keeps = None if keep is None else keep.unbind(0)
         for stop in range(T, 0, -_CHUNK):
             steps = slice(max(stop - _CHUNK, 0), stop)
-            _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, keep, dA, P_c)
+            _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, keep, dA, P_c, quarter)
             for t in range(steps.stop - 1, steps.start - 1, -1):
                 dA_o[t].mul_(dh)
                 dcs = torch.addcmul(dc, dh, P_cs[t])  # gradient into c_t
@@ -240,11 +245,13 @@ def _gate_factors(
     keep: Tensor | None,
     dA: Tensor,
     P_c: Tensor,
+    quarter: Tensor | None,
 ) -> None:
     """Write, for the steps in ``steps``, the parts of the gate gradients that do not depend on
     the incoming gradient: ``dA[:, :, o] = o (1 - o) tanh c`` (times ``dh`` later), ``P_c = o (1
     - tanh^2 c)`` (``dcs = dc + P_c dh``) and ``dA`` of the blocks f, [i], [r], u as multiples of
-    ``dcs`` (the cell's gradient at step t). Inputs are the forward's ``[T, B, *]`` buffers."""
+    ``dcs`` (the cell's gradient at step t). Inputs are the forward's ``[T, B, *]`` buffers;
+    ``quarter`` is a ``[_CHUNK, B, H]`` tensor of 1/4 for the fast gates' slope."""
     o, f, u = (G[steps, :, cols] for cols in (spec.o, spec.f, spec.u))
     tc = TC[steps]
     dA = dA[steps]
@@ -257,7 +264,9 @@ def _gate_factors(
         c_prev = C[steps.start - 1 : steps.stop - 1]
     if keep is not None:
         c_prev = c_prev * keep[steps]
-    slope = _forget_slope(spec.activation, None if A_f is None else A_f[steps], f)  # phi'(a_f)
+    a_f = None if A_f is None else A_f[steps]
+    q = None if quarter is None else quarter[: steps.stop - steps.start]
+    slope = _forget_slope(spec.activation, a_f, f, q)  # phi'(a_f)
     if not spec.tied:  # c = f c_prev + i u
         i = G[steps, :, spec.i]
         torch.mul(c_prev, slope, out=dA[:, :, spec.f])
@@ -284,9 +293,10 @@ def _gate_factors(
         torch.mul(q_minus_r.mul_(dgdc).mul_(2.0), slope, out=dA[:, :, spec.f])
 
 
-def _forget_slope(activation: str, a_f: Tensor | None, f: Tensor) -> Tensor:
+def _forget_slope(activation: str, a_f: Tensor | None, f: Tensor, quarter: Tensor | None) -> Tensor:
     """``phi'(a)`` of the forget gate from what the forward stored (any shape, e.g. ``[T, B, H]``;
-    ``a_f`` is unused for the sigmoid).
+    ``a_f`` is unused for the sigmoid; ``quarter``, used by the fast gates only, is 1/4 in
+    ``a_f``'s shape).
 
     ``a_f`` holds ``a`` (softsign) or ``e = exp(a) / 2`` (fast, fast2); ``f`` is the gate value,
     so ``f (1 - f)`` is the sigmoid's slope at the last ``sinh``. ``cosh a = e + 1 / (4 e)`` and
@@ -300,15 +310,13 @@ def _forget_slope(activation: str, a_f: Tensor | None, f: Tensor) -> Tensor:
     f_slope = torch.addcmul(f, f, f, value=-1.0)
     if activation == "sigmoid":
         return f_slope
-    quarter_inv_e = torch.reciprocal(a_f).mul_(0.25)
+    cosh_a = torch.addcdiv(a_f, quarter, a_f)
     if activation == "fast":
-        cosh_a = quarter_inv_e.add_(a_f)
         return cosh_a.mul_(f_slope).nan_to_num_(nan=0.0)
     # fast2: phi' = sigma'(sinh s) cosh(s) cosh(a) with s = sinh a. Beyond |s| = 30, sinh s >
     # 5e12 and the sigmoid's slope is exactly 0 (float32 and float64), so clamping there changes
     # nothing and keeps cosh s finite
-    s = torch.sub(a_f, quarter_inv_e).clamp_(-30.0, 30.0)
-    cosh_a = quarter_inv_e.add_(a_f)
+    s = torch.addcdiv(a_f, quarter, a_f, value=-1.0).clamp_(-30.0, 30.0)
     return torch.cosh(s).mul_(cosh_a).mul_(f_slope).nan_to_num_(nan=0.0)
 
 
