@@ -65,6 +65,8 @@ def _cols(x: Tensor, cols: slice | None = None) -> list[Tensor]:
     return list((x if cols is None else x[:, :, cols]).unbind(0))
 
 
+_LOG2_E = 1.0 / math.log(2.0)
+
 # Backward chunk length: the whole-sequence gate factors are computed for this many steps at
 # once, so each factor op is large enough for ATen to split across threads (more than its
 # 32768-element grain at B=64, H=128) while a chunk's factors (a few MiB) stay in cache for the
@@ -97,11 +99,16 @@ class _FusedLSTM(torch.autograd.Function):
         # buffer holds 2 a_u and the u block shares the other gates' sigmoid call
         w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
         if act in ("fast", "fast2"):
-            # sinh a = e - 1 / (4 e) with e = exp(a - ln 2): ATen's sinh is not vectorised on
-            # CPU (2.3x an exp), so the buffer holds a - ln 2 (the bias shifted once) and a step
-            # takes one exp and one addcdiv (e - q / e with q a tensor of 1/4: with a scalar
-            # or broadcast q ATen's addcdiv is several times slower); e is kept for the backward
-            bias2[spec.f] -= math.log(2.0)
+            # sinh a = e - 1 / (4 e) with e = exp(a) / 2 = 2^(a log2(e) - 1). ATen's sinh is
+            # scalar on CPU (2.3x an exp) and its exp is split across threads from 2,048
+            # elements, which at 2 threads costs more than it saves on one step's [B, H]; exp2
+            # is vectorised and serial. So the f block's weights are scaled by log2(e) and its
+            # bias shifted by -1 once, the buffer holds a log2(e) - 1, and a step takes one
+            # exp2 and one addcdiv (e - q / e, q a tensor of 1/4: with a scalar or broadcast q
+            # ATen's addcdiv is several times slower); e is kept for the backward
+            for w in (w_ih2, bias2, w_hh2):
+                w[spec.f] *= _LOG2_E
+            bias2[spec.f] -= 1.0
         G = torch.addmm(bias2, x.flatten(0, 1), w_ih2.t()).view(T, B, -1)
         one, minus_one = x.new_ones(1), x.new_full((1,), -1.0)
         Y = x.new_empty(T, B, H)
@@ -134,7 +141,7 @@ class _FusedLSTM(torch.autograd.Function):
             if act == "sigmoid":  # every gate's sigmoid in one op over the whole row
                 Gs[t].sigmoid_()
             elif act in ("fast", "fast2"):  # f = sigmoid(sinh a) or sigmoid(sinh sinh a):
-                e = torch.exp(f, out=A_fs[t])  # f holds a - ln 2, so e = exp(a) / 2
+                e = torch.exp2(f, out=A_fs[t])  # f holds a log2(e) - 1: e = exp(a) / 2
                 torch.addcdiv(e, quarter, e, value=-1.0, out=f)  # sinh a
                 if act == "fast2":
                     f.sinh_()
