@@ -219,3 +219,22 @@ def test_bench_cores_splits_the_refine_ratio() -> None:
     samples["lstm"] = [(1.3, 1.3)] * 3
     line = bench.format_refine_split(samples)
     assert "lstm / tied_lstm = 1.30x" in line and "ur_lstm / lstm = 1.08x" in line
+
+
+def test_bench_cores_min_stat_uses_the_fastest_rounds() -> None:
+    from experiments.bench import cores as bench
+
+    # per-round ratios 1.12, 0.80, 1.078 (median 1.078); the fastest rounds are 1.04 and 1.00
+    samples = {
+        "nn.LSTM": [(1.0, 1.0)] * 3,
+        "tied_lstm": [(1.00, 1.00), (1.30, 1.30), (1.02, 1.02)],
+        "fast_lstm": [(1.12, 1.12), (1.04, 1.04), (1.10, 1.10)],
+    }
+    assert bench.summary_time(samples, "tied_lstm", 0) == 1.02
+    assert bench.summary_time(samples, "tied_lstm", 0, "min") == 1.00
+    assert bench.ratio(samples, "fast_lstm", "tied_lstm", 0) == pytest.approx(1.10 / 1.02)
+    assert bench.ratio(samples, "fast_lstm", "tied_lstm", 0, "min") == pytest.approx(1.04)
+    assert bench._target("fast_lstm", samples) == "ok <=1.5x nn, MISS <=1.05x twin"
+    assert bench._target("fast_lstm", samples, "min") == "ok <=1.5x nn, ok <=1.05x twin"
+    table = bench.format_table(samples, 1, "min")
+    assert "1.04x" in table and "1040.0" in table
