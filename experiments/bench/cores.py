@@ -65,7 +65,8 @@ LSTM_FAMILY = {name for name, twin in TWINS.items() if twin in ("lstm", "tied_ls
 # (core, reference column, limit) pairs checked in the "target" column
 TARGETS = {"fast_lstm": ("twin", 1.05), "ur_lstm": ("twin", 1.3)}
 LSTM_LIMIT = 1.5
-_STAT_WORDS = {"median": "medians", "min": "minima (best round)"}
+# --stat choices and how the header names them
+STATS = {"median": "medians", "min": "minima (best round)"}
 ANCHOR = "nn.LSTM"
 
 
@@ -130,9 +131,6 @@ def measure(runs: dict[str, Callable[[], None]], reps: int) -> Samples:
             runs[name]()
             samples[name].append((time.perf_counter() - w0, time.process_time() - c0))
     return samples
-
-
-STATS = ("median", "min")
 
 
 def summary_time(samples: Samples, name: str, col: int, stat: str = "median") -> float:
@@ -221,7 +219,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reps", type=int, default=7, help="interleaved rounds")
     parser.add_argument(
         "--stat",
-        choices=STATS,
+        choices=list(STATS),
         default="median",
         help="median: medians of times and of paired per-round ratios; min: fastest round "
         "and ratios of the minima (steadier on a noisy virtual machine with many --reps)",
@@ -242,7 +240,7 @@ def main(argv: list[str]) -> int:
     old_threads = torch.get_num_threads()
     print(
         f"bench cores: forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, "
-        f"{args.reps} interleaved rounds (A B B A), {_STAT_WORDS[args.stat]}; "
+        f"{args.reps} interleaved rounds (A B B A), {STATS[args.stat]}; "
         f"torch {torch.__version__}; "
         f"malloc keeps freed memory: {'yes' if keep_freed_memory() else 'no'} ({ENV_VAR})"
     )
