@@ -35,6 +35,10 @@ class _Spec:
         return slice(k * self.hidden, (k + 1) * self.hidden)
 
     @property
+    def fast(self) -> bool:  # a sinh gate: the buffers keep e = exp(a) / 2 of its forget block
+        return self.activation in ("fast", "fast2")
+
+    @property
     def o(self) -> slice:
         return self.block(0)
 
@@ -98,7 +102,7 @@ class _FusedLSTM(torch.autograd.Function):
         # tanh z = 2 sigmoid(2 z) - 1: the u block's weights and bias are doubled once, so the
         # buffer holds 2 a_u and the u block shares the other gates' sigmoid call
         w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
-        if act in ("fast", "fast2"):
+        if spec.fast:
             # sinh a = e - 1 / (4 e) with e = exp(a) / 2 = 2^(a log2(e) - 1). ATen's sinh is
             # scalar on CPU (2.3x an exp) and its exp is split across threads from 2,048
             # elements, which at 2 threads costs more than it saves on one step's [B, H]; exp2
@@ -117,7 +121,7 @@ class _FusedLSTM(torch.autograd.Function):
         # forget pre-activation as the backward's slope needs it: a (softsign), e = exp(a) / 2
         # (fast and fast2); the sigmoid's slope f (1 - f) needs nothing kept
         A_f = x.new_empty(T, B, H) if act != "sigmoid" else None
-        quarter = x.new_full((B, H), 0.25) if act in ("fast", "fast2") else None
+        quarter = x.new_full((B, H), 0.25) if spec.fast else None
         Geff = x.new_empty(T, B, H) if refine else None  # refined forget gate
         Gs, G_u, G_f, G_o = (_cols(G, cols) for cols in (None, spec.u, spec.f, spec.o))
         Ys, Cs, TCs = Y.unbind(0), C.unbind(0), TC.unbind(0)
@@ -140,7 +144,7 @@ class _FusedLSTM(torch.autograd.Function):
             f = G_f[t]
             if act == "sigmoid":  # every gate's sigmoid in one op over the whole row
                 Gs[t].sigmoid_()
-            elif act in ("fast", "fast2"):  # f = sigmoid(sinh a) or sigmoid(sinh sinh a):
+            elif spec.fast:  # f = sigmoid(sinh a) or sigmoid(sinh sinh a):
                 e = torch.exp2(f, out=A_fs[t])  # f holds a log2(e) - 1: e = exp(a) / 2
                 torch.addcdiv(e, quarter, e, value=-1.0, out=f)  # sinh a
                 if act == "fast2":
@@ -184,7 +188,7 @@ class _FusedLSTM(torch.autograd.Function):
         # pre-activation gradients; the loop multiplies them in place. P_c turns dh into dcs.
         dA = torch.empty_like(G)
         quarter = None  # the fast gates' cosh a = e + q / e, q a tensor of 1/4 (see forward)
-        if spec.activation in ("fast", "fast2"):
+        if spec.fast:
             quarter = G.new_full((min(_CHUNK, T), B, H), 0.25)
         P_c = torch.empty_like(TC)
         dh = torch.zeros_like(h0) if dhT is None else dhT.clone()  # gradient into h_t

@@ -238,3 +238,5 @@ def test_bench_cores_min_stat_uses_the_fastest_rounds() -> None:
     assert bench._target("fast_lstm", samples, "min") == "ok <=1.5x nn, ok <=1.05x twin"
     table = bench.format_table(samples, 1, "min")
     assert "1.04x" in table and "1040.0" in table
+    samples["tied_lstm"] = [(1.0, 0.0)] * 3  # a cpu clock too coarse to see the run
+    assert bench.ratio(samples, "fast_lstm", "tied_lstm", 1, "min") is None

@@ -148,7 +148,8 @@ def ratio(
     if ref is None or ref not in samples:
         return None
     if stat == "min":
-        return summary_time(samples, name, col, "min") / summary_time(samples, ref, col, "min")
+        fastest_ref = summary_time(samples, ref, col, "min")
+        return summary_time(samples, name, col, "min") / fastest_ref if fastest_ref > 0 else None
     return statistics.median(
         a[col] / b[col] for a, b in zip(samples[name], samples[ref], strict=True) if b[col] > 0
     )
