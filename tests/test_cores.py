@@ -219,6 +219,22 @@ def test_bench_cores_splits_the_refine_ratio() -> None:
     samples["lstm"] = [(1.3, 1.3)] * 3
     line = bench.format_refine_split(samples)
     assert "lstm / tied_lstm = 1.30x" in line and "ur_lstm / lstm = 1.08x" in line
+    assert "matrix products" not in line
+    samples["matmuls 3H"], samples["matmuls 4H"] = [(0.5, 0.5)] * 3, [(0.6, 0.6)] * 3
+    assert "4H / 3H gate rows = 1.20x" in bench.format_refine_split(samples)
+    samples["nn.LSTM"] = [(1.0, 1.0)] * 3
+    table = bench.format_table(samples, 1)  # the matmul runs are not cores: no table rows
+    assert "matmuls" not in table and "ur_lstm" in table
+
+
+def test_bench_matmul_floor_runs_only_beside_ur_and_its_twin() -> None:
+    from experiments.bench import cores as bench
+
+    runs, _ = bench.build_runs(["tied_lstm", "ur_lstm"], T=3, B=2, D=4, H=5, seed=0)
+    assert set(bench.MATMUL_RUNS) <= runs.keys()
+    runs["matmuls 4H"]()  # the closure runs on its own buffers
+    runs, _ = bench.build_runs(["tied_lstm", "fast_lstm"], T=3, B=2, D=4, H=5, seed=0)
+    assert not set(bench.MATMUL_RUNS) & runs.keys()
 
 
 def test_bench_cores_min_stat_uses_the_fastest_rounds() -> None:

@@ -14,7 +14,10 @@ shuffled order and repeated, and the table shows medians and two ratios:
 
 Under each table, ``ur_lstm``'s twin ratio is split into the price of a fourth gate block
 (``lstm / tied_lstm``) and the refine gate's own arithmetic (``ur_lstm / lstm``, the same
-parameter count): the issue's 1.3x target for ``ur_lstm`` sits at the first of these.
+parameter count): the issue's 1.3x target for ``ur_lstm`` sits at the first of these. The
+line ends with the floor under any 4-block cell against a 3-block one: the matrix products
+alone that the fused LSTM runs (input projection, per-step recurrence and its backward, weight
+gradients), timed in the same rounds at 4H and 3H gate rows (``MATMUL_RUNS``).
 
 Times are medians over rounds; ratios are medians of the per-round ratios (paired, so a busy
 spell on a shared machine slows both sides alike). With ``--stat min`` times are the fastest
@@ -68,6 +71,8 @@ LSTM_LIMIT = 1.5
 # --stat choices and how the header names them
 STATS = {"median": "medians", "min": "minima (best round)"}
 ANCHOR = "nn.LSTM"
+# matrix-product-only runs (gate blocks per name), timed when ur_lstm and tied_lstm both run
+MATMUL_RUNS = {"matmuls 3H": 3, "matmuls 4H": 4}
 
 
 def _runner(module: torch.nn.Module, x: torch.Tensor, call: Callable) -> Callable[[], None]:
@@ -82,10 +87,40 @@ def _runner(module: torch.nn.Module, x: torch.Tensor, call: Callable) -> Callabl
     return run
 
 
+def _matmul_runner(
+    T: int, B: int, D: int, H: int, blocks: int, gen: torch.Generator
+) -> Callable[[], None]:
+    """The matrix products of the fused LSTM's forward+backward with ``blocks`` gate blocks and
+    no gate arithmetic: ``x [T*B, D] @ W_ih^T`` once, ``h_{t-1} @ W_hh^T`` added into the gate
+    row ``[B, blocks*H]`` per step, ``dy_{t-1} + dA_t @ W_hh`` per step backwards, then the
+    weight gradients ``dA^T h``, ``dA @ W_ih``, ``dA^T x`` and ``sum dA``."""
+    n = blocks * H
+    x, y = torch.randn(T * B, D, generator=gen), torch.randn(T, B, H, generator=gen)
+    w_ih, w_hh = torch.randn(n, D, generator=gen), torch.randn(n, H, generator=gen)
+    bias, d_gates = torch.randn(n, generator=gen), torch.randn(T, B, n, generator=gen)
+
+    def run() -> None:
+        gates = torch.addmm(bias, x, w_ih.t()).view(T, B, n)
+        w_t, h = w_hh.t(), torch.zeros(B, H)
+        for gate_row, y_t in zip(gates.unbind(0), y.unbind(0), strict=True):
+            gate_row.addmm_(h, w_t)
+            h = y_t
+        for t in range(T - 1, 0, -1):  # the gradient into h_{t-1} (step 0's goes to h0)
+            torch.addmm(y[t - 1], d_gates[t], w_hh)
+        d_gates[0].mm(w_hh)
+        flat = d_gates.view(T * B, n)
+        for left, right in ((flat.t(), y.view(T * B, H)), (flat, w_ih), (flat.t(), x)):
+            left.mm(right)
+        flat.sum(0)
+
+    return run
+
+
 def build_runs(
     names: list[str], T: int, B: int, D: int, H: int, seed: int
 ) -> tuple[dict[str, Callable[[], None]], dict[str, str]]:
-    """One forward+backward closure per core (plus the anchor); errors are reported, not raised."""
+    """One forward+backward closure per core (plus the anchor, and the ``MATMUL_RUNS`` when
+    ``ur_lstm`` and ``tied_lstm`` both run); errors are reported, not raised."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(T, B, D, generator=gen)
     torch.manual_seed(seed)
@@ -99,6 +134,9 @@ def build_runs(
             errors[name] = f"{type(err).__name__}: {err}"
             continue
         runs[name] = _runner(core, x, lambda xs, c=core: c(xs, c.initial_state(xs.shape[1]))[0])
+    if {"ur_lstm", "tied_lstm"} <= runs.keys():
+        for label, blocks in MATMUL_RUNS.items():
+            runs[label] = _matmul_runner(T, B, D, H, blocks, gen)
     return runs, errors
 
 
@@ -179,7 +217,7 @@ def format_table(samples: Samples, threads: int, stat: str = "median") -> str:
         f"{'cpu ms':>9}{'x nn.LSTM':>11}{'x twin':>9}  {'twin':<11}{'target (wall)'}"
     )
     lines = [f"threads={threads}", header, "-" * len(header)]
-    for name in [ANCHOR, *sorted(k for k in samples if k != ANCHOR)]:
+    for name in [ANCHOR, *sorted(k for k in samples if k != ANCHOR and k not in MATMUL_RUNS)]:
         twin = TWINS.get(name)
         cols = []
         for col in (0, 1):
@@ -196,16 +234,22 @@ def format_table(samples: Samples, threads: int, stat: str = "median") -> str:
 def format_refine_split(samples: Samples, stat: str = "median") -> str | None:
     """One line that splits ``ur_lstm``'s ratio to its 3-block twin into the price of a fourth
     gate block (``lstm / tied_lstm``: same cell family, plain sigmoid gates, no refine) and the
-    refine gate's own arithmetic (``ur_lstm / lstm``, equal parameter counts). ``None`` unless
-    all three ran."""
+    refine gate's own arithmetic (``ur_lstm / lstm``, equal parameter counts), then the matrix
+    products alone at 4 against 3 gate blocks when ``MATMUL_RUNS`` ran. ``None`` unless the
+    three cores ran."""
     if not all(n in samples for n in ("lstm", "tied_lstm", "ur_lstm")):
         return None
     fourth = ratio(samples, "lstm", "tied_lstm", 0, stat)
     refine = ratio(samples, "ur_lstm", "lstm", 0, stat)
-    return (
+    line = (
         f"ur_lstm / tied_lstm split (wall): lstm / tied_lstm = {fourth:.2f}x (a fourth gate "
         f"block), ur_lstm / lstm = {refine:.2f}x (the refine arithmetic, same parameter count)"
     )
+    three, four = MATMUL_RUNS
+    floor = ratio(samples, four, three, 0, stat)
+    if floor is not None:
+        line += f"; matrix products alone, 4H / 3H gate rows = {floor:.2f}x"
+    return line
 
 
 def main(argv: list[str]) -> int:
