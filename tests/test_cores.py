@@ -221,7 +221,7 @@ def test_bench_cores_splits_the_refine_ratio() -> None:
     assert "lstm / tied_lstm = 1.30x" in line and "ur_lstm / lstm = 1.08x" in line
     assert "matrix products" not in line
     samples["matmuls 3H"], samples["matmuls 4H"] = [(0.5, 0.5)] * 3, [(0.6, 0.6)] * 3
-    assert "4H / 3H gate rows = 1.20x" in bench.format_refine_split(samples)
+    assert "4H / 3H gate rows = 600.0 / 500.0 ms = 1.20x" in bench.format_refine_split(samples)
     samples["nn.LSTM"] = [(1.0, 1.0)] * 3
     table = bench.format_table(samples, 1)  # the matmul runs are not cores: no table rows
     assert "matmuls" not in table and "ur_lstm" in table

@@ -248,7 +248,11 @@ def format_refine_split(samples: Samples, stat: str = "median") -> str | None:
     three, four = MATMUL_RUNS
     floor = ratio(samples, four, three, 0, stat)
     if floor is not None:
-        line += f"; matrix products alone, 4H / 3H gate rows = {floor:.2f}x"
+        ms = [summary_time(samples, label, 0, stat) * 1e3 for label in (four, three)]
+        line += (
+            f"; matrix products alone, 4H / 3H gate rows = {ms[0]:.1f} / {ms[1]:.1f} ms"
+            f" = {floor:.2f}x"
+        )
     return line
 
 
