@@ -71,6 +71,13 @@ def _cols(x: Tensor, cols: slice | None = None) -> list[Tensor]:
 
 _LOG2_E = 1.0 / math.log(2.0)
 
+# ATen's CPU tanh against tanh z = 2 sigmoid(2 z) - 1 (three ops), per [64, 128] step block:
+# on the AVX2 build (the AMD EPYC VM of earlier sessions) tanh took ~10x a sigmoid, so the three
+# ops won; on the AVX-512 build (an Intel Xeon VM) tanh takes 3.1 us and the three ops 11.9 us.
+# The choice follows the vector ISA ATen dispatches to, fixed per machine (never timed at run
+# time, so a machine always runs the same arithmetic)
+_CPU_TANH_VIA_SIGMOID = torch.backends.cpu.get_cpu_capability() == "AVX2"
+
 # Backward chunk length: the whole-sequence gate factors are computed for this many steps at
 # once, so each factor op is large enough for ATen to split across threads (more than its
 # 32768-element grain at B=64, H=128) while a chunk's factors (a few MiB) stay in cache for the
@@ -98,9 +105,12 @@ class _FusedLSTM(torch.autograd.Function):
         act, tied, refine = spec.activation, spec.tied, spec.refine
         # gate buffer: x W^T + b for every step in one matmul; the recurrence adds h U^T and
         # turns each step into gate values in place (no separate pre-activation buffer)
-        # tanh is ~10x slower than the sigmoid in ATen on CPU, so every tanh here is computed as
-        # tanh z = 2 sigmoid(2 z) - 1: the u block's weights and bias are doubled once, so the
-        # buffer holds 2 a_u and the u block shares the other gates' sigmoid call
+        # the u block's tanh is computed as tanh z = 2 sigmoid(2 z) - 1: its weights and bias
+        # are doubled once, so the buffer holds 2 a_u and the u block shares the other gates'
+        # sigmoid call (one op over the row, then one addcmul). This holds where ATen's tanh is
+        # fast too: a [B, 3H] sigmoid plus a tanh on u measured 4 % slower per forward+backward
+        # at 2 threads on the AVX-512 VM (1-3 % faster at 1 thread). The tanh of c: see
+        # _CPU_TANH_VIA_SIGMOID
         w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
         if spec.fast:
             # sinh a = e - 1 / (4 e) with e = exp(a) / 2 = 2^(a log2(e) - 1). ATen's sinh is
@@ -135,7 +145,10 @@ class _FusedLSTM(torch.autograd.Function):
             G_ir = _cols(G, slice(2 * H, spec.sig.stop))
         Gg = Geff.unbind(0) if refine else None
         keeps = None if keep is None else keep.unbind(0)
-        w_t = w_hh2.t()
+        tanh_via_sigmoid = _CPU_TANH_VIA_SIGMOID and x.device.type == "cpu"
+        # U^T laid out row-major once: MKL's small per-step GEMM takes ~15 % longer at 1 thread
+        # from the transposed view (46 against 54 us per [64, 128] x [128, 512] step here)
+        w_t = w_hh2.t().contiguous()
         h, c = h0, c0
         for t in range(T):
             if t in resets:  # rows starting an episode restart from the zero initial state
@@ -169,8 +182,11 @@ class _FusedLSTM(torch.autograd.Function):
                 c = torch.lerp(u, c, g, out=Cs[t])
             else:
                 c = torch.mul(g, c, out=Cs[t]).addcmul_(G_i[t], u)
-            tc = torch.add(c, c, out=TCs[t]).sigmoid_()
-            tc = torch.addcmul(minus_one, tc, one, value=2.0, out=tc)  # tanh c
+            if tanh_via_sigmoid:
+                tc = torch.add(c, c, out=TCs[t]).sigmoid_()
+                tc = torch.addcmul(minus_one, tc, one, value=2.0, out=tc)  # tanh c
+            else:
+                tc = torch.tanh(c, out=TCs[t])
             h = torch.mul(G_o[t], tc, out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
         ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, Geff)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cores import gates, make_core
+from cores import _fused_lstm, gates, make_core
 from cores.gated import GatedLSTM
 
 ACTS = gates.ACTIVATIONS
@@ -195,13 +195,21 @@ def _refined(activation: str):  # a refine gate on a non-sigmoid forget gate: no
     return lambda impl: GatedLSTM(3, 6, activation=activation, tied=True, refine=True, impl=impl)
 
 
+@pytest.fixture(params=[False, True], ids=["native_tanh", "tanh_via_sigmoid"])
+def tanh_path(request, monkeypatch) -> bool:
+    """Run a test through both ways the fused forward takes a tanh on CPU (the machine's vector
+    ISA picks one; see ``cores._fused_lstm._CPU_TANH_VIA_SIGMOID``)."""
+    monkeypatch.setattr(_fused_lstm, "_CPU_TANH_VIA_SIGMOID", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize(
     "build",
     [functools.partial(make_core, name, 3, 6) for name in PRESETS]
     + [_refined("fast"), _refined("softsign")],
     ids=[*PRESETS, "refine_fast", "refine_softsign"],
 )
-def test_fused_matches_reference_loop(build) -> None:
+def test_fused_matches_reference_loop(build, tanh_path: bool) -> None:
     torch.manual_seed(0)
     fused = build(impl="fused").double().train()
     loop = build(impl="loop").double().train()
@@ -268,7 +276,7 @@ def test_fused_fast_gate_gradient_matches_loop_near_saturation(name: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["fast_lstm", "fast2_lstm"])
-def test_fused_fast_gate_float32_matches_loop_across_exp_range(name: str) -> None:
+def test_fused_fast_gate_float32_matches_loop_across_exp_range(name: str, tanh_path: bool) -> None:
     # the fused forward computes sinh a as e - 1/(4 e) with e = exp(a) / 2 in float32. Near
     # a = 0 this subtracts two values close to 1/2; past |a| = 88 e is inf or 0. Forward values
     # and gradients must still match the reference loop (torch.sinh on a clamped argument) to
