@@ -101,7 +101,7 @@ def _matmul_runner(
 
     def run() -> None:
         gates = torch.addmm(bias, x, w_ih.t()).view(T, B, n)
-        w_t, h = w_hh.t(), torch.zeros(B, H)
+        w_t, h = w_hh.t().contiguous(), torch.zeros(B, H)  # as the fused forward lays it out
         for gate_row, y_t in zip(gates.unbind(0), y.unbind(0), strict=True):
             gate_row.addmm_(h, w_t)
             h = y_t
