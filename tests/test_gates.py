@@ -209,7 +209,8 @@ def tanh_path(request, monkeypatch) -> bool:
     + [_refined("fast"), _refined("softsign")],
     ids=[*PRESETS, "refine_fast", "refine_softsign"],
 )
-def test_fused_matches_reference_loop(build, tanh_path: bool) -> None:
+@pytest.mark.usefixtures("tanh_path")
+def test_fused_matches_reference_loop(build) -> None:
     torch.manual_seed(0)
     fused = build(impl="fused").double().train()
     loop = build(impl="loop").double().train()
@@ -276,7 +277,8 @@ def test_fused_fast_gate_gradient_matches_loop_near_saturation(name: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["fast_lstm", "fast2_lstm"])
-def test_fused_fast_gate_float32_matches_loop_across_exp_range(name: str, tanh_path: bool) -> None:
+@pytest.mark.usefixtures("tanh_path")
+def test_fused_fast_gate_float32_matches_loop_across_exp_range(name: str) -> None:
     # the fused forward computes sinh a as e - 1/(4 e) with e = exp(a) / 2 in float32. Near
     # a = 0 this subtracts two values close to 1/2; past |a| = 88 e is inf or 0. Forward values
     # and gradients must still match the reference loop (torch.sinh on a clamped argument) to
