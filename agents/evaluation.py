@@ -17,7 +17,6 @@ import torch
 
 from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
 from agents.rl_trainer import (
-    episode_success,
     load_rl_checkpoint,
     make_vector_env,
     policy_from_checkpoint,
@@ -93,7 +92,7 @@ def evaluate_policy(
                 f"env {env_id!r} gives {image_shape} images; this policy reads {expected}"
             )
         policy.eval()
-        obs, _ = envs.reset(seed=seed)
+        obs = envs.reset(seed=seed)
         starts = torch.ones(n_envs, dtype=torch.bool, device=device)
         state = policy.initial_state(n_envs, device)
         done_count = np.zeros(n_envs, dtype=np.int64)
@@ -104,13 +103,11 @@ def evaluate_policy(
             out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
             actions, _ = sample_actions(out.logits[0], argmax=argmax)
             state = out.state
-            obs, reward, terminated, truncated, infos = envs.step(actions.cpu().numpy())
-            done = np.logical_or(terminated, truncated)
+            obs, reward, done, success = envs.step(actions.cpu().numpy())
             starts = torch.as_tensor(done, device=device)
             running_return += reward
             running_length += 1
             if done.any():
-                success = episode_success(infos, done, np.asarray(reward))
                 for i in np.flatnonzero(done):
                     if done_count[i] < quota[i]:
                         result.returns.append(float(running_return[i]))

@@ -30,14 +30,23 @@ class EnvConfig:
     n_envs: int = 8
     """Number of parallel environments in the vector env."""
     vector: Literal["sync", "async"] = "sync"
-    """``sync`` steps envs in this process (fastest for cheap MiniGrid envs); ``async`` uses one
-    subprocess per env (worth it only for expensive envs and many cores)."""
+    """``sync`` steps the envs in the trainer's process; ``async`` steps them in
+    ``env.workers`` worker processes over shared memory, in two groups, so the policy acts on
+    one group while the other steps (both CPU cores busy; ``memcores bench rl`` measures it;
+    :mod:`envs.vector`)."""
+    workers: int = 1
+    """Worker processes when ``vector`` is ``async`` (group ``g`` of the envs lives in worker
+    ``g % workers``)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra constructor options of the env (e.g. ``max_steps``)."""
 
     def validate(self) -> None:
         if self.n_envs < 1:
             raise ValueError(f"env.n_envs must be >= 1, got {self.n_envs}")
+        if self.workers < 1:
+            raise ValueError(f"env.workers must be >= 1, got {self.workers}")
+        if self.vector == "async" and self.n_envs < 2:
+            raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
 
 
 @dataclass

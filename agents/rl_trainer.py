@@ -21,7 +21,6 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from agents.policy import RecurrentActorCritic, build_policy, obs_to_tensors, sa
 from agents.ppo import make_optimizer, update
 from agents.rl_config import RLConfig, config_from_dict, config_to_dict
 from agents.rollout import RolloutBuffer
+from envs.vector import VectorEnv
 
 CHECKPOINT_FORMAT = "memcores-rl/1"
 """``format`` field of every RL checkpoint."""
@@ -45,37 +45,26 @@ CHECKPOINT_NAME = "checkpoints/last.pt"
 
 
 # ---------------------------------------------------------------------------- environments
-def _make_one(env_id: str, seed: int, env_kwargs: dict[str, Any]) -> gym.Env:
-    from envs import make_env
-
-    return make_env(env_id, seed=seed, **env_kwargs)
-
-
 def make_vector_env(
     env_id: str,
     n_envs: int,
     seed: int,
     vector: str = "sync",
     env_kwargs: dict[str, Any] | None = None,
-) -> gym.vector.VectorEnv:
+    workers: int = 1,
+) -> VectorEnv:
     """``n_envs`` copies of ``env_id`` (env ``i`` seeded ``seed + i``), auto-reset in the SAME
-    step: the observation after a terminal step is already the next episode's first one,
-    so every stored transition is a real one (gymnasium's default NEXT_STEP mode would insert
-    a dummy step whose action is ignored).
+    step (:mod:`envs.vector`): the observation after a terminal step is already the next
+    episode's first one, so every stored transition is a real one.
 
+    :param vector: ``sync`` steps the envs in this process; ``async`` in ``workers`` worker
+        processes over shared memory, in two groups so that the policy acts on one group while
+        the other steps.
     :raises ValueError: unknown env id or bad env options (before any process is started).
     """
-    from envs import make_env
-
-    env_kwargs = dict(env_kwargs or {})
-    make_env(env_id, **env_kwargs).close()  # validate the id/options in this process first
-    fns = [partial(_make_one, env_id, seed + i, env_kwargs) for i in range(n_envs)]
-    mode = gym.vector.AutoresetMode.SAME_STEP
-    # copy=False: observations are views of the vector env's buffers, valid until the next
-    # step(); the trainer copies them into its rollout buffer before stepping again.
     if vector == "async":
-        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, copy=False)
-    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode, copy=False)
+        return VectorEnv(env_id, n_envs, seed, env_kwargs, workers=workers, groups=2)
+    return VectorEnv(env_id, n_envs, seed, env_kwargs)
 
 
 def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -87,20 +76,6 @@ def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch
     return out
 
 
-def episode_success(infos: dict[str, Any], done: np.ndarray, reward: np.ndarray) -> np.ndarray:
-    """``[N]`` bool: which envs ended their episode successfully on this step.
-
-    With SAME_STEP auto-reset the ending step's info is under ``infos["final_info"]``;
-    ``envs.make_env`` puts ``success`` there (memory-match envs' own value, MiniGrid:
-    terminated with reward > 0). Without it, fall back to ``reward > 0`` on done.
-    """
-    final = infos.get("final_info")
-    if isinstance(final, dict) and "success" in final:
-        mask = np.asarray(final.get("_success", done), dtype=bool)
-        return np.asarray(final["success"], dtype=bool) & mask & done
-    return done & (reward > 0)
-
-
 # ---------------------------------------------------------------------------- setup
 @dataclass
 class Setup:
@@ -108,7 +83,7 @@ class Setup:
 
     config: RLConfig
     device: torch.device
-    envs: gym.vector.VectorEnv
+    envs: VectorEnv
     policy: RecurrentActorCritic
     optimizer: torch.optim.Optimizer
     n_actions: int
@@ -124,8 +99,9 @@ def setup(config: RLConfig) -> Setup:
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     torch.manual_seed(config.train.seed)
+    env = config.env
     envs = make_vector_env(
-        config.env.id, config.env.n_envs, config.train.seed, config.env.vector, config.env.kwargs
+        env.id, env.n_envs, config.train.seed, env.vector, env.kwargs, env.workers
     )
     try:
         space = envs.single_observation_space
@@ -217,18 +193,25 @@ class EpisodeStats:
         self._return = np.zeros(n_envs)
         self._length = np.zeros(n_envs, dtype=np.int64)
 
-    def step(self, reward: np.ndarray, done: np.ndarray, infos: dict[str, Any]) -> None:
-        """Account one vector step (``reward``/``done`` are ``[N]``)."""
-        self._return += reward
-        self._length += 1
+    def step(
+        self,
+        reward: np.ndarray,
+        done: np.ndarray,
+        success: np.ndarray,
+        rows: slice = slice(None),
+    ) -> None:
+        """Account one step of the envs ``rows`` (``reward``/``done``/``success`` are ``[R]``;
+        ``success`` says whether an episode that ended on this step succeeded)."""
+        ret, length = self._return[rows], self._length[rows]  # views
+        ret += reward
+        length += 1
         if done.any():
-            success = episode_success(infos, done, np.asarray(reward))
             for i in np.flatnonzero(done):
-                self.returns.append(float(self._return[i]))
-                self.lengths.append(float(self._length[i]))
+                self.returns.append(float(ret[i]))
+                self.lengths.append(float(length[i]))
                 self.successes.append(float(success[i]))
-            self._return[done] = 0.0
-            self._length[done] = 0
+            ret[done] = 0.0
+            length[done] = 0
 
     @property
     def mean_return(self) -> float:
@@ -253,46 +236,62 @@ class RolloutCarry:
 
 
 def start_rollouts(
-    policy: RecurrentActorCritic, envs: gym.vector.VectorEnv, seed: int, device: torch.device
+    policy: RecurrentActorCritic, envs: VectorEnv, seed: int, device: torch.device
 ) -> RolloutCarry:
     """Reset the envs (env ``i`` seeded ``seed + i``) and the core state."""
-    obs, _ = envs.reset(seed=seed)
+    obs = envs.reset(seed=seed)
     n = envs.num_envs
-    return RolloutCarry(
-        obs, torch.ones(n, dtype=torch.bool, device=device), policy.initial_state(n, device)
-    )
+    state = tuple(s.clone() for s in policy.initial_state(n, device))  # written row-wise
+    return RolloutCarry(obs, torch.ones(n, dtype=torch.bool, device=device), state)
 
 
 def collect_rollout(
     policy: RecurrentActorCritic,
-    envs: gym.vector.VectorEnv,
+    envs: VectorEnv,
     buffer: RolloutBuffer,
     carry: RolloutCarry,
     episodes: EpisodeStats | None = None,
 ) -> RolloutCarry:
     """Fill ``buffer`` with ``n_steps`` steps of every env, the core stepping with ``T = 1``.
 
-    The core is called with ``starts`` so it resets the rows of envs whose episode just began;
-    the state *before* that reset is what :meth:`RolloutBuffer.add` stores at chunk starts,
-    which is exactly what the update replays (with the same ``starts``).
+    The envs come in groups (:attr:`envs.vector.VectorEnv.groups`): at each step the policy
+    acts on group 0 and hands its actions to the envs, then acts on group 1 while group 0
+    steps (in a worker process when there are workers), and so on; a group's results are
+    collected just before the policy acts on it again. The core is called with ``starts`` so
+    it resets the rows of envs whose episode just began; the state *before* that reset is what
+    :meth:`RolloutBuffer.add` stores at chunk starts, which is exactly what the update replays
+    (with the same ``starts``).
     """
     device = buffer.device
-    obs_np, starts, state = carry.obs, carry.starts, carry.state
+    starts, state = carry.starts, carry.state
+    groups = envs.groups
     policy.eval()  # deterministic cores while acting (h-detach/online rules are training-only)
-    for t in range(buffer.n_steps):
-        obs = obs_to_tensors(obs_np, device)  # each [1, N, ...]
-        with torch.no_grad():
-            out = policy(obs, state, starts.unsqueeze(0))
-            actions, logprobs = sample_actions(out.logits[0])  # [N], [N]
-        buffer.add(t, obs, starts, state, actions, logprobs, out.values[0])
-        state = out.state
-        obs_np, reward, terminated, truncated, infos = envs.step(actions.cpu().numpy())
-        done = np.logical_or(terminated, truncated)
-        buffer.rewards[t] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-        starts = torch.as_tensor(done, device=device)
+
+    def collect(t: int, g: int, rows: slice) -> None:
+        """The results of step ``t`` of group ``g`` -> rewards, starts, episode stats."""
+        _, reward, done, success = envs.step_wait(g)
+        buffer.rewards[t, rows] = torch.from_numpy(reward).to(device, torch.float32)
+        starts[rows] = torch.from_numpy(done).to(device)
         if episodes is not None:
-            episodes.step(np.asarray(reward, dtype=np.float64), done, infos)
-    return RolloutCarry(obs_np, starts, state)
+            episodes.step(reward, done, success, rows)
+
+    for t in range(buffer.n_steps):
+        for g, rows in enumerate(groups):
+            if t > 0:
+                collect(t - 1, g, rows)
+            obs = obs_to_tensors({k: v[rows] for k, v in envs.obs.items()}, device)
+            state_g = tuple(s[rows] for s in state)  # views: [R, ...]
+            starts_g = starts[rows]
+            with torch.no_grad():
+                out = policy(obs, state_g, starts_g.unsqueeze(0))
+                actions, logprobs = sample_actions(out.logits[0])  # [R], [R]
+            buffer.add(t, obs, starts_g, state_g, actions, logprobs, out.values[0], rows)
+            for s, new in zip(state, out.state, strict=True):
+                s[rows] = new
+            envs.step_async(g, actions.cpu().numpy())
+    for g, rows in enumerate(groups):
+        collect(buffer.n_steps - 1, g, rows)
+    return RolloutCarry(envs.obs, starts, state)
 
 
 # ---------------------------------------------------------------------------- training

@@ -83,21 +83,23 @@ class RolloutBuffer:
         actions: Tensor,
         logprobs: Tensor,
         values: Tensor,
+        rows: slice = slice(None),
     ) -> None:
-        """Store step ``t``; ``obs`` tensors are ``[1, N, ...]``, the rest ``[N]``.
+        """Store step ``t`` of the envs ``rows`` (default all); ``obs`` tensors are
+        ``[1, R, ...]``, the rest ``[R]``, with ``R`` the number of rows.
 
         ``state_before`` is the core state the policy was called with at step ``t`` (before
         the reset that ``starts`` triggers); it is kept when ``t`` begins a chunk.
         """
         for k, v in obs.items():
-            self.obs[k][t].copy_(v[0])
-        self.starts[t] = starts
-        self.actions[t] = actions
-        self.logprobs[t] = logprobs
-        self.values[t] = values
+            self.obs[k][t, rows].copy_(v[0])
+        self.starts[t, rows] = starts
+        self.actions[t, rows] = actions
+        self.logprobs[t, rows] = logprobs
+        self.values[t, rows] = values
         if t % self.seq_len == 0:
             for store, s in zip(self.chunk_states, state_before, strict=True):
-                store[t // self.seq_len].copy_(s)
+                store[t // self.seq_len, rows].copy_(s)
 
     def compute_returns(
         self, last_value: Tensor, next_start: Tensor, gamma: float, gae_lambda: float

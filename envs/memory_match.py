@@ -1,7 +1,9 @@
 """Passive / Active Visual Match: three-phase memory gridworlds on MiniGrid's API.
 
-Gridworld versions of the DeepMind Lab "visual match" levels of Hung et al. (2018) used by
-the UR-gates paper for RL (``papers/ur_gates.md`` §3.7, §9). One episode has three phases,
+Gridworld versions of the DeepMind Lab "visual match" levels of Hung et al., "Optimizing
+agent behavior over long time scales by transporting value" (Nature Communications 2019,
+arXiv:1810.06721), which Gu et al., "Improving the Gating Mechanism of Recurrent Neural
+Networks" (ICML 2020, arXiv:1910.09890) use for their RL experiments. One episode has three phases,
 each in its own ``room_size`` x ``room_size`` walled room (the grid is swapped at a phase
 change, like a teleport):
 
@@ -16,8 +18,14 @@ change, like a teleport):
    balls, the cue's kind); moving forward into one (or ``pickup`` while facing it) eats it and
    pays ``apple_reward`` (0 = no distractor reward). This phase is the memory delay.
 3. **Reward** (until a choice or ``max_steps``). A room with one ball of each of the
-   ``n_colors`` colours at shuffled cells. Moving forward into a ball or ``pickup`` while
-   facing it is the choice and ends the episode (``terminated``): the matching colour pays the
+   ``n_colors`` colours. ``reward_layout="row"`` (default) follows Hung et al.'s levels, where
+   the colour squares stand in a row on one wall in shuffled order and the agent enters
+   facing them: the balls stand in the room's far row, evenly spaced in shuffled colour order,
+   and the agent starts in the middle of the near row facing them (the whole row is in view).
+   ``reward_layout="random"`` puts the balls and the agent on random cells with a random
+   heading, which adds a visual search conditioned on the remembered colour. Moving forward
+   into a ball or ``pickup`` while facing it is the choice and ends the episode
+   (``terminated``): the matching colour pays the
    success reward and sets ``info["success"] = True``, any other pays 0. If ``max_steps`` is
    reached first the episode is ``truncated`` (no success).
 
@@ -34,6 +42,16 @@ Rewards follow MiniGrid's convention of rewarding speed, counted from the start 
 (the first two phases have fixed length): success reward ``1 - 0.9 * k / B`` where ``k`` is the
 number of phase-3 actions including the choice and ``B = max_steps - cue_steps -
 distractor_steps`` is the phase-3 budget (so it lies in ``[0.1, 1)``).
+
+``reveal_cue=True`` is a no-memory control, not the task: the mission string names the cue
+colour ("go to the red ball") on every step, so a policy that reads the mission needs no
+memory. Comparing a run with it against one without separates "cannot remember the cue" from
+"cannot learn to act on a colour" (docs/rl.md).
+
+:attr:`VisualMatchEnv.memory_horizon` is the number of steps from the last cue observation to
+the first step at which a choice is possible (``distractor_steps + 1``): a truncated-BPTT
+window shorter than this can never carry the choice's gradient back to the cue
+(``agents.rl_config`` checks it).
 
 Nothing outside phase 1 depends on the cue: all three rooms are generated at ``reset`` and the
 cue colour is drawn last, so for one seed, phase 2 and 3 observations are identical whatever
@@ -59,6 +77,9 @@ MISSION = "remember the cue object and go to the matching one"
 
 PHASE_CUE, PHASE_DISTRACTOR, PHASE_REWARD = 1, 2, 3
 
+REWARD_LAYOUTS: tuple[str, ...] = ("row", "random")
+"""Phase-3 layouts: the balls in a row facing the agent, or at random cells."""
+
 
 class Apple(Goal):
     """Distractor reward: a green ``goal`` tile, eaten by walking into it (never a ball)."""
@@ -76,6 +97,9 @@ class VisualMatchEnv(MiniGridEnv):
     :param max_steps: episode limit (default ``cue_steps + distractor_steps + 5 * room_size``);
         must leave at least one phase-3 action.
     :param active: Active (explore to find the cue) instead of Passive (shown the cue).
+    :param reward_layout: ``row`` (balls in the far row, agent facing them, as Hung et al.)
+        or ``random`` (random cells and heading).
+    :param reveal_cue: no-memory control: the mission names the cue colour.
     """
 
     def __init__(
@@ -88,8 +112,14 @@ class VisualMatchEnv(MiniGridEnv):
         apple_density: float = 0.3,
         max_steps: int | None = None,
         active: bool = False,
+        reward_layout: str = "row",
+        reveal_cue: bool = False,
         **kwargs: Any,
     ) -> None:
+        if reward_layout not in REWARD_LAYOUTS:
+            raise ValueError(
+                f"reward_layout must be one of {', '.join(REWARD_LAYOUTS)}, got {reward_layout!r}"
+            )
         if not isinstance(room_size, int) or room_size < 5:
             raise ValueError(f"room_size must be an int >= 5, got {room_size!r}")
         if not 2 <= n_colors <= len(PALETTE):
@@ -125,6 +155,8 @@ class VisualMatchEnv(MiniGridEnv):
         self.apple_reward = float(apple_reward)
         self.apple_density = float(apple_density)
         self.active = active
+        self.reward_layout = reward_layout
+        self.reveal_cue = bool(reveal_cue)
         self.phase = PHASE_CUE
         self.cue_color: str = self.colors[0]
         self.apples_eaten = 0
@@ -188,6 +220,8 @@ class VisualMatchEnv(MiniGridEnv):
         return grid, agent, int(self.np_random.integers(4))
 
     def _gen_reward_room(self) -> tuple[Grid, tuple[int, int], int]:
+        if self.reward_layout == "row":
+            return self._gen_reward_row()
         # Resample until every ball can be reached (balls block; they could wall one in).
         for _ in range(1000):
             grid = self._empty_room()
@@ -201,6 +235,22 @@ class VisualMatchEnv(MiniGridEnv):
             f"no reward-room layout with every ball reachable in 1000 tries "
             f"(room_size={self.room_size}, n_colors={self.n_colors}); use a larger room"
         )
+
+    def _gen_reward_row(self) -> tuple[Grid, tuple[int, int], int]:
+        """Balls evenly spaced along the far (top) row in shuffled colour order; the agent in
+        the middle of the near row, facing up: every ball is in view and reachable."""
+        grid = self._empty_room()
+        inner = self.room_size - 2
+        xs = [1 + round(k * (inner - 1) / (self.n_colors - 1)) for k in range(self.n_colors)]
+        order = self.np_random.permutation(self.n_colors)
+        for x, k in zip(xs, order, strict=True):
+            grid.set(x, 1, Ball(self.colors[int(k)]))
+        return grid, (self.room_size // 2, self.room_size - 2), 3
+
+    @property
+    def memory_horizon(self) -> int:
+        """Steps from the last cue observation to the first possible choice."""
+        return self.distractor_steps + 1
 
     def _gen_grid(self, width: int, height: int) -> None:
         cue_grid, cue_agent, cue_dir, cue_cell = self._gen_cue_room()
@@ -217,7 +267,7 @@ class VisualMatchEnv(MiniGridEnv):
         self.grid, self.agent_pos, self.agent_dir = cue_grid, cue_agent, cue_dir
         self.phase = PHASE_CUE
         self.apples_eaten = 0
-        self.mission = MISSION
+        self.mission = f"go to the {self.cue_color} ball" if self.reveal_cue else MISSION
 
     def _enter(self, phase: int) -> None:
         self.grid, self.agent_pos, self.agent_dir = self._rooms.pop(phase)

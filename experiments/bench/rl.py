@@ -16,6 +16,12 @@ kept, so a busy machine hurts both alike. Frames = env steps over all envs. Both
 frames/s and frames per CPU-second of this process (``time.process_time``; one torch thread
 and in-process envs, so it counts all the work) are printed: on a shared machine the CPU-time
 ratio is the steadier one.
+
+Then the ceiling and the scaling table: for each env layout (``sync``: envs in the trainer's
+process; ``async`` with 1 or 2 worker processes) and each ``n_envs`` in 8, 16, 32, 64, the
+env-alone steps/s of that same vector env under random actions (no policy: what the envs can
+deliver) beside the trainer's frames/s (PPO, minibatch = a quarter of the rollout, so 4
+minibatches per epoch at every size) and their ratio. ``--skip-scaling`` leaves it out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import shutil
 import tempfile
 import time
 
+import numpy as np
 import torch
 
 from envs import fast_obs
@@ -34,17 +41,29 @@ ENV_ID = "MiniGrid-MemoryS7-v0"
 
 
 def _ours(
-    updates: int, n_envs: int, n_steps: int, core: str, device: str, tmp: str
+    updates: int,
+    n_envs: int,
+    n_steps: int,
+    core: str,
+    device: str,
+    tmp: str,
+    vector: str = "sync",
+    workers: int = 1,
+    minibatch: int | None = None,
 ) -> tuple[float, float]:
     """Frames per wall second and per CPU second of ``memcores train`` (after a warm-up)."""
     from agents.rl_config import RLConfig
     from agents.rl_trainer import train
     from experiments.config import load_config
 
+    minibatch = minibatch or min(256, n_envs * n_steps)
+
     def run(n_updates: int, name: str) -> tuple[float, float]:
         overrides = [
             f"env.id={ENV_ID}",
             f"env.n_envs={n_envs}",
+            f"env.vector={vector}",
+            f"env.workers={workers}",
             f"core.name={core}",
             "core.hidden_size=64",
             "agent.image_encoder=flat",  # the flattened raw image, as sb3's MlpLstmPolicy
@@ -52,7 +71,7 @@ def _ours(
             f"agent.n_steps={n_steps}",
             "agent.seq_len=32",
             "agent.n_epochs=4",
-            f"agent.minibatch_size={min(256, n_envs * n_steps)}",
+            f"agent.minibatch_size={minibatch}",
             f"train.total_steps={n_updates * n_envs * n_steps}",
             f"train.device={device}",
             "train.threads=0",  # keep the thread count this bench set for both sides
@@ -113,6 +132,63 @@ def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, f
     return frames / wall, frames / cpu
 
 
+LAYOUTS: tuple[tuple[str, int], ...] = (("sync", 1), ("async", 1), ("async", 2))
+"""Env layouts of the scaling table: (``env.vector``, ``env.workers``)."""
+
+
+def env_alone(n_envs: int, vector: str, workers: int, steps: int) -> float:
+    """Steps/s of the vector env the trainer would build, under random actions (no policy)."""
+    from agents.rl_trainer import make_vector_env
+
+    env = make_vector_env(ENV_ID, n_envs, 0, vector, None, workers)
+    try:
+        env.reset(seed=0)
+        actions = np.random.default_rng(0).integers(0, 3, (steps, n_envs))
+        env.step(actions[0])  # warm-up (workers' first message)
+        start = time.perf_counter()
+        for a in actions[1:]:
+            env.step(a)
+        return (steps - 1) * n_envs / (time.perf_counter() - start)
+    finally:
+        env.close()
+
+
+def scaling_table(
+    sizes: tuple[int, ...],
+    n_steps: int,
+    updates: int,
+    core: str,
+    device: str,
+    tmp: str,
+    layouts: tuple[tuple[str, int], ...] = LAYOUTS,
+) -> list[tuple[str, int, float, float]]:
+    """Rows ``(layout, n_envs, env-alone steps/s, trainer frames/s)``, printed as they come."""
+    rows = []
+    print("\nceiling and scaling (wall clock; minibatch = rollout / 4):")
+    print(f"  {'layout':<18}{'n_envs':>7}{'env alone':>12}{'trainer':>10}{'ratio':>8}")
+    for vector, workers in layouts:
+        layout = "sync (in-process)" if vector == "sync" else f"async, {workers} worker"
+        layout += "s" if workers > 1 else ""
+        for n in sizes:
+            ceiling = env_alone(n, vector, workers, max(50, 4096 // n))
+            fps, _ = _ours(
+                updates,
+                n,
+                n_steps,
+                core,
+                device,
+                f"{tmp}/{vector}{workers}_{n}",
+                vector,
+                workers,
+                max(32, n * n_steps // 4),
+            )
+            rows.append((layout, n, ceiling, fps))
+            print(
+                f"  {layout:<18}{n:>7}{ceiling:>12.0f}{fps:>10.0f}{fps / ceiling:>8.2f}", flush=True
+            )
+    return rows
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)
     parser.add_argument("--updates", type=int, default=4, help="timed updates per side")
@@ -125,6 +201,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--skip-sb3", action="store_true", help="time memcores only")
     parser.add_argument(
+        "--skip-scaling", action="store_true", help="leave out the ceiling and scaling table"
+    )
+    parser.add_argument(
         "--minigrid-obs",
         action="store_true",
         help="both sides use MiniGrid's own gen_obs instead of envs.fast_obs (same output)",
@@ -134,8 +213,9 @@ def main(argv: list[str]) -> int:
         os.environ[fast_obs.DISABLE_VARIABLE] = "1"
 
     n_envs, n_steps, updates, repeats = 8, 128, args.updates, args.repeats
+    sizes: tuple[int, ...] = (8, 16, 32, 64)
     if args.quick:
-        n_envs, n_steps, updates, repeats = 2, 32, 1, 1
+        n_envs, n_steps, updates, repeats, sizes = 2, 32, 1, 1, (2,)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(
@@ -165,6 +245,12 @@ def main(argv: list[str]) -> int:
             f"ratio memcores / sb3-contrib: {best_ours[0] / best_theirs[0]:.2f}x (wall), "
             f"{best_ours[1] / best_theirs[1]:.2f}x (CPU time)"
         )
+    if not args.skip_scaling:
+        tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_")
+        try:
+            scaling_table(sizes, n_steps, max(2, updates // 2), args.core, args.device, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,125 @@
+"""envs.vector.VectorEnv: same-step auto-reset, success flags, groups, and worker processes
+that reproduce the in-process envs exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from rl_helpers import tiny_config
+
+from agents.rl_trainer import train
+from envs import make_env
+from envs.vector import VectorEnv
+
+ENV = "MiniGrid-MemoryS7-v0"
+
+
+def _rollout(env: VectorEnv, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Step ``env`` with a fixed action sequence; stack everything it returns."""
+    rng = np.random.default_rng(seed)
+    obs = env.reset(seed=seed)
+    out = {"image": [obs["image"].copy()], "reward": [], "done": [], "success": []}
+    for _ in range(steps):
+        obs, reward, done, success = env.step(rng.integers(0, 3, env.num_envs))
+        out["image"].append(obs["image"].copy())
+        out["reward"].append(reward.copy())
+        out["done"].append(done.copy())
+        out["success"].append(success.copy())
+    return {k: np.stack(v) for k, v in out.items()}
+
+
+def test_matches_single_envs_with_same_step_reset():
+    """Row i of the vector env is env i of make_env(seed + i), reset in the step that ends it."""
+    n, steps = 3, 60
+    vec = VectorEnv(ENV, n, seed=5, env_kwargs={"max_steps": 20})
+    got = _rollout(vec, steps, seed=5)
+    vec.close()
+    assert got["done"].any()
+    rng = np.random.default_rng(5)
+    actions = [rng.integers(0, 3, n) for _ in range(steps)]
+    for i in range(n):
+        env = make_env(ENV, seed=5 + i, max_steps=20)
+        obs, _ = env.reset(seed=5 + i)
+        np.testing.assert_array_equal(got["image"][0, i], obs["image"])
+        for t in range(steps):
+            obs, reward, terminated, truncated, info = env.step(int(actions[t][i]))
+            done = terminated or truncated
+            assert got["done"][t, i] == done and got["reward"][t, i] == pytest.approx(reward)
+            assert got["success"][t, i] == (done and info["success"])
+            if done:
+                obs, _ = env.reset()
+            np.testing.assert_array_equal(got["image"][t + 1, i], obs["image"])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_reproduce_in_process_envs(workers):
+    """Worker processes over shared memory step exactly the envs the trainer's process would."""
+    inline = VectorEnv(ENV, 4, seed=3, env_kwargs={"max_steps": 15})
+    remote = VectorEnv(ENV, 4, seed=3, env_kwargs={"max_steps": 15}, workers=workers, groups=2)
+    try:
+        assert [(g.start, g.stop) for g in remote.groups] == [(0, 2), (2, 4)]
+        a, b = _rollout(inline, 40), _rollout(remote, 40)
+    finally:
+        inline.close()
+        remote.close()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_bad_env_and_worker_errors_are_clear():
+    with pytest.raises(ValueError, match="workers"):
+        VectorEnv(ENV, 2, seed=0, workers=-1)
+    with pytest.raises(Exception, match="NoSuchEnv"):
+        VectorEnv("MiniGrid-NoSuchEnv-v0", 2, seed=0, workers=1, groups=2)
+    env = VectorEnv(ENV, 2, seed=0, groups=2)
+    with pytest.raises(RuntimeError, match="without step_async"):
+        env.step_wait(0)
+    env.close()
+    env.close()  # idempotent
+
+
+def test_async_training_equals_sync_training(tmp_path):
+    """The trainer with worker processes gives the same run as with in-process envs in two
+    groups (same seed, same grouping): the pipelining changes where envs step, not what."""
+
+    from agents import rl_trainer
+
+    # in-process envs, but split in the same two groups as the async layout
+    original = rl_trainer.make_vector_env
+
+    def two_groups(env_id, n_envs, seed, vector="sync", env_kwargs=None, workers=1):
+        return VectorEnv(env_id, n_envs, seed, env_kwargs, workers=0, groups=2)
+
+    rl_trainer.make_vector_env = two_groups
+    try:
+        sync_run = train(tiny_config("train.total_steps=256"), tmp_path / "sync")
+    finally:
+        rl_trainer.make_vector_env = original
+    async_run = train(
+        tiny_config("env.vector=async", "env.workers=1", "train.total_steps=256"),
+        tmp_path / "async",
+    )
+    assert sync_run.global_step == async_run.global_step
+    for a, b in zip(sync_run.history, async_run.history, strict=True):
+        for key in ("rollout/ep_rew_mean", "train/policy_loss", "train/value_loss"):
+            assert a[key] == b[key] or (np.isnan(a[key]) and np.isnan(b[key])), key
+    sync_w = torch.load(tmp_path / "sync/checkpoints/last.pt", weights_only=True)["policy"]
+    async_w = torch.load(tmp_path / "async/checkpoints/last.pt", weights_only=True)["policy"]
+    for name in sync_w:
+        torch.testing.assert_close(sync_w[name], async_w[name], rtol=0, atol=0)
+
+
+def test_bench_scaling_table_measures_every_layout(tmp_path, capsys):
+    """`memcores bench rl` prints, per layout and size, the env-alone rate, the trainer's rate
+    and their ratio; every one is a measured positive number and the ratio is their quotient."""
+    from experiments.bench.rl import scaling_table
+
+    layouts = (("sync", 1), ("async", 1))
+    rows = scaling_table((2,), 32, 1, "lstm", "cpu", str(tmp_path), layouts)
+    assert [(layout.split()[0], n) for layout, n, _, _ in rows] == [("sync", 2), ("async,", 2)]
+    out = capsys.readouterr().out
+    for layout, _n, ceiling, fps in rows:
+        assert ceiling > 0 and fps > 0
+        line = next(x for x in out.splitlines() if x.strip().startswith(layout))
+        assert line.split()[-1] == f"{fps / ceiling:.2f}"
