@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from agents.policy import RecurrentActorCritic, log_prob_entropy
 from agents.rl_config import AgentConfig
-from agents.rollout import ChunkBatch, RolloutBuffer, select_chunks
+from agents.rollout import ChunkBatch, RolloutBuffer, batch_to, select_chunks
 
 
 @dataclass
@@ -129,6 +129,9 @@ def update(
     :param generator: RNG for the minibatch permutation (``None``: torch's global RNG).
     """
     batch = buffer.chunks()  # every tensor [L, K*N], states [K*N, ...]
+    device = next(policy.parameters()).device
+    if device != buffer.device:  # a CPU rollout for a GPU learner: one move per update
+        batch = batch_to(batch, device)
     n_chunks = buffer.n_chunks
     if agent.algo == "ppo":
         loss_fn = ppo_loss
@@ -142,7 +145,7 @@ def update(
     sums.update(loss=0.0, grad_norm=0.0)
     policy.train()
     for _epoch in range(n_epochs):
-        perm = torch.randperm(n_chunks, generator=generator).to(buffer.device)
+        perm = torch.randperm(n_chunks, generator=generator).to(device)
         for start in range(0, n_chunks, chunks_per_mb):
             mb = select_chunks(batch, perm[start : start + chunks_per_mb])
             new_logprobs, entropy, new_values = evaluate_chunks(policy, mb)

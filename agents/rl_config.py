@@ -137,6 +137,10 @@ class TrainConfig:
     threads: int = 1
     """``torch.set_num_threads`` for this run (small recurrent nets are fastest on one thread;
     ``0`` keeps torch's default)."""
+    update_threads: int = 0
+    """Torch threads during the update (the PPO/A2C epochs); ``0``: as ``threads``. With
+    ``env.vector=async`` the env workers idle while the learner updates, so ``2`` puts the
+    second core to work there (``memcores bench rl`` measures it)."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
     log_every: int = 1
@@ -151,8 +155,11 @@ class TrainConfig:
             raise ValueError(f"train.total_steps must be >= 1, got {self.total_steps}")
         if self.checkpoint_every < 1 or self.log_every < 1:
             raise ValueError("train.checkpoint_every and train.log_every must be >= 1")
-        if self.threads < 0:
-            raise ValueError(f"train.threads must be >= 0, got {self.threads}")
+        if self.threads < 0 or self.update_threads < 0:
+            raise ValueError(
+                f"train.threads and train.update_threads must be >= 0, got {self.threads}, "
+                f"{self.update_threads}"
+            )
 
 
 @dataclass

@@ -17,9 +17,12 @@ reproducible but not bit-identical to an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -385,17 +388,23 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
     if resume is not None:
         logger.truncate_after(global_step)
 
+    # Acting (batch of N, T = 1) is latency-bound: on a GPU learner it stays on the CPU with a
+    # copy of the policy, refreshed after every update; the rollout is stored on the CPU and
+    # each update moves it to the learner's device once.
+    acting = acting_policy(policy, device)
+    cpu = torch.device("cpu")
+    act_device = cpu if acting is not policy else device
     buffer = RolloutBuffer(
         obs_shapes(envs.single_observation_space),
         S,
         N,
         agent.seq_len,
-        policy.initial_state(N, device),
-        device,
+        acting.initial_state(N, act_device),
+        act_device,
     )
     episodes = EpisodeStats(N)
     history: list[dict[str, float]] = []
-    carry = start_rollouts(policy, envs, cfg.train.seed + 7919 * updates, device)
+    carry = start_rollouts(acting, envs, cfg.train.seed + 7919 * updates, act_device)
 
     progress = _progress_bar(cfg, global_step)
     start_time, start_step = time.perf_counter(), global_step
@@ -410,18 +419,21 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
                 group["lr"] = lr
 
             # ---------------- rollout: T = 1 core steps, state carried per env
-            carry = collect_rollout(policy, envs, buffer, carry, episodes)
+            carry = collect_rollout(acting, envs, buffer, carry, episodes)
             global_step += frames_per_update
 
             # ---------------- GAE from the value of the observation after the rollout
             with torch.no_grad():
-                last_value = policy(
-                    obs_to_tensors(carry.obs, device), carry.state, carry.starts.unsqueeze(0)
+                last_value = acting(
+                    obs_to_tensors(carry.obs, act_device), carry.state, carry.starts.unsqueeze(0)
                 ).values[0]
             buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
 
             # ---------------- update
-            stats = update(policy, optimizer, buffer, agent)
+            with _threads(cfg.train.update_threads):
+                stats = update(policy, optimizer, buffer, agent)
+            if acting is not policy:
+                acting.load_state_dict(policy.state_dict())
             updates += 1
 
             # ---------------- logging
@@ -477,6 +489,28 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
         success_rate=episodes.success_rate,
         history=history,
     )
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch threads (``0``: leave the count alone)."""
+    if n <= 0:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def acting_policy(policy: RecurrentActorCritic, device: torch.device) -> RecurrentActorCritic:
+    """The policy that acts in the envs: ``policy`` itself on a CPU learner, else a CPU copy
+    (one env step is a batch of ``n_envs`` rows, too small to gain from a GPU round trip)."""
+    if device.type == "cpu":
+        return policy
+    return copy.deepcopy(policy).to("cpu")
 
 
 def _progress_bar(cfg: RLConfig, initial: int) -> Any:

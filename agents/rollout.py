@@ -164,3 +164,17 @@ def select_chunks(batch: ChunkBatch, idx: Tensor) -> ChunkBatch:
         returns=batch.returns[:, idx],
         state=tuple(s[idx] for s in batch.state),
     )
+
+
+def batch_to(batch: ChunkBatch, device: torch.device) -> ChunkBatch:
+    """``batch`` with every tensor moved to ``device``."""
+    return ChunkBatch(
+        obs={k: v.to(device, non_blocking=True) for k, v in batch.obs.items()},
+        starts=batch.starts.to(device),
+        actions=batch.actions.to(device),
+        logprobs=batch.logprobs.to(device),
+        values=batch.values.to(device),
+        advantages=batch.advantages.to(device),
+        returns=batch.returns.to(device),
+        state=tuple(s.to(device) for s in batch.state),
+    )
