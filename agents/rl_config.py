@@ -90,6 +90,9 @@ class AgentConfig:
     target_kl: float | None = None
     """PPO early stop: skip the remaining minibatches of an update once the approximate KL
     exceeds ``1.5 * target_kl`` (``None``: never stop early)."""
+    bptt_check: bool = True
+    """Refuse a ``seq_len`` shorter than the env's declared memory horizon (the memory-match
+    envs declare one): the choice's gradient could never reach the cue."""
     image_encoder: Literal["flat", "onehot", "cnn", "embed"] = "onehot"
     """``onehot`` (default): one linear layer on the one-hot object/colour/state of every
     cell (DoorKey-5x5 at 100k frames: 2 of 3 seeds >= 0.9 and the third climbing, against 1

@@ -111,6 +111,7 @@ def setup(config: RLConfig) -> Setup:
         if not isinstance(envs.single_action_space, gym.spaces.Discrete):
             raise ValueError(f"env {config.env.id!r} must have a Discrete action space")
         n_actions = int(envs.single_action_space.n)
+        check_bptt_window(config, envs.memory_horizon)
         image_shape = tuple(space["image"].shape)
         try:
             policy = build_policy(config, n_actions, image_shape).to(device)
@@ -121,6 +122,22 @@ def setup(config: RLConfig) -> Setup:
         envs.close()
         raise
     return Setup(config, device, envs, policy, optimizer, n_actions, image_shape)
+
+
+def check_bptt_window(config: RLConfig, horizon: int | None) -> None:
+    """Refuse a truncated-BPTT window that cannot span the env's declared memory horizon.
+
+    :raises ValueError: ``agent.seq_len < horizon`` while ``agent.bptt_check`` is on.
+    """
+    agent = config.agent
+    if horizon is None or not agent.bptt_check or agent.seq_len >= horizon:
+        return
+    raise ValueError(
+        f"agent.seq_len={agent.seq_len} is shorter than {config.env.id}'s memory horizon of "
+        f"{horizon} steps (cue to choice): the choice's gradient can never reach the cue. "
+        f"Use agent.seq_len >= {horizon} (e.g. agent.seq_len = agent.n_steps, a multiple of "
+        "it), or agent.bptt_check=false to train with the short window anyway"
+    )
 
 
 # ---------------------------------------------------------------------------- checkpoints

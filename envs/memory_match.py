@@ -48,10 +48,12 @@ colour ("go to the red ball") on every step, so a policy that reads the mission 
 memory. Comparing a run with it against one without separates "cannot remember the cue" from
 "cannot learn to act on a colour" (docs/rl.md).
 
-:attr:`VisualMatchEnv.memory_horizon` is the number of steps from the last cue observation to
-the first step at which a choice is possible (``distractor_steps + 1``): a truncated-BPTT
-window shorter than this can never carry the choice's gradient back to the cue
-(``agents.rl_config`` checks it).
+:attr:`VisualMatchEnv.memory_horizon` is the shortest truncated-BPTT window that can hold both
+a step at which the cue is in view and the first step at which a choice is possible: Passive,
+``distractor_steps + 2`` (from the last cue view); Active, ``cue_steps + distractor_steps`` (the
+cue may be glimpsed only once, as early as the first step). With a shorter window the
+choice's gradient can never reach the cue, so no core can learn the task; the RL trainer
+refuses such a config (``agent.bptt_check``).
 
 Nothing outside phase 1 depends on the cue: all three rooms are generated at ``reset`` and the
 cue colour is drawn last, so for one seed, phase 2 and 3 observations are identical whatever
@@ -249,8 +251,10 @@ class VisualMatchEnv(MiniGridEnv):
 
     @property
     def memory_horizon(self) -> int:
-        """Steps from the last cue observation to the first possible choice."""
-        return self.distractor_steps + 1
+        """The shortest BPTT window holding a cue view and the first possible choice."""
+        if self.active:
+            return self.cue_steps + self.distractor_steps
+        return self.distractor_steps + 2
 
     def _gen_grid(self, width: int, height: int) -> None:
         cue_grid, cue_agent, cue_dir, cue_cell = self._gen_cue_room()

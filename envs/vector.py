@@ -192,6 +192,8 @@ class VectorEnv:
         probe = make_env(env_id, **env_kwargs)  # validates the id/options in this process
         self.single_observation_space = probe.observation_space
         self.single_action_space = probe.action_space
+        self.memory_horizon: int | None = getattr(probe.unwrapped, "memory_horizon", None)
+        """Steps a BPTT window must span for this env's memory (``None``: not declared)."""
         probe.close()
         self.num_envs = n_envs
         groups = min(groups, n_envs)

@@ -293,3 +293,66 @@ def test_bench_envs_quick(capsys: pytest.CaptureFixture[str]) -> None:
         if env_id == BASELINE:
             assert ratio == 1.0
     assert "slowest memory-match / MemoryS7" in out
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "horizon"),
+    [
+        ("memcores/PassiveVisualMatch-v0", {}, 32),
+        ("memcores/PassiveVisualMatch-v0", {"distractor_steps": 5}, 7),
+        ("memcores/ActiveVisualMatch-v0", {}, 15 + 30),
+        ("MiniGrid-MemoryS7-v0", {}, None),
+    ],
+)
+def test_declared_memory_horizon_gates_the_bptt_window(env_id, kwargs, horizon):
+    """The trainer refuses a seq_len shorter than the env's horizon, before any file exists,
+    and accepts it at the horizon or with the check switched off."""
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import check_bptt_window, setup
+    from envs.vector import VectorEnv
+    from experiments.config import load_config
+
+    env = VectorEnv(env_id, 1, seed=0, env_kwargs=kwargs)
+    assert env.memory_horizon == horizon
+    env.close()
+    if horizon is None:
+        return
+    base = [f"env.id={env_id}", "env.n_envs=1", "agent.mission=none"]
+    base += [f"env.kwargs.{k}={v}" for k, v in kwargs.items()]
+
+    def config(seq_len: int, *extra: str) -> RLConfig:
+        window = [f"agent.{k}={seq_len}" for k in ("n_steps", "seq_len", "minibatch_size")]
+        return load_config(RLConfig, None, [*base, *window, *extra])
+
+    with pytest.raises(ValueError, match=f"memory horizon of {horizon} steps"):
+        setup(config(horizon - 1))
+    check_bptt_window(config(horizon), horizon)
+    check_bptt_window(config(1, "agent.bptt_check=false"), horizon)
+
+
+def test_row_layout_shows_every_ball_in_shuffled_order():
+    from minigrid.core.world_object import Ball
+
+    """reward_layout=row (default): the balls stand in the far row, evenly spaced, all in view
+    of the agent, which starts facing them; the colour order varies between episodes."""
+    orders = set()
+    for seed in range(12):
+        env = make_env("memcores/PassiveVisualMatch-v0", seed=seed, distractor_steps=1)
+        env.reset(seed=seed)
+        for _ in range(6):
+            obs, *_ = env.step(2)
+        base = env.unwrapped
+        assert base.phase == 3 and base.agent_dir == 3
+        row = [base.grid.get(x, 1) for x in (1, 3, 5)]
+        assert all(isinstance(b, Ball) for b in row)
+        orders.add(tuple(b.color for b in row))
+        assert int((obs["image"][:, :, 0] == OBJECT_TO_IDX["ball"]).sum()) == 3  # all three in view
+    assert len(orders) > 2
+
+
+def test_reveal_cue_names_the_colour_in_the_mission():
+    env = make_env("memcores/PassiveVisualMatch-v0", seed=0, reveal_cue=True)
+    env.reset(seed=0, options={"cue_color": "blue"})
+    assert env.unwrapped.mission == "go to the blue ball"
+    with pytest.raises(ValueError, match="reward_layout must be one of row, random"):
+        make_env("memcores/PassiveVisualMatch-v0", reward_layout="grid")
