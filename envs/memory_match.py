@@ -83,6 +83,11 @@ REWARD_LAYOUTS: tuple[str, ...] = ("row", "random")
 """Phase-3 layouts: the balls in a row facing the agent, or at random cells."""
 
 
+def _reveal_mission(color: str) -> str:
+    """The ``reveal_cue`` control's mission: it names the cue colour."""
+    return f"go to the {color} ball"
+
+
 class Apple(Goal):
     """Distractor reward: a green ``goal`` tile, eaten by walking into it (never a ball)."""
 
@@ -151,7 +156,7 @@ class VisualMatchEnv(MiniGridEnv):
             )
         self.room_size = room_size
         self.n_colors = n_colors
-        self.colors = PALETTE[:n_colors]
+        self.colors = list(PALETTE[:n_colors])
         self.cue_steps = int(cue_steps)
         self.distractor_steps = int(distractor_steps)
         self.apple_reward = float(apple_reward)
@@ -164,7 +169,11 @@ class VisualMatchEnv(MiniGridEnv):
         self.apples_eaten = 0
         self._rooms: dict[int, tuple[Grid, tuple[int, int], int]] = {}
         super().__init__(
-            mission_space=MissionSpace(mission_func=lambda: MISSION),
+            mission_space=(
+                MissionSpace(mission_func=_reveal_mission, ordered_placeholders=[self.colors])
+                if self.reveal_cue
+                else MissionSpace(mission_func=lambda: MISSION)
+            ),
             width=room_size,
             height=room_size,
             max_steps=int(max_steps),
@@ -271,7 +280,7 @@ class VisualMatchEnv(MiniGridEnv):
         self.grid, self.agent_pos, self.agent_dir = cue_grid, cue_agent, cue_dir
         self.phase = PHASE_CUE
         self.apples_eaten = 0
-        self.mission = f"go to the {self.cue_color} ball" if self.reveal_cue else MISSION
+        self.mission = _reveal_mission(self.cue_color) if self.reveal_cue else MISSION
 
     def _enter(self, phase: int) -> None:
         self.grid, self.agent_pos, self.agent_dir = self._rooms.pop(phase)
