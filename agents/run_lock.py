@@ -133,3 +133,13 @@ def _read_holder(fd: int) -> str:
     except OSError:
         text = ""
     return text or "another process"
+
+
+def run_files(folder: str | Path, patterns: tuple[str, ...]) -> list[Path]:
+    """The files and folders in ``folder`` that match any glob of ``patterns`` (sorted): what
+    an earlier run left there. The lock file never counts."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = {path for pattern in patterns for path in folder.glob(pattern)}
+    return sorted(p for p in found if p.name != LOCK_NAME)

@@ -63,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
     config = load(args.config, args.overrides)
     results = supervised.train(config, resume=args.resume)
     run_dir = config.run.dir or supervised.default_run_dir(config)
-    print(f"run: {run_dir}  steps: {results['step']}  wall: {results['wall_s']} s")
+    print(
+        f"run: {run_dir}  steps: {results['step']}  skipped: {results['skipped_updates']}  "
+        f"wall: {results['wall_s']} s"
+    )
     for key, value in results["final"].items():
         print(f"  {key:<32} {value:.4f}")
     return 0
