@@ -39,6 +39,9 @@ class DivergenceGuard:
     last_finite_step: int = field(init=False)
     """The step reached by the last update that was applied."""
 
+    any_finite: bool = field(init=False, default=False)
+    """Some update since :attr:`start_step` was applied."""
+
     def __post_init__(self) -> None:
         self.last_finite_step = self.start_step
 
@@ -56,15 +59,20 @@ class DivergenceGuard:
         if not bad:
             self.consecutive = 0
             self.last_finite_step = step
+            self.any_finite = True
             return
         self.consecutive += 1
         if self.patience and self.consecutive >= self.patience:
             reason = f" ({why})" if why else ""
+            since = (
+                f"last finite update at {self.unit} {self.last_finite_step}"
+                if self.any_finite
+                else f"no finite update since {self.unit} {self.start_step}"
+            )
             raise TrainingDiverged(
                 f"training diverged: the last {self.consecutive} updates were all skipped"
-                f"{reason}; last finite update at {self.unit} {self.last_finite_step}, "
-                f"{self.skipped} skipped in all; lower the learning rate or enable gradient "
-                "clipping"
+                f"{reason}; {since}; {self.skipped} skipped in all; lower the learning rate "
+                "or enable gradient clipping"
             )
 
 

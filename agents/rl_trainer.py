@@ -493,7 +493,9 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
                 progress.set_postfix(fps=f"{fps:.0f}", ret=f"{ep_rew:.2f}", refresh=False)
 
             all_skipped = stats.n_minibatches == 0 and stats.skipped_updates > 0
-            guard.observe(global_step, all_skipped, stats.skipped_updates, "non-finite loss")
+            guard.observe(
+                global_step, all_skipped, stats.skipped_updates, "non-finite loss or gradient"
+            )
 
             # ---------------- checkpoint (atomic; the last one always)
             if updates % cfg.train.checkpoint_every == 0 or updates == total_updates:

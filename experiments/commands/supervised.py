@@ -48,7 +48,10 @@ def load(config_arg: str, overrides: list[str]) -> SupervisedConfig:
     path = Path(config_arg)
     if path.is_dir():
         if not (path / "config.yaml").is_file():
-            raise FileNotFoundError(f"{path} is a directory without config.yaml (not a run dir)")
+            raise FileNotFoundError(
+                f"config path {path} is a folder, not a YAML file nor a run folder "
+                "(it has no config.yaml)"
+            )
         return load_config(SupervisedConfig, path / "config.yaml", [*overrides, f"run.dir={path}"])
     return load_config(SupervisedConfig, path, overrides)
 
