@@ -179,9 +179,10 @@ class RunConfig:
     tensorboard: bool = True
     """Write TensorBoard event files (``progress.csv`` is always written)."""
     overwrite: bool = False
-    """Start over in a run folder that already holds a run (its checkpoint, ``config.yaml``,
-    ``progress.csv`` and event files are deleted once the new config has been validated);
-    without it, such a folder is an error unless ``--resume`` is given."""
+    """Start over in a run folder that already holds a run, with or without a checkpoint (its
+    checkpoints, ``config.yaml``, ``progress.csv`` and event files are deleted once the new
+    config has been validated); without it, such a folder is an error unless ``--resume`` is
+    given."""
 
 
 @dataclass

@@ -147,7 +147,9 @@ class RunConfig:
     tensorboard: bool = True
     progress_bar: bool = True
     overwrite: bool = False
-    """Start afresh in an existing run directory (deletes its run files); else it is an error."""
+    """Start afresh in a directory that holds a run's files, with or without a checkpoint
+    (deletes those files, and only those); without it, such a directory is an error unless
+    ``--resume`` is given."""
 
 
 @dataclass

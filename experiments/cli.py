@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         # Bad input gets one line, not a traceback; any other exception is a bug and keeps it.
         if debug:
             raise
-        print(f"memcores {name}: error: {one_line(err)}", file=sys.stderr)
+        print(f"memcores {name}: error: {one_line(err)}{_debug_hint(err)}", file=sys.stderr)
         return EXIT_DIVERGED if isinstance(err, TrainingDiverged) else EXIT_BAD_INPUT
     except KeyboardInterrupt:
         if debug:
@@ -90,6 +90,15 @@ BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError,
 ``ValueError``), missing/unreadable/unwritable files and folders (``OSError``), corrupt
 checkpoints, busy run folders and diverged runs (``RuntimeError`` subclasses), truncated
 files (``EOFError``)."""
+
+
+def _debug_hint(err: BaseException) -> str:
+    """A pointer to ``--debug`` for errors that may come from a library rather than from input
+    (a plain or third-party ``RuntimeError``): if it is a bug, its traceback is one flag away."""
+    ours = type(err).__module__.split(".")[0] in ("agents", "cores", "envs", "experiments")
+    if ours or isinstance(err, (ValueError, OSError, EOFError)):
+        return ""
+    return " (memcores --debug shows the traceback)"
 
 
 def one_line(err: BaseException) -> str:

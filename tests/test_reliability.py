@@ -410,3 +410,17 @@ def test_a_bug_is_not_hidden_behind_one_line(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(list_cmd, "run", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["list", "cores"])
+
+
+def test_a_library_runtime_error_points_to_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from experiments.commands import list_cmd
+
+    def failing(args: argparse.Namespace) -> int:
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(list_cmd, "run", failing)
+    assert main(["list", "cores"]) == 2
+    err = one_error_line(capsys, "list")
+    assert err.endswith("out of memory (memcores --debug shows the traceback)")
