@@ -33,12 +33,12 @@ class DivergenceGuard:
     start_step: int = 0
     unit: str = "step"
     skipped: int = 0
-    """Running total of skipped updates (minibatches, for PPO) since the run started here."""
+    """Running total of skipped updates (minibatches, for PPO); a resumed run starts from the
+    checkpoint's total."""
     consecutive: int = 0
     """Bad updates in a row, up to now."""
     last_finite_step: int = field(init=False)
     """The step reached by the last update that was applied."""
-
     any_finite: bool = field(init=False, default=False)
     """Some update since :attr:`start_step` was applied."""
 

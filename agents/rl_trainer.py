@@ -430,7 +430,8 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
     history: list[dict[str, float]] = []
     carry = start_rollouts(policy, envs, cfg.train.seed + 7919 * updates, device)
 
-    guard = DivergenceGuard(cfg.train.max_skipped_updates, global_step, unit="frame")
+    skipped_before = int((resume or {}).get("skipped_updates", 0))
+    guard = DivergenceGuard(cfg.train.max_skipped_updates, global_step, "frame", skipped_before)
     progress = _progress_bar(cfg, global_step)
     start_time, start_step = time.perf_counter(), global_step
     start_cpu = time.process_time()
@@ -499,8 +500,9 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
 
             # ---------------- checkpoint (atomic; the last one always)
             if updates % cfg.train.checkpoint_every == 0 or updates == total_updates:
+                extra = {"skipped_updates": guard.skipped}
                 save_checkpoint(
-                    run_dir / CHECKPOINT_NAME, checkpoint_payload(s, global_step, updates)
+                    run_dir / CHECKPOINT_NAME, checkpoint_payload(s, global_step, updates, extra)
                 )
     finally:
         if progress is not None:

@@ -359,7 +359,8 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
         logger, start_step, best = open_run(prep, payload)
         try:
             t0 = time.perf_counter()
-            step, stopped_early, skipped = training_loop(prep, logger, start_step, best)
+            skipped = int((payload or {}).get("skipped_updates", 0))
+            step, stopped_early, skipped = training_loop(prep, logger, start_step, best, skipped)
             results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
             results["skipped_updates"] = skipped
             for key, value in results.get("final", {}).items():
@@ -424,8 +425,9 @@ def open_run(
     return logger, start_step, dict(payload.get("best", {}))
 
 
-def save_run_checkpoint(prep: Prepared, step: int, best: dict[str, float]) -> None:
-    """The atomic ``checkpoint.pt``: model, optimiser, RNG states, config and best metrics."""
+def save_run_checkpoint(prep: Prepared, step: int, best: dict[str, float], skipped: int) -> None:
+    """The atomic ``checkpoint.pt``: model, optimiser, RNG states, config, best metrics and
+    the number of skipped updates."""
     payload = {
         "format": FORMAT,
         "step": step,
@@ -434,6 +436,7 @@ def save_run_checkpoint(prep: Prepared, step: int, best: dict[str, float]) -> No
         "rng": rng_state(),
         "config": dataclasses.asdict(prep.config),
         "best": best,
+        "skipped_updates": skipped,
     }
     save_checkpoint(prep.run_dir / CHECKPOINT, payload)
 
@@ -528,18 +531,19 @@ class LogWindow:
 
 
 def training_loop(
-    prep: Prepared, logger: RunLogger, start_step: int, best: dict[str, float]
+    prep: Prepared, logger: RunLogger, start_step: int, best: dict[str, float], skipped: int = 0
 ) -> tuple[int, bool, int]:
     """Update from ``start_step`` to ``train.steps`` (or the target accuracy), logging every
     ``log_every`` and evaluating and checkpointing every ``eval_every`` updates.
 
+    :param skipped: updates skipped before ``start_step`` (a resumed run's count).
     :return: the last step, whether the target accuracy stopped the run early, and how many
-        updates were skipped.
+        updates were skipped in all.
     :raises agents.divergence.TrainingDiverged: too many consecutive bad updates.
     """
     config, tcfg, task = prep.config, prep.config.train, prep.task
     data = TaskData(task, tcfg.batch_size, tcfg.seed)
-    guard = DivergenceGuard(tcfg.max_skipped_updates, start_step)
+    guard = DivergenceGuard(tcfg.max_skipped_updates, start_step, skipped=skipped)
     max_loss = math.inf  # set from the first training loss
     window = LogWindow()
     from tqdm import tqdm
@@ -574,7 +578,7 @@ def training_loop(
                 bar.set_postfix({k: f"{v:.4g}" for k, v in stats.items()}, refresh=False)
             if step % tcfg.eval_every == 0 or step == tcfg.steps:
                 acc = run_eval(prep, logger, best, step).get("accuracy")
-                save_run_checkpoint(prep, step, best)
+                save_run_checkpoint(prep, step, best, guard.skipped + bool(why))
                 if tcfg.target_accuracy is not None and acc is not None:
                     stopped_early = acc >= tcfg.target_accuracy and step < tcfg.steps
             last = step == tcfg.steps or stopped_early

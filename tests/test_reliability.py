@@ -249,6 +249,19 @@ def test_diverged_run_stops_with_exit_3_naming_the_last_finite_step(
     assert not (run / "results.json").exists()
 
 
+def test_skipped_total_survives_a_resume(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    never_stop = ["agent.vf_coef=1e39", "train.max_skipped_updates=0"]  # every minibatch skipped
+    assert cli("train", run, *never_stop, "train.total_steps=128") == 0  # 2 updates x 4
+    assert "8 minibatches skipped" in capsys.readouterr().out
+    assert torch.load(run / CHECKPOINT_NAME, weights_only=True)["skipped_updates"] == 8
+    assert cli("train", run, *never_stop, "train.total_steps=192", resume=True) == 0
+    assert "12 minibatches skipped" in capsys.readouterr().out
+    with (run / "progress.csv").open() as handle:
+        totals = [float(r["train/skipped_updates"]) for r in csv.DictReader(handle)]
+    assert totals == [4, 8, 12]
+
+
 @pytest.mark.parametrize(
     ("command", "summary"), [("train", "0 minibatches skipped"), ("supervised", "skipped: 0")]
 )
