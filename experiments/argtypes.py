@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 
 
 def _number(text: str, kind: type, lowest: float, strict: bool) -> int | float:
@@ -32,3 +34,17 @@ def non_negative_int(text: str) -> int:
 def positive_float(text: str) -> float:
     """A finite number > 0 (frame rates)."""
     return float(_number(text, float, 0.0, strict=True))
+
+
+def output_file(text: str) -> str:
+    """A file path that can be written: not a folder, and its nearest existing ancestor is a
+    writable folder (missing folders are created when the file is written, not here)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    ancestor = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: folder {ancestor} is read-only")
+    return text

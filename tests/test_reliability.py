@@ -344,18 +344,28 @@ def test_unusable_config_file_is_named_in_one_line(
         (["transfer", "doorkey", "--episodes", "0"], "argument --episodes: must be >= 1"),
         (["bench", "cores", "--reps", "-1"], "argument --reps: must be >= 1, got -1"),
         (["diagnose", "RUN", "--batch", "0"], "argument --batch: must be >= 1"),
+        (["visualize", "RUN", "--gif", "FILE/x.gif"], "FILE is not a folder"),
+        (["diagnose", SUP_CONFIG, "--out", "FILE/p.png"], "FILE is not a folder"),
+        (["visualize", "RUN", "--gif", "TMP"], "TMP is a folder, not a file"),
+        (["supervised", "RUN", "--eval-only", "--json", "FILE/r.json"], "FILE is not a folder"),
     ],
 )
 def test_out_of_range_options_are_refused_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
 ) -> None:
-    args = [str(tmp_path / "run") if a == "RUN" else a for a in args]
+    blocker = tmp_path / "FILE"
+    if any("FILE" in a for a in args):
+        blocker.write_text("")
+    names = {"RUN": str(tmp_path / "run"), "FILE": str(blocker), "TMP": str(tmp_path)}
+    args = [names["RUN"] if a == "RUN" else a for a in args]
+    args = [a.replace("FILE", names["FILE"]).replace("TMP", names["TMP"]) for a in args]
+    message = message.replace("FILE", names["FILE"]).replace("TMP", names["TMP"])
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2
     out, err = capsys.readouterr()
     assert message in err and out == ""  # nothing printed, trained or written
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == (["FILE"] if blocker.exists() else [])
 
 
 # ============================================================================ one line, exit 2
@@ -376,18 +386,36 @@ def test_unusable_run_folder_is_one_line(
     assert target.read_text() == "keep me"
 
 
-def test_os_errors_name_their_file_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+@pytest.mark.parametrize("command", COMMANDS)
+def test_unwritable_run_folder_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
-    run = tmp_path / "run"
-    assert cli("train", run, "train.total_steps=64") == 0
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    gif = blocker / "out.gif"  # its folder cannot be created
-    capsys.readouterr()
-    assert main(["visualize", str(run), "--gif", str(gif), "--episodes", "1"]) == 2
-    err = one_error_line(capsys, "visualize")
-    assert str(blocker) in err and "Errno" not in err
+    """A read-only parent folder (simulated: the tests may run as root, who may write anyway)."""
+    run = tmp_path / "ro" / "run"
+    real_mkdir = Path.mkdir
+
+    def read_only(self: Path, *args, **kwargs) -> None:
+        if self == run:
+            raise PermissionError(13, "Permission denied", str(self))
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    assert cli(command, run) == 2
+    err = one_error_line(capsys, command)
+    assert f"cannot create run folder {run}: Permission denied" in err
+
+
+def test_any_os_error_is_one_line_naming_its_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from experiments.commands import list_cmd
+
+    def denied(args: argparse.Namespace) -> int:
+        raise PermissionError(13, "Permission denied", "/some/file")
+
+    monkeypatch.setattr(list_cmd, "run", denied)
+    assert main(["list", "cores"]) == 2
+    assert one_error_line(capsys, "list").endswith("error: Permission denied: /some/file")
 
 
 def test_corrupt_checkpoint_never_suggests_unsafe_loading(

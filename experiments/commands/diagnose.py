@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.argtypes import non_negative_int, positive_int
+from experiments.argtypes import non_negative_int, output_file, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cores", help="comma-separated cores to build from each config (default: its core)"
     )
-    parser.add_argument("--out", default="profile.png", help="output PNG (default profile.png)")
+    parser.add_argument(
+        "--out", default="profile.png", type=output_file, help="output PNG (default profile.png)"
+    )
     parser.add_argument(
         "--batch", type=positive_int, default=64, help="sequences in the probe batch"
     )

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from agents.supervised_config import SupervisedConfig
+from experiments.argtypes import output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="T1,T2,...",
         help="with --eval-only: evaluate at each task.length (transfer copy), e.g. 200,400,1000",
     )
-    parser.add_argument("--json", metavar="FILE", help="with --eval-only: also write the results")
+    parser.add_argument(
+        "--json", metavar="FILE", type=output_file, help="with --eval-only: also write the results"
+    )
 
 
 def load(config_arg: str, overrides: list[str]) -> SupervisedConfig:
