@@ -9,7 +9,9 @@ Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints
 ``torch.load(weights_only=True)``; holds the config, so evaluation needs nothing else).
 
 Resume (``--resume``): policy, optimiser, step/update counters and the Python/NumPy/torch RNGs
-come back from ``checkpoints/last.pt``; ``progress.csv`` rows after that step are dropped.
+come back from ``checkpoints/last.pt``; ``progress.csv`` rows and TensorBoard events after
+that step are dropped. The folder is locked while a run writes into it (``agents/run_lock.py``)
+and a diverged run stops (``agents/divergence.py``); docs/rl.md "Guarantees".
 Episodes in flight are not saved: the envs are reset with seeds
 ``train.seed + 7919 * updates + i`` and the core state starts fresh, so a resumed run is
 reproducible but not bit-identical to an uninterrupted one.

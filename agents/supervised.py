@@ -4,10 +4,15 @@ One run, top to bottom (:func:`train`):
 
 1. :func:`prepare` builds the config's task (reading any dataset), core, readout, optimiser
    and device, so every mistake surfaces before anything is written;
-2. the run directory gets ``config.yaml``, ``init.pt`` (weights at step 0, for before/after
-   diagnostics), TensorBoard events and ``progress.csv`` (via :class:`agents.logger.RunLogger`);
-3. each update draws a batch that is a pure function of ``(seed, step)``, so ``--resume``
-   replays exactly the data an uninterrupted run would have seen;
+2. :func:`claim_run_dir`, with the run directory locked for this process: the checkpoint to
+   resume, or a directory without an earlier run's files (``run.overwrite`` deletes them);
+   :func:`open_run` then writes ``config.yaml``, ``init.pt`` (weights at step 0, for
+   before/after diagnostics), TensorBoard events and ``progress.csv``
+   (:class:`agents.logger.RunLogger`);
+3. each update (:func:`train_step`) draws a batch that is a pure function of
+   ``(seed, step)``, so ``--resume`` replays exactly the data an uninterrupted run would have
+   seen; an update with a non-finite or exploding loss is skipped, and
+   ``train.max_skipped_updates`` of them in a row stop the run (:mod:`agents.divergence`);
 4. every ``train.eval_every`` updates: evaluation on a fixed set, the forget-gate time-scale
    histogram (when the core has a forget gate) and an atomic ``checkpoint.pt`` with the model,
    optimiser and RNG states;
