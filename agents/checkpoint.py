@@ -34,11 +34,20 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises several types for truncated/foreign files
         raise CheckpointError(
-            f"checkpoint {path} is corrupt or not a memcores checkpoint: {err}"
+            f"checkpoint {path} is corrupt or not a memcores checkpoint ({_load_failure(err)})"
         ) from err
     if not isinstance(payload, dict):
         raise CheckpointError(f"checkpoint {path} holds {type(payload).__name__}, expected a dict")
     return payload
+
+
+def _load_failure(err: Exception) -> str:
+    """Why ``torch.load`` failed, in one line and without torch's advice to load unsafely."""
+    text = str(err)
+    if "Weights only load failed" in text or "weights_only" in text:
+        return "it holds Python objects other than tensors and plain data; refused for safety"
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return first.split(". ")[0].rstrip(".")  # torch appends paragraphs of advice
 
 
 def rng_state() -> dict[str, Any]:

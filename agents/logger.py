@@ -9,6 +9,9 @@ from typing import Any
 
 import torch
 
+EVENTS_GLOB = "events.out.tfevents.*"
+"""TensorBoard event files written into a run folder."""
+
 
 class RunLogger:
     """Collects scalars for one step, then writes them to TensorBoard and ``progress.csv``.
@@ -33,6 +36,8 @@ class RunLogger:
                 reader = csv.DictReader(handle)
                 self._columns = list(reader.fieldnames or [])
                 self._rows = list(reader)
+        # Event files of an earlier process (resume): rewritten by truncate_after().
+        self._old_events = sorted(self.run_dir.glob(EVENTS_GLOB))
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -75,9 +80,24 @@ class RunLogger:
         return values
 
     def truncate_after(self, step: int) -> None:
-        """Drop CSV rows beyond ``step`` (used when resuming from an earlier checkpoint)."""
+        """Drop what was logged beyond ``step`` (resuming from the checkpoint at ``step``).
+
+        CSV rows after ``step`` are dropped; the earlier event files are copied, up to
+        ``step``, into this logger's event file and deleted, so TensorBoard shows one point
+        per step, as ``progress.csv`` does, however often a run was resumed.
+        """
         self._rows = [r for r in self._rows if float(r.get("step", 0)) <= step]
         self._rewrite_csv()
+        if self._writer is not None and self._old_events:
+            file_writer = self._writer._get_file_writer()
+            for path in self._old_events:
+                for event in _read_events(path):
+                    if event.step <= step and not event.HasField("file_version"):
+                        file_writer.add_event(event, walltime=event.wall_time)
+            file_writer.flush()
+            for path in self._old_events:  # only once their content is safely copied
+                path.unlink(missing_ok=True)
+            self._old_events = []
 
     def _rewrite_csv(self) -> None:
         tmp = self.csv_path.with_suffix(".csv.tmp")
@@ -92,3 +112,16 @@ class RunLogger:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _read_events(path: Path) -> list[Any]:
+    """The events of one TensorBoard file; a record cut short by a kill ends the list."""
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+
+    events = []
+    try:
+        for event in LegacyEventFileLoader(str(path)).Load():  # as written, not migrated
+            events.append(event)
+    except Exception:  # a truncated or corrupt tail (killed mid-write): keep what was read
+        pass
+    return events

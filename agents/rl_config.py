@@ -14,10 +14,12 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from agents.core_config import CoreConfig
+from agents.divergence import check_learning_rate
 
 
 @dataclass
@@ -121,8 +123,11 @@ class AgentConfig:
                 f"agent.minibatch_size ({self.minibatch_size}) must be a multiple of "
                 f"agent.seq_len ({self.seq_len}): minibatches hold whole chunks"
             )
-        if self.learning_rate <= 0:
-            raise ValueError(f"agent.learning_rate must be > 0, got {self.learning_rate}")
+        check_learning_rate("agent.learning_rate", self.learning_rate)
+        for name in ("clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"agent.{name} must be a finite number, got {value}")
         if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
             raise ValueError("agent.gamma must be in (0, 1] and agent.gae_lambda in [0, 1]")
 
@@ -152,8 +157,17 @@ class TrainConfig:
     """Log the core's gate time-scale histogram every this many updates (0 disables)."""
     progress: bool = True
     """Show a tqdm progress bar (frames, fps, return)."""
+    max_skipped_updates: int = 10
+    """Stop the run (exit code 3) when this many consecutive updates had every minibatch
+    skipped for a non-finite loss or gradient, i.e. the run has diverged (0: never stop)."""
 
     def validate(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
+        if self.max_skipped_updates < 0:
+            raise ValueError(
+                f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"
+            )
         if self.total_steps < 1:
             raise ValueError(f"train.total_steps must be >= 1, got {self.total_steps}")
         if self.checkpoint_every < 1 or self.log_every < 1:
@@ -175,9 +189,10 @@ class RunConfig:
     tensorboard: bool = True
     """Write TensorBoard event files (``progress.csv`` is always written)."""
     overwrite: bool = False
-    """Start over in a run folder that already holds a run (its checkpoint, ``config.yaml``,
-    ``progress.csv`` and event files are deleted once the new config has been validated);
-    without it, such a folder is an error unless ``--resume`` is given."""
+    """Start over in a run folder that already holds a run, with or without a checkpoint (its
+    checkpoints, ``config.yaml``, ``progress.csv`` and event files are deleted once the new
+    config has been validated); without it, such a folder is an error unless ``--resume`` is
+    given."""
 
 
 @dataclass

@@ -9,7 +9,9 @@ Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints
 ``torch.load(weights_only=True)``; holds the config, so evaluation needs nothing else).
 
 Resume (``--resume``): policy, optimiser, step/update counters and the Python/NumPy/torch RNGs
-come back from ``checkpoints/last.pt``; ``progress.csv`` rows after that step are dropped.
+come back from ``checkpoints/last.pt``; ``progress.csv`` rows and TensorBoard events after
+that step are dropped. The folder is locked while a run writes into it (``agents/run_lock.py``)
+and a diverged run stops (``agents/divergence.py``); docs/rl.md "Guarantees".
 Episodes in flight are not saved: the envs are reset with seeds
 ``train.seed + 7919 * updates + i`` and the core state starts fresh, so a resumed run is
 reproducible but not bit-identical to an uninterrupted one.
@@ -34,11 +36,14 @@ import yaml
 
 from agents.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from agents.device import resolve_device
+from agents.divergence import DivergenceGuard
+from agents.files import write_text_atomic
 from agents.logger import RunLogger
 from agents.policy import RecurrentActorCritic, build_policy, obs_to_tensors, sample_actions
 from agents.ppo import make_optimizer, update
 from agents.rl_config import RLConfig, config_from_dict, config_to_dict
 from agents.rollout import RolloutBuffer
+from agents.run_lock import RunLock, run_files
 from envs.vector import VectorEnv
 
 CHECKPOINT_FORMAT = "memcores-rl/1"
@@ -329,32 +334,60 @@ class TrainResult:
     """Wall-clock time of the training loop (rollouts, updates, logging, checkpoints)."""
     loop_cpu_seconds: float = 0.0
     """CPU time of this process in the training loop (``time.process_time``)."""
+    skipped_updates: int = 0
+    """Minibatch updates skipped for a non-finite loss or gradient (their step not taken)."""
 
 
 def train(config: RLConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
     """Train an agent as ``config`` says; write everything into ``run_dir``.
 
+    The run folder is locked (:class:`agents.run_lock.RunLock`) while the run writes into it.
+
     :param resume: continue from ``run_dir/checkpoints/last.pt``.
-    :raises ValueError: bad config values, or ``run_dir`` already holds a run and ``resume``
-        is false (nothing is written in either case).
+    :raises ValueError: bad config values, or ``run_dir`` already holds a run (files of one,
+        with or without a checkpoint) and neither ``resume`` nor ``run.overwrite`` is set
+        (nothing is written in either case).
+    :raises agents.run_lock.RunFolderBusy: another process is writing into ``run_dir``.
+    :raises agents.divergence.TrainingDiverged: ``train.max_skipped_updates`` consecutive
+        updates were skipped (the last checkpoint is kept).
     """
     run_dir = Path(run_dir)
-    ckpt_path = run_dir / CHECKPOINT_NAME
-    resume_payload = None
-    if resume:
-        resume_payload = load_rl_checkpoint(ckpt_path)  # clear error if missing/corrupt
-    elif ckpt_path.exists() and not config.run.overwrite:
-        raise ValueError(
-            f"run folder {run_dir} already holds a run; pass --resume to continue it, "
-            "run.overwrite=true to start over, or choose another run.dir"
-        )
     s = setup(config)  # validates env/core/device; writes nothing
-    if resume_payload is None and config.run.overwrite:
-        _clear_run(run_dir)
     try:
-        return _train_loop(s, run_dir, resume_payload)
+        with RunLock(run_dir, "memcores train"):
+            resume_payload = _claim_run_dir(run_dir, config, resume)
+            return _train_loop(s, run_dir, resume_payload)
     finally:
         s.envs.close()
+
+
+RUN_FILES = ("config.yaml", "progress.csv", "progress.csv.tmp", "events.out.tfevents.*")
+RUN_FILES += ("checkpoints", ".config.yaml.*.tmp")
+"""Globs of what a run writes into its folder (what ``run.overwrite`` deletes)."""
+
+
+def _claim_run_dir(run_dir: Path, config: RLConfig, resume: bool) -> dict[str, Any] | None:
+    """With the folder locked: the checkpoint to resume from, or a clean folder.
+
+    :raises ValueError: ``resume`` without a checkpoint, or an earlier run's files in the
+        folder without ``resume`` or ``run.overwrite``.
+    """
+    ckpt_path = run_dir / CHECKPOINT_NAME
+    if resume:
+        payload = load_rl_checkpoint(ckpt_path)  # clear error if missing/corrupt
+        for tmp in ckpt_path.parent.glob(f".{ckpt_path.name}.*.tmp"):  # a kill mid-write
+            tmp.unlink()
+        return payload
+    leftovers = run_files(run_dir, RUN_FILES)
+    if leftovers and not config.run.overwrite:
+        names = ", ".join(p.name for p in leftovers[:4])
+        how = "pass --resume to continue it, " if ckpt_path.is_file() else ""
+        raise ValueError(
+            f"run folder {run_dir} already holds a run ({names}); {how}"
+            "set run.overwrite=true to start over, or choose another run.dir"
+        )
+    _clear_run(run_dir)
+    return None
 
 
 def _check_same_network(saved: dict[str, Any], config: RLConfig) -> None:
@@ -375,10 +408,12 @@ def _check_same_network(saved: dict[str, Any], config: RLConfig) -> None:
 
 def _clear_run(run_dir: Path) -> None:
     """Delete what an earlier run wrote into ``run_dir`` (only the files a run writes)."""
-    for path in [run_dir / CHECKPOINT_NAME, run_dir / "config.yaml", run_dir / "progress.csv"]:
-        path.unlink(missing_ok=True)
-    for path in run_dir.glob("events.out.tfevents.*"):
-        path.unlink()
+    for path in reversed(run_files(run_dir, (*RUN_FILES, "checkpoints/*"))):
+        if path.is_dir():  # emptied first: reversed, the sorted list has files before folders
+            if not any(path.iterdir()):
+                path.rmdir()
+        else:
+            path.unlink()
 
 
 def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> TrainResult:
@@ -400,7 +435,7 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
         torch.manual_seed(cfg.train.seed)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     logger = RunLogger(run_dir, tensorboard=cfg.run.tensorboard)
     if resume is not None:
         logger.truncate_after(global_step)
@@ -423,6 +458,8 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
     history: list[dict[str, float]] = []
     carry = start_rollouts(acting, envs, cfg.train.seed + 7919 * updates, act_device)
 
+    skipped_before = int((resume or {}).get("skipped_updates", 0))
+    guard = DivergenceGuard(cfg.train.max_skipped_updates, global_step, "frame", skipped_before)
     progress = _progress_bar(cfg, global_step)
     start_time, start_step = time.perf_counter(), global_step
     start_cpu = time.process_time()
@@ -471,7 +508,7 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
                     "train/loss": stats.loss,
                     "train/grad_norm": stats.grad_norm,
                     "train/n_updates": updates,
-                    "train/skipped_updates": stats.skipped_updates,
+                    "train/skipped_updates": guard.skipped + stats.skipped_updates,
                     "time/fps": fps,
                     "time/iterations": updates,
                     "time/total_timesteps": global_step,
@@ -487,10 +524,16 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
                 progress.update(frames_per_update)
                 progress.set_postfix(fps=f"{fps:.0f}", ret=f"{ep_rew:.2f}", refresh=False)
 
+            all_skipped = stats.n_minibatches == 0 and stats.skipped_updates > 0
+            guard.observe(
+                global_step, all_skipped, stats.skipped_updates, "non-finite loss or gradient"
+            )
+
             # ---------------- checkpoint (atomic; the last one always)
             if updates % cfg.train.checkpoint_every == 0 or updates == total_updates:
+                extra = {"skipped_updates": guard.skipped}
                 save_checkpoint(
-                    run_dir / CHECKPOINT_NAME, checkpoint_payload(s, global_step, updates)
+                    run_dir / CHECKPOINT_NAME, checkpoint_payload(s, global_step, updates, extra)
                 )
     finally:
         if progress is not None:
@@ -505,6 +548,7 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
         ep_rew_mean=episodes.mean_return,
         success_rate=episodes.success_rate,
         history=history,
+        skipped_updates=guard.skipped,
     )
 
 

@@ -4,10 +4,15 @@ One run, top to bottom (:func:`train`):
 
 1. :func:`prepare` builds the config's task (reading any dataset), core, readout, optimiser
    and device, so every mistake surfaces before anything is written;
-2. the run directory gets ``config.yaml``, ``init.pt`` (weights at step 0, for before/after
-   diagnostics), TensorBoard events and ``progress.csv`` (via :class:`agents.logger.RunLogger`);
-3. each update draws a batch that is a pure function of ``(seed, step)``, so ``--resume``
-   replays exactly the data an uninterrupted run would have seen;
+2. :func:`claim_run_dir`, with the run directory locked for this process: the checkpoint to
+   resume, or a directory without an earlier run's files (``run.overwrite`` deletes them);
+   :func:`open_run` then writes ``config.yaml``, ``init.pt`` (weights at step 0, for
+   before/after diagnostics), TensorBoard events and ``progress.csv``
+   (:class:`agents.logger.RunLogger`);
+3. each update (:func:`train_step`) draws a batch that is a pure function of
+   ``(seed, step)``, so ``--resume`` replays exactly the data an uninterrupted run would have
+   seen; an update with a non-finite or exploding loss is skipped, and
+   ``train.max_skipped_updates`` of them in a row stop the run (:mod:`agents.divergence`);
 4. every ``train.eval_every`` updates: evaluation on a fixed set, the forget-gate time-scale
    histogram (when the core has a forget gate) and an atomic ``checkpoint.pt`` with the model,
    optimiser and RNG states;
@@ -43,8 +48,10 @@ from agents.checkpoint import (
     set_rng_state,
 )
 from agents.device import resolve_device
+from agents.divergence import DivergenceGuard
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
+from agents.run_lock import RunLock, run_files
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
 from envs.sequences import (
@@ -327,87 +334,223 @@ def timescale_stats(log_ts: Tensor) -> dict[str, float]:
 
 
 # =========================================================================== training
+RUN_FILES = (
+    "config.yaml",
+    CHECKPOINT,
+    INIT_CHECKPOINT,
+    "progress.csv",
+    "progress.csv.tmp",
+    "results.json",
+    "events.out.tfevents.*",
+    *(f".{name}.*.tmp" for name in ("config.yaml", CHECKPOINT, INIT_CHECKPOINT, "results.json")),
+)
+"""Globs of what a run writes into its directory (what ``run.overwrite`` deletes)."""
+
+
 def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
-    """Train (or resume) one run; returns the final metrics (also in ``results.json``)."""
+    """Train (or resume) one run; returns the final metrics (also in ``results.json``).
+
+    The run directory is locked (:class:`agents.run_lock.RunLock`) while the run writes.
+
+    :raises ValueError: bad config, or the directory holds a run and neither ``resume`` nor
+        ``run.overwrite`` is set (nothing is written).
+    :raises agents.run_lock.RunFolderBusy: another process is writing into the directory.
+    :raises agents.divergence.TrainingDiverged: ``train.max_skipped_updates`` consecutive bad
+        updates (the last checkpoint is kept; ``results.json`` is not written).
+    """
     prep = prepare(config)
-    run_dir, model, optimizer, task = prep.run_dir, prep.model, prep.optimizer, prep.task
+    with RunLock(prep.run_dir, "memcores supervised"):
+        payload = claim_run_dir(prep, resume)
+        logger, start_step, best = open_run(prep, payload)
+        try:
+            t0 = time.perf_counter()
+            skipped = int((payload or {}).get("skipped_updates", 0))
+            step, stopped_early, skipped = training_loop(prep, logger, start_step, best, skipped)
+            results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
+            results["skipped_updates"] = skipped
+            for key, value in results.get("final", {}).items():
+                logger.record(key, value)
+            logger.dump(step)
+        finally:
+            logger.close()
+        write_text_atomic(prep.run_dir / "results.json", json.dumps(results, indent=2))
+    return results
+
+
+def claim_run_dir(prep: Prepared, resume: bool) -> dict[str, Any] | None:
+    """With the directory locked: the checkpoint to resume from, or a clean directory.
+
+    ``train.init_from`` is loaded into the model here, before anything is deleted.
+
+    :raises ValueError: an earlier run's files without ``resume`` or ``run.overwrite``, a
+        checkpoint of another task/core/model, or an unusable ``train.init_from``.
+    :raises agents.checkpoint.CheckpointError: ``resume`` without a readable checkpoint.
+    """
+    config, run_dir = prep.config, prep.run_dir
     ckpt_path = run_dir / CHECKPOINT
-    payload = None
     if resume:
         payload = load_checkpoint(ckpt_path, map_location=prep.device)
         check_resumable(payload, config)
-    elif ckpt_path.exists() and not config.run.overwrite:
+        for tmp in run_files(run_dir, (f".{CHECKPOINT}.*.tmp",)):  # a kill mid-write
+            tmp.unlink()
+        return payload
+    leftovers = run_files(run_dir, RUN_FILES)
+    if leftovers and not config.run.overwrite:
+        names = ", ".join(p.name for p in leftovers[:4])
+        how = "pass --resume to continue it, " if ckpt_path.is_file() else ""
         raise ValueError(
-            f"run directory {run_dir} already holds a run ({CHECKPOINT}); pass --resume to "
-            f"continue it, run.overwrite=true to start afresh, or choose another run.dir"
+            f"run directory {run_dir} already holds a run ({names}); {how}set "
+            "run.overwrite=true to start afresh, or choose another run.dir"
         )
-    if payload is None and config.train.init_from:  # checked before anything is written
-        load_initial_weights(model, config.train.init_from, config, prep.device)
-    if payload is None and ckpt_path.exists():  # run.overwrite=true
-        clear_run(run_dir)
+    if config.train.init_from:  # checked before anything is deleted or written
+        load_initial_weights(prep.model, config.train.init_from, config, prep.device)
+    clear_run(run_dir)
+    return None
 
-    # ---- from here on the run directory is written
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(
-        yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+
+def open_run(
+    prep: Prepared, payload: dict[str, Any] | None
+) -> tuple[RunLogger, int, dict[str, float]]:
+    """Write ``config.yaml`` (and ``init.pt`` for a new run), open the logger and restore a
+    resumed run's state; returns the logger, the first step and the best metrics so far."""
+    config, run_dir, model = prep.config, prep.run_dir, prep.model
+    write_text_atomic(
+        run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
     )
     logger = RunLogger(run_dir, tensorboard=config.run.tensorboard)
-    start_step, best = 0, {}
-    if payload is not None:
-        model.load_state_dict(payload["model"])
-        optimizer.load_state_dict(payload["optimizer"])
-        set_rng_state(payload["rng"])
-        start_step, best = int(payload["step"]), dict(payload.get("best", {}))
-        logger.truncate_after(start_step)
-    else:
-        save_checkpoint(
-            run_dir / INIT_CHECKPOINT,
-            {
-                "format": FORMAT,
-                "step": 0,
-                "model": model.state_dict(),
-                "config": dataclasses.asdict(config),
-            },
-        )
+    if payload is None:
+        init = {"format": FORMAT, "step": 0, "model": model.state_dict()}
+        save_checkpoint(run_dir / INIT_CHECKPOINT, {**init, "config": dataclasses.asdict(config)})
+        return logger, 0, {}
+    model.load_state_dict(payload["model"])
+    prep.optimizer.load_state_dict(payload["optimizer"])
+    set_rng_state(payload["rng"])
+    start_step = int(payload["step"])
+    logger.truncate_after(start_step)
+    return logger, start_step, dict(payload.get("best", {}))
 
-    data = TaskData(task, config.train.batch_size, config.train.seed)
-    tcfg = config.train
 
-    def checkpoint(step: int) -> None:
-        save_checkpoint(
-            ckpt_path,
-            {
-                "format": FORMAT,
-                "step": step,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "rng": rng_state(),
-                "config": dataclasses.asdict(config),
-                "best": best,
-            },
-        )
+def save_run_checkpoint(prep: Prepared, step: int, best: dict[str, float], skipped: int) -> None:
+    """The atomic ``checkpoint.pt``: model, optimiser, RNG states, config, best metrics and
+    the number of skipped updates."""
+    payload = {
+        "format": FORMAT,
+        "step": step,
+        "model": prep.model.state_dict(),
+        "optimizer": prep.optimizer.state_dict(),
+        "rng": rng_state(),
+        "config": dataclasses.asdict(prep.config),
+        "best": best,
+        "skipped_updates": skipped,
+    }
+    save_checkpoint(prep.run_dir / CHECKPOINT, payload)
 
-    def run_eval(step: int) -> dict[str, float]:
-        metrics = evaluate(model, task, prep.device, "valid", tcfg.eval_size, tcfg.eval_batch_size)
-        for key, value in metrics.items():
-            logger.record(f"eval/{key}", value)
-            if key == "accuracy":
-                best["accuracy"] = max(best.get("accuracy", 0.0), value)
-            elif key in ("mse", "loss"):
-                best[key] = min(best.get(key, math.inf), value)
-        log_ts = forget_log_timescales(model.core)
-        if log_ts is not None:
-            logger.histogram("train/forget_timescales", log_ts.exp().float(), step)
-            for key, value in timescale_stats(log_ts).items():
-                logger.record(f"train/{key}", value)
-        return metrics
 
-    model.train()
-    step = start_step
-    stopped_early = False
-    t0, window_steps, window_start = time.perf_counter(), 0, time.perf_counter()
-    sums: dict[str, float] = {}
-    grad_norms: list[float] = []
+def run_eval(prep: Prepared, logger: RunLogger, best: dict[str, float], step: int) -> dict:
+    """Evaluate on the fixed set, update ``best`` and queue the metrics and gate time scales."""
+    tcfg = prep.config.train
+    metrics = evaluate(
+        prep.model, prep.task, prep.device, "valid", tcfg.eval_size, tcfg.eval_batch_size
+    )
+    for key, value in metrics.items():
+        logger.record(f"eval/{key}", value)
+        if key == "accuracy":
+            best["accuracy"] = max(best.get("accuracy", 0.0), value)
+        elif key in ("mse", "loss"):
+            best[key] = min(best.get(key, math.inf), value)
+    log_ts = forget_log_timescales(prep.model.core)
+    if log_ts is not None:
+        logger.histogram("train/forget_timescales", log_ts.exp().float(), step)
+        for key, value in timescale_stats(log_ts).items():
+            logger.record(f"train/{key}", value)
+    return metrics
+
+
+def train_step(
+    prep: Prepared, batch: SequenceBatch, lr: float, max_loss: float
+) -> tuple[dict[str, float], float, str]:
+    """One update on ``batch`` at learning rate ``lr``, unless it is bad.
+
+    :param max_loss: a mean loss above this counts as exploding.
+    :return: the batch's metric sums (:func:`loss_and_metrics`), the gradient norm (NaN when
+        not computed) and why the update was skipped (``""`` when it was applied).
+    """
+    model, optimizer, task = prep.model, prep.optimizer, prep.task
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    tb = batch_to_torch(batch, prep.device)
+    loss, batch_sums = loss_and_metrics(task.loss, model(tb["x"], task.window), tb)
+    sums = {key: float(value) for key, value in batch_sums.items() if value is not None}
+    mean_loss = sums["loss_sum"] / max(sums["n_loss"], 1.0)
+    if not math.isfinite(mean_loss):
+        return sums, math.nan, "non-finite loss"
+    if mean_loss > max_loss:
+        return sums, math.nan, f"loss {mean_loss:.3g} above {max_loss:.3g}"
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip = prep.config.optim.clip_grad_norm
+    norm = float(nn.utils.clip_grad_norm_(model.parameters(), clip if clip else math.inf))
+    if not math.isfinite(norm):  # the step would write NaN into every weight
+        optimizer.zero_grad(set_to_none=True)
+        return sums, norm, "non-finite gradient"
+    optimizer.step()
+    return sums, norm, ""
+
+
+class LogWindow:
+    """Training sums of the updates since the last log row (skipped updates count in time
+    only)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.grad_norms: list[float] = []
+        self.steps = 0
+        self.start = time.perf_counter()
+
+    def add(self, sums: dict[str, float], grad_norm: float, applied: bool) -> None:
+        self.steps += 1
+        if applied:
+            for key, value in sums.items():
+                self.sums[key] = self.sums.get(key, 0.0) + value
+            self.grad_norms.append(grad_norm)
+
+    def log(self, logger: RunLogger, prep: Prepared, data: TaskData, step: int, lr: float) -> dict:
+        """Queue the window's ``train/*`` and ``time/*`` scalars; returns the train stats."""
+        task, batch_size = prep.task, prep.config.train.batch_size
+        stats = summarize(task.loss, self.sums) if self.grad_norms else {}
+        for key, value in stats.items():
+            logger.record(f"train/{key}", value)
+        if self.grad_norms:
+            logger.record("train/grad_norm", float(np.mean(self.grad_norms)))
+        logger.record("train/learning_rate", lr)
+        if isinstance(task, ClassificationTask):
+            logger.record("train/epoch", data.epoch(step))
+        elapsed = time.perf_counter() - self.start
+        logger.record("time/fps", self.steps * batch_size * task.length / elapsed)
+        logger.record("time/updates_per_s", self.steps / elapsed)
+        self.reset()
+        return stats
+
+
+def training_loop(
+    prep: Prepared, logger: RunLogger, start_step: int, best: dict[str, float], skipped: int = 0
+) -> tuple[int, bool, int]:
+    """Update from ``start_step`` to ``train.steps`` (or the target accuracy), logging every
+    ``log_every`` and evaluating and checkpointing every ``eval_every`` updates.
+
+    :param skipped: updates skipped before ``start_step`` (a resumed run's count).
+    :return: the last step, whether the target accuracy stopped the run early, and how many
+        updates were skipped in all.
+    :raises agents.divergence.TrainingDiverged: too many consecutive bad updates.
+    """
+    config, tcfg, task = prep.config, prep.config.train, prep.task
+    data = TaskData(task, tcfg.batch_size, tcfg.seed)
+    guard = DivergenceGuard(tcfg.max_skipped_updates, start_step, skipped=skipped)
+    max_loss = math.inf  # set from the first training loss
+    window = LogWindow()
     from tqdm import tqdm
 
     bar = tqdm(
@@ -418,76 +561,46 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
         mininterval=1.0,
         desc=f"{config.task.name}/{config.core.name}",
     )
+    prep.model.train()
+    step, stopped_early = start_step, False
     try:
         if start_step == 0:
-            run_eval(0)
+            run_eval(prep, logger, best, 0)
             logger.dump(0)
         while step < tcfg.steps:
             lr = learning_rate(config, step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            tb = batch_to_torch(data.train_batch(step), prep.device)
-            out = model(tb["x"], task.window)
-            loss, batch_sums = loss_and_metrics(task.loss, out, tb)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            clip = config.optim.clip_grad_norm
-            norm = nn.utils.clip_grad_norm_(model.parameters(), clip if clip else math.inf)
-            optimizer.step()
+            sums, norm, why = train_step(prep, data.train_batch(step), lr, max_loss)
             step += 1
-            window_steps += 1
-            for key, value in batch_sums.items():
-                if value is not None:
-                    sums[key] = sums.get(key, 0.0) + float(value)
-            grad_norms.append(float(norm))
+            window.add(sums, norm, applied=not why)
             bar.update(1)
+            if not why and math.isinf(max_loss):
+                first = sums["loss_sum"] / max(sums["n_loss"], 1.0)
+                max_loss = tcfg.max_loss_ratio * max(task.baseline or 0.0, first)
 
             if step % tcfg.log_every == 0 or step == tcfg.steps:
-                stats = summarize(task.loss, sums)
-                for key, value in stats.items():
-                    logger.record(f"train/{key}", value)
-                logger.record("train/grad_norm", float(np.mean(grad_norms)))
-                logger.record("train/learning_rate", lr)
-                if isinstance(task, ClassificationTask):
-                    logger.record("train/epoch", data.epoch(step))
-                elapsed = time.perf_counter() - window_start
-                logger.record("time/fps", window_steps * tcfg.batch_size * task.length / elapsed)
-                logger.record("time/updates_per_s", window_steps / elapsed)
+                stats = window.log(logger, prep, data, step, lr)
+                logger.record("train/skipped_updates", guard.skipped + bool(why))
                 bar.set_postfix({k: f"{v:.4g}" for k, v in stats.items()}, refresh=False)
-                sums, grad_norms = {}, []
-                window_steps, window_start = 0, time.perf_counter()
-
             if step % tcfg.eval_every == 0 or step == tcfg.steps:
-                metrics = run_eval(step)
-                checkpoint(step)
-                acc = metrics.get("accuracy")
+                acc = run_eval(prep, logger, best, step).get("accuracy")
+                save_run_checkpoint(prep, step, best, guard.skipped + bool(why))
                 if tcfg.target_accuracy is not None and acc is not None:
                     stopped_early = acc >= tcfg.target_accuracy and step < tcfg.steps
             last = step == tcfg.steps or stopped_early
             if (step % tcfg.log_every == 0 or step % tcfg.eval_every == 0) and not last:
-                logger.dump(step)  # the last row is written with the final metrics below
+                logger.dump(step)  # the last row is written with the final metrics
+            guard.observe(step, bool(why), why=why)
             if stopped_early:
-                checkpoint(step)
                 break
     finally:
         bar.close()
-
-    results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
-    for key, value in results.get("final", {}).items():
-        logger.record(key, value)
-    logger.dump(step)
-    logger.close()
-    write_text_atomic(run_dir / "results.json", json.dumps(results, indent=2))
-    return results
+    return step, stopped_early, guard.skipped
 
 
 def clear_run(run_dir: Path) -> None:
     """Delete the files a previous run wrote in ``run_dir`` (and nothing else)."""
-    names = ("config.yaml", CHECKPOINT, INIT_CHECKPOINT, "progress.csv", "results.json")
-    for name in names:
-        (run_dir / name).unlink(missing_ok=True)
-    for events in run_dir.glob("events.out.tfevents.*"):
-        events.unlink()
+    for path in run_files(run_dir, RUN_FILES):
+        path.unlink()
 
 
 def final_report(

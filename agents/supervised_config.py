@@ -8,11 +8,13 @@ against the task factory / core class (``task.loss=last10``, ``core.p=0.25``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents.core_config import CoreConfig
 from agents.device import DEVICE_CHOICES
+from agents.divergence import check_learning_rate
 
 
 @dataclass
@@ -63,9 +65,13 @@ class OptimConfig:
     """Linear warm-up from 0 over this many steps (before any schedule)."""
 
     def validate(self) -> None:
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be positive, got {self.lr}")
-        if self.clip_grad_norm is not None and self.clip_grad_norm <= 0:
+        check_learning_rate("optim.lr", self.lr)
+        for name in ("weight_decay", "eps", "alpha", "gamma"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"optim.{name} must be a finite number >= 0, got {value}")
+        clip = self.clip_grad_norm
+        if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise ValueError(
                 f"optim.clip_grad_norm must be positive or null, got {self.clip_grad_norm}"
             )
@@ -99,8 +105,23 @@ class TrainConfig:
     e.g. a curriculum: train at T=100, then ``task.length=1000 train.init_from=RUN``. The
     optimizer, step count and RNG start afresh; the model section and hidden size must match,
     and the core may change only to one with the same parameters (``lstm`` -> ``hdetach_lstm``)."""
+    max_skipped_updates: int = 10
+    """Stop the run (exit code 3) after this many consecutive bad updates: a non-finite loss or
+    gradient, or a loss above ``max_loss_ratio`` times the reference (such updates are never
+    applied). 0: never stop; bad updates are still skipped and counted."""
+    max_loss_ratio: float = 1e4
+    """A training loss above this many times the reference (the task's chance-level loss, or
+    the first training loss when that is larger) counts as exploding."""
 
     def validate(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
+        if self.max_skipped_updates < 0:
+            raise ValueError(
+                f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"
+            )
+        if not (math.isfinite(self.max_loss_ratio) and self.max_loss_ratio > 1):
+            raise ValueError(f"train.max_loss_ratio must be > 1, got {self.max_loss_ratio}")
         for name in ("steps", "batch_size", "eval_every", "eval_size", "eval_batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
@@ -126,7 +147,9 @@ class RunConfig:
     tensorboard: bool = True
     progress_bar: bool = True
     overwrite: bool = False
-    """Start afresh in an existing run directory (deletes its run files); else it is an error."""
+    """Start afresh in a directory that holds a run's files, with or without a checkpoint
+    (deletes those files, and only those); without it, such a directory is an error unless
+    ``--resume`` is given."""
 
 
 @dataclass

@@ -169,6 +169,14 @@ def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --------------------------------------------------------------------------- UCI HAR
+def _read_numbers(path: Path, ndmin: int) -> np.ndarray:
+    """``np.loadtxt`` whose error on a malformed file names the file."""
+    try:
+        return np.loadtxt(path, ndmin=ndmin)
+    except ValueError as err:
+        raise ValueError(f"{path} is malformed: {str(err).splitlines()[0]}") from None
+
+
 def read_har(data_dir: str | Path, binary: bool = False, normalize: bool = True) -> ArrayDataset:
     """UCI HAR inertial signals: 9 channels x 128 steps, 6 activity classes (or 2).
 
@@ -198,12 +206,17 @@ def read_har(data_dir: str | Path, binary: bool = False, normalize: bool = True)
     assert root is not None
     splits = {}
     for split in ("train", "test"):
-        channels = [
-            np.loadtxt(root / split / "Inertial Signals" / f"{sig}_{split}.txt", ndmin=2)
-            for sig in HAR_SIGNALS
-        ]
+        paths = [root / split / "Inertial Signals" / f"{sig}_{split}.txt" for sig in HAR_SIGNALS]
+        channels = [_read_numbers(path, ndmin=2) for path in paths]
+        shapes = {channel.shape for channel in channels}
+        if len(shapes) > 1:
+            found = ", ".join(f"{p.name} {c.shape}" for p, c in zip(paths, channels, strict=True))
+            raise ValueError(
+                f"UCI HAR {split}: the signal files under {paths[0].parent} differ in shape "
+                f"({found})"
+            )
         x = np.stack(channels, axis=-1).astype(np.float32)  # [N, 128, 9]
-        y = np.loadtxt(root / split / f"y_{split}.txt", ndmin=1).astype(np.int64) - 1  # 0..5
+        y = _read_numbers(root / split / f"y_{split}.txt", ndmin=1).astype(np.int64) - 1  # 0..5
         if len(x) != len(y):
             raise ValueError(f"UCI HAR {split}: {len(x)} signal rows but {len(y)} labels")
         splits[split] = (x, y)

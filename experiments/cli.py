@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
+from agents.divergence import TrainingDiverged
 from experiments.malloc import keep_freed_memory
 
 # command -> (module under experiments.commands, one-line help)
@@ -36,9 +38,22 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+EXIT_BAD_INPUT = 2
+"""Exit code of bad input, a refused run folder, a missing or corrupt file, an OS error."""
+EXIT_DIVERGED = 3
+"""Exit code of a run stopped by the divergence policy (too many skipped updates)."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``memcores`` console script; returns the exit code."""
+    """Entry point of the ``memcores`` console script; returns the exit code.
+
+    ``memcores --debug COMMAND ...`` (or ``MEMCORES_DEBUG=1``) shows the traceback of errors
+    that are otherwise one line.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = bool(os.environ.get("MEMCORES_DEBUG"))
+    if argv[:1] == ["--debug"]:
+        debug, argv = True, argv[1:]
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -57,14 +72,43 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        # Bad input gets a one-line message, not a traceback (MEMCORES_DEBUG=1 shows it).
-        import os
-
-        if os.environ.get("MEMCORES_DEBUG"):
+    except BAD_INPUT as err:
+        # Bad input gets one line, not a traceback; any other exception is a bug and keeps it.
+        if debug:
             raise
-        print(f"memcores {name}: error: {err}", file=sys.stderr)
-        return 2
+        print(f"memcores {name}: error: {one_line(err)}{_debug_hint(err)}", file=sys.stderr)
+        return EXIT_DIVERGED if isinstance(err, TrainingDiverged) else EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"memcores {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError, EOFError)
+"""What a user's input or files can cause: config and value errors (``ConfigError`` is a
+``ValueError``), missing/unreadable/unwritable files and folders (``OSError``), corrupt
+checkpoints, busy run folders and diverged runs (``RuntimeError`` subclasses), truncated
+files (``EOFError``)."""
+
+
+def _debug_hint(err: BaseException) -> str:
+    """A pointer to ``--debug`` for errors that may come from a library rather than from input
+    (a plain or third-party ``RuntimeError``): if it is a bug, its traceback is one flag away."""
+    ours = type(err).__module__.split(".")[0] in ("agents", "cores", "envs", "experiments")
+    if ours or isinstance(err, (ValueError, OSError, EOFError)):
+        return ""
+    return " (memcores --debug shows the traceback)"
+
+
+def one_line(err: BaseException) -> str:
+    """The message of ``err`` on one line; an ``OSError`` as ``strerror: filename``."""
+    text = str(err)
+    if isinstance(err, OSError) and err.filename and err.strerror:  # not "[Errno 13] ..."
+        text = f"{err.strerror}: {err.filename}"
+    if not text:
+        text = type(err).__name__
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 if __name__ == "__main__":

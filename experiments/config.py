@@ -50,16 +50,32 @@ def load_config(
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping."""
+    """Read a YAML file that must hold a non-empty mapping.
+
+    :raises ConfigError: the path is missing or a folder, the file is not UTF-8 YAML, is empty
+        (an empty file is a mistake more often than a wish for every default), or holds no
+        mapping; the message names the file.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config path {path} is a folder, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text (UTF-8 YAML) file") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+        where = getattr(err, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+        problem = getattr(err, "problem", None) or "malformed"
+        raise ConfigError(f"config file {path} is not valid YAML{at}: {problem}") from err
     if data is None:
-        return {}
+        raise ConfigError(
+            f"config file {path} is empty; write the keys to change (e.g. `core: {{name: lstm}}`)"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
     return data
@@ -134,7 +150,10 @@ def build(schema: type[T], raw: Mapping[str, Any], prefix: str) -> T:
         except ConfigError:
             raise
         except ValueError as err:
-            raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {err}") from err
+            message = str(err)
+            if not (prefix and message.startswith(prefix)):  # already names its key
+                message = f"{prefix.rstrip('.') or 'config'}: {message}"
+            raise ConfigError(message) from err
     return obj
 
 

@@ -118,6 +118,21 @@ def test_read_har(tmp_path: Path) -> None:
     assert task.length == 128 and task.input_size == 9
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("y_train.txt", r"y_train.txt is malformed"),
+        ("body_acc_x_train.txt", r"body_acc_x_train.txt is malformed"),
+    ],
+)
+def test_malformed_har_file_is_named(tmp_path: Path, damage: str, message: str) -> None:
+    _tiny_har(tmp_path)
+    path = next(tmp_path.rglob(damage))
+    path.write_text(path.read_text().replace("1", "x", 1))
+    with pytest.raises(ValueError, match=message):
+        datasets.read_har(tmp_path)
+
+
 def test_missing_har_names_files(tmp_path: Path) -> None:
     with pytest.raises(datasets.DatasetMissingError, match="body_acc_x_train.txt.*y_"):
         make_task("har", data_dir=str(tmp_path))

@@ -39,6 +39,7 @@ from collections.abc import Callable
 import torch
 
 from cores import CORES, make_core
+from experiments.argtypes import positive_int
 from experiments.malloc import ENV_VAR, keep_freed_memory
 
 TWINS = {
@@ -260,12 +261,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="memcores bench cores", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--T", type=int, default=256, help="sequence length")
-    parser.add_argument("--B", type=int, default=64, help="batch size")
-    parser.add_argument("--D", type=int, default=128, help="input size")
-    parser.add_argument("--H", type=int, default=128, help="hidden size")
+    parser.add_argument("--T", type=positive_int, default=256, help="sequence length")
+    parser.add_argument("--B", type=positive_int, default=64, help="batch size")
+    parser.add_argument("--D", type=positive_int, default=128, help="input size")
+    parser.add_argument("--H", type=positive_int, default=128, help="hidden size")
     parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts")
-    parser.add_argument("--reps", type=int, default=7, help="interleaved rounds")
+    parser.add_argument("--reps", type=positive_int, default=7, help="interleaved rounds")
     parser.add_argument(
         "--stat",
         choices=list(STATS),

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.argtypes import non_negative_int, output_file, positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -40,9 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cores", help="comma-separated cores to build from each config (default: its core)"
     )
-    parser.add_argument("--out", default="profile.png", help="output PNG (default profile.png)")
-    parser.add_argument("--batch", type=int, default=64, help="sequences in the probe batch")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights")
+    parser.add_argument(
+        "--out", default="profile.png", type=output_file, help="output PNG (default profile.png)"
+    )
+    parser.add_argument(
+        "--batch", type=positive_int, default=64, help="sequences in the probe batch"
+    )
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of the initial weights"
+    )
     parser.add_argument(
         "--before-after",
         action="store_true",

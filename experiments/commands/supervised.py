@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from agents.supervised_config import SupervisedConfig
+from experiments.argtypes import output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="T1,T2,...",
         help="with --eval-only: evaluate at each task.length (transfer copy), e.g. 200,400,1000",
     )
-    parser.add_argument("--json", metavar="FILE", help="with --eval-only: also write the results")
+    parser.add_argument(
+        "--json", metavar="FILE", type=output_file, help="with --eval-only: also write the results"
+    )
 
 
 def load(config_arg: str, overrides: list[str]) -> SupervisedConfig:
@@ -48,7 +51,10 @@ def load(config_arg: str, overrides: list[str]) -> SupervisedConfig:
     path = Path(config_arg)
     if path.is_dir():
         if not (path / "config.yaml").is_file():
-            raise FileNotFoundError(f"{path} is a directory without config.yaml (not a run dir)")
+            raise FileNotFoundError(
+                f"config path {path} is a folder, not a YAML file nor a run folder "
+                "(it has no config.yaml)"
+            )
         return load_config(SupervisedConfig, path / "config.yaml", [*overrides, f"run.dir={path}"])
     return load_config(SupervisedConfig, path, overrides)
 
@@ -63,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     config = load(args.config, args.overrides)
     results = supervised.train(config, resume=args.resume)
     run_dir = config.run.dir or supervised.default_run_dir(config)
-    print(f"run: {run_dir}  steps: {results['step']}  wall: {results['wall_s']} s")
+    print(
+        f"run: {run_dir}  steps: {results['step']}  skipped: {results['skipped_updates']}  "
+        f"wall: {results['wall_s']} s"
+    )
     for key, value in results["final"].items():
         print(f"  {key:<32} {value:.4f}")
     return 0

@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     config.run.dir = str(run_dir)
     result = train(config, run_dir, resume=args.resume)
     print(
-        f"trained {result.global_step} frames ({result.updates} updates): "
+        f"trained {result.global_step} frames ({result.updates} updates, "
+        f"{result.skipped_updates} minibatches skipped): "
         f"ep_rew_mean={result.ep_rew_mean:.3f} success_rate={result.success_rate:.3f} "
         f"-> {result.run_dir}"
     )

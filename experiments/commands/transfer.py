@@ -15,6 +15,8 @@ import csv
 import re
 from pathlib import Path
 
+from experiments.argtypes import positive_int
+
 DEFAULT_CONFIG = "experiments/configs/transfer.yaml"
 
 FIELDS = [
@@ -38,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", default=DEFAULT_CONFIG, help=f"base RL config (default {DEFAULT_CONFIG})"
     )
-    parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes per env")
+    parser.add_argument(
+        "--episodes", type=positive_int, default=100, help="evaluation episodes per env"
+    )
     parser.add_argument("--argmax", action="store_true", help="greedy actions in evaluation")
     parser.add_argument(
         "--out", default=None, help="output folder (default runs/transfer_<suite>_<core>)"

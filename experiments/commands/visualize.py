@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from experiments.argtypes import non_negative_int, output_file, positive_float, positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="run folder or checkpoint file")
     parser.add_argument("--env", default=None, help="env id (default: the training env)")
-    parser.add_argument("--gif", required=True, help="output GIF path")
-    parser.add_argument("--episodes", type=int, default=3, help="episodes to record")
+    parser.add_argument("--gif", required=True, type=output_file, help="output GIF path")
+    parser.add_argument("--episodes", type=positive_int, default=3, help="episodes to record")
     parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
-    parser.add_argument("--seed", type=int, default=10_000, help="env seed")
-    parser.add_argument("--fps", type=float, default=8.0, help="frames per second of the GIF")
+    parser.add_argument("--seed", type=non_negative_int, default=10_000, help="env seed")
+    parser.add_argument(
+        "--fps", type=positive_float, default=8.0, help="frames per second of the GIF"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
