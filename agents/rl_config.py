@@ -145,6 +145,13 @@ class TrainConfig:
     threads: int = 1
     """``torch.set_num_threads`` for this run (small recurrent nets are fastest on one thread;
     ``0`` keeps torch's default)."""
+    overlap: bool = False
+    """Collect rollout k+1 (in a second thread, with a copy of the policy from before update k)
+    while update k runs, so collection and learning use both CPU cores. The rollout a PPO
+    update learns from is then one update stale (policy lag 1, as in asynchronous PPO; the
+    clipped ratio is taken against the policy that acted). Reproducible for a seed, except
+    with cores that draw random numbers while training (``hdetach_lstm``). docs/rl.md has its
+    measured effect on learning."""
     update_threads: int = 0
     """Torch threads during the update (the PPO/A2C epochs); ``0``: as ``threads``. With
     ``env.vector=async`` the env workers idle while the learner updates, so ``2`` puts the

@@ -22,9 +22,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -443,20 +444,40 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
     # Acting (batch of N, T = 1) is latency-bound: on a GPU learner it stays on the CPU with a
     # copy of the policy, refreshed after every update; the rollout is stored on the CPU and
     # each update moves it to the learner's device once.
-    acting = acting_policy(policy, device)
-    cpu = torch.device("cpu")
-    act_device = cpu if acting is not policy else device
-    buffer = RolloutBuffer(
-        obs_shapes(envs.single_observation_space),
-        S,
-        N,
-        agent.seq_len,
-        acting.initial_state(N, act_device),
-        act_device,
-    )
+    # With train.overlap the acting copy also lets rollout k+1 be collected (by the policy from
+    # before update k) while update k runs: two rollout buffers, used in turn.
+    overlap = cfg.train.overlap
+    acting = acting_policy(policy, device, separate=overlap)
+    act_device = torch.device("cpu") if acting is not policy else device
+    buffers = [
+        RolloutBuffer(
+            obs_shapes(envs.single_observation_space),
+            S,
+            N,
+            agent.seq_len,
+            acting.initial_state(N, act_device),
+            act_device,
+        )
+        for _ in range(2 if overlap else 1)
+    ]
     episodes = EpisodeStats(N)
     history: list[dict[str, float]] = []
     carry = start_rollouts(acting, envs, cfg.train.seed + 7919 * updates, act_device)
+    # Overlapped, the learner draws its minibatch order from its own generator while the
+    # collector samples actions from torch's global one, so a run stays reproducible.
+    learner_rng = (
+        torch.Generator().manual_seed(cfg.train.seed + 7919 * updates) if overlap else None
+    )
+
+    def collect_into(buffer: RolloutBuffer) -> None:
+        """One rollout by ``acting`` into ``buffer``, then GAE from the value after it."""
+        nonlocal carry
+        carry = collect_rollout(acting, envs, buffer, carry, episodes)
+        with torch.no_grad():
+            last_value = acting(
+                obs_to_tensors(carry.obs, act_device), carry.state, carry.starts.unsqueeze(0)
+            ).values[0]
+        buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
 
     skipped_before = int((resume or {}).get("skipped_updates", 0))
     guard = DivergenceGuard(cfg.train.max_skipped_updates, global_step, "frame", skipped_before)
@@ -464,6 +485,8 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
     start_time, start_step = time.perf_counter(), global_step
     start_cpu = time.process_time()
     try:
+        if overlap:
+            collect_into(buffers[0])  # the first rollout has nothing to overlap with
         while updates < total_updates:
             # Linear LR annealing to 0 over the whole budget (CleanRL).
             lr = agent.learning_rate
@@ -472,20 +495,23 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
-            # ---------------- rollout: T = 1 core steps, state carried per env
-            carry = collect_rollout(acting, envs, buffer, carry, episodes)
+            if not overlap:
+                # ---------------- rollout (T = 1 core steps, state carried per env), GAE
+                collect_into(buffers[0])
+                # ---------------- update
+                with _threads(cfg.train.update_threads):
+                    stats = update(policy, optimizer, buffers[0], agent)
+            else:
+                # ---------------- update k on rollout k while rollout k+1 is collected
+                collector = None
+                if updates + 1 < total_updates:
+                    collector = _InThread(collect_into, buffers[(updates + 1) % 2])
+                try:
+                    stats = update(policy, optimizer, buffers[updates % 2], agent, learner_rng)
+                finally:
+                    if collector is not None:
+                        collector.join()
             global_step += frames_per_update
-
-            # ---------------- GAE from the value of the observation after the rollout
-            with torch.no_grad():
-                last_value = acting(
-                    obs_to_tensors(carry.obs, act_device), carry.state, carry.starts.unsqueeze(0)
-                ).values[0]
-            buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
-
-            # ---------------- update
-            with _threads(cfg.train.update_threads):
-                stats = update(policy, optimizer, buffer, agent)
             if acting is not policy:
                 acting.load_state_dict(policy.state_dict())
             updates += 1
@@ -566,12 +592,36 @@ def _threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def acting_policy(policy: RecurrentActorCritic, device: torch.device) -> RecurrentActorCritic:
+def acting_policy(
+    policy: RecurrentActorCritic, device: torch.device, separate: bool = False
+) -> RecurrentActorCritic:
     """The policy that acts in the envs: ``policy`` itself on a CPU learner, else a CPU copy
-    (one env step is a batch of ``n_envs`` rows, too small to gain from a GPU round trip)."""
-    if device.type == "cpu":
+    (one env step is a batch of ``n_envs`` rows, too small to gain from a GPU round trip);
+    always a copy when ``separate`` (acting while the learner updates)."""
+    if device.type == "cpu" and not separate:
         return policy
     return copy.deepcopy(policy).to("cpu")
+
+
+class _InThread(threading.Thread):
+    """Run ``fn(*args)`` in a thread; :meth:`join` re-raises what it raised."""
+
+    def __init__(self, fn: Callable[..., None], *args: Any) -> None:
+        super().__init__(daemon=True)
+        self._fn, self._args = fn, args
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._fn(*self._args)
+        except BaseException as err:  # noqa: BLE001  (handed to the joining thread)
+            self._error = err
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self._error is not None:
+            raise self._error
 
 
 def _progress_bar(cfg: RLConfig, initial: int) -> Any:

@@ -133,7 +133,9 @@ def test_separate_acting_policy_gives_the_same_run(tmp_path, monkeypatch):
     from agents import rl_trainer
 
     plain = train(tiny_config(), tmp_path / "plain")
-    monkeypatch.setattr(rl_trainer, "acting_policy", lambda policy, device: copy.deepcopy(policy))
+    monkeypatch.setattr(
+        rl_trainer, "acting_policy", lambda policy, device, separate=False: copy.deepcopy(policy)
+    )
     split = train(tiny_config(), tmp_path / "split")
     a = torch.load(tmp_path / "plain/checkpoints/last.pt", weights_only=True)["policy"]
     b = torch.load(tmp_path / "split/checkpoints/last.pt", weights_only=True)["policy"]
@@ -155,3 +157,41 @@ def test_cuda_learner_acts_on_cpu(tmp_path):
     assert all(torch.isfinite(v).all() for v in payload["policy"].values())
     policy = torch.nn.Linear(1, 1).cuda()
     assert rl_trainer.acting_policy(policy, torch.device("cuda")).weight.device.type == "cpu"
+
+
+def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path, monkeypatch):
+    """train.overlap: rollout 0 is collected by theta_0, and rollout k >= 1 (collected while
+    update k-1 runs) by theta_{k-1}, the policy from before that update; two runs with one
+    seed end with identical weights."""
+    from agents import rl_trainer
+
+    acted, learned = [], []
+    real_collect, real_update = rl_trainer.collect_rollout, rl_trainer.update
+
+    def fingerprint(module: torch.nn.Module) -> float:
+        return float(sum(p.detach().double().sum() for p in module.parameters()))
+
+    def collect(policy, *args, **kwargs):
+        acted.append(fingerprint(policy))
+        return real_collect(policy, *args, **kwargs)
+
+    def update(policy, *args, **kwargs):
+        learned.append(fingerprint(policy))  # the weights this update starts from
+        return real_update(policy, *args, **kwargs)
+
+    monkeypatch.setattr(rl_trainer, "collect_rollout", collect)
+    monkeypatch.setattr(rl_trainer, "update", update)
+    result = train(tiny_config("train.overlap=true", "train.total_steps=256"), tmp_path / "a")
+    assert result.updates == 4 and result.global_step == 256
+    assert len(acted) == 4 and len(learned) == 4  # no rollout collected after the last update
+    assert acted[0] == learned[0]  # theta_0 both
+    for k in range(1, 4):
+        assert acted[k] == pytest.approx(learned[k - 1], abs=0, rel=1e-15)
+    assert learned[1] != learned[0]
+
+    monkeypatch.undo()
+    train(tiny_config("train.overlap=true", "train.total_steps=256"), tmp_path / "b")
+    a = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)["policy"]
+    b = torch.load(tmp_path / "b/checkpoints/last.pt", weights_only=True)["policy"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
