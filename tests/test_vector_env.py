@@ -195,3 +195,16 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
     b = torch.load(tmp_path / "b/checkpoints/last.pt", weights_only=True)["policy"]
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
+
+
+def test_bench_update_costs_prints_one_row_per_encoder(capsys):
+    """`memcores bench rl --update-costs --quick`: a row per encoder, a positive cost per
+    minibatch size."""
+    from experiments.cli import main
+
+    assert main(["bench", "rl", "--quick", "--update-costs"]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) >= {"onehot", "flat"}
+    assert all(
+        len(v) == 2 and all(float(c) > 0 for c in v) for k, v in rows.items() if k != "encoder"
+    )

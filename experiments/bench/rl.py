@@ -27,6 +27,7 @@ minibatches per epoch at every size) and their ratio. ``--skip-scaling`` leaves 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import tempfile
@@ -189,6 +190,48 @@ def scaling_table(
     return rows
 
 
+def update_cost(encoder: str, minibatch: int, n_envs: int, n_steps: int, rounds: int) -> float:
+    """CPU microseconds per frame of one PPO update (4 epochs) on a real MemoryS7 rollout,
+    best of ``rounds`` after a warm-up update."""
+    from agents.ppo import update
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import collect_rollout, obs_shapes, setup, start_rollouts
+    from agents.rollout import RolloutBuffer
+    from experiments.config import load_config
+
+    overrides = [f"env.id={ENV_ID}", f"env.n_envs={n_envs}", f"agent.n_steps={n_steps}"]
+    overrides += [f"agent.minibatch_size={minibatch}", f"agent.image_encoder={encoder}"]
+    overrides += ["agent.mission=none", "train.device=cpu", "train.threads=0"]
+    s = setup(load_config(RLConfig, None, overrides))
+    try:
+        state = s.policy.initial_state(n_envs, s.device)
+        buffer = RolloutBuffer(
+            obs_shapes(s.envs.single_observation_space), n_steps, n_envs, 32, state, s.device
+        )
+        carry = collect_rollout(
+            s.policy, s.envs, buffer, start_rollouts(s.policy, s.envs, 0, s.device)
+        )
+        buffer.compute_returns(torch.zeros(n_envs), carry.starts, 0.99, 0.95)
+        update(s.policy, s.optimizer, buffer, s.config.agent)
+        best = math.inf
+        for _ in range(rounds):
+            start = time.process_time()
+            update(s.policy, s.optimizer, buffer, s.config.agent)
+            best = min(best, time.process_time() - start)
+    finally:
+        s.envs.close()
+    return 1e6 * best / (n_envs * n_steps)
+
+
+def update_costs(n_envs: int, n_steps: int, rounds: int, minibatches: tuple[int, ...]) -> None:
+    """Print the update's CPU time per frame for each image encoder and minibatch size."""
+    print(f"\nPPO update cost, CPU us per frame (4 epochs), {n_envs} envs x {n_steps} steps:")
+    print(f"  {'encoder':<8}" + "".join(f"{f'mb {m}':>10}" for m in minibatches))
+    for encoder in ("onehot", "flat"):
+        costs = [update_cost(encoder, m, n_envs, n_steps, rounds) for m in minibatches]
+        print(f"  {encoder:<8}" + "".join(f"{c:>10.1f}" for c in costs), flush=True)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)
     parser.add_argument("--updates", type=int, default=4, help="timed updates per side")
@@ -202,6 +245,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip-sb3", action="store_true", help="time memcores only")
     parser.add_argument(
         "--skip-scaling", action="store_true", help="leave out the ceiling and scaling table"
+    )
+    parser.add_argument(
+        "--update-costs",
+        action="store_true",
+        help="only time the PPO update per frame, per image encoder and minibatch size",
     )
     parser.add_argument(
         "--minigrid-obs",
@@ -218,6 +266,12 @@ def main(argv: list[str]) -> int:
         n_envs, n_steps, updates, repeats, sizes = 2, 32, 1, 1, (2,)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.update_costs:
+        if args.quick:
+            update_costs(2, 64, 1, (64, 128))
+        else:
+            update_costs(64, 128, 3, (512, 2048, 8192))
+        return 0
     print(
         f"bench rl: {ENV_ID}, {n_envs} envs x {n_steps} steps, 4 epochs, minibatch "
         f"{min(256, n_envs * n_steps)}, hidden 64, {updates} timed updates x {repeats} repeats, "
