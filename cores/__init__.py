@@ -151,6 +151,23 @@ CORES: dict[str, CoreSpec] = {
         "cores.lru:LRUCore",
         "stack of LRU blocks; grad=bptt|online|spatial|truncated (online: exact in-layer RTRL)",
     ),
+    # --- modern recurrences: minimal RNNs (Feng et al.) and xLSTM (Beck et al.) --------------
+    "min_gru": CoreSpec(
+        "cores.min_rnn:MinGRU",
+        "minGRU: input-only gates, one linear recurrence solved by a scan (option layers)",
+    ),
+    "min_lstm": CoreSpec(
+        "cores.min_rnn:MinLSTM",
+        "minLSTM: normalised input-only forget/input gates, solved by a scan (option layers)",
+    ),
+    "slstm": CoreSpec(
+        "cores.xlstm:SLSTM",
+        "xLSTM sLSTM: exponential gates + stabiliser, normaliser, head-wise recurrence (heads)",
+    ),
+    "mlstm": CoreSpec(
+        "cores.xlstm:MLSTM",
+        "xLSTM mLSTM: matrix memory, covariance update, chunkwise-parallel training (heads)",
+    ),
 }
 
 

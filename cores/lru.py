@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores.base import MemoryCore, State, check_sequence
+from cores.scan import linear_scan
 
 GRAD_MODES = ("bptt", "online", "spatial", "truncated")
 
@@ -53,22 +54,10 @@ def _complex_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _linear_scan(lam: Tensor, v: Tensor, h0: Tensor, keep: Tensor | None) -> Tensor:
-    """``h_t = lam * keep_t * h_{t-1} + v_t`` for ``v [T, B, N]``; returns ``h [T, B, N]``.
-
-    Plain autograd-friendly loop of elementwise ops (unbind once: indexing ``v[t]`` in the loop
-    would make the backward quadratic in T).
-    """
-    h = h0
-    outs = []
-    if keep is None:
-        for v_t in v.unbind(0):
-            h = lam * h + v_t
-            outs.append(h)
-    else:
-        for v_t, k_t in zip(v.unbind(0), keep.unbind(0), strict=True):
-            h = lam * (k_t.unsqueeze(-1) * h) + v_t
-            outs.append(h)
-    return torch.stack(outs, 0)
+    """``h_t = lam * keep_t * h_{t-1} + v_t`` for ``v [T, B, N]``; returns ``h [T, B, N]``
+    (the shared scan of :mod:`cores.scan`)."""
+    a = lam.expand_as(v) if keep is None else lam * keep.unsqueeze(-1)
+    return linear_scan(a, v, h0)
 
 
 def _lambda(nu_log: Tensor, theta_log: Tensor) -> Tensor:

@@ -1,0 +1,250 @@
+"""sLSTM and mLSTM cells (Beck et al., "xLSTM: Extended Long Short-Term Memory", NeurIPS 2024,
+arXiv:2405.04517), as memory cores without the paper's surrounding residual blocks.
+
+Both use exponential input gates with a stabiliser state ``m`` so that ``exp`` never
+overflows; the forget gate is ``sigma(f~)`` (the paper allows sigmoid or exp), used as
+``log f = logsigmoid(f~)``::
+
+    m_t  = max(log f_t + m_{t-1}, i~_t)
+    i'_t = exp(i~_t - m_t),   f'_t = exp(log f_t + m_{t-1} - m_t)
+
+sLSTM (scalar memory, normaliser, recurrent gates that are block-diagonal over ``heads``)::
+
+    [z~, i~, f~, o~]_t = W x_t + R h_{t-1} + b        R block-diagonal, one block per head
+    c_t = f'_t c_{t-1} + i'_t tanh(z~_t)
+    n_t = f'_t n_{t-1} + i'_t
+    h_t = sigma(o~_t) * c_t / n_t
+
+mLSTM (matrix memory per head, covariance update, gates from the input only)::
+
+    q_t = W_q x_t,  k_t = W_k x_t / sqrt(d),  v_t = W_v x_t        per head, size d
+    C_t = f'_t C_{t-1} + i'_t v_t k_t^T
+    n_t = f'_t n_{t-1} + i'_t k_t
+    h_t = sigma(W_o x_t) * (C_t q_t) / max(|n_t . q_t|, exp(-m_t))
+
+The stabilised state is ``(C, n, m)`` with the true memory ``exp(m) C``. Since the mLSTM's
+gates do not read ``h``, a chunk of ``L`` steps has a parallel form: with
+``F_t = sum_{r<=t} log f_r`` and the state ``(C_0, n_0, m_0)`` before the chunk,
+``D_ts = F_t - F_s + i~_s`` (``s <= t`` in the same episode), ``m_t = max(F_t + m_0,
+max_s D_ts)`` is exactly the recurrent stabiliser, and
+``C_t q_t = sum_s exp(D_ts - m_t) (q_t . k_s) v_s + exp(F_t + m_0 - m_t) C_0 q_t``.
+Training runs the sequence as chunks of ``chunk_size`` steps in this form (O(T L) memory,
+the chunkwise form xLSTM's kernels use) and rollouts step the recurrent form; the tests
+check both agree, resets included. The stabiliser's running max makes the step coefficient
+``f'_t`` depend on the whole prefix, so the mLSTM does not use the shared linear scan.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cores.base import MemoryCore, State, check_sequence, steps_with_starts
+
+_EPS = 1e-6  # floor of the sLSTM normaliser: n is 0 only when every i' underflowed
+
+
+def _heads(hidden_size: int, heads: int | None) -> int:
+    """``heads``, or by default the largest of 4, 2, 1 that divides ``hidden_size``."""
+    heads = math.gcd(4, hidden_size) if heads is None else int(heads)
+    if heads <= 0 or hidden_size % heads:
+        raise ValueError(f"heads must divide hidden_size={hidden_size}, got heads={heads}")
+    return heads
+
+
+def stabilised_gates(
+    i_raw: Tensor, f_raw: Tensor, m_prev: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``i'``, ``f'`` and the new stabiliser ``m`` from the raw gates (same shapes)."""
+    log_f = F.logsigmoid(f_raw)
+    m = torch.maximum(log_f + m_prev, i_raw)
+    return torch.exp(i_raw - m), torch.exp(log_f + m_prev - m), m
+
+
+class SLSTM(MemoryCore):
+    """sLSTM cell: exponential gating, normaliser state, head-wise recurrent matrices.
+
+    :param heads: recurrent blocks (``hidden_size / heads`` units each); default: the largest
+        of 4, 2, 1 dividing ``hidden_size``.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, heads: int | None = None) -> None:
+        super().__init__(input_size, hidden_size)
+        self.heads = _heads(hidden_size, heads)
+        d = hidden_size // self.heads
+        self.input = nn.Linear(input_size, 4 * hidden_size)  # rows: z, i, f, o
+        self.recurrent = nn.Parameter(torch.randn(4, self.heads, d, d) / math.sqrt(d))
+        with torch.no_grad():
+            # forget biases spread over [3, 6] (the paper's init): long memory from the start
+            self.input.bias[2 * hidden_size : 3 * hidden_size] = torch.linspace(3, 6, hidden_size)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """``(h, c, n, m)``, each a zero ``[B, H]`` tensor."""
+        weight = self.input.weight
+        device = weight.device if device is None else device
+        return tuple(
+            torch.zeros(batch_size, self.hidden_size, dtype=weight.dtype, device=device)
+            for _ in range(4)
+        )
+
+    def _cell(self, pre: Tensor, state: State) -> tuple[Tensor, State]:
+        """One step from the input part of the pre-activations ``pre [B, 4, H]``."""
+        h, c, n, m = state
+        b = h.shape[0]
+        rec = torch.einsum("bnd,gnde->bgne", h.view(b, self.heads, -1), self.recurrent)
+        z_raw, i_raw, f_raw, o_raw = (pre + rec.reshape(b, 4, -1)).unbind(1)
+        i_gate, f_gate, m = stabilised_gates(i_raw, f_raw, m)
+        c = f_gate * c + i_gate * torch.tanh(z_raw)
+        n = f_gate * n + i_gate
+        h = torch.sigmoid(o_raw) * c / n.clamp_min(_EPS)
+        return h, (h, c, n, m)
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """``x_t [B, input_size]`` -> ``h_t [B, H]`` and ``(h, c, n, m)``."""
+        return self._cell(self.input(x_t).view(x_t.shape[0], 4, -1), state)
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, input_size]`` -> ``y [T, B, H]``; the input projection runs once for all
+        steps, the recurrence step by step (its gates read ``h_{t-1}``)."""
+        check_sequence(self, x, state, starts)
+        pre = self.input(x).view(x.shape[0], x.shape[1], 4, -1)  # [T, B, 4, H]
+        reset_steps = steps_with_starts(starts)
+        outputs = []
+        for t, pre_t in enumerate(pre.unbind(0)):
+            if t in reset_steps:
+                state = self.reset_state(state, starts[t])
+            y_t, state = self._cell(pre_t, state)
+            outputs.append(y_t)
+        return torch.stack(outputs, 0), state
+
+
+class MLSTM(MemoryCore):
+    """mLSTM cell: matrix memory per head, trained in chunkwise-parallel form.
+
+    :param heads: memory heads (``d = hidden_size / heads``; state ``[B, heads, d, d]``);
+        default: the largest of 4, 2, 1 dividing ``hidden_size``.
+    :param chunk_size: steps per parallel chunk in :meth:`forward` (memory ``O(T L)``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        heads: int | None = None,
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        self.heads = _heads(hidden_size, heads)
+        self.head_size = hidden_size // self.heads
+        self.chunk_size = int(chunk_size)
+        self.qkvo = nn.Linear(input_size, 4 * hidden_size)
+        self.gates = nn.Linear(input_size, 2 * self.heads)  # i~, f~ per head
+        with torch.no_grad():
+            self.gates.bias[: self.heads].zero_()
+            self.gates.bias[self.heads :] = torch.linspace(3, 6, self.heads)
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        """``C [B, heads, d, d]``, ``n [B, heads, d]``, ``m [B, heads]``, all zero."""
+        weight = self.qkvo.weight
+        device = weight.device if device is None else device
+        kw = dict(dtype=weight.dtype, device=device)
+        nh, d = self.heads, self.head_size
+        return (
+            torch.zeros(batch_size, nh, d, d, **kw),
+            torch.zeros(batch_size, nh, d, **kw),
+            torch.zeros(batch_size, nh, **kw),
+        )
+
+    def _project(self, x: Tensor) -> tuple[Tensor, ...]:
+        """``x [..., D]`` -> q, k, v ``[..., heads, d]``, o ``[..., H]``, i~, f~ ``[..., heads]``."""
+        shape = (*x.shape[:-1], self.heads, self.head_size)
+        q, k, v, o = self.qkvo(x).chunk(4, dim=-1)
+        i_raw, f_raw = self.gates(x).chunk(2, dim=-1)
+        k = k / math.sqrt(self.head_size)
+        return q.reshape(shape), k.reshape(shape), v.reshape(shape), o, i_raw, f_raw
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """The recurrent form: ``x_t [B, input_size]`` -> ``h_t [B, H]`` and ``(C, n, m)``."""
+        c, n, m = state
+        q, k, v, o, i_raw, f_raw = self._project(x_t)
+        i_gate, f_gate, m = stabilised_gates(i_raw, f_raw, m)
+        c = f_gate[..., None, None] * c + i_gate[..., None, None] * v[..., :, None] * k[..., None, :]
+        n = f_gate[..., None] * n + i_gate[..., None] * k
+        num = torch.einsum("bhij,bhj->bhi", c, q)
+        den = torch.maximum((n * q).sum(-1).abs(), torch.exp(-m))
+        h = torch.sigmoid(o) * (num / den[..., None]).flatten(-2)
+        return h, (c, n, m)
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, input_size]`` -> ``y [T, B, H]``, chunk by chunk in parallel form."""
+        check_sequence(self, x, state, starts)
+        q, k, v, o, i_raw, f_raw = self._project(x)
+        if starts is None:
+            starts = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
+        outputs = []
+        for lo in range(0, x.shape[0], self.chunk_size):
+            hi = lo + self.chunk_size
+            h, state = self._chunk(
+                q[lo:hi], k[lo:hi], v[lo:hi], i_raw[lo:hi], f_raw[lo:hi], starts[lo:hi], state
+            )
+            outputs.append(h)
+        h = torch.cat(outputs, 0).flatten(-2)  # [T, B, H]
+        return torch.sigmoid(o) * h, state
+
+    def _chunk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        i_raw: Tensor,
+        f_raw: Tensor,
+        starts: Tensor,
+        state: State,
+    ) -> tuple[Tensor, State]:
+        """Parallel form over one chunk (see the module docstring).
+
+        :param q, k, v: ``[L, B, heads, d]``; ``i_raw, f_raw``: ``[L, B, heads]``;
+            ``starts``: ``[L, B]`` bool.
+        :return: ``h~ [L, B, heads, d]`` (before the output gate) and the state after the chunk.
+        """
+        c0, n0, m0 = state
+        steps = q.shape[0]
+        # time-last layout [B, heads, L] for the gate algebra
+        log_f = F.logsigmoid(f_raw).permute(1, 2, 0)
+        i_raw = i_raw.permute(1, 2, 0)
+        starts = starts.T.unsqueeze(1)  # [B, 1, L]
+        cum = log_f.cumsum(-1)  # F_t
+        idx = torch.arange(steps, device=q.device)
+        # r(t): the last episode start <= t in this chunk (0 if none); F before step r(t)
+        first = torch.where(starts, idx, torch.zeros_like(idx)).cummax(-1).values
+        cum_pad = F.pad(cum, (1, 0))  # F_{-1} = 0 at index 0
+        cum_before = cum_pad.gather(-1, first.expand_as(cum))
+        carried = ~starts.gather(-1, first)  # the episode of t began before this chunk
+        segment = starts.long().cumsum(-1)
+        same = (segment.unsqueeze(-1) == segment.unsqueeze(-2)) & (idx[:, None] >= idx[None, :])
+        log_d = cum.unsqueeze(-1) - cum.unsqueeze(-2) + i_raw.unsqueeze(-2)  # [B, nh, L, L]
+        log_d = log_d.masked_fill(~same, float("-inf"))
+        log_w0 = cum - cum_before + torch.where(carried, m0.unsqueeze(-1), torch.zeros_like(cum))
+        m = torch.maximum(log_w0, log_d.amax(-1))  # [B, nh, L]
+        weights = torch.exp(log_d - m.unsqueeze(-1))  # [B, nh, L(t), L(s)]
+        w0 = torch.exp(log_w0 - m) * carried  # weight of the carried state
+        qb, kb, vb = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [B, nh, L, d]
+        scores = weights * (qb @ kb.transpose(-1, -2))
+        num = scores @ vb + w0.unsqueeze(-1) * torch.einsum("bhij,bhtj->bhti", c0, qb)
+        den = scores.sum(-1) + w0 * torch.einsum("bhj,bhtj->bht", n0, qb)
+        h = num / torch.maximum(den.abs(), torch.exp(-m)).unsqueeze(-1)
+        # state after the last step: row t = L-1 of the same weights
+        w_last, w0_last = weights[..., -1, :], w0[..., -1]
+        c = torch.einsum("bhs,bhsi,bhsj->bhij", w_last, vb, kb) + w0_last[..., None, None] * c0
+        n = torch.einsum("bhs,bhsj->bhj", w_last, kb) + w0_last[..., None] * n0
+        return h.permute(2, 0, 1, 3), (c, n, m[..., -1])
