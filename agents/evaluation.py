@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
+from agents.policy import (
+    RecurrentActorCritic,
+    obs_to_tensors,
+    observation_shape,
+    sample_actions,
+)
 from agents.rl_trainer import (
     load_rl_checkpoint,
     make_vector_env,
@@ -85,11 +90,11 @@ def evaluate_policy(
     device = torch.device(device)
     envs = make_vector_env(env_id, n_envs, seed, "sync", env_kwargs)
     try:
-        image_shape = tuple(envs.single_observation_space["image"].shape)
-        expected = tuple(policy.image.input_shape)
+        image_shape = observation_shape(envs.single_observation_space)
+        expected = policy.input_shape
         if image_shape != expected:
             raise ValueError(
-                f"env {env_id!r} gives {image_shape} images; this policy reads {expected}"
+                f"env {env_id!r} gives {image_shape} observations; this policy reads {expected}"
             )
         policy.eval()
         obs = envs.reset(seed=seed)

@@ -2,7 +2,8 @@
 
 Observations are dicts of tensors with two leading dims ``[T, B]`` (time-major, like the
 core): ``image [T, B, 7, 7, 3]`` uint8, ``direction [T, B]`` int64 and optionally
-``mission [T, B, L]`` int64 token ids (0 = pad). The same module acts during rollouts
+``mission [T, B, L]`` int64 token ids (0 = pad) for MiniGrid-API envs, or one
+``vector [T, B, n]`` float32 for vector envs (POPGym, :class:`agents.vector_encoder.VectorEncoder`). The same module acts during rollouts
 (``T = 1``) and replays whole chunks during updates (``T = seq_len``) in one core call.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agents.vector_encoder import VectorEncoder
 from cores import MemoryCore, State, make_core
 
 Obs = dict[str, Tensor]
@@ -132,6 +134,23 @@ class MissionEncoder(nn.Module):
         return out[torch.arange(out.shape[0], device=out.device), last]
 
 
+def observation_shape(space: Any) -> tuple[int, ...]:
+    """The shape a policy is built for: MiniGrid's image ``(H, W, 3)``, or ``(n,)`` for a
+    ``Dict(vector=Box(n,))`` observation.
+
+    :raises ValueError: any other observation space (one line naming what is supported).
+    """
+    keys = set(getattr(space, "spaces", {}))
+    if "image" in keys:
+        return tuple(space["image"].shape)
+    if keys == {"vector"} and len(space["vector"].shape) == 1:
+        return tuple(space["vector"].shape)
+    raise ValueError(
+        f"unsupported observation space {space}; the policy reads MiniGrid dicts (image, "
+        "direction, mission) or Dict(vector=Box(n,)) (POPGym ids)"
+    )
+
+
 class RecurrentActorCritic(nn.Module):
     """Encoder (image, direction, mission) -> memory core -> actor and critic MLP heads.
 
@@ -142,7 +161,9 @@ class RecurrentActorCritic(nn.Module):
     :param image_encoder: ``onehot``, ``flat``, ``cnn`` or ``embed`` (see :class:`ImageEncoder`).
     :param mission: ``none``, ``mean`` or ``gru`` (see :class:`MissionEncoder`).
     :param vocab_size: number of mission token ids.
-    :param image_shape: the image observation's shape ``(H, W, 3)``.
+    :param image_shape: the image observation's shape ``(H, W, 3)``, or ``(n,)`` for vector
+        observations (then the image, direction and mission encoders are replaced by one
+        :class:`~agents.vector_encoder.VectorEncoder`; see :func:`observation_shape`).
     """
 
     def __init__(
@@ -157,11 +178,16 @@ class RecurrentActorCritic(nn.Module):
         image_shape: tuple[int, int, int] = (7, 7, 3),
     ) -> None:
         super().__init__()
-        self.image = ImageEncoder(image_encoder, view=tuple(image_shape[:2]))
-        self.direction = nn.Embedding(4, 8)
-        self.mission = MissionEncoder(vocab_size, mission) if mission != "none" else None
-        features = self.image.output_size + 8
-        features += self.mission.output_size if self.mission is not None else 0
+        self.vector = VectorEncoder(image_shape[0]) if len(image_shape) == 1 else None
+        if self.vector is not None:
+            self.image = self.direction = self.mission = None
+            features = self.vector.output_size
+        else:
+            self.image = ImageEncoder(image_encoder, view=tuple(image_shape[:2]))
+            self.direction = nn.Embedding(4, 8)
+            self.mission = MissionEncoder(vocab_size, mission) if mission != "none" else None
+            features = self.image.output_size + 8
+            features += self.mission.output_size if self.mission is not None else 0
         self.features_size = features
         self.core: MemoryCore = make_core(
             core_name, features, hidden_size, **dict(core_options or {})
@@ -183,8 +209,17 @@ class RecurrentActorCritic(nn.Module):
         """The core's initial state for ``batch_size`` envs/sequences."""
         return self.core.initial_state(batch_size, device)
 
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """The observation shape this policy reads (see :func:`observation_shape`)."""
+        encoder = self.vector if self.vector is not None else self.image
+        return tuple(encoder.input_shape)
+
     def encode(self, obs: Obs) -> Tensor:
         """``obs`` with leading ``[T, B]`` -> core input ``[T, B, features_size]``."""
+        if self.vector is not None:
+            vector = obs["vector"]  # [T, B, n]
+            return self.vector(vector.flatten(0, 1)).view(*vector.shape[:2], -1)
         image = obs["image"]
         lead = image.shape[:2]
         parts = [

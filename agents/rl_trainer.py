@@ -40,7 +40,13 @@ from agents.device import resolve_device
 from agents.divergence import DivergenceGuard
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
-from agents.policy import RecurrentActorCritic, build_policy, obs_to_tensors, sample_actions
+from agents.policy import (
+    RecurrentActorCritic,
+    build_policy,
+    obs_to_tensors,
+    observation_shape,
+    sample_actions,
+)
 from agents.ppo import make_optimizer, update
 from agents.rl_config import RLConfig, config_from_dict, config_to_dict
 from agents.rollout import RolloutBuffer
@@ -118,7 +124,7 @@ def setup(config: RLConfig) -> Setup:
             raise ValueError(f"env {config.env.id!r} must have a Discrete action space")
         n_actions = int(envs.single_action_space.n)
         check_bptt_window(config, envs.memory_horizon)
-        image_shape = tuple(space["image"].shape)
+        image_shape = observation_shape(space)  # (H, W, 3), or (n,) for vector obs
         try:
             policy = build_policy(config, n_actions, image_shape).to(device)
         except TypeError as err:  # a core rejecting an option value

@@ -4,18 +4,23 @@ Both drop the hidden state from the gates, so one layer is a diagonal linear rec
 ``h_t = a_t * h_{t-1} + b_t`` whose coefficients depend on ``x_t`` only::
 
     minGRU:  z_t = sigma(W_z x_t),  h~_t = g(W_h x_t)
-             h_t = (1 - z_t) h_{t-1} + z_t h~_t
+             h_t = (1 - z_t) h_{t-1} + z_t h~_t                 a = 1 - z,  b = z h~
     minLSTM: f_t = sigma(W_f x_t),  i_t = sigma(W_i x_t),  h~_t = g(W_h x_t)
              f'_t = f_t / (f_t + i_t),  i'_t = i_t / (f_t + i_t)
-             h_t = f'_t h_{t-1} + i'_t h~_t
+             h_t = f'_t h_{t-1} + i'_t h~_t                     a = f',     b = i' h~
 
 with ``g(x) = x + 1/2`` for ``x >= 0`` and ``sigma(x)`` otherwise (the paper's positive
-candidate activation). The coefficients are computed in log space as in the paper's
-log-space version (``log z = -softplus(-k)``, ``log f' = -softplus(log i - log f)``), so
-saturated gates never round to exactly 0 or 1 through a sigmoid, and the whole sequence is
-solved by :func:`cores.scan.linear_scan` (one autograd node, no step loop in the graph).
-An episode start zeroes ``a_t`` (the initial state is zero), which is how ``starts`` resets
-rows inside a sequence.
+candidate activation). Training solves the whole sequence with the shared scan of
+:mod:`cores.scan` inside one fused autograd node (gates, scan and their hand-written
+backward), so no step loop enters the graph; :meth:`step` is the paper's sequential form,
+used by rollouts, and the tests check both agree.
+
+The paper's log-space variant computes the same recurrence as ``log h_t`` with a
+cumulative-sum (Heinsen) scan, which divides by cumulative products of ``a`` and would
+under/overflow without logs. The scan used here only multiplies coefficients in ``(0, 1)``
+(``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)``), so it stays in range in linear space and
+needs no ``log``/``exp`` passes; an episode start is simply ``a_t = 0`` (the initial state
+is zero), which log space could only express as ``-inf``.
 
 With ``layers > 1`` the layers are stacked as residual blocks, ``y <- y + cell(LayerNorm(y))``
 after a first layer that maps ``input_size`` to ``hidden_size``.
@@ -24,11 +29,10 @@ after a first layer that maps ``input_size`` to ``hidden_size``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores.base import MemoryCore, State, check_sequence
-from cores.scan import METHODS, linear_scan
+from cores.scan import METHODS, scan_adjoint, scan_values
 
 
 def candidate(x: Tensor) -> Tensor:
@@ -36,36 +40,128 @@ def candidate(x: Tensor) -> Tensor:
     return torch.where(x >= 0, x + 0.5, torch.sigmoid(x))
 
 
-def log_candidate(x: Tensor) -> Tensor:
-    """``log g(x)``, computed without forming ``g`` for the negative branch."""
-    return torch.where(x >= 0, torch.log(F.relu(x) + 0.5), -F.softplus(-x))
+def _candidate_parts(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``g(x)`` and ``g'(x)`` without ``torch.where`` (several times slower on CPU):
+    with ``s = sigma(min(x, 0))``, ``g = relu(x) + s`` (``s = 1/2`` for ``x >= 0``) and
+    ``g' = s (1 - s) + 3/4 [x >= 0]`` (``s (1 - s) = 1/4`` there)."""
+    s = torch.sigmoid(x.clamp_max(0))
+    slope = torch.addcmul(s * (1 - s), (x >= 0).to(x.dtype), torch.full_like(s[:1], 0.75))
+    return torch.relu(x) + s, slope
+
+
+CHUNK = 16
+"""Steps per block of the fused layer: gates, scan and backward run block by block, so a
+block's temporaries stay small and in cache instead of streaming ``[T, B, H]`` tensors
+through memory once per elementwise operation."""
+
+
+def _block(kind: str, k: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+    """``a, b`` of one block from its projections ``k [L, B, G*H]`` and the factors the
+    backward needs (no autograd; the reset mask is applied by the caller).
+
+    minGRU: ``a = 1 - z``, ``b = z g``; saved ``(g, z (1 - z), z g')``.
+    minLSTM: ``a = f'``, ``b = (1 - f') g``; saved ``(g, f' (1 - f'), 1 - f, 1 - i, i' g')``
+    (``df'/dk_f = f' i' (1 - f)``, ``df'/dk_i = -f' i' (1 - i)``).
+    """
+    if kind == "gru":
+        k_z, k_h = k.chunk(2, dim=-1)
+        z = torch.sigmoid(k_z)
+        cand, slope = _candidate_parts(k_h)
+        a = 1 - z
+        return a, z * cand, (cand, z * a, z * slope)
+    k_f, k_i, k_h = k.chunk(3, dim=-1)
+    f, i = torch.sigmoid(k_f), torch.sigmoid(k_i)
+    cand, slope = _candidate_parts(k_h)
+    a = f / (f + i)
+    i_norm = 1 - a
+    return a, i_norm * cand, (cand, a * i_norm, 1 - f, 1 - i, i_norm * slope)
+
+
+def _block_grad(kind: str, g: Tensor, h_prev: Tensor, saved: tuple[Tensor, ...], out: Tensor):
+    """Write ``dL/dk`` of one block into ``out [L, B, G*H]`` from ``g = dL/db [L, B, H]`` and
+    the (reset-masked) previous states ``h_prev [L, B, H]``."""
+    if kind == "gru":
+        cand, z_a, z_slope = saved
+        d_kz, d_kh = out.chunk(2, dim=-1)
+        torch.mul(g * (cand - h_prev), z_a, out=d_kz)  # dL/dz = g (g~ - h_prev)
+        torch.mul(g, z_slope, out=d_kh)
+        return
+    cand, fi, one_f, one_i, i_slope = saved
+    d_kf, d_ki, d_kh = out.chunk(3, dim=-1)
+    q = g * (h_prev - cand) * fi  # dL/df' times f' i'
+    torch.mul(q, one_f, out=d_kf)
+    torch.mul(-q, one_i, out=d_ki)
+    torch.mul(g, i_slope, out=d_kh)
+
+
+class _MinRNNScan(torch.autograd.Function):
+    """``k [T, B, G*H], h0 [B, H] -> h [T, B, H]`` for one min-RNN layer (fused gates+scan),
+    computed in blocks of :data:`CHUNK` steps; the backward reuses the forward's gate
+    factors (``3``-``5`` tensors of ``[T, B, H]``) instead of recomputing them."""
+
+    @staticmethod
+    def forward(ctx, k: Tensor, h0: Tensor, keep: Tensor | None, kind: str, method: str):
+        steps, batch, size = k.shape[0], k.shape[1], h0.shape[-1]
+        h = k.new_empty(steps, batch, size)
+        coefficients = k.new_empty(steps, batch, size)  # a (reset mask applied)
+        saved: list[Tensor] = []
+        h_prev = h0
+        with torch.no_grad():
+            for lo in range(0, steps, CHUNK):
+                block = slice(lo, lo + CHUNK)
+                a, b, parts = _block(kind, k[block])
+                if keep is not None:
+                    a = a * keep[block]
+                coefficients[block] = a
+                if not saved:
+                    saved = [k.new_empty(steps, batch, size) for _ in parts]
+                for buffer, part in zip(saved, parts, strict=True):
+                    buffer[block] = part
+                h_prev = scan_values(a, b, h_prev, method, out=h[block])[-1]
+        ctx.save_for_backward(h0, h, coefficients, keep, *saved)
+        ctx.kind, ctx.method = kind, method
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: Tensor):
+        h0, h, coefficients, keep, *saved = ctx.saved_tensors
+        steps, kind = h.shape[0], ctx.kind
+        grad_k = grad_h.new_empty(steps, h.shape[1], h.shape[2] * (3 if kind == "lstm" else 2))
+        g_next = a_next = None  # g and a at the first step of the block after this one
+        for lo in reversed(range(0, steps, CHUNK)):
+            block = slice(lo, lo + CHUNK)
+            a, grad = coefficients[block], grad_h[block]
+            if g_next is not None:  # g_{hi-1} also collects a_hi g_hi from the next block
+                grad = grad.clone()
+                grad[-1] += a_next * g_next
+            g = scan_adjoint(a, grad, ctx.method)  # dL/db
+            h_prev = torch.empty_like(g)
+            h_prev[0] = h0 if lo == 0 else h[lo - 1]
+            h_prev[1:] = h[lo : lo + g.shape[0] - 1]
+            if keep is not None:
+                h_prev = h_prev * keep[block]  # what a multiplies: zero after a reset
+            _block_grad(kind, g, h_prev, tuple(t[block] for t in saved), grad_k[block])
+            g_next, a_next = g[0], a[0]
+        return grad_k, a_next * g_next, None, None, None
 
 
 class _MinCell(nn.Module):
-    """One min-RNN layer: ``[..., input] -> log a, log b`` of its linear recurrence."""
+    """One min-RNN layer's projection ``[..., input] -> [..., G*H]`` and its sequential form."""
 
+    kind: str
     gates: int  # projections besides the candidate
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         self.proj = nn.Linear(input_size, (self.gates + 1) * hidden_size)
 
-    def log_coefficients(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """``log a``, ``log b`` ``[..., H]`` with ``h_t = a_t h_{t-1} + b_t``."""
-        raise NotImplementedError
-
     def direct_step(self, x_t: Tensor, h: Tensor) -> Tensor:
-        """The paper's sequential form, in plain (not log) arithmetic: ``[B, H]`` -> ``[B, H]``."""
+        """The paper's sequential form: ``x_t [B, input]``, ``h [B, H]`` -> ``h_t [B, H]``."""
         raise NotImplementedError
 
 
 class MinGRUCell(_MinCell):
-    gates = 1
-
-    def log_coefficients(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k_z, k_h = self.proj(x).chunk(2, dim=-1)
-        # log(1 - z) = -softplus(k), log z = -softplus(-k)
-        return -F.softplus(k_z), -F.softplus(-k_z) + log_candidate(k_h)
+    kind, gates = "gru", 1
 
     def direct_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         k_z, k_h = self.proj(x_t).chunk(2, dim=-1)
@@ -74,17 +170,12 @@ class MinGRUCell(_MinCell):
 
 
 class MinLSTMCell(_MinCell):
-    gates = 2
+    kind, gates = "lstm", 2
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__(input_size, hidden_size)
         with torch.no_grad():  # forget bias 1, as for the LSTM baselines
             self.proj.bias[:hidden_size].fill_(1.0)
-
-    def log_coefficients(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k_f, k_i, k_h = self.proj(x).chunk(3, dim=-1)
-        diff = F.softplus(-k_f) - F.softplus(-k_i)  # log i - log f
-        return -F.softplus(diff), -F.softplus(-diff) + log_candidate(k_h)
 
     def direct_step(self, x_t: Tensor, h: Tensor) -> Tensor:
         k_f, k_i, k_h = self.proj(x_t).chunk(3, dim=-1)
@@ -96,8 +187,8 @@ class _MinRNN(MemoryCore):
     """A stack of min-RNN layers (see the module docstring).
 
     :param layers: number of layers; 1 is the paper's single cell.
-    :param scan: the :func:`cores.scan.linear_scan` kernel: ``auto`` | ``parallel`` |
-        ``sequential`` (same values; ``auto`` picks by device).
+    :param scan: the :mod:`cores.scan` kernel: ``auto`` | ``parallel`` | ``sequential`` (same
+        values; ``auto`` takes ``sequential`` on CPU and ``parallel`` on accelerators).
     """
 
     cell: type[_MinCell]
@@ -138,13 +229,13 @@ class _MinRNN(MemoryCore):
         check_sequence(self, x, state, starts)
         if len(state) != len(self.cells):
             raise ValueError(f"{type(self).__name__} expects {len(self.cells)} state tensors")
+        keep = None
+        if starts is not None and bool(starts.any()):
+            keep = (~starts.bool()).to(x.dtype).unsqueeze(-1)  # [T, B, 1]
         y, new_state = x, []
         for i, (cell, h0) in enumerate(zip(self.cells, state, strict=True)):
-            log_a, log_b = cell.log_coefficients(self._layer_input(i, y))
-            a = torch.exp(log_a)
-            if starts is not None:
-                a = a * (~starts.bool()).to(a.dtype).unsqueeze(-1)
-            h = linear_scan(a, torch.exp(log_b), h0, self.scan)  # [T, B, H]
+            k = cell.proj(self._layer_input(i, y))  # [T, B, G*H]
+            h = _MinRNNScan.apply(k, h0, keep, cell.kind, self.scan)  # [T, B, H]
             y = self._combine(i, y, h)
             new_state.append(h[-1])
         return y, tuple(new_state)

@@ -7,8 +7,9 @@ resets need no special case as long as the core's initial state is zero.
 
 Two forward kernels compute the same values; both run as one autograd node whose backward is
 the same recurrence in reverse (the adjoint of a linear recurrence is a linear recurrence):
-``g_t = dL/dh_t + conj(a_{t+1}) g_{t+1}``, then ``dL/db_t = g_t``, ``dL/da_t = g_t conj(h_{t-1})``,
-``dL/dh_0 = conj(a_1) g_1``. Only ``a`` and ``h`` are kept, so memory is ``O(T)``.
+``g_t = dL/dh_t + conj(a_{t+1}) g_{t+1}``, then ``dL/db_t = g_t``, ``dL/da_t = g_t conj(h_{t-1})``
+and, for the state ``h0`` before step 0, ``dL/dh0 = conj(a_0) g_0`` (:func:`scan_adjoint`).
+Only ``a`` and ``h`` are kept, so memory is ``O(T)``.
 
 - ``parallel``: a chunked Hillis-Steele scan. Inside chunks of ``C ~ sqrt(T)`` steps,
   ``log2 C`` vectorised rounds of the associative operator
@@ -42,24 +43,27 @@ METHODS = ("auto", "parallel", "sequential")
 
 
 @torch.no_grad()
-def scan_values(a: Tensor, b: Tensor, h0: Tensor, method: str = "auto") -> Tensor:
+def scan_values(
+    a: Tensor, b: Tensor, h0: Tensor, method: str = "auto", out: Tensor | None = None
+) -> Tensor:
     """``h [T, ...]`` with ``h_t = a_t h_{t-1} + b_t`` from ``h0 [...]``, no autograd.
 
     :param a: ``[T, ...]`` coefficients (broadcast to ``b``'s shape).
     :param b: ``[T, ...]`` inputs.
     :param h0: ``[...]`` the state before step 0.
     :param method: one of :data:`METHODS` (see the module docstring).
+    :param out: optional ``[T, ...]`` tensor to write ``h`` into (returned).
     """
     if method not in METHODS:
         raise ValueError(f"unknown scan method {method!r}; valid: {', '.join(METHODS)}")
     a = a.expand_as(b)
     if method == "sequential" or (method == "auto" and b.device.type == "cpu"):
-        return _sequential(a, b, h0)
-    return _parallel(a, b, h0)
+        return _sequential(a, b, h0, torch.empty_like(b) if out is None else out)
+    h = _parallel(a, b, h0)
+    return h if out is None else out.copy_(h)
 
 
-def _sequential(a: Tensor, b: Tensor, h0: Tensor) -> Tensor:
-    out = torch.empty_like(b)
+def _sequential(a: Tensor, b: Tensor, h0: Tensor, out: Tensor) -> Tensor:
     h = h0.to(b.dtype).expand_as(b[0])
     for a_t, b_t, out_t in zip(a.unbind(0), b.unbind(0), out.unbind(0), strict=True):
         h = torch.addcmul(b_t, a_t, h, out=out_t)
@@ -91,6 +95,33 @@ def _parallel(a: Tensor, b: Tensor, h0: Tensor) -> Tensor:
     return h_all[:steps]
 
 
+@torch.no_grad()
+def scan_adjoint(a: Tensor, grad_h: Tensor, method: str = "auto") -> Tensor:
+    """The backward recurrence ``g_t = grad_t + conj(a_{t+1}) g_{t+1}`` (``g_{T-1} = grad``),
+    i.e. ``dL/db`` of :func:`linear_scan`, for ``a, grad_h [T, ...]``; no autograd."""
+    if method not in METHODS:
+        raise ValueError(f"unknown scan method {method!r}; valid: {', '.join(METHODS)}")
+    a = a.expand_as(grad_h)
+    if method == "sequential" or (method == "auto" and grad_h.device.type == "cpu"):
+        out = torch.empty_like(grad_h)
+        g = out[-1]
+        g.copy_(grad_h[-1])
+        for t in range(grad_h.shape[0] - 2, -1, -1):
+            a_next = a[t + 1].conj() if a.is_complex() else a[t + 1]
+            g = torch.addcmul(grad_h[t], a_next, g, out=out[t])
+        return out
+    a_next = torch.cat([a[1:], torch.zeros_like(a[:1])], 0).conj()
+    return _parallel(a_next.flip(0), grad_h.flip(0), torch.zeros_like(grad_h[0])).flip(0)
+
+
+def previous_states(h: Tensor, h0: Tensor) -> Tensor:
+    """``h_{t-1}`` for every ``t``: ``[h0, h_0, ..., h_{T-2}]`` ``[T, ...]``."""
+    out = torch.empty_like(h)
+    out[0] = h0
+    out[1:] = h[:-1]
+    return out
+
+
 class _LinearScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, h0: Tensor, method: str) -> Tensor:
@@ -102,12 +133,8 @@ class _LinearScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
         a, h0, h = ctx.saved_tensors
-        # reverse scan: g_t = grad_t + conj(a_{t+1}) g_{t+1}
-        a_next = torch.cat([a[1:], torch.zeros_like(a[:1])], 0).conj()
-        zero = torch.zeros_like(grad_h[0])
-        g = scan_values(a_next.flip(0), grad_h.flip(0), zero, ctx.method).flip(0)
-        h_prev = torch.cat([h0.expand_as(h[:1]).to(h.dtype), h[:-1]], 0)
-        grad_a = g * h_prev.conj()
+        g = scan_adjoint(a, grad_h, ctx.method)
+        grad_a = g * previous_states(h, h0.to(h.dtype)).conj()
         grad_h0 = (a[0].conj() * g[0]).sum_to_size(h0.shape)
         return grad_a, g, grad_h0, None
 

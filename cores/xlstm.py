@@ -55,9 +55,7 @@ def _heads(hidden_size: int, heads: int | None) -> int:
     return heads
 
 
-def stabilised_gates(
-    i_raw: Tensor, f_raw: Tensor, m_prev: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
+def stabilised_gates(i_raw: Tensor, f_raw: Tensor, m_prev: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``i'``, ``f'`` and the new stabiliser ``m`` from the raw gates (same shapes)."""
     log_f = F.logsigmoid(f_raw)
     m = torch.maximum(log_f + m_prev, i_raw)
@@ -164,7 +162,8 @@ class MLSTM(MemoryCore):
         )
 
     def _project(self, x: Tensor) -> tuple[Tensor, ...]:
-        """``x [..., D]`` -> q, k, v ``[..., heads, d]``, o ``[..., H]``, i~, f~ ``[..., heads]``."""
+        """``x [..., D]`` -> q, k, v ``[..., heads, d]``, o ``[..., H]``, i~ and f~
+        ``[..., heads]``."""
         shape = (*x.shape[:-1], self.heads, self.head_size)
         q, k, v, o = self.qkvo(x).chunk(4, dim=-1)
         i_raw, f_raw = self.gates(x).chunk(2, dim=-1)
@@ -176,7 +175,8 @@ class MLSTM(MemoryCore):
         c, n, m = state
         q, k, v, o, i_raw, f_raw = self._project(x_t)
         i_gate, f_gate, m = stabilised_gates(i_raw, f_raw, m)
-        c = f_gate[..., None, None] * c + i_gate[..., None, None] * v[..., :, None] * k[..., None, :]
+        outer = v[..., :, None] * k[..., None, :]  # v k^T  [B, heads, d, d]
+        c = f_gate[..., None, None] * c + i_gate[..., None, None] * outer
         n = f_gate[..., None] * n + i_gate[..., None] * k
         num = torch.einsum("bhij,bhj->bhi", c, q)
         den = torch.maximum((n * q).sum(-1).abs(), torch.exp(-m))

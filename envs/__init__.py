@@ -5,6 +5,8 @@ Importing ``envs`` registers MiniGrid's ids (``MiniGrid-*``, ``BabyAI-*``) and o
 - ``memcores/PassiveVisualMatch-v0``, ``memcores/ActiveVisualMatch-v0`` (+ ``-Large`` and
   ``-LongDelay`` variants): three-phase memory-matching gridworlds, see
   :mod:`envs.memory_match`.
+- ``popgym/<Name>-v0``: every POPGym environment (Morad et al., ICLR 2023) with a flat vector
+  observation, see :mod:`envs.popgym_env`.
 
 Use :func:`make_env` to build any of them with the memcores observation format
 (:mod:`envs.observation`).
@@ -43,5 +45,7 @@ MEMORY_MATCH_IDS: dict[str, tuple[str, dict]] = {
 for _id, (_entry, _kwargs) in MEMORY_MATCH_IDS.items():
     if _id not in registry:
         register(id=_id, entry_point=_entry, kwargs=dict(_kwargs))
+
+from envs import popgym_env  # noqa: E402  (side effect: registers the popgym/* ids)
 
 __all__ = ["MAX_MISSION_LEN", "MEMORY_MATCH_IDS", "VOCAB", "VOCAB_SIZE", "make_env", "tokenize"]

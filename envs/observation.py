@@ -134,8 +134,9 @@ missions are truncated."""
 WORD_TO_ID: dict[str, int] = {w: i for i, w in enumerate(VOCAB)}
 assert len(WORD_TO_ID) == VOCAB_SIZE, "duplicate word in VOCAB"
 
-SUPPORTED_PREFIXES = ("MiniGrid-", "BabyAI-", "memcores/")
-"""Gymnasium id prefixes of the MiniGrid-API envs :func:`make_env` accepts."""
+SUPPORTED_PREFIXES = ("MiniGrid-", "BabyAI-", "memcores/", "popgym/")
+"""Gymnasium id prefixes of the envs :func:`make_env` accepts (``popgym/*``: vector
+observations, see :mod:`envs.popgym_env`)."""
 
 _WORD_RE = re.compile(r"[a-z]+")
 
@@ -258,11 +259,13 @@ def _unknown_env_message(env_id: str) -> str:
     ids = supported_env_ids()
     close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    listed = [i for i in ids if not i.startswith("BabyAI-")]
-    n_babyai = len(ids) - len(listed)
+    listed = [i for i in ids if not i.startswith(("BabyAI-", "popgym/"))]
+    n_babyai = sum(i.startswith("BabyAI-") for i in ids)
+    n_popgym = sum(i.startswith("popgym/") for i in ids)
     return (
         f"unknown env id {env_id!r}.{hint} Registered MiniGrid/memcores ids: "
-        f"{', '.join(listed)} (and {n_babyai} BabyAI-* ids; see `memcores list envs`)."
+        f"{', '.join(listed)} (and {n_babyai} BabyAI-* and {n_popgym} popgym/* ids; "
+        "see `memcores list envs`)."
     )
 
 
@@ -286,10 +289,18 @@ def make_env(
         ``info["success"]`` on every step.
     :raises ValueError: unknown / unsupported id (the message lists the valid ids and close
         matches), or constructor options the env does not take.
+
+    ``popgym/*`` ids return ``Dict(vector=Box(n,))`` observations and their own action space
+    instead (:func:`envs.popgym_env.make_popgym`).
     """
     _ensure_registered()
     if env_id not in gym.registry:
         raise ValueError(_unknown_env_message(env_id))
+    if env_id.startswith("popgym/"):
+        from envs.popgym_env import make_popgym
+
+        env = make_popgym(env_id, **env_kwargs)
+        return SeedFirstReset(env, seed) if seed is not None else env
     if not env_id.startswith(SUPPORTED_PREFIXES):
         raise ValueError(
             f"env id {env_id!r} is not a MiniGrid-API env; make_env supports ids starting "

@@ -10,7 +10,12 @@ shuffled order and repeated, and the table shows medians and two ratios:
   (``ur_lstm, r_lstm``) is ``tied_lstm`` (the gate-tied sigmoid LSTM without refine, so for
   ``ur_lstm`` the ratio is the cost of the refine gate); untied LSTM variants (``u_lstm,
   c_lstm, hdetach_lstm``, and ``rel_lstm``/``mem_lstm``, which build on an LSTM) compare with
-  ``lstm``; ``fast_gru, ur_gru`` with ``gru``; ``power_rnn`` with ``leaky_rnn``.
+  ``lstm``; ``fast_gru, ur_gru`` with ``gru``; ``power_rnn`` with ``leaky_rnn``; the modern
+  cores with the classic cell they replace (``min_gru`` with ``gru``; ``min_lstm``, ``slstm``,
+  ``mlstm`` with ``lstm``).
+
+When ``min_gru`` and ``gru`` both run, a line under the table gives ``gru / min_gru``: how many
+times faster the scan-trained minGRU trains than the GRU at the same hidden size.
 
 Under each table, ``ur_lstm``'s twin ratio is split into the price of a fourth gate block
 (``lstm / tied_lstm``) and the refine gate's own arithmetic (``ur_lstm / lstm``, the same
@@ -61,6 +66,10 @@ TWINS = {
     "ur_gru": "gru",
     "leaky_rnn": "leaky_rnn",
     "power_rnn": "leaky_rnn",
+    "min_gru": "gru",
+    "min_lstm": "lstm",
+    "slstm": "lstm",
+    "mlstm": "lstm",
 }
 LSTM_FAMILY = {name for name, twin in TWINS.items() if twin in ("lstm", "tied_lstm")} - {
     "rel_lstm",
@@ -257,6 +266,14 @@ def format_refine_split(samples: Samples, stat: str = "median") -> str | None:
     return line
 
 
+def format_speedup(samples: Samples, stat: str = "median") -> str | None:
+    """``min_gru / gru`` and its inverse (wall clock), or ``None`` unless both ran."""
+    r = ratio(samples, "min_gru", "gru", 0, stat)
+    if r is None:
+        return None
+    return f"min_gru / gru (wall) = {r:.3f}x: min_gru trains {1 / r:.1f}x faster than gru"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="memcores bench cores", description=__doc__.split("\n")[0]
@@ -304,6 +321,9 @@ def main(argv: list[str]) -> int:
             split = format_refine_split(samples, args.stat)
             if split:
                 print(split)
+            speedup = format_speedup(samples, args.stat)
+            if speedup:
+                print(speedup)
             for name, err in errors.items():
                 print(f"{name:<14}skipped ({err})")
     finally:
