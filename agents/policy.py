@@ -3,7 +3,8 @@
 Observations are dicts of tensors with two leading dims ``[T, B]`` (time-major, like the
 core): ``image [T, B, 7, 7, 3]`` uint8, ``direction [T, B]`` int64 and optionally
 ``mission [T, B, L]`` int64 token ids (0 = pad) for MiniGrid-API envs, or one
-``vector [T, B, n]`` float32 for vector envs (POPGym, :class:`agents.vector_encoder.VectorEncoder`). The same module acts during rollouts
+``vector [T, B, n]`` float32 for vector envs (POPGym; see
+:class:`agents.vector_encoder.VectorEncoder`). The same module acts during rollouts
 (``T = 1``) and replays whole chunks during updates (``T = seq_len``) in one core call.
 """
 

@@ -46,6 +46,6 @@ for _id, (_entry, _kwargs) in MEMORY_MATCH_IDS.items():
     if _id not in registry:
         register(id=_id, entry_point=_entry, kwargs=dict(_kwargs))
 
-from envs import popgym_env  # noqa: E402  (side effect: registers the popgym/* ids)
+from envs import popgym_env  # noqa: E402, F401  (side effect: registers the popgym/* ids)
 
 __all__ = ["MAX_MISSION_LEN", "MEMORY_MATCH_IDS", "VOCAB", "VOCAB_SIZE", "make_env", "tokenize"]

@@ -20,6 +20,8 @@ import gymnasium as gym
 
 import envs
 from envs.observation import supported_env_ids
+from envs.popgym_env import POPGYM_IDS
+from envs.popgym_env import describe as describe_popgym
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,23 @@ _DELAY = (
     ("memcores/ActiveVisualMatch-v0", "memcores/ActiveVisualMatch-LongDelay-v0"),
 )
 
+# POPGym's families at Easy difficulty, trained and evaluated on the same env (POPGym scores
+# max mean episodic reward on the training env; its table has no transfer).
+POPGYM_EASY = (
+    "popgym/RepeatPreviousEasy-v0",
+    "popgym/RepeatFirstEasy-v0",
+    "popgym/AutoencodeEasy-v0",
+    "popgym/CountRecallEasy-v0",
+    "popgym/PositionOnlyCartPoleEasy-v0",
+    "popgym/NoisyPositionOnlyCartPoleEasy-v0",
+    "popgym/VelocityOnlyCartPoleEasy-v0",
+    "popgym/MultiarmedBanditEasy-v0",
+    "popgym/HigherLowerEasy-v0",
+    "popgym/BattleshipEasy-v0",
+    "popgym/ConcentrationEasy-v0",
+    "popgym/MineSweeperEasy-v0",
+)
+
 SUITES: dict[str, Suite] = {
     "thesis-table7": Suite(
         "Kanuparthi (2020) Table 7: train small MiniGrid, test large", tuple(_TABLE7.values())
@@ -63,6 +82,10 @@ SUITES: dict[str, Suite] = {
     "memory-match-room": Suite("visual match, room 7x7 -> 11x11", _ROOM),
     "memory-match-delay": Suite("visual match, distractor phase 30 -> 120 steps", _DELAY),
     "memory-match": Suite("visual match, larger room and longer delay", _ROOM + _DELAY),
+    "popgym": Suite(
+        "POPGym Easy envs with discrete actions, evaluated where trained (Morad et al. 2023)",
+        tuple((env_id, env_id) for env_id in POPGYM_EASY),
+    ),
 }
 """Suite name -> :class:`Suite`."""
 
@@ -105,7 +128,7 @@ def list_envs() -> list[tuple[str, str]]:
         if name in _TABLE7 or name == "memory-match":
             continue  # the aggregate suites say it once
         for a, b in suite.pairs:
-            for env_id in (a, b):
+            for env_id in dict.fromkeys((a, b)):
                 in_suite.setdefault(env_id, []).append(name)
 
     def mark(env_id: str) -> str:
@@ -128,4 +151,5 @@ def list_envs() -> list[tuple[str, str]]:
             text += " - unavailable: minigrid's WFC pattern files are not installed"
         rows.append((env_id, text + mark(env_id)))
     rows.append(("BabyAI-*", f"{n_babyai} BabyAI levels (MiniGrid API; make_env accepts them)"))
+    rows += [(i, describe_popgym(i) + mark(i)) for i in POPGYM_IDS]
     return rows
