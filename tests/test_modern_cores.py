@@ -318,3 +318,7 @@ def test_bench_cores_runs_the_new_cores(capsys: pytest.CaptureFixture[str]) -> N
         row = next(line for line in out.splitlines() if line.startswith(f"{name} "))
         assert "skipped" not in row
     assert "min_gru / gru" in out
+    samples = {"nn.LSTM": [(1.0, 1.0)], "lstm": [(1.0, 1.0)], "slstm": [(2.0, 2.0)]}
+    assert bench._target("slstm", samples) == ""  # the 1.5x LSTM target is not theirs
+    samples.update(gru=[(3.0, 3.0)], min_gru=[(1.0, 1.0)])
+    assert "min_gru trains 3.0x faster than gru" in bench.format_speedup(samples)
