@@ -322,3 +322,13 @@ def test_bench_cores_runs_the_new_cores(capsys: pytest.CaptureFixture[str]) -> N
     assert bench._target("slstm", samples) == ""  # the 1.5x LSTM target is not theirs
     samples.update(gru=[(3.0, 3.0)], min_gru=[(1.0, 1.0)])
     assert "min_gru trains 3.0x faster than gru" in bench.format_speedup(samples)
+
+
+def test_bench_scan_kernels_prints_each_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.bench import cores as bench
+
+    assert bench.main(["--quick", "--scan"]) == 0
+    out = capsys.readouterr().out
+    for name in ("cores.scan sequential", "cores.scan parallel", "autograd step loop"):
+        row = next(line for line in out.splitlines() if line.startswith(name))
+        assert float(row.split()[-1]) < 1e-4  # every kernel computes the loop's values

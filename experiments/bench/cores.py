@@ -278,6 +278,56 @@ def format_speedup(samples: Samples, stat: str = "median") -> str | None:
     return f"min_gru / gru (wall) = {r:.3f}x: min_gru trains {1 / r:.1f}x faster than gru"
 
 
+def scan_kernels(T: int, B: int, H: int, reps: int, seed: int = 0) -> str:
+    """Forward+backward of ``h_t = a_t h_{t-1} + b_t`` (``[T, B, H]`` float32) with each kernel
+    of :mod:`cores.scan`, an autograd step loop and, where PyTorch has it, its prototype
+    ``associative_scan``; interleaved rounds, minimum process CPU time, one table."""
+    from cores.scan import linear_scan, linear_scan_loop
+
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.rand(T, B, H, generator=gen).requires_grad_(True)
+    b = torch.randn(T, B, H, generator=gen).requires_grad_(True)
+    h0 = torch.zeros(B, H)
+    kernels: dict[str, Callable[[], torch.Tensor]] = {
+        "cores.scan sequential": lambda: linear_scan(a, b, h0, "sequential"),
+        "cores.scan parallel": lambda: linear_scan(a, b, h0, "parallel"),
+        "autograd step loop": lambda: linear_scan_loop(a, b, h0),
+    }
+    try:
+        from torch._higher_order_ops.associative_scan import associative_scan
+
+        def combine(x: tuple, y: tuple) -> tuple:
+            return x[0] * y[0], y[0] * x[1] + y[1]
+
+        kernels["torch associative_scan"] = lambda: associative_scan(
+            combine, (a, b), dim=0, combine_mode="generic"
+        )[1]
+    except ImportError:  # a PyTorch without the prototype API
+        pass
+    reference = linear_scan_loop(a, b, h0).detach()
+    errors, times = {}, {name: [] for name in kernels}
+    for name, fn in kernels.items():  # warm-up and accuracy
+        h = fn()
+        errors[name] = float((h.detach() - reference).abs().max())
+        h.sum().backward()
+    for rep in range(reps):
+        for name in list(kernels) if rep % 2 == 0 else list(kernels)[::-1]:
+            a.grad = b.grad = None
+            start = time.process_time()
+            kernels[name]().sum().backward()
+            times[name].append(time.process_time() - start)
+    base = min(times["cores.scan sequential"])
+    lines = [
+        f"linear scan kernels: forward+backward, T={T} B={B} H={H}, {reps} rounds, minimum cpu ms",
+        f"{'kernel':<26}{'cpu ms':>9}{'x seq':>8}  max |h - loop|",
+    ]
+    for name, values in times.items():
+        lines.append(
+            f"{name:<26}{min(values) * 1e3:>9.1f}{min(values) / base:>7.2f}x  {errors[name]:.1e}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="memcores bench cores", description=__doc__.split("\n")[0]
@@ -300,9 +350,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="smoke mode: T=16 B=4 D=H=16, 1 thread, 1 round"
     )
+    parser.add_argument(
+        "--scan",
+        action="store_true",
+        help="time the linear-scan kernels of cores/scan.py (T, B, H, reps) instead of cores",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.T, args.B, args.D, args.H, args.threads, args.reps = 16, 4, 16, 16, "1", 1
+    if args.scan:
+        print(scan_kernels(args.T, args.B, args.H, args.reps, args.seed))
+        return 0
     names = sorted(CORES) if args.cores == "all" else args.cores.split(",")
     unknown = [n for n in names if n not in CORES]
     if unknown:
