@@ -176,7 +176,7 @@ class RecurrentActorCritic(nn.Module):
         image_encoder: str = "onehot",
         mission: str = "mean",
         vocab_size: int = 1,
-        image_shape: tuple[int, int, int] = (7, 7, 3),
+        image_shape: tuple[int, ...] = (7, 7, 3),
     ) -> None:
         super().__init__()
         self.vector = VectorEncoder(image_shape[0]) if len(image_shape) == 1 else None
@@ -287,7 +287,7 @@ def obs_to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> Obs:
     }
 
 
-def build_policy(config: Any, n_actions: int, image_shape: tuple[int, int, int]) -> Any:
+def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> Any:
     """The policy described by an :class:`agents.rl_config.RLConfig`."""
     from envs.observation import VOCAB_SIZE
 

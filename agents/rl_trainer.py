@@ -102,7 +102,7 @@ class Setup:
     policy: RecurrentActorCritic
     optimizer: torch.optim.Optimizer
     n_actions: int
-    image_shape: tuple[int, int, int]
+    image_shape: tuple[int, ...]  # (H, W, 3) images, or (n,) vector observations
 
 
 def setup(config: RLConfig) -> Setup:
