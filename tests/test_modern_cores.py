@@ -332,3 +332,27 @@ def test_bench_scan_kernels_prints_each_kernel(capsys: pytest.CaptureFixture[str
     for name in ("cores.scan sequential", "cores.scan parallel", "autograd step loop"):
         row = next(line for line in out.splitlines() if line.startswith(name))
         assert float(row.split()[-1]) < 1e-4  # every kernel computes the loop's values
+
+
+@pytest.mark.parametrize("name", ["min_gru", "min_lstm"])
+def test_min_rnn_blocks_carry_values_and_gradients(name) -> None:
+    """Sequences longer than one block of the fused layer (16 steps): the carries between
+    blocks, forward and backward, with resets on and next to block borders."""
+    from cores.min_rnn import CHUNK
+
+    steps = 2 * CHUNK + 5
+    torch.manual_seed(0)
+    core = make_core(name, D, H).double()
+    x = _x(steps=steps, scale=2.0)
+    starts = torch.zeros(steps, B, dtype=torch.bool)
+    starts[CHUNK, 0] = starts[CHUNK - 1, 1] = starts[2 * CHUNK + 1, 2] = True
+    state0 = (torch.rand(B, H, dtype=torch.float64),)
+    results = []
+    for run in (lambda s: core(x, s, starts), lambda s: _step_loop(core, x, s, starts)):
+        core.zero_grad()
+        state = tuple(s.clone().requires_grad_(True) for s in state0)
+        y, final = run(state)
+        (y.square().sum() + final[0].sum()).backward()
+        results.append([y.detach(), state[0].grad, *(p.grad.clone() for p in core.parameters())])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want)
