@@ -1,8 +1,8 @@
 """Self-attentive LSTMs: RelLSTM (relevancy screening) and MemLSTM (attention over all states).
 
-Both follow Kanuparthi, Kerg et al., "Untangling trade-offs between recurrence and
-self-attention in neural networks" (second article of Kanuparthi's 2020 thesis; digest in
-``papers/hdetach_relevancy_screening.md`` section 2). The thesis leaves several points open;
+Both follow Kerg, Kanuparthi et al., "Untangling tradeoffs between recurrence and
+self-attention in neural networks" (NeurIPS 2020, arXiv:2006.09471; the second article of
+B. Kanuparthi's 2020 M.Sc. thesis, Université de Montréal). The thesis leaves several points open;
 this module settles them as follows.
 
 Step ``t`` (shapes ``[B, H]`` unless noted)::
@@ -17,7 +17,7 @@ Step ``t`` (shapes ``[B, H]`` unless noted)::
     s_t = h_t + context_t             (average=True: s_t = 0.5 (h_t + context_t), public code)
     y_t = s_t                         the output is the macro-state, the input of the next step
 
-Settled ambiguities (the digest's list, section 2.3):
+Settled ambiguities:
 
 - **Buffer.** Following Algorithm 2, ``h_t`` enters the buffer *before* attending, so the
   buffer at step ``t`` holds ``h_{t-nu+1} .. h_t`` and ``h_t`` can attend to itself, as in the
