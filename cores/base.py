@@ -8,6 +8,8 @@ knowing which core produced it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -73,6 +75,40 @@ class MemoryCore(nn.Module):
         )
 
     # ------------------------------------------------------------------ helpers
+    def scan_zero_reset(
+        self,
+        xproj: Tensor,
+        state: State,
+        starts: Tensor | None,
+        step: Callable[[Tensor, State, int], tuple[Tensor, State]],
+        dtype: torch.dtype | None = None,
+    ) -> tuple[Tensor, State]:
+        """Loop ``step`` over inputs already projected for every step at once.
+
+        For cores whose initial state is all zeros: where ``starts[t, b]``, row ``b`` of every
+        state tensor is multiplied by 0 before step ``t``.
+
+        :param xproj: ``[T, B, n]`` projected inputs (one matmul for the whole sequence).
+        :param starts: optional ``[T, B]`` bool episode starts.
+        :param step: ``(xproj_t [B, n], state, t) -> (y_t [B, H], state)``.
+        :param dtype: dtype of the reset mask (default ``xproj``'s; pass the input's under
+            autocast, where the projection's dtype differs).
+        :return: ``y [T, B, H]`` and the state after step ``T``.
+        """
+        keeps = (
+            [None] * xproj.shape[0]
+            if starts is None
+            else (~starts.bool()).to(dtype or xproj.dtype).unsqueeze(-1).unbind(0)  # T x [B, 1]
+        )
+        outputs = []
+        # unbind once: indexing xproj[t] inside the loop makes backward quadratic in T
+        for t, (a_x, k) in enumerate(zip(xproj.unbind(0), keeps, strict=True)):
+            if k is not None:
+                state = tuple(s * k for s in state)
+            y_t, state = step(a_x, state, t)
+            outputs.append(y_t)
+        return torch.stack(outputs, 0), state
+
     def reset_state(self, state: State, mask: Tensor) -> State:
         """Replace the rows of ``state`` where ``mask [B]`` is true by the initial state."""
         batch_size = mask.shape[0]
