@@ -80,32 +80,30 @@ class MemoryCore(nn.Module):
         xproj: Tensor,
         state: State,
         starts: Tensor | None,
-        step: Callable[[Tensor, State, int], tuple[Tensor, State]],
-        dtype: torch.dtype | None = None,
+        step: Callable[[Tensor, State], tuple[Tensor, State]],
     ) -> tuple[Tensor, State]:
         """Loop ``step`` over inputs already projected for every step at once.
 
         For cores whose initial state is all zeros: where ``starts[t, b]``, row ``b`` of every
-        state tensor is multiplied by 0 before step ``t``.
+        state tensor (of any dtype) is set to zero before step ``t``.
 
         :param xproj: ``[T, B, n]`` projected inputs (one matmul for the whole sequence).
+        :param state: the state before step 0 (any flat tuple of ``[B, ...]`` tensors).
         :param starts: optional ``[T, B]`` bool episode starts.
-        :param step: ``(xproj_t [B, n], state, t) -> (y_t [B, H], state)``.
-        :param dtype: dtype of the reset mask (default ``xproj``'s; pass the input's under
-            autocast, where the projection's dtype differs).
+        :param step: ``(xproj_t [B, n], state) -> (y_t [B, H], state)``.
         :return: ``y [T, B, H]`` and the state after step ``T``.
         """
-        keeps = (
-            [None] * xproj.shape[0]
-            if starts is None
-            else (~starts.bool()).to(dtype or xproj.dtype).unsqueeze(-1).unbind(0)  # T x [B, 1]
-        )
+        reset_steps = steps_with_starts(starts)
         outputs = []
         # unbind once: indexing xproj[t] inside the loop makes backward quadratic in T
-        for t, (a_x, k) in enumerate(zip(xproj.unbind(0), keeps, strict=True)):
-            if k is not None:
-                state = tuple(s * k for s in state)
-            y_t, state = step(a_x, state, t)
+        for t, x_t in enumerate(xproj.unbind(0)):
+            if t in reset_steps:
+                mask = starts[t].to(xproj.device)
+                state = tuple(
+                    torch.where(_expand_mask(mask, v), torch.zeros((), dtype=v.dtype), v)
+                    for v in state
+                )
+            y_t, state = step(x_t, state)
             outputs.append(y_t)
         return torch.stack(outputs, 0), state
 

@@ -169,13 +169,14 @@ class GatedLSTM(BlockGatedCore):
             return fused_lstm(self, x, state, keep, detach)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
         w_hh_t = self.weight_hh.t()
+        draws = iter(detach)  # one h-detach draw per step, consumed in order
 
-        def step(a_x: Tensor, s: State, t: int) -> tuple[Tensor, State]:
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
             h, c = s
-            h, c = self.cell(torch.addmm(a_x, self._gate_input(h, detach[t]), w_hh_t), c)
+            h, c = self.cell(torch.addmm(a_x, self._gate_input(h, next(draws)), w_hh_t), c)
             return h, (h, c)
 
-        return self.scan_zero_reset(xproj, state, starts, step, dtype=x.dtype)
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         return (

@@ -107,11 +107,11 @@ class GatedGRU(BlockGatedCore):
         check_sequence(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH], one matmul for all steps
 
-        def step(a_x: Tensor, s: State, t: int) -> tuple[Tensor, State]:
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
             h = self.cell(a_x, s[0])
             return h, (h,)
 
-        return self.scan_zero_reset(xproj, state, starts, step, dtype=x.dtype)
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         return (

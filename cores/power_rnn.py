@@ -94,11 +94,11 @@ class PowerRNN(MemoryCore):
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, H], one matmul for all steps
         alpha = self.alpha
 
-        def step(a_x: Tensor, s: State, t: int) -> tuple[Tensor, State]:
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
             h = self.cell(a_x, s[0], alpha)
             return h, (h,)
 
-        return self.scan_zero_reset(xproj, state, starts, step, dtype=x.dtype)
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, r={self.r}"

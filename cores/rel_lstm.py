@@ -117,11 +117,6 @@ def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
     return torch.arange(rho, device=relevant_count.device) < relevant_count.unsqueeze(1)
 
 
-def _expand(mask: Tensor, like: Tensor) -> Tensor:
-    """``mask [B]`` viewed to broadcast against ``like [B, ...]``."""
-    return mask.view(-1, *([1] * (like.dim() - 1)))
-
-
 class _AttentiveLSTM(MemoryCore):
     """Shared parameters and maths of RelLSTM and MemLSTM (LSTM on ``s`` + additive attention)."""
 
@@ -279,20 +274,10 @@ class RelLSTM(_AttentiveLSTM):
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state."""
         check_sequence(self, x, state, starts)
-        reset_steps = steps_with_starts(starts)
         xp = self.input_proj(x)  # [T, B, 4H]: one matmul for all input projections
-        carry = self._to_carry(state)
-        outputs = []
-        for t, xp_t in enumerate(xp.unbind(0)):
-            if t in reset_steps:
-                # the initial state is all zeros (a zero key in an empty slot is never used)
-                mask = starts[t].to(xp.device)
-                carry = tuple(
-                    torch.where(_expand(mask, v), torch.zeros((), dtype=v.dtype), v) for v in carry
-                )
-            y_t, carry = self._step(xp_t, carry)
-            outputs.append(y_t)
-        return torch.stack(outputs, 0), self._to_state(carry)
+        # the initial state is all zeros (a zero key in an empty slot is never used)
+        y, carry = self.scan_zero_reset(xp, self._to_carry(state), starts, self._step)
+        return y, self._to_state(carry)
 
     def extra_repr(self) -> str:
         return (

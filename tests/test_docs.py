@@ -26,9 +26,9 @@ PROCESS_WORDS = re.compile(
 # A repository path: starts at a top-level folder of the repository and ends in a file name with
 # a known extension. Placeholders (NAME, $task, {a,b}, *, my_core) never match or are skipped.
 TOP_DIRS = ("docs", "experiments", "cores", "agents", "envs", "tests", "results")
+_TOP = "|".join(TOP_DIRS)
 REPO_PATH = re.compile(
-    r"(?<![\w./$-])((?:%s)/[\w./-]*\.(?:md|py|yaml|yml|png|csv|json|txt|toml))(?![\w/])"
-    % "|".join(TOP_DIRS)
+    rf"(?<![\w./$-])((?:{_TOP})/[\w./-]*\.(?:md|py|yaml|yml|png|csv|json|txt|toml))(?![\w/])"
 )
 # Markdown links and images relative to the document: [text](target) / ![alt](target)
 MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
