@@ -30,9 +30,21 @@ _TOP = "|".join(TOP_DIRS)
 REPO_PATH = re.compile(
     rf"(?<![\w./$-])((?:{_TOP})/[\w./-]*\.(?:md|py|yaml|yml|png|csv|json|txt|toml))(?![\w/])"
 )
-# Markdown links and images relative to the document: [text](target) / ![alt](target)
-MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+# Markdown links and images relative to the document: [text](target#anchor) / ![alt](target)
+MD_LINK = re.compile(r"\]\(([^)\s#]*)(?:#([^)\s]*))?\)")
 PLACEHOLDER = re.compile(r"my_|NAME|\bRUN\b")
+
+
+def anchors(doc: Path) -> set[str]:
+    """GitHub's anchors for the headings of a Markdown file (code blocks skipped)."""
+    found, in_code = set(), False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and re.match(r"#{1,6} ", line):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
 
 
 def doc_files() -> list[Path]:
@@ -72,11 +84,14 @@ def dead_paths(doc: Path) -> list[str]:
         if not (REPO / path).exists() and not (doc.parent / path).exists():
             missing.append(path)
     for match in MD_LINK.finditer(text):
-        target = match.group(1)
+        target, anchor = match.group(1), match.group(2)
         if "://" in target or target.startswith("mailto:") or PLACEHOLDER.search(target):
             continue
-        if not (doc.parent / target).exists():
+        linked = doc.parent / target if target else doc
+        if not linked.exists():
             missing.append(target)
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            missing.append(f"{target}#{anchor}")
     return missing
 
 
@@ -102,8 +117,14 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
         "run `memcores train experiments/configs/no_such.yaml` and see ![x](img/gone.png);\n"
         "`experiments/configs/memory_s7.yaml` exists, `cores/my_core.py` is a placeholder,\n"
         "[a site](https://example.org/a.md) is not a repository path.\n"
+        "## A `Heading`, with >= 0.9 in it\n"
+        "[here](#a-heading-with--09-in-it) and [there](#no-such-heading).\n"
     )
-    assert dead_paths(doc) == ["experiments/configs/no_such.yaml", "img/gone.png"]
+    assert dead_paths(doc) == [
+        "experiments/configs/no_such.yaml",
+        "img/gone.png",
+        "#no-such-heading",
+    ]
 
 
 def test_readme_keeps_the_two_setup_commands_and_stays_short() -> None:
