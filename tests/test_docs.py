@@ -132,3 +132,28 @@ def test_readme_keeps_the_two_setup_commands_and_stays_short() -> None:
     assert "make test" in readme and "make demo" in readme
     assert "## Results" in readme
     assert len(readme.splitlines()) <= 170
+
+
+def readme_python_blocks() -> list[str]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+
+
+def test_readme_core_snippet_runs() -> None:
+    namespace: dict = {}
+    exec(readme_python_blocks()[0], namespace)  # the quickstart's core example, as printed
+    assert tuple(namespace["y"].shape) == (50, 32, 128)
+
+
+def test_readme_trainer_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RL quickstart from Python, with the run folder moved to tmp and one rollout."""
+    block = next(b for b in readme_python_blocks() if "rl_trainer" in b)
+    assert '"runs/ms7_py"' in block and "train.total_steps=4096" in block
+    block = block.replace('"runs/ms7_py"', repr(str(tmp_path / "ms7_py")))
+    block = block.replace("train.total_steps=4096", "train.total_steps=1024")
+    block = block.replace('"core.name=ur_lstm"', '"core.name=ur_lstm", "train.progress=false"')
+    monkeypatch.chdir(REPO)
+    namespace: dict = {}
+    exec(block, namespace)
+    assert namespace["result"].global_step == 1024
+    assert (tmp_path / "ms7_py" / "progress.csv").is_file()
