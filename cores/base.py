@@ -8,6 +8,8 @@ knowing which core produced it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -73,6 +75,38 @@ class MemoryCore(nn.Module):
         )
 
     # ------------------------------------------------------------------ helpers
+    def scan_zero_reset(
+        self,
+        xproj: Tensor,
+        state: State,
+        starts: Tensor | None,
+        step: Callable[[Tensor, State], tuple[Tensor, State]],
+    ) -> tuple[Tensor, State]:
+        """Loop ``step`` over inputs already projected for every step at once.
+
+        For cores whose initial state is all zeros: where ``starts[t, b]``, row ``b`` of every
+        state tensor (of any dtype) is set to zero before step ``t``.
+
+        :param xproj: ``[T, B, n]`` projected inputs (one matmul for the whole sequence).
+        :param state: the state before step 0 (any flat tuple of ``[B, ...]`` tensors).
+        :param starts: optional ``[T, B]`` bool episode starts.
+        :param step: ``(xproj_t [B, n], state) -> (y_t [B, H], state)``.
+        :return: ``y [T, B, H]`` and the state after step ``T``.
+        """
+        reset_steps = steps_with_starts(starts)
+        outputs = []
+        # unbind once: indexing xproj[t] inside the loop makes backward quadratic in T
+        for t, x_t in enumerate(xproj.unbind(0)):
+            if t in reset_steps:
+                mask = starts[t].to(xproj.device)
+                state = tuple(
+                    torch.where(_expand_mask(mask, v), torch.zeros((), dtype=v.dtype), v)
+                    for v in state
+                )
+            y_t, state = step(x_t, state)
+            outputs.append(y_t)
+        return torch.stack(outputs, 0), state
+
     def reset_state(self, state: State, mask: Tensor) -> State:
         """Replace the rows of ``state`` where ``mask [B]`` is true by the initial state."""
         batch_size = mask.shape[0]

@@ -168,23 +168,15 @@ class GatedLSTM(BlockGatedCore):
 
             return fused_lstm(self, x, state, keep, detach)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
-        return self._loop(xproj, state, keep, detach)
-
-    def _loop(
-        self, xproj: Tensor, state: State, keep: Tensor | None, detach: list[bool]
-    ) -> tuple[Tensor, State]:
-        h, c = state
         w_hh_t = self.weight_hh.t()
-        keeps = [None] * xproj.shape[0] if keep is None else keep.unbind(0)
-        outputs = []
-        # unbind once: indexing xproj[t] inside the loop makes backward quadratic in T
-        for a_x, k, d in zip(xproj.unbind(0), keeps, detach, strict=True):
-            if k is not None:  # reset rows to the (zero) initial state
-                h, c = h * k, c * k
-            a = torch.addmm(a_x, self._gate_input(h, d), w_hh_t)
-            h, c = self.cell(a, c)
-            outputs.append(h)
-        return torch.stack(outputs, 0), (h, c)
+        draws = iter(detach)  # one h-detach draw per step, consumed in order
+
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
+            h, c = s
+            h, c = self.cell(torch.addmm(a_x, self._gate_input(h, next(draws)), w_hh_t), c)
+            return h, (h, c)
+
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         return (

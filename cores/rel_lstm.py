@@ -1,8 +1,8 @@
 """Self-attentive LSTMs: RelLSTM (relevancy screening) and MemLSTM (attention over all states).
 
-Both follow Kanuparthi, Kerg et al., "Untangling trade-offs between recurrence and
-self-attention in neural networks" (second article of Kanuparthi's 2020 thesis; digest in
-``papers/hdetach_relevancy_screening.md`` section 2). The thesis leaves several points open;
+Both follow Kerg, Kanuparthi et al., "Untangling tradeoffs between recurrence and
+self-attention in neural networks" (NeurIPS 2020, arXiv:2006.09471; the second article of
+B. Kanuparthi's 2020 M.Sc. thesis, Université de Montréal). The thesis leaves several points open;
 this module settles them as follows.
 
 Step ``t`` (shapes ``[B, H]`` unless noted)::
@@ -17,7 +17,7 @@ Step ``t`` (shapes ``[B, H]`` unless noted)::
     s_t = h_t + context_t             (average=True: s_t = 0.5 (h_t + context_t), public code)
     y_t = s_t                         the output is the macro-state, the input of the next step
 
-Settled ambiguities (the digest's list, section 2.3):
+Settled ambiguities:
 
 - **Buffer.** Following Algorithm 2, ``h_t`` enters the buffer *before* attending, so the
   buffer at step ``t`` holds ``h_{t-nu+1} .. h_t`` and ``h_t`` can attend to itself, as in the
@@ -115,11 +115,6 @@ def buffer_mask(buffer_count: Tensor, nu: int) -> Tensor:
 def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
     """``[B, rho]`` bool: which relevant-set slots hold a state (the first ``relevant_count``)."""
     return torch.arange(rho, device=relevant_count.device) < relevant_count.unsqueeze(1)
-
-
-def _expand(mask: Tensor, like: Tensor) -> Tensor:
-    """``mask [B]`` viewed to broadcast against ``like [B, ...]``."""
-    return mask.view(-1, *([1] * (like.dim() - 1)))
 
 
 class _AttentiveLSTM(MemoryCore):
@@ -279,20 +274,10 @@ class RelLSTM(_AttentiveLSTM):
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state."""
         check_sequence(self, x, state, starts)
-        reset_steps = steps_with_starts(starts)
         xp = self.input_proj(x)  # [T, B, 4H]: one matmul for all input projections
-        carry = self._to_carry(state)
-        outputs = []
-        for t, xp_t in enumerate(xp.unbind(0)):
-            if t in reset_steps:
-                # the initial state is all zeros (a zero key in an empty slot is never used)
-                mask = starts[t].to(xp.device)
-                carry = tuple(
-                    torch.where(_expand(mask, v), torch.zeros((), dtype=v.dtype), v) for v in carry
-                )
-            y_t, carry = self._step(xp_t, carry)
-            outputs.append(y_t)
-        return torch.stack(outputs, 0), self._to_state(carry)
+        # the initial state is all zeros (a zero key in an empty slot is never used)
+        y, carry = self.scan_zero_reset(xp, self._to_carry(state), starts, self._step)
+        return y, self._to_state(carry)
 
     def extra_repr(self) -> str:
         return (

@@ -6,9 +6,10 @@ accepted by :func:`envs.make_env`; variants of the memory-match envs are registe
 their own (``memcores/*-Large-v0``, ``memcores/*-LongDelay-v0``, see :mod:`envs`), so a pair
 needs no extra keyword arguments.
 
-``thesis-table7`` is Table 7 of Kanuparthi (2020) (``papers/hdetach_relevancy_screening.md``
-§2.4.5) with today's MiniGrid ids: the thesis names "Fetch-8x8", which MiniGrid registers only
-as ``MiniGrid-Fetch-8x8-N3-v0`` (3 objects; 5x5 has 2), and GoToObject's ids carry ``-N2``.
+``thesis-table7`` is Table 7 of B. Kanuparthi, "Towards Better Understanding and Improving
+Optimization in Recurrent Neural Networks" (M.Sc. thesis, Université de Montréal, 2020) with
+today's MiniGrid ids: the thesis names "Fetch-8x8", which MiniGrid registers only as
+``MiniGrid-Fetch-8x8-N3-v0`` (3 objects; 5x5 has 2), and GoToObject's ids carry ``-N2``.
 """
 
 from __future__ import annotations

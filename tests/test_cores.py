@@ -12,13 +12,9 @@ ALL_CORES = sorted(CORES)
 
 
 def build(name: str, dtype: torch.dtype = torch.float64, seed: int = 0) -> MemoryCore:
-    """Build ``name`` or skip when its module is not written yet (another engineer's core)."""
+    """Build ``name`` with a fixed seed; a core whose module fails to import fails the test."""
     torch.manual_seed(seed)
-    try:
-        core = make_core(name, D, H)
-    except ModuleNotFoundError as err:  # pragma: no cover - only while a core is being written
-        pytest.skip(f"core {name!r} not available yet: {err}")
-    return core.to(dtype)
+    return make_core(name, D, H).to(dtype)
 
 
 def inputs(seed: int = 1, steps: int = T, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -154,10 +150,7 @@ def test_same_seed_same_output(name: str) -> None:
 
 @pytest.mark.parametrize("name", ALL_CORES)
 def test_make_core_rejects_unknown_option(name: str) -> None:
-    try:
-        options = core_options(name)
-    except ModuleNotFoundError as err:  # pragma: no cover
-        pytest.skip(f"core {name!r} not available yet: {err}")
+    options = core_options(name)
     with pytest.raises(ValueError, match="no_such_option") as info:
         make_core(name, D, H, no_such_option=1)
     for option in options:

@@ -1,6 +1,8 @@
-"""`memcores bench rl --quick` runs both sides and prints the ratio (no timing assertions)."""
+"""`memcores bench rl --quick` runs both sides and prints the ratio (no assertion on speed)."""
 
 from __future__ import annotations
+
+import re
 
 from experiments.cli import main
 
@@ -11,3 +13,13 @@ def test_bench_rl_quick(capsys):
     assert "memcores PPO (lstm):" in out
     assert "sb3-contrib RecurrentPPO:" in out
     assert "ratio memcores / sb3-contrib:" in out
+    # the printed ratio is the quotient of the two printed best rates, both of real work
+    ours = re.search(r"memcores PPO \(lstm\):\s+(\d+) frames/s wall", out)
+    sb3 = re.search(r"sb3-contrib RecurrentPPO:\s+(\d+) frames/s wall", out)
+    ratio = re.search(r"ratio memcores / sb3-contrib: ([\d.]+)x \(wall\)", out)
+    assert ours and sb3 and ratio
+    fps_ours, fps_sb3 = float(ours.group(1)), float(sb3.group(1))
+    assert fps_ours > 0 and fps_sb3 > 0
+    # the rates are printed rounded to whole frames/s and the ratio to 0.01
+    rounding = fps_ours / fps_sb3 * (0.5 / fps_ours + 0.5 / fps_sb3) * 1.01 + 0.005
+    assert abs(float(ratio.group(1)) - fps_ours / fps_sb3) <= rounding

@@ -145,7 +145,14 @@ def test_bitreversal_permutation() -> None:
 def test_registry_and_options() -> None:
     for name, spec in TASKS.items():
         assert spec.description, name
-        assert isinstance(task_options(name), dict)
+        options = task_options(name)
+        # an unknown option's message lists exactly the options task_options reports
+        with pytest.raises(ValueError, match="valid options") as info:
+            make_task(name, no_such_option=1)
+        for option in options:
+            assert option in str(info.value), (name, option)
+    assert task_options("copy") == {"length": 100, "loss": "last10", "n_tokens": 10, "alphabet": 8}
+    assert make_task("copy", length=30).sample(np.random.default_rng(0), 2).x.shape[0] == 50
     with pytest.raises(ValueError, match="valid tasks: .*adding"):
         make_task("nope")
     with pytest.raises(ValueError, match="unknown option 'lenght'.*valid options: .*length"):

@@ -21,6 +21,18 @@ def test_table7_pairs_present() -> None:
     assert all(a.startswith("memcores/") for a, _ in room + delay)
 
 
+@pytest.mark.parametrize("pair", sorted(SUITES["thesis-table7"].pairs), ids=lambda p: p[0])
+def test_table7_test_env_is_the_larger_grid(pair: tuple[str, str]) -> None:
+    """Transfer means train small, test large: every test grid is wider than its train grid."""
+    sizes = []
+    for env_id in pair:
+        env = make_env(env_id)
+        env.reset(seed=0)
+        sizes.append(env.unwrapped.width)
+        env.close()
+    assert sizes[1] > sizes[0], (pair, sizes)
+
+
 @pytest.mark.parametrize("pair", ALL_PAIRS, ids=lambda p: f"{p[0]}->{p[1]}")
 def test_pair_envs_build_with_identical_spaces(pair: tuple[str, str]) -> None:
     """A policy trained on the first env must accept the second env's observations."""

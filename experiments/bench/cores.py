@@ -19,7 +19,7 @@ times faster the scan-trained minGRU trains than the GRU at the same hidden size
 
 Under each table, ``ur_lstm``'s twin ratio is split into the price of a fourth gate block
 (``lstm / tied_lstm``) and the refine gate's own arithmetic (``ur_lstm / lstm``, the same
-parameter count): the issue's 1.3x target for ``ur_lstm`` sits at the first of these. The
+parameter count): the 1.3x target for ``ur_lstm`` sits at the first of these. The
 line ends with the floor under any 4-block cell against a 3-block one: the matrix products
 alone that the fused LSTM runs (input projection, per-step recurrence and its backward, weight
 gradients), timed in the same rounds at 4H and 3H gate rows (``MATMUL_RUNS``).
@@ -212,7 +212,7 @@ def _fmt(r: float | None) -> str:
 
 
 def _target(name: str, samples: Samples, stat: str = "median") -> str:
-    """Each of the issue's targets that applies, marked ``ok`` or ``MISS`` (wall-clock ratios),
+    """Each of the targets that applies, marked ``ok`` or ``MISS`` (wall-clock ratios),
     e.g. ``ok <=1.5x nn, MISS <=1.3x twin``."""
     marks = []
     if name in LSTM_FAMILY:

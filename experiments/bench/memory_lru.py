@@ -23,7 +23,7 @@ count allocator caching or fragmentation (on CPU PyTorch returns freed blocks to
 Python objects. "excl. params" subtracts the parameter bytes, which are identical in every row.
 Each configuration runs in the same process, one after another, after ``gc.collect()``.
 
-Criteria printed at the end (from the issue): the streaming online step stays flat
+Criteria printed at the end (the online-LRU paper's claims): the streaming online step stays flat
 (peak at the largest T <= 1.1x the peak at the smallest T), is within 2.5x of inference
 (reported against both inference variants), and BPTT grows with T.
 """
@@ -196,7 +196,7 @@ def format_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
 
 
 def verdicts(results: dict[str, dict[int, dict[str, float]]]) -> list[str]:
-    """The issue's criteria, each as one line with the measured ratio and PASS/FAIL."""
+    """The criteria, each as one line with the measured ratio and PASS/FAIL."""
     lengths = sorted(next(iter(results.values())))
     lo, hi = lengths[0], lengths[-1]
     out = []
