@@ -99,9 +99,19 @@ def ppo_loss(
 def a2c_loss(
     new_logprobs: Tensor, entropy: Tensor, new_values: Tensor, mb: ChunkBatch, agent: AgentConfig
 ) -> LossTerms:
-    """Advantage actor-critic loss (Mnih et al. 2016) as in SB3's A2C (no normalisation)."""
-    pg_loss = -(mb.advantages * new_logprobs).mean()
-    v_loss = 0.5 * (new_values - mb.returns).pow(2).mean()
+    """Advantage actor-critic loss (Mnih et al. 2016), term for term SB3's ``A2C.train()``.
+
+    ``-(A * log pi).mean() - ent_coef * H.mean() + vf_coef * MSE(V, R)``: the value loss is the
+    plain mean squared error, as in SB3 and torch-ac (PPO keeps CleanRL's ``0.5 * MSE``).
+    Advantages are normalised over the rollout when ``agent.normalize_advantage`` is set
+    (SB3's option of the same name; A2C's default, see ``ALGO_DEFAULTS``). All tensors are
+    ``[L, M]``.
+    """
+    adv = mb.advantages
+    if agent.normalize_advantage and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = -(adv * new_logprobs).mean()
+    v_loss = (new_values - mb.returns).pow(2).mean()
     ent = entropy.mean()
     loss = pg_loss - agent.ent_coef * ent + agent.vf_coef * v_loss
     with torch.no_grad():

@@ -118,7 +118,7 @@ class AgentConfig:
                 f"agent.n_steps ({self.n_steps}) must be a multiple of agent.seq_len "
                 f"({self.seq_len}): the rollout is cut into whole chunks"
             )
-        if self.minibatch_size % self.seq_len:
+        if self.algo == "ppo" and self.minibatch_size % self.seq_len:
             raise ValueError(
                 f"agent.minibatch_size ({self.minibatch_size}) must be a multiple of "
                 f"agent.seq_len ({self.seq_len}): minibatches hold whole chunks"
@@ -224,6 +224,48 @@ class RLConfig:
                 f"agent.minibatch_size ({self.agent.minibatch_size}) exceeds the rollout size "
                 f"env.n_envs * agent.n_steps = {batch}"
             )
+
+
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ppo": {
+        "env.n_envs": 8,
+        "agent.n_steps": 128,
+        "agent.seq_len": 32,
+        "agent.learning_rate": 2.5e-4,
+        "agent.gae_lambda": 0.95,
+        "agent.normalize_advantage": True,
+    },
+    "a2c": {
+        "env.n_envs": 16,
+        "agent.n_steps": 8,
+        "agent.seq_len": 8,
+        "agent.learning_rate": 1e-3,
+        "agent.gae_lambda": 0.95,
+        "agent.normalize_advantage": True,
+    },
+}
+"""Per-algorithm values of the keys whose good settings differ between PPO and A2C (dotted
+keys). PPO's are the schema defaults. A2C takes one gradient step per rollout, so it wants
+short rollouts from more envs; see docs/rl.md for the measurements behind these values."""
+
+
+def algo_switch_overrides(file_algo: str, overrides: list[str]) -> list[str]:
+    """Overrides that give a config file switched to another algorithm that algorithm's defaults.
+
+    When ``overrides`` set ``agent.algo`` to something other than ``file_algo`` (the config
+    file's algorithm), every key of :data:`ALGO_DEFAULTS` that the overrides do not set
+    themselves gets the new algorithm's value (the file's values were chosen for the other
+    algorithm). Put the result *before* the user's overrides.
+
+    :param file_algo: ``agent.algo`` of the config file (``"ppo"`` when it has none).
+    :param overrides: the command line's ``key.sub=value`` strings.
+    :return: ``key=value`` strings; empty when the algorithm is not switched.
+    """
+    given = {item.partition("=")[0].strip(): item.partition("=")[2].strip() for item in overrides}
+    algo = given.get("agent.algo", file_algo)
+    if algo == file_algo or algo not in ALGO_DEFAULTS:
+        return []  # an unknown algorithm is reported by the config's own validation
+    return [f"{k}={v}" for k, v in ALGO_DEFAULTS[algo].items() if k not in given]
 
 
 def config_to_dict(config: RLConfig) -> dict[str, Any]:

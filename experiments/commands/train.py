@@ -7,9 +7,10 @@ folder is created; a bad one stops with a message naming it and the valid choice
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from experiments.config import load_config
+from experiments.config import load_config, read_yaml_mapping
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,11 +28,29 @@ def resolve_run_dir(config_path: str, run_dir: str) -> Path:
     return Path(run_dir) if run_dir else Path("runs") / Path(config_path).stem
 
 
+def algo_defaults(config_path: str, overrides: list[str]) -> list[str]:
+    """The switched-to algorithm's defaults when ``agent.algo=...`` changes the file's algorithm
+    (:func:`agents.rl_config.algo_switch_overrides`); says on stderr which keys it set."""
+    from agents.rl_config import algo_switch_overrides
+
+    agent = read_yaml_mapping(config_path).get("agent") if Path(config_path).is_file() else None
+    file_algo = agent.get("algo", "ppo") if isinstance(agent, dict) else "ppo"
+    extra = algo_switch_overrides(str(file_algo), overrides)
+    if extra:
+        print(
+            f"memcores train: {config_path} is a {file_algo} config; using the new algorithm's "
+            f"defaults for the keys not given: {' '.join(extra)}",
+            file=sys.stderr,
+        )
+    return extra
+
+
 def run(args: argparse.Namespace) -> int:
     from agents.rl_config import RLConfig
     from agents.rl_trainer import train
 
-    config = load_config(RLConfig, args.config, args.overrides)
+    overrides = [*algo_defaults(args.config, args.overrides), *args.overrides]
+    config = load_config(RLConfig, args.config, overrides)
     run_dir = resolve_run_dir(args.config, config.run.dir)
     config.run.dir = str(run_dir)
     result = train(config, run_dir, resume=args.resume)
