@@ -103,8 +103,8 @@ def a2c_loss(
 
     ``-(A * log pi).mean() - ent_coef * H.mean() + vf_coef * MSE(V, R)``: the value loss is the
     plain mean squared error, as in SB3 and torch-ac (PPO keeps CleanRL's ``0.5 * MSE``).
-    Advantages are normalised over the rollout when ``agent.normalize_advantage`` is set
-    (SB3's option of the same name; A2C's default, see ``ALGO_DEFAULTS``). All tensors are
+    Advantages are normalised over the rollout only when ``agent.normalize_advantage`` is
+    set explicitly (SB3's option of the same name; off by default for A2C). All tensors are
     ``[L, M]``.
     """
     adv = mb.advantages

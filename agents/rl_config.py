@@ -81,8 +81,10 @@ class AgentConfig:
     """PPO policy clipping epsilon."""
     clip_range_vf: float | None = None
     """Optional PPO value clipping around the old values (``None``: no value clipping)."""
-    normalize_advantage: bool = True
-    """Normalise advantages per minibatch (PPO only; A2C never does, as SB3)."""
+    normalize_advantage: bool | None = None
+    """Normalise advantages per minibatch (PPO) or over the rollout (A2C). ``null`` (default):
+    the algorithm's default, on for PPO (CleanRL) and off for A2C (SB3; on DoorKey-5x5 it made
+    A2C's return collapse to 0, docs/rl.md)."""
     ent_coef: float = 0.01
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
@@ -107,6 +109,10 @@ class AgentConfig:
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""
+
+    def __post_init__(self) -> None:
+        if self.normalize_advantage is None:
+            self.normalize_advantage = self.algo == "ppo"
 
     def validate(self) -> None:
         positive = ("n_steps", "seq_len", "n_epochs", "minibatch_size")
@@ -233,7 +239,8 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
         "agent.seq_len": 32,
         "agent.learning_rate": 2.5e-4,
         "agent.gae_lambda": 0.95,
-        "agent.normalize_advantage": True,
+        "agent.ent_coef": 0.01,
+        "agent.vf_coef": 0.5,
     },
     "a2c": {
         "env.n_envs": 16,
@@ -241,7 +248,8 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
         "agent.seq_len": 8,
         "agent.learning_rate": 1e-3,
         "agent.gae_lambda": 0.95,
-        "agent.normalize_advantage": True,
+        "agent.ent_coef": 0.001,
+        "agent.vf_coef": 0.25,
     },
 }
 """Per-algorithm values of the keys whose good settings differ between PPO and A2C (dotted

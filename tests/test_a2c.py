@@ -221,3 +221,11 @@ def test_algo_switch_fills_in_defaults():
         if key != "agent.learning_rate":
             section, name = key.split(".")
             assert getattr(getattr(cfg, section), name) == value, key
+
+
+def test_advantage_normalisation_follows_the_algorithm():
+    """Unset, ``normalize_advantage`` is on for PPO and off for A2C; set, it is kept."""
+    assert load_config(RLConfig, None, []).agent.normalize_advantage is True
+    assert load_config(RLConfig, None, ["agent.algo=a2c"]).agent.normalize_advantage is False
+    cfg = load_config(RLConfig, None, ["agent.algo=a2c", "agent.normalize_advantage=true"])
+    assert cfg.agent.normalize_advantage is True
