@@ -57,7 +57,10 @@ class AgentConfig:
 
     algo: Literal["ppo", "a2c"] = "ppo"
     """``ppo``: clipped surrogate, several epochs of minibatches. ``a2c``: one gradient step on
-    the whole rollout per update (``n_epochs``/``minibatch_size``/clipping are ignored)."""
+    the whole rollout per update (``n_epochs``/``minibatch_size``/clipping are ignored). A2C
+    wants other values of some keys than PPO (:data:`ALGO_DEFAULTS`: short rollouts from more
+    envs, a smaller entropy bonus); ``memcores train CONFIG agent.algo=a2c`` on a PPO config
+    file takes them for the keys not given on the command line."""
     n_steps: int = 128
     """Rollout length per env per update (must be a multiple of ``seq_len``)."""
     seq_len: int = 32

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from gymnasium import spaces
 from rl_helpers import tiny_config
 from stable_baselines3.common.buffers import RolloutBuffer as SB3RolloutBuffer
@@ -19,6 +20,7 @@ from agents.ppo import make_optimizer, update
 from agents.rl_config import ALGO_DEFAULTS, RLConfig, algo_switch_overrides
 from agents.rl_trainer import EpisodeStats, collect_rollout, obs_shapes, setup, start_rollouts
 from agents.rollout import RolloutBuffer
+from experiments.cli import main
 from experiments.config import ConfigError, load_config
 
 
@@ -229,3 +231,19 @@ def test_advantage_normalisation_follows_the_algorithm():
     assert load_config(RLConfig, None, ["agent.algo=a2c"]).agent.normalize_advantage is False
     cfg = load_config(RLConfig, None, ["agent.algo=a2c", "agent.normalize_advantage=true"])
     assert cfg.agent.normalize_advantage is True
+
+
+def test_train_cli_switches_to_a2c_defaults(tmp_path, capsys):
+    """``memcores train doorkey5.yaml agent.algo=a2c``: a working A2C run with A2C's values
+    for the keys not given, and a note naming them; keys given on the command line win."""
+    run = tmp_path / "run"
+    args = ["experiments/configs/doorkey5.yaml", "agent.algo=a2c", "env.n_envs=2"]
+    args += ["train.total_steps=32", "train.progress=false", f"run.dir={run}"]
+    assert main(["train", *args]) == 0
+    assert "agent.n_steps=8" in capsys.readouterr().err
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["agent"]["algo"] == "a2c" and saved["env"]["n_envs"] == 2
+    for key, value in ALGO_DEFAULTS["a2c"].items():
+        if key != "env.n_envs":
+            section, name = key.split(".")
+            assert saved[section][name] == value, key
