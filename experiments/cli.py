@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sweep", "run a grid of trials (Ray Tune or local processes)"),
     "plot": ("plot", "learning curves from TensorBoard logs"),
     "report": ("report", "markdown result tables and plots for a sweep"),
+    "record": ("record", "write a run's small results record (results/<experiment>/<trial>)"),
 }
 
 
