@@ -337,7 +337,7 @@ def run_sweep(
                 for t in trials
             ]
             for trial, result in zip(trials, ordered, strict=True):
-                if result.status != "skipped" and Path(trial.run_dir).is_dir():
+                if result.status != "skipped":
                     _write_json(
                         Path(trial.run_dir) / TRIAL_FILE,
                         {**dataclasses.asdict(result), "overrides": trial.overrides},
