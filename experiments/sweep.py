@@ -35,6 +35,7 @@ from typing import Any
 
 from agents.files import write_text_atomic
 from experiments.config import parse_override, read_yaml_mapping
+from experiments.records import write_record
 from experiments.trials import (
     DONE,
     TRANSFER_KEYS,
@@ -325,28 +326,48 @@ def run_sweep(
         f", {len(todo)} to run with {_how(backend, options)}"
     )
     results = {t.name: TrialResult(t.name, "skipped") for t in trials if t not in todo}
-    if todo:
-        lock = prepare_folder(out, meta)
-        try:
-            if backend == "ray":
-                results.update(_run_ray(trials, out, options, command_line, trial_fn, echo))
-            else:
-                results.update(_run_local(todo, command_line, echo))
-            ordered = [
-                results.get(t.name, TrialResult(t.name, "failed", message="no result"))
-                for t in trials
-            ]
-            for trial, result in zip(trials, ordered, strict=True):
-                if result.status != "skipped":
-                    _write_json(
-                        Path(trial.run_dir) / TRIAL_FILE,
-                        {**dataclasses.asdict(result), "overrides": trial.overrides},
-                    )
-            state = {r.name: {"status": r.status, "message": r.message} for r in ordered}
-            _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state})
-        finally:
-            lock.release()
+    if not todo:
+        return [results[t.name] for t in trials]
+    # Reach the cluster before writing anything: a wrong address leaves no half sweep.
+    started = backend == "ray" and connect_ray(
+        options.address, options.max_concurrent * options.cpus
+    )
+    lock = prepare_folder(out, meta)
+    try:
+        if backend == "ray":
+            results.update(_run_ray(todo, out, options, command_line, trial_fn, echo))
+        else:
+            results.update(_run_local(todo, command_line, echo))
+        _write_outcomes(trials, results, out, meta, command_line)
+    finally:
+        lock.release()
+        if started:
+            import ray
+
+            ray.shutdown()
     return [results[t.name] for t in trials]
+
+
+def _write_outcomes(
+    trials: Sequence[Trial], results: dict, out: Path, meta: dict, command_line: str
+) -> None:
+    """trial.json of every trial that ran, records of trials a scheduler stopped early (so a
+    re-run skips them too), and the outcome in sweep.json."""
+    for trial in trials:
+        result = results.setdefault(trial.name, TrialResult(trial.name, "failed", message="lost"))
+        if result.status == "skipped":
+            continue
+        run_dir = Path(trial.run_dir)
+        _write_json(
+            run_dir / TRIAL_FILE, {**dataclasses.asdict(result), "overrides": trial.overrides}
+        )
+        if result.status == "stopped" and trial.command != "transfer":
+            extra = {"stopped_early": True, "trial_command": trial.cli()}
+            write_record(
+                run_dir, trial.record_dir, command=command_line or trial.cli(), extra=extra
+            )
+    state = {t.name: dataclasses.asdict(results[t.name]) for t in trials}
+    _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state})
 
 
 def _how(backend: str, o: SweepOptions) -> str:
@@ -386,10 +407,6 @@ def connect_ray(address: str | None, cpus: int) -> bool:
     """
     import socket
 
-    import ray
-
-    if ray.is_initialized():
-        return False
     match = re.fullmatch(r"(?:ray://)?\[?([^\]]+?)\]?:(\d+)", (address or "").strip())
     if match:
         try:
@@ -399,6 +416,10 @@ def connect_ray(address: str | None, cpus: int) -> bool:
                 f"no Ray cluster answers at {address} ({err}); start one with `ray start "
                 "--head` or check the address"
             ) from None
+    import ray
+
+    if ray.is_initialized():
+        return False
     threads = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if v not in os.environ}
     runtime_env = {"env_vars": threads}
     if address:
@@ -421,52 +442,46 @@ def _run_ray(
     """Run (or restore) the sweep's Tune experiment in ``out/.tune``; results by trial name."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no console tables: we print a summary
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # relative paths in configs work
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # skipped trials
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    started = connect_ray(o.address, o.max_concurrent * o.cpus)
-    try:
-        resources = {"cpu": o.cpus, **({"gpu": o.gpus} if o.gpus else {})}
-        fn = tune.with_resources(trial_fn or trainable, resources)
-        path = out / TUNE_DIR
-        if tune.Tuner.can_restore(path):
-            echo(f"restoring the Tune experiment in {path}")
-            tuner = tune.Tuner.restore(str(path), fn, resume_errored=True)
-        else:
-            specs = [{"trial": dataclasses.asdict(t), "command_line": command_line} for t in trials]
-            scheduler = None
-            if o.scheduler == "asha":
-                scheduler = ASHAScheduler(
-                    time_attr="step",
-                    metric=o.metric,
-                    mode=o.mode,
-                    grace_period=o.grace_period,
-                    max_t=10**12,
-                )
-            tuner = tune.Tuner(
-                fn,
-                param_space=tune.grid_search(specs),
-                tune_config=tune.TuneConfig(
-                    max_concurrent_trials=o.max_concurrent,
-                    scheduler=scheduler,
-                    trial_name_creator=lambda t: t.config["trial"]["name"],
-                    trial_dirname_creator=lambda t: t.config["trial"]["name"],
-                ),
-                run_config=tune.RunConfig(
-                    storage_path=str(out),
-                    name=TUNE_DIR,
-                    verbose=0,
-                    stop={"time_total_s": o.timeout} if o.timeout else None,
-                    failure_config=tune.FailureConfig(max_failures=o.max_failures),
-                    checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                ),
+    resources = {"cpu": o.cpus, **({"gpu": o.gpus} if o.gpus else {})}
+    fn = tune.with_resources(trial_fn or trainable, resources)
+    path = out / TUNE_DIR
+    if tune.Tuner.can_restore(path):
+        echo(f"restoring the Tune experiment in {path}")
+        tuner = tune.Tuner.restore(str(path), fn, resume_errored=True)
+    else:
+        specs = [{"trial": dataclasses.asdict(t), "command_line": command_line} for t in trials]
+        scheduler = None
+        if o.scheduler == "asha":
+            scheduler = ASHAScheduler(
+                time_attr="step",
+                metric=o.metric,
+                mode=o.mode,
+                grace_period=o.grace_period,
+                max_t=10**12,
             )
-        grid = tuner.fit()
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
+        tuner = tune.Tuner(
+            fn,
+            param_space=tune.grid_search(specs),
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=o.max_concurrent,
+                scheduler=scheduler,
+                trial_name_creator=lambda t: t.config["trial"]["name"],
+                trial_dirname_creator=lambda t: t.config["trial"]["name"],
+            ),
+            run_config=tune.RunConfig(
+                storage_path=str(out),
+                name=TUNE_DIR,
+                verbose=0,
+                stop={"time_total_s": o.timeout} if o.timeout else None,
+                failure_config=tune.FailureConfig(max_failures=o.max_failures),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            ),
+        )
+    grid = tuner.fit()
     return {r.name: r for r in map(partial_result(o), grid)}
 
 

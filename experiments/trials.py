@@ -239,7 +239,7 @@ def trainable(config: dict[str, Any]) -> None:
 
     trial = Trial(**config["trial"])
     if trial_done(trial):  # committed by an earlier run of this sweep
-        tune.report({DONE: 1, "memcores_skipped": 1})
+        tune.report({DONE: 1, "memcores_skipped": 1, "step": 0})
         return
 
     def report(metrics: dict[str, float], run_dir: str | None) -> None:

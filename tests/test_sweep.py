@@ -269,7 +269,7 @@ def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
     """`kill SWEEP_PID` stops the driver (its folder lock goes with it); the same command
     resumes the interrupted trial from its checkpoint instead of restarting it."""
     args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
-    args += ["--backend", "local", "train.steps=300", "train.eval_every=10"]
+    args += ["--backend", "local", "train.steps=100", "train.eval_every=25"]
     args += ["train.eval_size=16", "core.hidden_size=8", "run.progress_bar=false"]
     args += ["run.tensorboard=false"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -287,7 +287,19 @@ def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
     init = (run / "init.pt").stat().st_mtime_ns  # a restart from scratch would rewrite it
     assert main(args) == 0
     assert (run / "init.pt").stat().st_mtime_ns == init
-    assert json.loads((run / "results.json").read_text())["step"] == 300
+    assert json.loads((run / "results.json").read_text())["step"] == 100
     steps = [int(line.split(",")[0]) for line in (run / "progress.csv").read_text().split()[1:]]
-    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 300
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 100
     assert (Path(paths["results"]) / "trial" / "record.json").is_file()
+
+
+def test_unreachable_ray_address_fails_fast_and_writes_nothing(paths, capsys):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--address", f"127.0.0.1:{port}"]
+    assert main(args) == 2
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not Path(paths["out"]).exists()
