@@ -26,6 +26,21 @@ DONE = "memcores_done"
 
 
 @dataclasses.dataclass
+class TrialResult:
+    """How a trial ended. ``status``: ok | skipped | stopped | timeout | failed."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    message: str = ""
+    step: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "skipped", "stopped")
+
+
+@dataclasses.dataclass
 class Trial:
     """One grid point, everything :func:`run_trial` needs (plain data: it travels to Tune).
 
