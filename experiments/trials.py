@@ -153,6 +153,7 @@ def run_trial(trial: Trial, report: Report, command_line: str = "") -> dict[str,
     resumed = ckpt.is_file()
     on_log = _reporter(report, latest, ckpt, run_dir)
     config = trial_config(trial)
+    config.run.overwrite = True  # the sweep owns its trial folders: no checkpoint, no run
     if trial.command == "supervised":
         from agents.supervised import train as train_supervised
 
@@ -197,6 +198,7 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
     for i, (train_id, test_id) in enumerate(SUITES[t["suite"]].pairs):
         run_dir = Path(trial.run_dir) / short_name(train_id)
         config = trial_config(trial, run_dir, train_id)
+        config.run.overwrite = True
         ckpt = run_dir / CHECKPOINT_NAME
         on_log = _reporter(report, latest, ckpt, Path(trial.run_dir))
         result = train(config, run_dir, resume=ckpt.is_file(), on_log=on_log)
