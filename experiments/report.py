@@ -427,6 +427,53 @@ def slug(text: str) -> str:
     return re.sub(r"[^\w]+", "_", text).strip("_")
 
 
+def choose_metrics(runs: Sequence[RunInfo], metrics: Sequence[str] | None) -> list[str]:
+    """The metrics asked for (each must have been logged), or the default ones logged.
+
+    :raises ValueError: an asked metric no run logged (the message lists those logged).
+    """
+    logged: set[str] = set()
+    for run in runs:
+        logged.update(read_progress(run))
+    if not metrics:
+        return [m for m in DEFAULT_METRICS if m in logged]
+    missing = [m for m in metrics if m not in logged]
+    if missing:
+        raise ValueError(
+            f"metric(s) {missing} were not logged by any trial; logged: "
+            f"{', '.join(sorted(logged)) or '(none)'}"
+        )
+    return list(metrics)
+
+
+def header_lines(title: str, meta: dict[str, Any], trials: Sequence[TrialInfo]) -> list[str]:
+    """Title, what was swept (from ``sweep.json``), the trial count and how to read tables."""
+    lines = [f"# {title}", ""]
+    ok = [t for t in trials if t.status == "ok"]
+    if meta:
+        grid = ", ".join(
+            f"`{k}` = {', '.join(map(str, v))}" for k, v in meta.get("grid", {}).items()
+        )
+        if "command" in meta:
+            on = f" on `{display_path(meta['config'])}`" if "config" in meta else ""
+            lines.append(f"- command: `memcores {meta['command']}`{on}")
+        lines.append(f"- grid: {grid or '(none)'}")
+        if meta.get("overrides"):
+            lines.append(f"- overrides for every trial: `{' '.join(meta['overrides'])}`")
+        if "backend" in meta:
+            lines.append(f"- backend: {meta['backend']}")
+    seconds = [t.seconds for t in trials if t.seconds is not None]
+    budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
+    not_ok = len(trials) - len(ok)
+    lines += [f"- trials: {len(trials)} ({len(ok)} ok, {not_ok} not ok){budget}", ""]
+    lines += [
+        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
+        "value of each run; `steps` is the step of the last logged value.",
+        "",
+    ]
+    return lines
+
+
 def build_report(
     sweep_dir: str | Path,
     out: str | Path,
@@ -451,45 +498,12 @@ def build_report(
     runs = load_runs(trials)
     grid_keys = list(meta.get("grid", {}))
     keys = row_keys(runs or trials, grid_keys)
-    logged: set[str] = set()
-    for run in runs:
-        logged.update(read_progress(run))
-    if metrics:
-        missing = [m for m in metrics if m not in logged]
-        if missing:
-            raise ValueError(
-                f"metric(s) {missing} were not logged by any trial; logged: "
-                f"{', '.join(sorted(logged)) or '(none)'}"
-            )
-    else:
-        metrics = [m for m in DEFAULT_METRICS if m in logged]
+    metrics = choose_metrics(runs, metrics)
 
-    lines = [f"# {title or 'Sweep report: ' + sweep_dir.name}", ""]
-    ok = [t for t in trials if t.status == "ok"]
+    lines = header_lines(title or f"Sweep report: {sweep_dir.name}", meta, trials)
     failed = [t for t in trials if t.status != "ok"]
-    if meta:
-        grid = ", ".join(
-            f"`{k}` = {', '.join(map(str, v))}" for k, v in meta.get("grid", {}).items()
-        )
-        if "command" in meta:
-            on = f" on `{display_path(meta['config'])}`" if "config" in meta else ""
-            lines.append(f"- command: `memcores {meta['command']}`{on}")
-        lines.append(f"- grid: {grid or '(none)'}")
-        if meta.get("overrides"):
-            lines.append(f"- overrides for every trial: `{' '.join(meta['overrides'])}`")
-        if "backend" in meta:
-            lines.append(f"- backend: {meta['backend']}")
-    seconds = [t.seconds for t in trials if t.seconds is not None]
-    budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
-    lines += [f"- trials: {len(trials)} ({len(ok)} ok, {len(failed)} not ok){budget}", ""]
-    lines += [
-        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
-        "value of each run; `steps` is the step of the last logged value.",
-        "",
-    ]
-
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Plot the same runs the tables use: finished trials only, and only folders with events.
+    # Plot the same runs the tables use: those of finished trials.
     plot_paths = [r.path for r in runs]
     plots = plots and bool(plot_paths)
     panel_key = auto_panel_key(find_runs(plot_paths)) if plots else None
@@ -505,7 +519,7 @@ def build_report(
                 plot_runs(
                     plot_paths, metric, png, group_by=group_by, panel_by=panel_key, spread=spread
                 )
-            except ValueError as err:  # in progress.csv but not in the event files
+            except ValueError as err:  # e.g. --log-y on non-positive values
                 lines += [f"(no plot: {err})", ""]
             else:
                 lines += [f"![{metric}]({png.name})", ""]
