@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,17 @@ class RunLogger:
 
     :param run_dir: the run's folder; events go to ``run_dir`` itself, the CSV beside them.
     :param tensorboard: write TensorBoard events (the CSV is always written).
+    :param on_dump: called with every written row (``{"step": step, tag: value, ...}``), e.g.
+        to report to Ray Tune while the run trains.
     """
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        on_dump: Callable[[dict[str, float]], None] | None = None,
+    ) -> None:
+        self.on_dump = on_dump
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.run_dir / "progress.csv"
@@ -77,6 +86,8 @@ class RunLogger:
         else:
             with self.csv_path.open("a", newline="") as handle:
                 csv.DictWriter(handle, fieldnames=self._columns).writerow(row)
+        if self.on_dump is not None:
+            self.on_dump(row)
         return values
 
     def truncate_after(self, step: int) -> None:

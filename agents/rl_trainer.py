@@ -345,12 +345,18 @@ class TrainResult:
     """Minibatch updates skipped for a non-finite loss or gradient (their step not taken)."""
 
 
-def train(config: RLConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
+def train(
+    config: RLConfig,
+    run_dir: str | Path,
+    resume: bool = False,
+    on_log: Callable[[dict[str, float]], None] | None = None,
+) -> TrainResult:
     """Train an agent as ``config`` says; write everything into ``run_dir``.
 
     The run folder is locked (:class:`agents.run_lock.RunLock`) while the run writes into it.
 
     :param resume: continue from ``run_dir/checkpoints/last.pt``.
+    :param on_log: called with every logged row (``{"step": frames, tag: value, ...}``).
     :raises ValueError: bad config values, or ``run_dir`` already holds a run (files of one,
         with or without a checkpoint) and neither ``resume`` nor ``run.overwrite`` is set
         (nothing is written in either case).
@@ -363,7 +369,7 @@ def train(config: RLConfig, run_dir: str | Path, resume: bool = False) -> TrainR
     try:
         with RunLock(run_dir, "memcores train"):
             resume_payload = _claim_run_dir(run_dir, config, resume)
-            return _train_loop(s, run_dir, resume_payload)
+            return _train_loop(s, run_dir, resume_payload, on_log)
     finally:
         s.envs.close()
 
@@ -423,7 +429,12 @@ def _clear_run(run_dir: Path) -> None:
             path.unlink()
 
 
-def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> TrainResult:
+def _train_loop(
+    s: Setup,
+    run_dir: Path,
+    resume: dict[str, Any] | None,
+    on_log: Callable[[dict[str, float]], None] | None = None,
+) -> TrainResult:
     cfg, agent, device = s.config, s.config.agent, s.device
     policy, optimizer, envs = s.policy, s.optimizer, s.envs
     N, S = cfg.env.n_envs, agent.n_steps
@@ -443,7 +454,7 @@ def _train_loop(s: Setup, run_dir: Path, resume: dict[str, Any] | None) -> Train
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    logger = RunLogger(run_dir, tensorboard=cfg.run.tensorboard)
+    logger = RunLogger(run_dir, tensorboard=cfg.run.tensorboard, on_dump=on_log)
     if resume is not None:
         logger.truncate_after(global_step)
 

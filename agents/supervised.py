@@ -29,7 +29,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -347,10 +347,16 @@ RUN_FILES = (
 """Globs of what a run writes into its directory (what ``run.overwrite`` deletes)."""
 
 
-def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
+def train(
+    config: SupervisedConfig,
+    resume: bool = False,
+    on_log: Callable[[dict[str, float]], None] | None = None,
+) -> dict[str, Any]:
     """Train (or resume) one run; returns the final metrics (also in ``results.json``).
 
     The run directory is locked (:class:`agents.run_lock.RunLock`) while the run writes.
+
+    :param on_log: called with every logged row (``{"step": updates, tag: value, ...}``).
 
     :raises ValueError: bad config, or the directory holds a run and neither ``resume`` nor
         ``run.overwrite`` is set (nothing is written).
@@ -362,6 +368,7 @@ def train(config: SupervisedConfig, resume: bool = False) -> dict[str, Any]:
     with RunLock(prep.run_dir, "memcores supervised"):
         payload = claim_run_dir(prep, resume)
         logger, start_step, best = open_run(prep, payload)
+        logger.on_dump = on_log
         try:
             t0 = time.perf_counter()
             skipped = int((payload or {}).get("skipped_updates", 0))

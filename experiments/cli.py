@@ -24,9 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "supervised": ("supervised", "train a core on a supervised sequence task"),
     "diagnose": ("diagnose", "gradient-vs-lag profile and gate time-scale histogram"),
     "bench": ("bench", "benchmarks: cores, rl, envs, memory"),
-    "sweep": ("sweep", "run a grid of trials (Ray Tune or local processes)"),
-    "plot": ("plot", "learning curves from TensorBoard logs"),
+    "sweep": ("sweep", "run a grid of trials on Ray Tune (locally or on a cluster)"),
+    "plot": ("plot", "learning curves of runs, sweeps and results records"),
     "report": ("report", "markdown result tables and plots for a sweep"),
+    "record": ("record", "write a run's small results record (results/<experiment>/<trial>)"),
 }
 
 

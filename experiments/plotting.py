@@ -1,10 +1,10 @@
-"""Learning curves from TensorBoard event files: mean and spread over seeds, one line per core.
+"""Learning curves: mean and spread over seeds, one line per core, from runs and records.
 
-A *run* is any folder holding ``events.out.tfevents.*`` files (what ``memcores train`` and
-``memcores supervised`` write into ``run.dir``); its ``config.yaml`` says which core, env/task
-and seed it used. Runs are grouped by config keys (``core.name`` by default), the runs of one
-group (the seeds) are put on a common step grid by linear interpolation over the step range
-they all cover, and the plot shows their mean with a min-max or +-1 std band.
+Runs and records are found and read by :mod:`experiments.records` (``progress.csv`` of a run
+folder, ``curve.csv`` of a committed record); their config says which core, env/task and seed
+they used. Runs are grouped by config keys (``core.name`` by default), the runs of one group
+(the seeds) are put on a common step grid by linear interpolation over the step range they
+all cover, and the plot shows their mean with a min-max or +-1 std band.
 """
 
 from __future__ import annotations
@@ -13,34 +13,14 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import yaml
 
-EVENTS_GLOB = "events.out.tfevents.*"
+from experiments.records import Curve, Run, find_runs
+
 SPREADS = ("minmax", "std", "none")
 # Keys that, when they differ between runs, get their own panel instead of sharing axes.
 PANEL_KEYS = ("env.id", "task.name", "suite")
-
-
-@dataclasses.dataclass
-class Run:
-    """One run folder and its config (``{}`` when it has no ``config.yaml``)."""
-
-    path: Path
-    config: dict[str, Any]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return get_dotted(self.config, key, default)
-
-
-@dataclasses.dataclass
-class Curve:
-    """A scalar series of one run. ``steps``, ``values``: [N] arrays, steps increasing."""
-
-    steps: np.ndarray
-    values: np.ndarray
 
 
 @dataclasses.dataclass
@@ -53,77 +33,6 @@ class Band:
     low: np.ndarray
     high: np.ndarray
     n: int
-
-
-def get_dotted(tree: dict[str, Any], key: str, default: Any = None) -> Any:
-    """``tree["a"]["b"]`` for ``key="a.b"``. Free-form section keys saved under ``options``
-    (``task.length`` is stored as ``task.options.length``) are found too."""
-    node: Any = tree
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, dict) and isinstance(node.get("options"), dict) and i > 0:
-            if part not in node["options"]:
-                return default
-            node = node["options"][part]
-        else:
-            return default
-    return node
-
-
-def find_runs(paths: Iterable[str | Path]) -> list[Run]:
-    """Every folder at or below ``paths`` holding TensorBoard event files, sorted by path.
-
-    Hidden folders (``.ray``) are skipped. A run's config is its own ``config.yaml`` or, for
-    nested runs (one per env pair of a transfer trial), the nearest parent's.
-
-    :raises FileNotFoundError: a path does not exist or holds no event files.
-    """
-    found: dict[Path, Run] = {}
-    for root in map(Path, paths):
-        if not root.exists():
-            raise FileNotFoundError(f"no such run or sweep folder: {root}")
-        dirs = {p.parent for p in root.rglob(EVENTS_GLOB)}
-        dirs = {
-            d for d in dirs if not any(part.startswith(".") for part in d.relative_to(root).parts)
-        }
-        if not dirs:
-            raise FileNotFoundError(f"no TensorBoard event files ({EVENTS_GLOB}) under {root}")
-        for d in dirs:
-            found[d.resolve()] = Run(d, read_config(d, root))
-    return [found[k] for k in sorted(found)]
-
-
-def read_config(run_dir: Path, root: Path) -> dict[str, Any]:
-    """The ``config.yaml`` of ``run_dir`` or of its nearest parent up to ``root``."""
-    for folder in [run_dir, *run_dir.parents]:
-        path = folder / "config.yaml"
-        if path.is_file():
-            data = yaml.safe_load(path.read_text())
-            return data if isinstance(data, dict) else {}
-        if folder == root or folder == folder.parent:
-            break
-    return {}
-
-
-def read_scalars(run_dir: str | Path) -> dict[str, Curve]:
-    """Every scalar tag of the event files directly in ``run_dir``.
-
-    Read with tensorboard's ``EventAccumulator`` (all points kept, no reservoir sampling). When
-    a resumed run logged a step twice, the later value wins.
-    """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    curves = {}
-    for tag in acc.Tags().get("scalars", []):
-        by_step = {int(e.step): float(e.value) for e in acc.Scalars(tag)}
-        steps = np.array(sorted(by_step), dtype=np.int64)
-        values = np.array([by_step[s] for s in steps], dtype=np.float64)
-        curves[tag] = Curve(steps, values)
-    return curves
 
 
 def smooth(values: np.ndarray, weight: float) -> np.ndarray:
@@ -213,7 +122,7 @@ def collect_bands(
     groups: dict[tuple[str, str], list[Curve]] = {}
     seen_tags: set[str] = set()
     for run in runs:
-        scalars = read_scalars(run.path)
+        scalars = run.curves()
         seen_tags.update(scalars)
         if metric not in scalars:
             continue

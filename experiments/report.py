@@ -1,9 +1,9 @@
-"""Markdown result report of a sweep: per-core tables over seeds, result tables, and plots.
+"""Markdown result report of a sweep or a results folder: tables over seeds, and plots.
 
-Reads what the trials left in the sweep folder (see :mod:`experiments.sweep`): ``trial.json``
-(status), ``config.yaml`` (core, env/task, seed), ``progress.csv`` (every logged scalar), any
-other ``*.csv`` a trial wrote (e.g. the train/test reward table of ``memcores transfer``), and
-the TensorBoard events for the learning-curve plots. Nothing is re-run.
+Reads, through :mod:`experiments.records`, what a sweep left in its folder (``trial.json``:
+the outcome Tune reported; each run folder's ``config.yaml`` and ``progress.csv``; any other
+``*.csv`` a trial wrote, e.g. the train/test table of a transfer trial) and committed records
+(``record.json``, ``config.yaml``, ``curve.csv``, evaluation results). Nothing is re-run.
 """
 
 from __future__ import annotations
@@ -21,14 +21,8 @@ from typing import Any
 import yaml
 
 from experiments.config import parse_override, set_dotted
-from experiments.plotting import (
-    EVENTS_GLOB,
-    auto_panel_key,
-    find_runs,
-    get_dotted,
-    plot_runs,
-    read_config,
-)
+from experiments.plotting import auto_panel_key, plot_runs
+from experiments.records import RECORD_FILE, Run, find_runs, get_dotted, read_config, read_record
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
 
 # Metrics reported when none are asked for, in this order, if some trial logged them.
@@ -75,6 +69,7 @@ class RunInfo:
     path: Path
     trial: TrialInfo
     config: dict[str, Any]
+    run: Run | None = None
 
     def get(self, key: str, default: Any = None) -> Any:
         value = get_dotted(self.config, key)
@@ -93,16 +88,16 @@ def settings_tree(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def load_runs(trials: Sequence[TrialInfo]) -> list[RunInfo]:
-    """Every run folder (with ``progress.csv``) of the finished trials, hidden folders skipped."""
+    """Every run folder and record of the finished trials (hidden folders skipped)."""
     runs = []
     for trial in trials:
         if trial.status != "ok":
             continue
-        for csv_path in sorted(trial.path.rglob("progress.csv")):
-            folder = csv_path.parent
-            if any(p.startswith(".") for p in folder.relative_to(trial.path).parts):
-                continue
-            runs.append(RunInfo(folder, trial, read_config(folder, trial.path)))
+        try:
+            found = find_runs([trial.path])
+        except FileNotFoundError:  # a trial that logged nothing
+            continue
+        runs += [RunInfo(r.path, trial, r.config, r) for r in found]
     return runs
 
 
@@ -137,40 +132,33 @@ def load_trials(sweep_dir: Path) -> list[TrialInfo]:
             message=record.get("message", ""),
             settings=settings_tree(record.get("overrides", [])),
         )
+    for record_path in sorted(sweep_dir.rglob(RECORD_FILE)):
+        folder = record_path.parent
+        if folder not in trials and not any(p.startswith(".") for p in folder.parts):
+            record = read_record(folder).record
+            seconds = record.get("wall_seconds")
+            trials[folder] = TrialInfo(
+                folder.name, folder, "ok", read_config(folder, folder), seconds
+            )
     for config_path in sorted(sweep_dir.glob("*/config.yaml")):
         folder = config_path.parent
         if folder not in trials and not folder.name.startswith("."):
             trials[folder] = TrialInfo(folder.name, folder, "ok", read_config(folder, folder))
     if not trials:
         raise FileNotFoundError(
-            f"{sweep_dir} holds no trials (no */{TRIAL_FILE} and no */config.yaml); "
-            "give the folder made by `memcores sweep --out`"
+            f"{sweep_dir} holds no trials (no */{TRIAL_FILE}, */config.yaml or {RECORD_FILE}); "
+            "give the folder of `memcores sweep --out` or a results folder"
         )
     return [trials[k] for k in sorted(trials)]
 
 
-def read_progress(run_dir: Path) -> dict[str, list[tuple[float, float]]]:
-    """``{tag: [(step, value), ...]}`` from ``progress.csv``; empty cells are skipped."""
-    path = run_dir / "progress.csv"
-    series: dict[str, list[tuple[float, float]]] = {}
-    if not path.is_file():
-        return series
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            try:
-                step = float(row.get("step") or "nan")
-            except ValueError:
-                continue
-            for tag, text in row.items():
-                if tag == "step" or tag is None or text in ("", None):
-                    continue
-                try:
-                    value = float(text)
-                except ValueError:
-                    continue
-                if math.isfinite(value):
-                    series.setdefault(tag, []).append((step, value))
-    return series
+def read_progress(run: RunInfo) -> dict[str, list[tuple[float, float]]]:
+    """``{tag: [(step, value), ...]}`` of a run folder or record."""
+    curves = run.run.curves() if run.run is not None else {}
+    return {
+        tag: list(zip(c.steps.tolist(), c.values.tolist(), strict=True))
+        for tag, c in curves.items()
+    }
 
 
 def mean_std(values: Sequence[float]) -> str:
@@ -213,7 +201,7 @@ def metric_table(
     lower = bool(LOWER_IS_BETTER.search(metric))
     groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
     for run in runs:
-        points = read_progress(run.path).get(metric)
+        points = read_progress(run).get(metric)
         if not points:
             continue
         values = [v for _, v in points]
@@ -334,6 +322,25 @@ def load_reference(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInfo, Path, list]]:
+    """Transfer rows of committed records: their evaluation on the train env and the test env."""
+    for trial in trials:
+        path = trial.path / RECORD_FILE
+        if trial.status != "ok" or not path.is_file():
+            continue
+        record = read_record(trial.path).record
+        evals, train_env, test_env = (
+            record.get("eval", {}),
+            record.get("env"),
+            record.get("test_env"),
+        )
+        if train_env in evals and test_env in evals:
+            row = {"train_env": train_env, "test_env": test_env, "core": record.get("core")}
+            row["train_return"] = str(evals[train_env].get("return"))
+            row["test_return"] = str(evals[test_env].get("return"))
+            yield trial, path, [row]
+
+
 def transfer_table(
     trials: Sequence[TrialInfo],
     reference: dict[str, Any] | None = None,
@@ -346,7 +353,7 @@ def transfer_table(
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     envs: dict[str, list[str]] = {"train": [], "test": []}
     cores: list[str] = list(core_order)
-    for trial, _path, rows in result_tables(trials):
+    for trial, _path, rows in [*result_tables(trials), *record_transfer_rows(trials)]:
         if not set(TRANSFER_COLUMNS) <= set(rows[0]):
             continue
         for row in rows:
@@ -420,6 +427,53 @@ def slug(text: str) -> str:
     return re.sub(r"[^\w]+", "_", text).strip("_")
 
 
+def choose_metrics(runs: Sequence[RunInfo], metrics: Sequence[str] | None) -> list[str]:
+    """The metrics asked for (each must have been logged), or the default ones logged.
+
+    :raises ValueError: an asked metric no run logged (the message lists those logged).
+    """
+    logged: set[str] = set()
+    for run in runs:
+        logged.update(read_progress(run))
+    if not metrics:
+        return [m for m in DEFAULT_METRICS if m in logged]
+    missing = [m for m in metrics if m not in logged]
+    if missing:
+        raise ValueError(
+            f"metric(s) {missing} were not logged by any trial; logged: "
+            f"{', '.join(sorted(logged)) or '(none)'}"
+        )
+    return list(metrics)
+
+
+def header_lines(title: str, meta: dict[str, Any], trials: Sequence[TrialInfo]) -> list[str]:
+    """Title, what was swept (from ``sweep.json``), the trial count and how to read tables."""
+    lines = [f"# {title}", ""]
+    ok = [t for t in trials if t.status == "ok"]
+    if meta:
+        grid = ", ".join(
+            f"`{k}` = {', '.join(map(str, v))}" for k, v in meta.get("grid", {}).items()
+        )
+        if "command" in meta:
+            on = f" on `{display_path(meta['config'])}`" if "config" in meta else ""
+            lines.append(f"- command: `memcores {meta['command']}`{on}")
+        lines.append(f"- grid: {grid or '(none)'}")
+        if meta.get("overrides"):
+            lines.append(f"- overrides for every trial: `{' '.join(meta['overrides'])}`")
+        if "backend" in meta:
+            lines.append(f"- backend: {meta['backend']}")
+    seconds = [t.seconds for t in trials if t.seconds is not None]
+    budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
+    not_ok = len(trials) - len(ok)
+    lines += [f"- trials: {len(trials)} ({len(ok)} ok, {not_ok} not ok){budget}", ""]
+    lines += [
+        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
+        "value of each run; `steps` is the step of the last logged value.",
+        "",
+    ]
+    return lines
+
+
 def build_report(
     sweep_dir: str | Path,
     out: str | Path,
@@ -444,46 +498,13 @@ def build_report(
     runs = load_runs(trials)
     grid_keys = list(meta.get("grid", {}))
     keys = row_keys(runs or trials, grid_keys)
-    logged: set[str] = set()
-    for run in runs:
-        logged.update(read_progress(run.path))
-    if metrics:
-        missing = [m for m in metrics if m not in logged]
-        if missing:
-            raise ValueError(
-                f"metric(s) {missing} were not logged by any trial; logged: "
-                f"{', '.join(sorted(logged)) or '(none)'}"
-            )
-    else:
-        metrics = [m for m in DEFAULT_METRICS if m in logged]
+    metrics = choose_metrics(runs, metrics)
 
-    lines = [f"# {title or 'Sweep report: ' + sweep_dir.name}", ""]
-    ok = [t for t in trials if t.status == "ok"]
+    lines = header_lines(title or f"Sweep report: {sweep_dir.name}", meta, trials)
     failed = [t for t in trials if t.status != "ok"]
-    if meta:
-        grid = ", ".join(
-            f"`{k}` = {', '.join(map(str, v))}" for k, v in meta.get("grid", {}).items()
-        )
-        if "command" in meta:
-            on = f" on `{display_path(meta['config'])}`" if "config" in meta else ""
-            lines.append(f"- command: `memcores {meta['command']}`{on}")
-        lines.append(f"- grid: {grid or '(none)'}")
-        if meta.get("overrides"):
-            lines.append(f"- overrides for every trial: `{' '.join(meta['overrides'])}`")
-        if "backend" in meta:
-            lines.append(f"- backend: {meta['backend']}")
-    seconds = [t.seconds for t in trials if t.seconds is not None]
-    budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
-    lines += [f"- trials: {len(trials)} ({len(ok)} ok, {len(failed)} not ok){budget}", ""]
-    lines += [
-        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
-        "value of each run; `steps` is the step of the last logged value.",
-        "",
-    ]
-
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Plot the same runs the tables use: finished trials only, and only folders with events.
-    plot_paths = [r.path for r in runs if any(r.path.glob(EVENTS_GLOB))]
+    # Plot the same runs the tables use: those of finished trials.
+    plot_paths = [r.path for r in runs]
     plots = plots and bool(plot_paths)
     panel_key = auto_panel_key(find_runs(plot_paths)) if plots else None
     group_by = [k for k in keys if k not in LABEL_KEYS]
@@ -498,7 +519,7 @@ def build_report(
                 plot_runs(
                     plot_paths, metric, png, group_by=group_by, panel_by=panel_key, spread=spread
                 )
-            except ValueError as err:  # in progress.csv but not in the event files
+            except ValueError as err:  # e.g. --log-y on non-positive values
                 lines += [f"(no plot: {err})", ""]
             else:
                 lines += [f"![{metric}]({png.name})", ""]

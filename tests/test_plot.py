@@ -1,4 +1,4 @@
-"""``memcores plot``: curves from real TensorBoard event files (written with RunLogger)."""
+"""``memcores plot``: curves from real run folders (written with RunLogger) and records."""
 
 from __future__ import annotations
 
@@ -10,15 +10,8 @@ import yaml
 
 from agents.logger import RunLogger
 from experiments.cli import main
-from experiments.plotting import (
-    Curve,
-    aggregate,
-    collect_bands,
-    find_runs,
-    get_dotted,
-    read_scalars,
-    smooth,
-)
+from experiments.plotting import aggregate, collect_bands, smooth
+from experiments.records import Curve, find_runs, get_dotted, read_curves, write_record
 
 
 def write_run(run_dir: Path, core: str, seed: int, env: str = "Env-A", steps=range(0, 50, 10)):
@@ -43,7 +36,7 @@ def sweep(tmp_path: Path) -> Path:
     for core in ("lstm", "ur_lstm"):
         for seed in (0, 1):
             write_run(root / f"name={core},seed={seed}", core, seed)
-    (root / ".ray" / "x").mkdir(parents=True)  # tool folders are ignored
+    write_run(root / ".tune" / "x", "gru", 0)  # tool folders (Tune's) are ignored
     return root
 
 
@@ -56,7 +49,7 @@ def test_read_scalars_and_find_runs(sweep):
         "name=ur_lstm,seed=1",
     ]
     assert runs[2].get("core.name") == "ur_lstm"
-    curves = read_scalars(runs[1].path)
+    curves = read_curves(runs[1].path)
     assert set(curves) == {"rollout/ep_rew_mean", "train/value_loss"}
     np.testing.assert_array_equal(curves["rollout/ep_rew_mean"].steps, [0, 10, 20, 30, 40])
     np.testing.assert_allclose(curves["rollout/ep_rew_mean"].values, [0.1, 0.2, 0.3, 0.4, 0.5])
@@ -131,3 +124,17 @@ def test_plot_cli_log_y_needs_positive_values(sweep, tmp_path, capsys):
     assert "--log-y needs positive values" in err and "lstm" in err
     assert not out.exists()
     assert main([*args, "--metric", "train/value_loss"]) == 0 and out.is_file()
+
+
+def test_records_and_run_folders_plot_together(sweep, tmp_path):
+    """A committed record (curve.csv, <= 300 rows) stands in for its run folder."""
+    run = sweep / "name=ur_lstm,seed=1"
+    write_record(run, tmp_path / "results" / "exp" / "name=ur_lstm,seed=1")
+    import shutil
+
+    shutil.rmtree(run)
+    runs = find_runs([sweep, tmp_path / "results"])
+    assert [r.is_record for r in runs].count(True) == 1 and len(runs) == 4
+    bands = {b.label: b for b in collect_bands(runs, "rollout/ep_rew_mean")[""]}
+    assert bands["ur_lstm"].n == 2
+    np.testing.assert_allclose(bands["ur_lstm"].mean, bands["ur_lstm"].steps / 100 + 0.55)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from agents.files import write_text_atomic
 from agents.logger import RunLogger
 from experiments.cli import main
 from experiments.report import build_report, mean_std
-from experiments.sweep import write_json_atomic
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    write_text_atomic(path, json.dumps(data))
+
 
 ACCURACY = {
     ("lstm", 0): [0.2, 0.5, 0.4],
@@ -173,3 +179,38 @@ def test_transfer_trials_report_per_env_runs_and_their_table(tmp_path):
     bad.write_text("rows: []\n")
     with pytest.raises(ValueError, match="train"):
         build_report(root, out, reference=bad)
+
+
+def test_report_from_committed_records_alone(tmp_path):
+    """A fresh clone has no run folders: the report is built from results/ records, the
+    transfer table from each record's evaluation on its train and test env."""
+    from experiments.records import write_record
+
+    results = tmp_path / "results" / "t7"
+    for core, seed in (("lstm", 0), ("lstm", 1), ("ur_lstm", 0)):
+        run = tmp_path / "runs" / f"{core}{seed}"
+        run.mkdir(parents=True)
+        config = {"env": {"id": "MiniGrid-MemoryS7-v0"}, "core": {"name": core}}
+        config["train"] = {"seed": seed}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        logger = RunLogger(run, tensorboard=False)
+        for step in (100, 200):
+            logger.record("rollout/ep_rew_mean", step / 400 + seed / 10)
+            logger.dump(step)
+        logger.close()
+        evals = {
+            "MiniGrid-MemoryS7-v0": {"return": 0.5 + seed / 10, "episodes": 5},
+            "MiniGrid-MemoryS13-v0": {"return": 0.25, "episodes": 5},
+        }
+        extra = {"test_env": "MiniGrid-MemoryS13-v0"}
+        write_record(
+            run, results / f"name={core},seed={seed}" / "MemoryS7", eval_results=evals, extra=extra
+        )
+    out = tmp_path / "report.md"
+    text = build_report(results, out, plots=False)
+    assert "- trials: 3 (3 ok, 0 not ok)" in text
+    rows = {r[1]: r for r in table_rows(text, "rollout/ep_rew_mean")}
+    assert rows["lstm"][2:4] == ["2", mean_std([0.5, 0.6])]
+    t7 = table_rows(text, "Train/test return per env pair (mean ± std over seeds)")
+    assert t7[1] == ["MemoryS7", mean_std([0.5, 0.6]), "0.5"]
+    assert t7[3] == ["MemoryS13", "0.25 ± 0", "0.25"]

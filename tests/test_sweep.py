@@ -1,107 +1,60 @@
-"""Sweeps: grid expansion, local and Ray backends, failure reporting, skipping finished trials.
+"""Sweeps: grid expansion, up-front validation, trials run in-process, records and skipping.
 
-Most tests run a tiny stand-in trial (a Python script written below, started through
-``--command-template``) so they take a fraction of a second per trial; one test runs real
-``memcores supervised`` trials when that command exists.
+The tests here use the no-Ray path (the same trial function, called in a loop) on real tiny
+``memcores supervised`` trials; tests/test_sweep_ray.py runs the Ray Tune engine.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import textwrap
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from experiments.cli import main
+from experiments.config import ConfigError
 from experiments.sweep import (
-    DEFAULT_TEMPLATE,
     SweepError,
-    build_argv,
     expand_grid,
     infer_command,
     make_trials,
     parse_grid,
-    run_sweep,
     trial_name,
 )
+from experiments.trials import validate_trials
 
-# A stand-in for `memcores train`: writes config.yaml and progress.csv into run.dir like a real
-# run, and misbehaves on request (fake.fail=1 exits 3, fake.kill=1 SIGKILLs itself).
-FAKE_TRIAL = textwrap.dedent(
-    """
-    import os, signal, sys, time, yaml
-    resume = "--resume" in sys.argv
-    argv = [a for a in sys.argv if a != "--resume"]
-    command, config_path, overrides = argv[1], argv[2], argv[3:]
-    config = yaml.safe_load(open(config_path)) or {}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        node = config
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = yaml.safe_load(value)
-    run_dir = config["run"]["dir"]
-    os.makedirs(run_dir, exist_ok=True)
-    fake = config.get("fake", {})
-    with open(os.path.join(run_dir, "calls.txt"), "a") as handle:
-        handle.write(command + (" resumed" if resume else "") + "\\n")
-    if fake.get("checkpoint") and not resume:
-        open(os.path.join(run_dir, "last.pt"), "w").close()
-        sys.exit(4)  # dies after its first checkpoint
-    print("starting", command, run_dir, flush=True)
-    with open(os.path.join(run_dir, "pid"), "w") as handle:
-        handle.write(str(os.getpid()))
-    if fake.get("sleep"):
-        time.sleep(float(fake["sleep"]))
-    if fake.get("kill"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    if fake.get("fail"):
-        print("boom: the trial failed on purpose", file=sys.stderr, flush=True)
-        sys.exit(3)
-    with open(os.path.join(run_dir, "config.yaml"), "w") as handle:
-        yaml.safe_dump(config, handle)
-    seed = int(config.get("train", {}).get("seed", 0))
-    with open(os.path.join(run_dir, "progress.csv"), "w") as handle:
-        handle.write("step,eval/accuracy\\n")
-        for step in range(1, 4):
-            handle.write(f"{step * 10},{0.2 * step + 0.01 * seed}\\n")
-    """
+REPO = Path(__file__).parents[1]
+DEMO_COPY = REPO / "experiments" / "configs" / "demo_copy.yaml"
+# Overrides that make the demo copy task finish in well under a second of training.
+TINY_COPY = (
+    "train.steps=20",
+    "train.eval_every=10",
+    "train.eval_size=64",
+    "core.hidden_size=16",
+    "run.progress_bar=false",
+    "run.tensorboard=false",
 )
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> dict[str, str]:
-    script = tmp_path / "fake_trial.py"
-    script.write_text(FAKE_TRIAL)
-    config = tmp_path / "cfg.yaml"
-    config.write_text(yaml.safe_dump({"task": {"name": "copy"}, "core": {"name": "lstm"}}))
-    template = f"{{python}} {script} {{command}} {{config}} {{overrides}}"
-    return {"config": str(config), "template": template, "out": str(tmp_path / "sweep")}
+def paths(tmp_path: Path) -> dict[str, str]:
+    return {"out": str(tmp_path / "sweep"), "results": str(tmp_path / "results")}
 
 
-def sweep_cli(fake: dict[str, str], *extra: str) -> int:
+def sweep_cli(paths: dict[str, str], *extra: str) -> int:
     return main(
-        [
-            "sweep",
-            fake["config"],
-            "--grid",
-            "core.name=lstm,ur_lstm",
-            "--grid",
-            "train.seed=0,1",
-            "--out",
-            fake["out"],
-            "--command-template",
-            fake["template"],
-            *extra,
-        ]
+        ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
+        + ["--backend", "local", *TINY_COPY, *extra]
     )
 
 
-def trial_records(out: str) -> dict[str, dict]:
+def trial_files(out: str) -> dict[str, dict]:
     return {
         p.parent.name: json.loads(p.read_text()) for p in sorted(Path(out).glob("*/trial.json"))
     }
@@ -143,16 +96,6 @@ def test_command_is_inferred_from_config_sections():
     assert infer_command({"env": {"id": "x"}, "core": {}}) == "train"
 
 
-def test_build_argv_expands_lists_and_checks_placeholders():
-    words = {"python": "py", "command": "train", "config": "c.yaml"}
-    argv = build_argv(DEFAULT_TEMPLATE, {"overrides": ["a=1", "b=2"]}, words)
-    assert argv == ["py", "-m", "experiments.cli", "train", "c.yaml", "a=1", "b=2"]
-    with pytest.raises(SweepError, match="placeholder"):
-        build_argv("{python} {nope} {overrides}", {"overrides": []}, words)
-    with pytest.raises(SweepError, match="overrides"):
-        build_argv("{python} {config}", {"overrides": []}, words)
-
-
 def test_transfer_trials_take_suite_and_episodes_out_of_the_config(tmp_path):
     config = tmp_path / "transfer_sweep.yaml"
     config.write_text(
@@ -161,29 +104,24 @@ def test_transfer_trials_take_suite_and_episodes_out_of_the_config(tmp_path):
     out = tmp_path / "sweep"
     command, trials = make_trials(config, parse_grid(["core.name=lstm,gru"]), out)
     assert command == "transfer"
-    rl_config = str(out.resolve() / "transfer_config.yaml")
-    assert trials[1].argv[1:] == [
-        "-m",
-        "experiments.cli",
+    assert trials[1].transfer == {"suite": "memory", "episodes": 5, "argmax": False}
+    assert trials[1].overrides == ["core.name=gru"]  # each env pair sets its own run.dir
+    assert trials[1].cli().split()[:5] == [
+        "memcores",
         "transfer",
         "memory",
         "core.name=gru",
         "--config",
-        rl_config,
-        "--out",
-        str(out.resolve() / "name=gru"),
-        "--episodes",
-        "5",
     ]
-    # the RL config handed to --config is the sweep config minus the transfer arguments
-    assert yaml.safe_load(trials[0].files[rl_config]) == {"env": {"n_envs": 2}, "core": {}}
+    assert trials[1].cli().endswith(f"--out {out.resolve() / 'name=gru'} --episodes 5")
+    assert trials[1].record_dir == str(Path("results/sweep/name=gru").resolve())
     assert not out.exists()
     # transfer arguments can be overridden on the command line like config keys
     _, trials = make_trials(config, [], out, overrides=["episodes=7", "argmax=true"])
-    assert trials[0].argv[-3:] == ["--episodes", "7", "--argmax"]
-    assert not any(a.startswith("episodes=") for a in trials[0].argv)
+    assert trials[0].transfer == {"suite": "memory", "episodes": 7, "argmax": True}
+    assert trials[0].cli().endswith("--episodes 7 --argmax") and trials[0].overrides == []
     _, trials = make_trials(config, parse_grid(["suite=memory,doorkey"]), out)
-    assert [t.suite for t in trials] == ["memory", "doorkey"]
+    assert [t.transfer["suite"] for t in trials] == ["memory", "doorkey"]
     with pytest.raises(SweepError, match="episodes"):
         make_trials(config, parse_grid(["episodes=1,2"]), out)
     with pytest.raises(SweepError, match="transfer sweeps"):
@@ -191,285 +129,177 @@ def test_transfer_trials_take_suite_and_episodes_out_of_the_config(tmp_path):
 
 
 def test_transfer_sweep_validates_suite_and_keys(tmp_path):
-    from experiments.config import ConfigError
-    from experiments.sweep import validate_trials
-
     config = tmp_path / "t.yaml"
     config.write_text(yaml.safe_dump({"suite": "memory", "core": {"name": "lstm"}}))
     _, trials = make_trials(config, parse_grid(["suite=memory,nosuch"]), tmp_path / "s")
     with pytest.raises(ConfigError, match="unknown suite 'nosuch'; valid: .*memory"):
-        validate_trials("transfer", trials)
+        validate_trials(trials)
     _, trials = make_trials(config, parse_grid(["agent.algo=ppo,dqn"]), tmp_path / "s")
     with pytest.raises(ConfigError, match="agent.algo"):
-        validate_trials("transfer", trials)
+        validate_trials(trials)
     _, trials = make_trials(config, parse_grid(["core.name=lstm,gru"]), tmp_path / "s")
-    assert validate_trials("transfer", trials)
+    validate_trials(trials)
     assert not (tmp_path / "s").exists()
 
 
-def test_make_trials_validates_before_writing(tmp_path, fake):
+def test_make_trials_validates_before_writing(tmp_path):
     out = tmp_path / "never"
     with pytest.raises(SweepError, match="unknown trial command"):
-        make_trials(fake["config"], [], out, command="dance")
+        make_trials(DEMO_COPY, [], out, command="dance")
     with pytest.raises(SweepError, match="run.dir"):
-        make_trials(fake["config"], [], out, overrides=["run.dir=x"])
+        make_trials(DEMO_COPY, [], out, overrides=["run.dir=x"])
     with pytest.raises(SweepError, match="also appear in --grid"):
-        make_trials(fake["config"], parse_grid(["train.seed=0,1"]), out, overrides=["train.seed=3"])
+        make_trials(DEMO_COPY, parse_grid(["train.seed=0,1"]), out, overrides=["train.seed=3"])
     with pytest.raises(ValueError, match="not found"):
         make_trials(tmp_path / "missing.yaml", [], out)
     assert not out.exists()
-    command, trials = make_trials(fake["config"], parse_grid(["train.seed=0,1"]), out)
+    command, trials = make_trials(DEMO_COPY, parse_grid(["train.seed=0,1"]), out)
     assert command == "supervised"
     assert [t.name for t in trials] == ["seed=0", "seed=1"]
-    assert trials[0].argv[-2:] == ["train.seed=0", f"run.dir={out.resolve() / 'seed=0'}"]
-    assert trials[0].argv[1:4] == ["-m", "experiments.cli", "supervised"]
-    _, trials = make_trials(fake["config"], [], out, threads_per_trial=3, gpus_per_trial=0.5)
-    assert (trials[0].cpus, trials[0].gpus) == (3, 0.5)  # what Ray reserves per trial
-    assert all(v == "3" for v in trials[0].env.values())  # OMP/MKL threads unless set already
+    assert trials[0].overrides == ["train.seed=0", f"run.dir={out.resolve() / 'seed=0'}"]
+    assert trials[0].cli().startswith(f"memcores supervised {DEMO_COPY}")
     assert not out.exists()
 
 
-def test_cli_errors_are_one_line_and_write_nothing(fake, capsys):
-    assert sweep_cli(fake, "--grid", "train.seed=5") == 2
+def test_cli_errors_are_one_line_and_write_nothing(paths, tmp_path, capsys):
+    assert sweep_cli(paths, "--grid", "train.seed=5", "--grid", "train.seed=6") == 2
     assert "given twice" in capsys.readouterr().err
-    assert not Path(fake["out"]).exists()
+    # every trial's full config is checked up front, core options included, even in --dry-run
+    for flag in ("--dry-run", None):
+        assert sweep_cli(paths, "--grid", "core.nosuch=1,2", *([flag] if flag else [])) == 2
+        err = capsys.readouterr().err
+        assert "nosuch" in err and len(err.strip().splitlines()) == 1
+    assert sweep_cli(paths, "--grid", "core.name=lstm,nope") == 2
+    assert "unknown core 'nope'; valid: lstm" in capsys.readouterr().err
+    assert sweep_cli(paths, "--grid", "train.seedz=0,1") == 2
+    assert "unknown config key 'train.seedz'" in capsys.readouterr().err
+    assert sweep_cli(paths, "--scheduler", "asha") == 2  # ASHA needs a metric (and Ray)
+    assert "--metric" in capsys.readouterr().err
+    assert not Path(paths["out"]).exists() and not Path(paths["results"]).exists()
+    # --out naming a file, or inside a read-only folder: one line, exit 2
+    Path(paths["out"]).write_text("")
+    assert sweep_cli(paths) == 2
+    assert "is a file" in capsys.readouterr().err
+    locked = tmp_path / "ro"
+    locked.mkdir(mode=0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root ignores permissions
+            pytest.skip("running as root: a read-only folder is writable")
+        assert sweep_cli({**paths, "out": str(locked / "s")}) == 2
+        err = capsys.readouterr().err
+        assert "cannot create" in err and len(err.strip().splitlines()) == 1
+    finally:
+        locked.chmod(0o700)
 
 
-def test_dry_run_prints_commands(fake, capsys):
-    assert sweep_cli(fake, "--dry-run") == 0
+def test_dry_run_prints_commands(paths, capsys):
+    assert sweep_cli(paths, "--grid", "core.name=lstm,ur_lstm", "--dry-run") == 0
     out = capsys.readouterr().out
-    assert out.count("fake_trial.py supervised") == 4
-    assert not Path(fake["out"]).exists()
-
-
-# --------------------------------------------------------------------------- local backend
-
-
-def test_local_sweep_runs_grid_reports_failures_and_skips_finished(fake, capsys):
-    # One trial is SIGKILLed and one exits with an error: both are reported, the rest finish.
-    assert sweep_cli(fake, "--backend", "local", "--max-concurrent", "2") == 0
-    records = trial_records(fake["out"])
-    assert sorted(records) == [
-        "name=lstm,seed=0",
-        "name=lstm,seed=1",
-        "name=ur_lstm,seed=0",
-        "name=ur_lstm,seed=1",
-    ]
-    assert all(r["status"] == "ok" for r in records.values())
-    run = Path(fake["out"]) / "name=ur_lstm,seed=1"
-    saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert saved["core"]["name"] == "ur_lstm" and saved["train"]["seed"] == 1
-    assert saved["run"]["dir"] == str(run.resolve())
-    out = capsys.readouterr().out
-    assert "local processes, 2 at a time" in out and "summary: 4 ok" in out
-
-    # Same sweep again: everything is skipped, no trial process starts.
-    assert sweep_cli(fake, "--backend", "local") == 0
-    assert "4 finished earlier (skipped), 0 to run" in capsys.readouterr().out
-    assert (run / "calls.txt").read_text().count("supervised") == 1
-
-
-def test_failed_and_killed_trials_are_reported_and_rerun(fake, tmp_path, capsys):
-    config = Path(fake["config"])
-    data = yaml.safe_load(config.read_text())
-    args = ["--grid", "fake.kill=0,1", "--grid", "fake.fail=0,1"]
-    code = main(
-        ["sweep", str(config), *args, "--out", fake["out"], "--command-template", fake["template"]]
-        + ["--backend", "local"]
-    )
-    assert code == 1
-    records = trial_records(fake["out"])
-    assert records["kill=0,fail=0"]["status"] == "ok"
-    assert records["kill=0,fail=1"]["status"] == "failed"
-    assert records["kill=0,fail=1"]["returncode"] == 3
-    assert "boom: the trial failed on purpose" in records["kill=0,fail=1"]["message"]
-    assert records["kill=1,fail=0"]["status"] == "killed"
-    assert "SIGKILL" in records["kill=1,fail=0"]["message"]
-    out = capsys.readouterr().out
-    assert "FAILED kill=0,fail=1: exit code 3" in out
-    assert "FAILED kill=1,fail=0: killed by SIGKILL" in out
-    assert "summary: 1 ok, 1 failed, 2 killed" in out
-
-    # A re-run retries only the three unfinished trials (and they fail the same way).
-    assert data  # the config itself is unchanged
-    code = main(
-        ["sweep", str(config), *args, "--out", fake["out"], "--command-template", fake["template"]]
-        + ["--backend", "local"]
-    )
-    assert code == 1
-    assert "1 finished earlier (skipped), 3 to run" in capsys.readouterr().out
-    calls = Path(fake["out"]) / "kill=0,fail=0" / "calls.txt"
-    assert calls.read_text().count("supervised") == 1
-
-
-def test_resume_continues_unfinished_trials_instead_of_restarting(fake, capsys):
-    args = ["sweep", fake["config"], "--grid", "fake.checkpoint=0,1", "--out", fake["out"]]
-    args += ["--command-template", fake["template"], "--backend", "local"]
-    assert main(args) == 1  # checkpoint=1 dies after writing a checkpoint
-    crashed = Path(fake["out"]) / "checkpoint=1"
-    assert (crashed / "last.pt").is_file()
-    # without --resume the folder would be wiped; with it the trial continues in place
-    assert main([*args, "--resume"]) == 0
-    assert (crashed / "calls.txt").read_text().splitlines() == ["supervised", "supervised resumed"]
-    record = json.loads((crashed / "trial.json").read_text())
-    assert record["status"] == "ok" and record["resumed"] is True
-    log = (Path(fake["out"]) / "logs" / "checkpoint=1.log").read_text()
-    commands = [line for line in log.splitlines() if line.startswith("$ ")]
-    assert len(commands) == 2 and commands[1].endswith("--resume")  # both attempts logged
-    # the finished trial is skipped afterwards, with or without --resume
-    assert main([*args, "--resume"]) == 0
-    assert "2 finished earlier (skipped), 0 to run" in capsys.readouterr().out
-
-
-def test_timeout_kills_a_hanging_trial(fake, capsys):
-    code = main(
-        ["sweep", fake["config"], "--grid", "fake.sleep=0,30", "--out", fake["out"]]
-        + ["--command-template", fake["template"], "--backend", "local", "--trial-timeout", "3"]
-    )
-    assert code == 1
-    records = trial_records(fake["out"])
-    assert records["sleep=0"]["status"] == "ok"
-    assert records["sleep=30"]["status"] == "timeout"
-
-
-def test_sigterm_stops_the_sweep_and_its_running_trials(fake):
-    """`kill SWEEP_PID` must not leave trials running as orphans."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    argv = [sys.executable, "-m", "experiments.cli", "sweep", fake["config"]]
-    argv += ["--grid", "fake.sleep=60", "--out", fake["out"], "--backend", "local"]
-    argv += ["--command-template", fake["template"]]
-    sweep = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pid_file = Path(fake["out"]) / "sleep=60" / "pid"
-    deadline = time.time() + 60
-    while not pid_file.is_file() or not pid_file.read_text():
-        assert time.time() < deadline and sweep.poll() is None
-        time.sleep(0.1)
-    trial_pid = int(pid_file.read_text())
-    sweep.send_signal(signal.SIGTERM)
-    assert sweep.wait(timeout=30) != 0
-    with pytest.raises(ProcessLookupError):  # the trial is gone (killed and reaped)
-        os.kill(trial_pid, 0)
-
-
-def test_finished_trial_with_other_settings_is_not_silently_reused(fake, capsys):
-    assert sweep_cli(fake, "--backend", "local") == 0
-    # same trial names, different base override: refuse instead of mixing two experiments
-    assert sweep_cli(fake, "--backend", "local", "fake.extra=1") == 2
-    records = trial_records(fake["out"])
-    assert all(
-        r["status"] == "ok" and "fake.extra=1" not in r["overrides"] for r in records.values()
-    )
-
-
-def test_without_ray_auto_falls_back_to_local_and_says_so(fake, monkeypatch, capsys):
-    import experiments.sweep as sweep
-
-    monkeypatch.setattr(sweep, "ray_available", lambda: False)
-    _, trials = make_trials(
-        fake["config"], parse_grid(["train.seed=0,1"]), fake["out"], template=fake["template"]
-    )
-    results = run_sweep(trials, fake["out"], backend="auto")
-    assert [r.status for r in results] == ["ok", "ok"]
-    assert "Ray not installed" in capsys.readouterr().out
-    with pytest.raises(SweepError, match="memcores\\[ray\\]"):
-        run_sweep(trials, fake["out"], backend="ray")
-
-
-# --------------------------------------------------------------------------- Ray backend
-
-
-def test_ray_sweep_runs_grid_locally_and_reports_killed_trial(fake, capsys):
-    pytest.importorskip("ray.tune")
-    # 2x2 grid under Ray Tune (a private local Ray with 2 CPUs); one trial is SIGKILLed.
-    code = main(
-        ["sweep", fake["config"], "--grid", "core.name=lstm,ur_lstm", "--grid", "fake.kill=0,1"]
-        + ["--out", fake["out"], "--command-template", fake["template"]]
-        + ["--backend", "ray", "--max-concurrent", "2"]
-    )
-    assert code == 1
-    records = trial_records(fake["out"])
-    assert {k: r["status"] for k, r in records.items()} == {
-        "name=lstm,kill=0": "ok",
-        "name=lstm,kill=1": "killed",
-        "name=ur_lstm,kill=0": "ok",
-        "name=ur_lstm,kill=1": "killed",
-    }
-    out = capsys.readouterr().out
-    assert "Ray Tune (2 at a time)" in out
-    assert "FAILED name=lstm,kill=1: killed by SIGKILL" in out
-    # Tune's own state stays in the sweep folder, not in the working directory
-    assert (Path(fake["out"]) / ".ray").is_dir()
-
-
-def test_unreachable_ray_address_fails_fast_and_writes_nothing(fake, capsys):
-    pytest.importorskip("ray")
-    import socket
-
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    assert sweep_cli(fake, "--address", f"127.0.0.1:{port}") == 2
-    assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
-    assert not Path(fake["out"]).exists()
+    assert out.count("memcores supervised") == 2 and "name=ur_lstm: " in out
+    assert not Path(paths["out"]).exists()
 
 
 # --------------------------------------------------------------------------- real trials
 
 
-REPO = Path(__file__).parents[1]
-DEMO_COPY = REPO / "experiments" / "configs" / "demo_copy.yaml"
-# Overrides that make the demo copy task finish in well under a second of training.
-TINY_COPY = (
-    "train.steps=20",
-    "train.eval_every=10",
-    "train.eval_size=64",
-    "core.hidden_size=16",
-    "run.progress_bar=false",
-)
+def test_sweep_runs_trials_writes_records_reports_failures_and_skips(paths, capsys):
+    grid = ["--grid", "core.name=lstm,ur_lstm", "--grid", "train.init_from=null,/nonexistent.pt"]
+    assert sweep_cli(paths, *grid) == 1
+    files = trial_files(paths["out"])
+    status = {name: f["status"] for name, f in files.items()}
+    assert status == {
+        "name=lstm,init_from=null": "ok",
+        "name=lstm,init_from=nonexistent.pt": "failed",
+        "name=ur_lstm,init_from=null": "ok",
+        "name=ur_lstm,init_from=nonexistent.pt": "failed",
+    }
+    assert "nonexistent.pt" in files["name=lstm,init_from=nonexistent.pt"]["message"]
+    out = capsys.readouterr().out
+    assert "summary: 2 ok, 2 failed" in out and "FAILED name=lstm,init_from=nonexistent.pt" in out
+    run = Path(paths["out"]) / "name=ur_lstm,init_from=null"
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["core"]["name"] == "ur_lstm" and saved["run"]["dir"] == str(run.resolve())
+    record_dir = Path(paths["results"]) / "name=ur_lstm,init_from=null"
+    record = json.loads((record_dir / "record.json").read_text())
+    assert record["kind"] == "supervised" and record["core"] == "ur_lstm"
+    assert record["updates"] == 20 and record["experiment"] == "results"
+    assert not (Path(paths["results"]) / "name=lstm,init_from=nonexistent.pt").exists()
+
+    # Same sweep again: trials with a record are skipped, the failed ones run (and fail) again.
+    mtime = (run / "progress.csv").stat().st_mtime_ns
+    assert sweep_cli(paths, *grid) == 1
+    assert "2 with a record (skipped), 2 to run" in capsys.readouterr().out
+    assert (run / "progress.csv").stat().st_mtime_ns == mtime
+
+    # A fresh clone: the run folders are gone, the committed records are not.
+    import shutil
+
+    shutil.rmtree(paths["out"])
+    assert sweep_cli(paths, *grid) == 1
+    assert "2 with a record (skipped), 2 to run" in capsys.readouterr().out
+    assert not run.exists() and sorted(trial_files(paths["out"])) == [
+        "name=lstm,init_from=nonexistent.pt",
+        "name=ur_lstm,init_from=nonexistent.pt",
+    ]
 
 
-def _needs_supervised() -> None:
-    assert (REPO / "experiments" / "commands" / "supervised.py").is_file()
-    assert DEMO_COPY.is_file()
+def test_folder_of_another_sweep_or_in_use_is_refused(paths, capsys):
+    from agents.run_lock import RunLock
 
-
-def test_real_config_is_validated_before_anything_is_written(tmp_path, capsys):
-    _needs_supervised()
-    out = tmp_path / "sweep"
-    args = ["sweep", str(DEMO_COPY), "--out", str(out), "--backend", "local"]
-    assert main([*args, "--grid", "core.name=lstm,nope"]) == 2
-    assert "unknown core 'nope'; valid: lstm" in capsys.readouterr().err
-    assert main([*args, "--grid", "train.seedz=0,1"]) == 2
-    assert "unknown config key 'train.seedz'" in capsys.readouterr().err
-    assert not out.exists()
-
-
-def test_real_supervised_sweep_then_plot_and_report(tmp_path, capsys):
-    """End to end on a real `memcores supervised` trial: sweep, plot the curves, report.
-    (One trial: each real one costs a torch start-up; aggregation over seeds and cores is
-    tested on real event files in test_plot.py and test_report.py.)"""
-    _needs_supervised()
-    out = tmp_path / "sweep"
-    code = main(
-        ["sweep", str(DEMO_COPY), "--grid", "core.name=ur_lstm", "--out", str(out)]
-        + ["--backend", "local", *TINY_COPY]
+    assert sweep_cli(paths, "--grid", "train.seed=0") == 0
+    # other settings for the same folder: refuse instead of mixing two experiments
+    assert (
+        main(
+            ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"] + "2"]
+            + ["--backend", "local", "--grid", "train.seed=0", *TINY_COPY, "core.hidden_size=8"][
+                :-1
+            ]
+            + ["optim.lr=0.01"]
+        )
+        == 2
     )
-    assert code == 0, capsys.readouterr()
-    for core in ("ur_lstm",):
-        run = out / f"name={core}"
-        assert json.loads((run / "trial.json").read_text())["status"] == "ok"
-        saved = yaml.safe_load((run / "config.yaml").read_text())
-        assert saved["core"]["name"] == core and saved["train"]["steps"] == 20
-        assert list(run.glob("events.out.tfevents.*")) and (run / "progress.csv").is_file()
-    png = tmp_path / "curves.png"
-    assert main(["plot", str(out), "--metric", "eval/accuracy", "--out", str(png)]) == 0
-    assert png.read_bytes()[:4] == b"\x89PNG"
-    report = tmp_path / "report.md"
-    assert main(["report", str(out), "--out", str(report)]) == 0
-    text = report.read_text()
-    assert "## eval/accuracy" in text and "| copy | ur_lstm | 1 |" in text
-    assert (tmp_path / "report_eval_accuracy.png").is_file()
+    assert "holds another sweep" in capsys.readouterr().err
+    with RunLock(paths["out"], "another driver"):  # one driver per sweep folder
+        assert sweep_cli(paths, "--grid", "train.seed=1") == 2
+    err = capsys.readouterr().err
+    assert "in use by" in err and "another driver" in err
+
+
+def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
+    """`kill SWEEP_PID` stops the driver (its folder lock goes with it); the same command
+    resumes the interrupted trial from its checkpoint instead of restarting it."""
+    args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
+    args += ["--backend", "local", "train.steps=100", "train.eval_every=25"]
+    args += ["train.eval_size=16", "core.hidden_size=8", "run.progress_bar=false"]
+    args += ["run.tensorboard=false"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", *args], env=env, stderr=subprocess.PIPE
+    )
+    run = Path(paths["out"]) / "trial"
+    deadline = time.time() + 120
+    while not (run / "checkpoint.pt").is_file():
+        assert time.time() < deadline and sweep.poll() is None, sweep.stderr.read()
+        time.sleep(0.1)
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=60) != 0
+    assert not (run / "results.json").exists()  # interrupted before the end
+    init = (run / "init.pt").stat().st_mtime_ns  # a restart from scratch would rewrite it
+    assert main(args) == 0
+    assert (run / "init.pt").stat().st_mtime_ns == init
+    assert json.loads((run / "results.json").read_text())["step"] == 100
+    steps = [int(line.split(",")[0]) for line in (run / "progress.csv").read_text().split()[1:]]
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 100
+    assert (Path(paths["results"]) / "trial" / "record.json").is_file()
+
+
+def test_unreachable_ray_address_fails_fast_and_writes_nothing(paths, capsys):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--address", f"127.0.0.1:{port}"]
+    assert main(args) == 2
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not Path(paths["out"]).exists()

@@ -1,7 +1,8 @@
 """``memcores plot RUN_OR_SWEEP... --metric TAG --out curves.png``: learning curves.
 
-Reads the TensorBoard event files of every run under the given folders and draws, per group of
-runs (one core by default), the mean over seeds with a min-max (or std) band.
+Reads every run folder (``progress.csv``) and results record (``record.json``) under the given
+folders and draws, per group of runs (one core by default), the mean over seeds with a min-max
+(or std) band.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from experiments.plotting import SPREADS, plot_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", help="run folders and/or sweep folders")
+    parser.add_argument(
+        "paths", nargs="+", help="run folders, sweep folders and/or results folders"
+    )
     parser.add_argument(
         "--metric",
         default="rollout/ep_rew_mean",
-        help="TensorBoard scalar tag (default rollout/ep_rew_mean; supervised: eval/accuracy)",
+        help="logged scalar tag (default rollout/ep_rew_mean; supervised: eval/accuracy)",
     )
     parser.add_argument("--out", default="curves.png", help="PNG file to write")
     parser.add_argument(

@@ -14,7 +14,9 @@ from experiments.report import DEFAULT_METRICS, build_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sweep", help="sweep folder (the --out of `memcores sweep`)")
+    parser.add_argument(
+        "sweep", help="sweep folder (the --out of `memcores sweep`) or a results folder of records"
+    )
     parser.add_argument("--out", default="report.md", help="markdown file; PNGs go beside it")
     parser.add_argument(
         "--metric",

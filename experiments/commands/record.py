@@ -1,0 +1,39 @@
+"""``memcores record RUN_DIR --out results/<experiment>/<trial>``: commit a run's small record.
+
+Writes ``record.json``, ``config.yaml`` and ``curve.csv`` (<= 300 rows) from a finished run
+folder, and with ``--policy`` the final policy weights when they stay under 1 MB. See
+:mod:`experiments.records`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a finished run folder (config.yaml + progress.csv)")
+    parser.add_argument("--out", required=True, help="record folder results/<experiment>/<trial>")
+    parser.add_argument(
+        "--command", default="", help="the exact command that produced the run (stored as is)"
+    )
+    parser.add_argument(
+        "--policy", action="store_true", help="also keep the final policy (RL, < 1 MB only)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.records import write_record
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder results/<experiment>/<trial>")
+    try:
+        path = write_record(args.run_dir, out, command=args.command, policy=args.policy)
+    except PermissionError as err:
+        raise ValueError(f"cannot write the record into {out}: {err.strerror}") from None
+    print(f"wrote {path.parent} ({', '.join(sorted(p.name for p in path.parent.iterdir()))})")
+    if not args.command:
+        print(f"note: no --command given; consider: --command {shlex.quote('memcores ...')}")
+    return 0

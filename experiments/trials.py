@@ -1,0 +1,271 @@
+"""One sweep trial, run in-process: the trainer call, its reports, its records.
+
+:func:`run_trial` trains a :class:`Trial` with ``agents.rl_trainer.train`` or
+``agents.supervised.train`` (a transfer trial: each env pair of its suite, then evaluation on
+both envs of the pair), hands every logged row to a ``report`` callback and writes the records
+(:mod:`experiments.records`) when it finishes. :func:`trainable` wraps it as a Ray Tune function
+trainable; the sweep's no-Ray path calls :func:`run_trial` directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.config import ConfigError, build, parse_override, read_yaml_mapping, set_dotted
+from experiments.records import has_record, write_record
+
+# Top-level keys of a transfer sweep config that are arguments of the suite, not RL config keys.
+TRANSFER_KEYS = ("suite", "episodes", "argmax")
+DONE = "memcores_done"
+"""Reported (= 1) with a trial's last result: it ran its whole budget."""
+
+
+@dataclasses.dataclass
+class TrialResult:
+    """How a trial ended. ``status``: ok | skipped | stopped | timeout | failed."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    message: str = ""
+    step: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "skipped", "stopped")
+
+
+@dataclasses.dataclass
+class Trial:
+    """One grid point, everything :func:`run_trial` needs (plain data: it travels to Tune).
+
+    :param overrides: every dotted override of the trial's config (``run.dir`` included,
+        except for transfer trials: each env pair has its own run folder under ``run_dir``).
+    :param transfer: ``suite``, ``episodes``, ``argmax`` of a transfer trial.
+    """
+
+    name: str
+    command: str
+    config: str
+    overrides: list[str]
+    run_dir: str
+    record_dir: str
+    assignment: dict[str, str] = dataclasses.field(default_factory=dict)
+    transfer: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def cli(self) -> str:
+        """The equivalent ``memcores`` command line of this trial."""
+        if self.command != "transfer":
+            return shlex.join(["memcores", self.command, self.config, *self.overrides])
+        t = self.transfer
+        words = ["memcores", "transfer", t["suite"], *self.overrides, "--config", self.config]
+        words += ["--out", self.run_dir, "--episodes", str(t["episodes"])]
+        return shlex.join(words + (["--argmax"] if t["argmax"] else []))
+
+
+def trial_config(trial: Trial, run_dir: str | Path | None = None, env_id: str = "") -> Any:
+    """The trial's full config object (``RLConfig`` or ``SupervisedConfig``), validated.
+
+    :raises ConfigError: a wrong key or value; the message names the trial.
+    """
+    from agents.rl_config import RLConfig
+    from agents.supervised_config import SupervisedConfig
+
+    raw = {k: v for k, v in read_yaml_mapping(trial.config).items() if k not in TRANSFER_KEYS}
+    extra = [f"run.dir={run_dir}"] if run_dir else []
+    extra += [f"env.id={env_id}"] if env_id else []
+    for item in [*trial.overrides, *extra]:
+        set_dotted(raw, *parse_override(item))
+    schema = SupervisedConfig if trial.command == "supervised" else RLConfig
+    try:
+        return build(schema, raw, prefix="")
+    except ConfigError as err:
+        raise ConfigError(f"trial {trial.name}: {err}") from None
+
+
+def validate_trials(trials: Sequence[Trial]) -> None:
+    """Check every trial's full config (keys, values, core name and core options, transfer
+    suite) before anything is created, as the trainers would check it.
+
+    :raises ConfigError: the first wrong trial, named in the message.
+    """
+    from cores import CORES, make_core
+    from envs.suites import SUITES
+
+    for trial in trials:
+        config = trial_config(trial)
+        core = config.core
+        if core.name not in CORES:
+            raise ConfigError(
+                f"trial {trial.name}: unknown core {core.name!r}; valid: {', '.join(CORES)}"
+            )
+        try:
+            make_core(core.name, 4, core.hidden_size, **core.options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"trial {trial.name}: core.{core.name}: {err}") from None
+        suite = trial.transfer.get("suite")
+        if suite is not None and suite not in SUITES:
+            raise ConfigError(
+                f"trial {trial.name}: unknown suite {suite!r}; valid: {', '.join(SUITES)}"
+            )
+
+
+# --------------------------------------------------------------------------- one trial
+def record_dirs(trial: Trial) -> list[Path]:
+    """Where the trial's records go: one folder, or one per env pair of a transfer trial."""
+    if trial.command != "transfer":
+        return [Path(trial.record_dir)]
+    from envs.suites import SUITES
+    from experiments.commands.transfer import short_name
+
+    pairs = SUITES[trial.transfer["suite"]].pairs
+    return [Path(trial.record_dir) / short_name(train_id) for train_id, _ in pairs]
+
+
+def trial_done(trial: Trial) -> bool:
+    """Whether every record of the trial exists (then a sweep skips it)."""
+    return all(has_record(d) for d in record_dirs(trial))
+
+
+Report = Callable[[dict[str, float], str | None], None]
+"""``report(metrics, checkpoint_run_dir)``: how a running trial tells its driver."""
+
+
+def run_trial(trial: Trial, report: Report, command_line: str = "") -> dict[str, float]:
+    """Train the trial in this process and write its record; returns its last metrics.
+
+    Every logged row goes to ``report`` (with the run folder when a new trainer checkpoint was
+    written since the last report). An interrupted trial resumes from its run folder's
+    checkpoint. Each row carries the latest value of every tag, so a scheduler always finds
+    its metric.
+    """
+    latest: dict[str, float] = {}
+    start = time.perf_counter()
+    if trial.command == "transfer":
+        return _run_transfer(trial, report, latest, command_line)
+    run_dir = Path(trial.run_dir)
+    ckpt = run_dir / ("checkpoint.pt" if trial.command == "supervised" else "checkpoints/last.pt")
+    resumed = ckpt.is_file()
+    on_log = _reporter(report, latest, ckpt, run_dir)
+    config = trial_config(trial)
+    config.run.overwrite = True  # the sweep owns its trial folders: no checkpoint, no run
+    if trial.command == "supervised":
+        from agents.supervised import train as train_supervised
+
+        train_supervised(config, resume=resumed, on_log=on_log)
+    else:
+        from agents.rl_trainer import train
+
+        train(config, run_dir, resume=resumed, on_log=on_log)
+    wall = None if resumed else time.perf_counter() - start
+    write_record(
+        run_dir,
+        trial.record_dir,
+        command=command_line or trial.cli(),
+        wall_seconds=wall,
+        extra={"trial_command": trial.cli()},
+    )
+    return latest
+
+
+def _reporter(report: Report, latest: dict, ckpt: Path, run_dir: Path) -> Callable:
+    seen = [ckpt.stat().st_mtime_ns if ckpt.is_file() else 0]
+
+    def on_log(row: dict[str, float]) -> None:
+        latest.update(row)
+        stamp = ckpt.stat().st_mtime_ns if ckpt.is_file() else 0
+        report(dict(latest), str(run_dir) if stamp != seen[0] else None)
+        seen[0] = stamp
+
+    return on_log
+
+
+def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str) -> dict:
+    """Each env pair of the suite: train (resuming), evaluate on both envs, record."""
+    import csv
+
+    from agents.evaluation import evaluate_run
+    from agents.rl_trainer import CHECKPOINT_NAME, train
+    from envs.suites import SUITES
+    from experiments.commands.transfer import FIELDS, short_name
+
+    t, rows = trial.transfer, []
+    for i, (train_id, test_id) in enumerate(SUITES[t["suite"]].pairs):
+        run_dir = Path(trial.run_dir) / short_name(train_id)
+        config = trial_config(trial, run_dir, train_id)
+        config.run.overwrite = True
+        ckpt = run_dir / CHECKPOINT_NAME
+        on_log = _reporter(report, latest, ckpt, Path(trial.run_dir))
+        result = train(config, run_dir, resume=ckpt.is_file(), on_log=on_log)
+        evals = {}
+        for env_id in (train_id, test_id):
+            res = evaluate_run(run_dir, env_id, int(t["episodes"]), bool(t["argmax"]))
+            evals[env_id] = {
+                "return": res.mean_return,
+                "success": res.success_rate,
+                "episodes": res.episodes,
+            }
+        rows.append(
+            dict(
+                train_env=train_id,
+                test_env=test_id,
+                core=config.core.name,
+                algo=config.agent.algo,
+                frames=result.global_step,
+                train_return=evals[train_id]["return"],
+                train_success=evals[train_id]["success"],
+                test_return=evals[test_id]["return"],
+                test_success=evals[test_id]["success"],
+                episodes=t["episodes"],
+                run_dir=str(run_dir),
+            )
+        )
+        write_record(
+            run_dir,
+            Path(trial.record_dir) / run_dir.name,
+            eval_results=evals,
+            command=command_line or trial.cli(),
+            policy=True,
+            extra={"trial_command": trial.cli(), "test_env": test_id},
+        )
+        latest.update(
+            {"transfer/pairs_done": i + 1, "transfer/test_return": rows[-1]["test_return"]}
+        )
+        report(dict(latest), None)
+        with open(Path(trial.run_dir) / "table.csv", "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+    return latest
+
+
+def trainable(config: dict[str, Any]) -> None:
+    """Ray Tune function trainable: one trial, reporting while it trains.
+
+    Tune's checkpoint holds a pointer to the trial's run folder (whose trainer checkpoint is
+    what a retried or restored trial resumes from), so nothing large is copied per report.
+    """
+    import tempfile
+
+    from ray import tune
+
+    trial = Trial(**config["trial"])
+    if trial_done(trial):  # committed by an earlier run of this sweep
+        tune.report({DONE: 1, "memcores_skipped": 1, "step": 0})
+        return
+
+    def report(metrics: dict[str, float], run_dir: str | None) -> None:
+        if run_dir is None:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "run_dir.txt").write_text(run_dir)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+    final = run_trial(trial, report, config.get("command_line", ""))
+    tune.report({**final, DONE: 1})

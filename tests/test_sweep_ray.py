@@ -1,0 +1,131 @@
+"""Sweeps on the Ray Tune engine: retries, early stopping, restore after a killed driver.
+
+One local Ray instance serves the whole module (Ray's start-up is the slow part); the trials
+are real tiny ``memcores supervised`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import main
+from experiments.sweep import SweepOptions, make_trials, parse_grid, run_sweep, summarize
+from experiments.trials import trainable
+
+ray = pytest.importorskip("ray")
+# Ray's start-up alone takes 20 s to minutes on a busy 2-core machine: run with `-m slow`.
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).parents[1]
+DEMO_COPY = REPO / "experiments" / "configs" / "demo_copy.yaml"
+TINY = [
+    "train.steps=20",
+    "train.eval_every=10",
+    "train.eval_size=32",
+    "core.hidden_size=8",
+    "run.progress_bar=false",
+    "run.tensorboard=false",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_session():
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def flaky(config: dict) -> None:
+    """A trial that fails its first attempt (seed 0) or every attempt (seed 1)."""
+    trial = config["trial"]
+    marker = Path(trial["run_dir"] + ".attempts")
+    attempts = int(marker.read_text()) if marker.is_file() else 0
+    marker.write_text(str(attempts + 1))
+    if trial["assignment"]["train.seed"] == "1" or attempts == 0:
+        raise RuntimeError(f"flaky trial, attempt {attempts + 1}")
+    trainable(config)
+
+
+def test_failed_trials_are_retried_then_reported(tmp_path):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers get `flaky`
+    _, trials = make_trials(
+        DEMO_COPY,
+        parse_grid(["train.seed=0,1"]),
+        tmp_path / "s",
+        overrides=TINY,
+        results_dir=tmp_path / "results",
+    )
+    options = SweepOptions(backend="ray", max_concurrent=2, max_failures=1)
+    lines: list[str] = []
+    results = run_sweep(trials, tmp_path / "s", options, echo=lines.append, trial_fn=flaky)
+    assert [r.status for r in results] == ["ok", "failed"]
+    assert "flaky trial, attempt 2" in results[1].message  # retried once, then reported
+    assert (tmp_path / "s" / "seed=0.attempts").read_text() == "2"
+    assert (tmp_path / "s" / "seed=1.attempts").read_text() == "2"
+    assert (tmp_path / "results" / "seed=0" / "record.json").is_file()
+    assert not (tmp_path / "results" / "seed=1").exists()
+    assert "1 retries" in lines[0] and "FAILED seed=1: " in summarize(results)
+    trial = json.loads((tmp_path / "s" / "seed=1" / "trial.json").read_text())
+    assert trial["status"] == "failed"
+    assert (tmp_path / "s" / ".tune").is_dir()  # Tune's own state stays in the sweep folder
+
+
+def test_asha_stops_a_clearly_bad_trial_early(tmp_path, capsys):
+    """A learning rate of 1e-6 cannot lower the loss: ASHA stops that trial at its first rung
+    and lets the good one (run first) use its whole budget."""
+    args = ["sweep", str(DEMO_COPY), "--grid", "optim.lr=0.01,0.000001", "--out"]
+    args += [str(tmp_path / "s"), "--results", str(tmp_path / "r"), "--scheduler", "asha"]
+    args += ["--metric", "eval/loss", "--mode", "min", "--grace-period", "20"]
+    args += ["train.steps=80", "train.eval_every=20", "train.log_every=20"]
+    args += TINY[2:]
+    assert main(args) == 0
+    trials = {
+        p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/trial.json")
+    }
+    assert trials["lr=0.01"]["status"] == "ok" and trials["lr=0.01"]["step"] == 80
+    assert trials["lr=0.000001"]["status"] == "stopped"
+    assert trials["lr=0.000001"]["step"] < 80
+    # the stopped trial has a record too (so a re-run skips it), marked as stopped early
+    record = json.loads((tmp_path / "r" / "lr=0.000001" / "record.json").read_text())
+    assert record["stopped_early"] is True and record["updates"] < 80
+    assert "summary: 1 ok, 1 stopped" in capsys.readouterr().out
+
+
+def test_rerun_restores_the_sweep_of_a_killed_driver(tmp_path, ray_session, capsys):
+    """The driver is SIGKILLed mid-trial; the same command restores Tune's experiment and the
+    trial continues from its checkpoint (its init.pt is not rewritten)."""
+    out = tmp_path / "s"
+    args = ["sweep", str(DEMO_COPY), "--out", str(out), "--results", str(tmp_path / "r")]
+    args += ["--address", ray_session, "train.steps=100", "train.eval_every=25"]
+    args += TINY[2:]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", *args], env=env, stderr=subprocess.PIPE
+    )
+    run = out / "trial"
+    deadline = time.time() + 180
+    while not (run / "checkpoint.pt").is_file() or not list(
+        (out / ".tune").glob("experiment_state*")
+    ):
+        assert time.time() < deadline and driver.poll() is None, driver.stderr.read()
+        time.sleep(0.1)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    init = (run / "init.pt").stat().st_mtime_ns
+    time.sleep(2)  # Ray ends the dead driver's trial
+    assert main(args) == 0
+    assert "restoring the Tune experiment" in capsys.readouterr().out
+    assert (run / "init.pt").stat().st_mtime_ns == init
+    assert json.loads((run / "results.json").read_text())["step"] == 100
+    assert (tmp_path / "r" / "trial" / "record.json").is_file()
