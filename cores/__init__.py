@@ -111,6 +111,34 @@ CORES: dict[str, CoreSpec] = {
         "LSTM trained with h-detach: stochastically stops gradients through h_{t-1} (option p)",
         _preset(activation="sigmoid", tied=False, refine=False, init="constant", hdetach=True),
     ),
+    "o_lstm": CoreSpec(
+        "cores.on_lstm:OrderedLSTM",
+        "O-LSTM: cumax (ordered) forget/input gates, no auxiliary gate (Gu et al. eqs. 28-29)",
+        dict(main="cumax", aux="none", chunk_size=1, tied_master=False),
+    ),
+    "om_lstm": CoreSpec(
+        "cores.on_lstm:OrderedLSTM",
+        "ON-LSTM: cumax master gates over chunks of chunk_size units + fine gates (Shen et al.)",
+        dict(main="cumax", aux="master"),
+    ),
+    "um_lstm": CoreSpec(
+        "cores.on_lstm:OrderedLSTM",
+        "UM-LSTM: ON-LSTM with UGI sigmoid master gates instead of cumax (Gu et al. eqs. 30-33)",
+        dict(main="uniform", aux="master"),
+    ),
+    "or_lstm": CoreSpec(
+        "cores.on_lstm:OrderedLSTM",
+        "OR-LSTM: cumax forget gate + refine gate, i = 1 - g (Gu et al. eqs. 34-37)",
+        dict(main="cumax", aux="refine", chunk_size=1, tied_master=False),
+    ),
+    "janet": CoreSpec(
+        "cores.janet:JANET",
+        "JANET: forget-gate-only LSTM, h = c, chrono init (options t_max, beta)",
+    ),
+    "nru": CoreSpec(
+        "cores.nru:NRU",
+        "NRU: ReLU state + additive memory written/erased by k heads (options memory_size, heads)",
+    ),
     # --- GRU family --------------------------------------------------------------------------
     "gru": CoreSpec(
         _GRU,

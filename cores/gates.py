@@ -214,3 +214,29 @@ def log_timescale(log_one_minus_g: Tensor) -> Tensor:
     u = torch.exp(log_one_minus_g)
     direct = -torch.log(-torch.log1p(-u.clamp(max=1.0 - 1e-16)))
     return torch.where(log_one_minus_g < -20.0, -log_one_minus_g, direct)
+
+
+# ---------------------------------------------------------------------------- ordered gates
+def cumax(z: Tensor) -> Tensor:
+    """``cumax = cumsum o softmax`` over the last dimension (Shen et al., ON-LSTM Sec. 4.1).
+
+    The result is non-decreasing along the last dimension, in ``[0, 1]``, and its last entry
+    is exactly 1. With equal logits over ``n`` entries, entry ``j`` (1-based) is ``j / n``.
+    """
+    return torch.cumsum(torch.softmax(z, dim=-1), dim=-1)
+
+
+def master_gates(
+    f_master: Tensor, i_master: Tensor, f: Tensor, i: Tensor, scale: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """Effective forget/input gates of master gates (Gu et al., App. B.4 eqs. 21-23, 26-27).
+
+    ``w = f_master * i_master``; ``f_hat = scale * f * w + (f_master - w)`` and
+    ``i_hat = scale * i * w + (i_master - w)``. ``scale=1`` is ON-LSTM (Shen et al. Sec. 4.2);
+    ``scale=2`` with tied gates (``i_master = 1 - f_master``, ``i = 1 - f``) is the rescaled
+    form of Gu et al.'s Proposition 4, for which ``f_hat = refine(f_master, f)``.
+
+    :return: ``(f_hat, i_hat)``, shaped like the broadcast of the inputs.
+    """
+    w = f_master * i_master
+    return scale * f * w + (f_master - w), scale * i * w + (i_master - w)
