@@ -437,3 +437,27 @@ def test_recurrent_ppo_runs_new_cores(core, options) -> None:
     actions, _ = model.predict(vec.reset(), episode_start=np.ones(2, dtype=bool))
     assert actions.shape == (2,)
     vec.close()
+
+
+# ============================================================================ configs
+@pytest.mark.parametrize(
+    "path, overrides, expected",
+    [
+        ("experiments/configs/snap1_pattern_copy.yaml", [], {"grad": "snap1", "state_size": 64}),
+        (
+            "experiments/configs/snap1_pattern_copy.yaml",
+            ["core.name=block_gru", "core.hidden_size=91", "core.grad=bptt"],
+            {"grad": "bptt", "hidden_size": 91},
+        ),
+        ("experiments/configs/rel_copy.yaml", ["core.name=rel_rnn"], {"screen": "exit"}),
+        ("experiments/configs/adding.yaml", ["core.name=power_lstm"], {"power": 2.0}),
+    ],
+)
+def test_documented_configs_build(path, overrides, expected) -> None:
+    from agents.supervised import build_model, build_task
+    from agents.supervised_config import SupervisedConfig
+    from experiments.config import load_config
+
+    config = load_config(SupervisedConfig, path, overrides)
+    core = build_model(config, build_task(config)).core
+    assert {k: getattr(core, k) for k in expected} == expected
