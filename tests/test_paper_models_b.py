@@ -287,8 +287,8 @@ def test_power_presets_and_zero_power_is_the_ordinary_cell() -> None:
 
 
 def test_power_decay_is_polynomial_without_input() -> None:
-    """Free decay (input gate closed by a constant forget gate f): the linear cell decays as
-    f^t, the power cell as ~ t^(-1/r)."""
+    """Free decay (candidate u = 0, constant forget gate f): the linear cell decays as f^t,
+    the power cell as ~ t^(-1/r)."""
     core = make_core("power_lstm", 1, 1).double()
     with torch.no_grad():
         core.weight_ih.zero_()
