@@ -139,6 +139,12 @@ CORES: dict[str, CoreSpec] = {
         "cores.nru:NRU",
         "NRU: ReLU state + additive memory written/erased by k heads (options memory_size, heads)",
     ),
+    "power_lstm": CoreSpec(
+        _GATED,
+        "tied_lstm with power-law cell decay c - (1-g)(c^3 - u) (Ohno & Kumagai r=2; any r: "
+        "tied_lstm power=r)",
+        _preset(activation="sigmoid", tied=True, refine=False, init="constant", power=2.0),
+    ),
     # --- GRU family --------------------------------------------------------------------------
     "gru": CoreSpec(
         _GRU,
@@ -155,6 +161,11 @@ CORES: dict[str, CoreSpec] = {
         "GRU with uniform init + refine gate on the update gate",
         _preset(activation="sigmoid", refine=True, init="uniform"),
     ),
+    "power_gru": CoreSpec(
+        _GRU,
+        "GRU with power-law decay h - (1-z)(h^3 - n) (Ohno & Kumagai, r=2; any r: gru power=r)",
+        _preset(activation="sigmoid", refine=False, init="constant", power=2.0),
+    ),
     # --- leaky / power-law RNNs (Ohno & Kumagai) ---------------------------------------------
     "leaky_rnn": CoreSpec(
         "cores.power_rnn:PowerRNN",
@@ -170,6 +181,10 @@ CORES: dict[str, CoreSpec] = {
         "cores.rel_lstm:RelLSTM",
         "RelLSTM: LSTM attending over a short buffer + relevancy-screened set (options nu, rho)",
     ),
+    "rel_rnn": CoreSpec(
+        "cores.rel_lstm:RelRNN",
+        "RelRNN: vanilla RNN (tanh|modrelu) with RelLSTM's buffer + relevancy-screened set",
+    ),
     "mem_lstm": CoreSpec(
         "cores.rel_lstm:MemLSTM",
         "MemLSTM: LSTM attending over all past states (quadratic; option max_len)",
@@ -178,6 +193,14 @@ CORES: dict[str, CoreSpec] = {
     "lru": CoreSpec(
         "cores.lru:LRUCore",
         "stack of LRU blocks; grad=bptt|online|spatial|truncated (online: exact in-layer RTRL)",
+    ),
+    "linear_rnn": CoreSpec(
+        "cores.snap:LinearRNNCore",
+        "dense linear RNN in the LRU block; grad=bptt|snap1|truncated|spatial (Zucchet et al.)",
+    ),
+    "block_gru": CoreSpec(
+        "cores.snap:BlockGRUCore",
+        "GRU in the LRU block; grad=bptt|snap1|truncated|spatial (multi-layer SnAp-1)",
     ),
     # --- modern recurrences: minimal RNNs (Feng et al.) and xLSTM (Beck et al.) --------------
     "min_gru": CoreSpec(

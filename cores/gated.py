@@ -10,6 +10,19 @@ Equations (``a = W x_t + U h_{t-1} + b``, split into gate blocks; ``phi`` from
     i = 1 - g                  (tied=True)
     u = tanh(a_u);  o = sigma(a_o)
     c_t = g * c_{t-1} + i * u;  h_t = o * tanh(c_t)
+    c_t = c_{t-1} - (1 - g) * |c_{t-1}|^r c_{t-1} + i * u      (power=r > 0)
+
+``power`` is the gated form of Ohno & Kumagai's power-law decay (see :mod:`cores.power_rnn`):
+the decay term ``(1 - g) c_{t-1}`` hidden in ``g * c_{t-1}`` is replaced by
+``(1 - g) |c_{t-1}|^r c_{t-1}``; ``power=0`` is the ordinary cell. The paper writes the rule
+for a gated state ``h_t = f h_{t-1} + i h~_t`` without saying, for an LSTM, whether that state
+is the cell or the output; here it is the **cell** ``c``, the state that the forget gate
+multiplies (the output ``h = o tanh(c)`` has no decay term to replace). With ``power > 0`` the
+reference loop runs (the fused backward knows only the linear decay). The rule is an explicit
+Euler step of ``dc/dt = -(1 - g)|c|^r c``, unstable once ``(1 - g)(r + 1)|c|^r > 2`` (with
+``g`` near 0 it overshoots from ``|c| <= 1`` to 1.39 and then diverges); the new cell is
+therefore clipped to ``[-1, 1]``, the range of the gate-tied cell, inside which the paper's
+rule applies unchanged.
 
 Bias initialisation (``init``): ``b_f`` from :func:`cores.gates.forget_bias`; for ``uniform``
 and ``chrono`` the untied input gate gets ``b_i = -b_f``; with ``uniform`` the refine gate gets
@@ -31,6 +44,7 @@ from torch import Tensor
 from cores import gates
 from cores.base import State, check_sequence
 from cores.blocks import BlockGatedCore
+from cores.power_rnn import power_decay
 
 IMPLS = ("fused", "loop")
 
@@ -49,6 +63,7 @@ class GatedLSTM(BlockGatedCore):
     :param p: probability of detaching at a time step (only with ``hdetach=True``).
     :param impl: ``fused`` (one autograd function over the whole sequence, hand-written
         backward) or ``loop`` (a plain per-step autograd loop; the reference).
+    :param power: the power-law decay exponent ``r >= 0`` on the cell (0: the ordinary LSTM).
 
     State: ``(h [B, H], c [B, H])``, both zero initially.
     """
@@ -66,8 +81,12 @@ class GatedLSTM(BlockGatedCore):
         hdetach: bool = False,
         p: float = 0.25,
         impl: str = "fused",
+        power: float = 0.0,
     ) -> None:
         super().__init__(input_size, hidden_size)
+        if power < 0:
+            raise ValueError(f"power must be >= 0, got {power}")
+        self.power = float(power)
         if impl not in IMPLS:
             raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
         if not 0.0 <= p <= 1.0:
@@ -132,7 +151,11 @@ class GatedLSTM(BlockGatedCore):
         i = 1.0 - g if self.tied else sig[:, self._block("i")]
         o = sig[:, self._block("o")]
         u = torch.tanh(a[:, self._block("u")])
-        c = g * c_prev + i * u
+        if self.power > 0.0:
+            # clipped to [-1, 1] (the range of the gate-tied cell), see the module docstring
+            c = (c_prev - (1.0 - g) * power_decay(c_prev, self.power) + i * u).clamp(-1.0, 1.0)
+        else:
+            c = g * c_prev + i * u
         return o * torch.tanh(c), c
 
     def _gate_input(self, h_prev: Tensor, detach: bool) -> Tensor:
@@ -163,7 +186,8 @@ class GatedLSTM(BlockGatedCore):
         keep = None if starts is None else (~starts.bool()).to(x.dtype).unsqueeze(-1)  # [T,B,1]
         # the fused function writes into preallocated buffers, which autocast's dtype changes
         # would break; under autocast the reference loop runs instead
-        if self.impl == "fused" and not torch.is_autocast_enabled(x.device.type):
+        fused_ok = self.impl == "fused" and self.power == 0.0
+        if fused_ok and not torch.is_autocast_enabled(x.device.type):
             from cores._fused_lstm import fused_lstm
 
             return fused_lstm(self, x, state, keep, detach)
@@ -182,4 +206,5 @@ class GatedLSTM(BlockGatedCore):
         return (
             f"{self.input_size}, {self.hidden_size}, activation={self.activation}, "
             f"tied={self.tied}, refine={self.refine}, init={self.init}, hdetach={self.hdetach}"
+            + (f", power={self.power}" if self.power else "")
         )

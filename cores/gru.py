@@ -7,6 +7,12 @@ Equations (``torch.nn.GRU``'s convention, in which the update gate ``z`` *keeps*
     r = sigma(W_r x + U_r h + b_r)                 reset gate   (always a plain sigmoid)
     n = tanh(W_n x + b_n + r * (U_n h + b_hn))
     h_t = (1 - z) * n + z * h_{t-1}
+    h_t = h_{t-1} - (1 - z) * |h_{t-1}|^r h_{t-1} + (1 - z) * n      (power=r > 0)
+
+``power`` is Ohno & Kumagai's gated power-law rule (forget gate ``z``, input gate ``1 - z``):
+the decay ``(1 - z) h_{t-1}`` becomes ``(1 - z) |h_{t-1}|^r h_{t-1}``; ``power=0`` is the GRU.
+As for the LSTM's ``power`` (:mod:`cores.gated`) the explicit step can overshoot when ``z`` is
+near 0, so the new state is clipped to ``[-1, 1]``, the range of the GRU state.
 
 **Which gate changed:** exactly the update gate ``z``. Because ``h_t = z h_{t-1} + (1 - z) n``,
 ``z`` plays the role of the LSTM forget gate (its complement ``1 - z`` is the tied input gate),
@@ -25,6 +31,7 @@ from torch import Tensor, nn
 from cores import gates
 from cores.base import State, check_sequence
 from cores.blocks import BlockGatedCore
+from cores.power_rnn import power_decay
 
 
 class GatedGRU(BlockGatedCore):
@@ -36,6 +43,7 @@ class GatedGRU(BlockGatedCore):
     :param refine: add a refine gate ``q`` on the update gate (one extra ``H``-block).
     :param init: update-gate bias initialiser: ``constant | uniform | chrono``.
     :param t_max: the largest decay period of the ``chrono`` initialiser.
+    :param power: the power-law decay exponent ``r >= 0`` (0: the ordinary GRU).
 
     State: ``(h [B, H],)``, zero initially.
     """
@@ -49,8 +57,12 @@ class GatedGRU(BlockGatedCore):
         refine: bool = False,
         init: str = "constant",
         t_max: float = 1000.0,
+        power: float = 0.0,
     ) -> None:
         super().__init__(input_size, hidden_size)
+        if power < 0:
+            raise ValueError(f"power must be >= 0, got {power}")
+        self.power = float(power)
         self.activation = activation
         self.refine = bool(refine)
         self.init = init
@@ -94,6 +106,9 @@ class GatedGRU(BlockGatedCore):
             z = gates.refine(z, torch.sigmoid(a[:, self._block("q")]))
         r = torch.sigmoid(a[:, self._block("r")])
         n = torch.tanh(a_x[:, self._block("n")] + r * (a_h[:, self._block("n")] + self.bias_hn))
+        if self.power > 0.0:
+            # clipped to [-1, 1] (the range of the GRU state), see the module docstring
+            return (h - (1.0 - z) * (power_decay(h, self.power) - n)).clamp(-1.0, 1.0)
         return n + z * (h - n)
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
@@ -117,4 +132,5 @@ class GatedGRU(BlockGatedCore):
         return (
             f"{self.input_size}, {self.hidden_size}, activation={self.activation}, "
             f"refine={self.refine}, init={self.init}"
+            + (f", power={self.power}" if self.power else "")
         )

@@ -21,6 +21,17 @@ from torch import Tensor, nn
 from cores.base import MemoryCore, State, check_sequence
 
 
+def power_decay(x: Tensor, r: float) -> Tensor:
+    """``|x|^r x``, the power-law decay term, as ``sign(x) |x|^(r+1)`` so its gradient is finite
+    at 0; ``r = 0`` is ``x`` and ``r = 2`` is ``x^3``. Shared with the gated cores' ``power``
+    option (:mod:`cores.gated`, :mod:`cores.gru`)."""
+    if r == 0.0:
+        return x
+    if r == 2.0:
+        return x * x * x
+    return torch.sign(x) * x.abs().pow(r + 1.0)
+
+
 class PowerRNN(MemoryCore):
     """Power-law RNN; ``r=0`` gives the leaky RNN.
 
@@ -64,12 +75,8 @@ class PowerRNN(MemoryCore):
         return torch.sigmoid(self.alpha_logit)
 
     def decay(self, h: Tensor) -> Tensor:
-        """``|h|^r h``, written as ``sign(h) |h|^(r+1)`` so its gradient is finite at h = 0."""
-        if self.r == 0.0:
-            return h
-        if self.r == 2.0:
-            return h * h * h
-        return torch.sign(h) * h.abs().pow(self.r + 1.0)
+        """``|h|^r h`` (:func:`power_decay`)."""
+        return power_decay(h, self.r)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         device = self.weight_hh.device if device is None else device

@@ -1,6 +1,6 @@
-"""Self-attentive LSTMs: RelLSTM (relevancy screening) and MemLSTM (attention over all states).
+"""Self-attentive recurrent cores: RelLSTM and RelRNN (relevancy screening), MemLSTM.
 
-Both follow Kerg, Kanuparthi et al., "Untangling tradeoffs between recurrence and
+All follow Kerg, Kanuparthi et al., "Untangling tradeoffs between recurrence and
 self-attention in neural networks" (NeurIPS 2020, arXiv:2006.09471; the second article of
 B. Kanuparthi's 2020 M.Sc. thesis, Université de Montréal). The thesis leaves several points open;
 this module settles them as follows.
@@ -24,11 +24,19 @@ Settled ambiguities:
   base model where ``c_t`` includes ``alpha_{t,t} h_t``.
 - **Relevance score.** ``beta(i) = sum_{j=i}^{i+nu-1} alpha_{i,j}``: the (detached) attention
   ``h_i`` received while it sat in the buffer. Scores never carry gradient.
-- **Screening.** The state *leaving the buffer* (``h_{t-nu}``, with its complete ``beta``) is
-  screened, not ``h_{t-rho}``. It enters the relevant set if a slot is free, otherwise it
+- **Screening.** Option ``screen``: ``rho`` (default) screens ``h_{t-rho}`` at step ``t``, as
+  Algorithm 2 (lines 6-7) writes; ``exit`` screens the state *leaving the buffer*,
+  ``h_{t-nu}``, with its complete ``beta``, as the public code does. They agree when
+  ``nu == rho``. Under ``rho`` with ``rho < nu`` the screened state is still buffered and is
+  scored with the attention it has received so far; with ``rho > nu`` the state keeps
+  ``rho - nu`` extra unattended buffer slots so that ``h_{t-rho}`` is screened with its
+  complete score. The screened state enters the relevant set if a slot is free, otherwise it
   replaces the stored state with the lowest score if its own score is *strictly* greater
   (ties keep the older state). Decisions are per batch row, vectorised over the batch; a state
   in the relevant set keeps its score and is never rescored.
+- **Attention key bias.** The key projection is ``U_a m + b_a`` (``b_a`` zero at
+  initialisation and learned); the thesis's score ``v_a^T tanh(W_a s_{t-1} + U_a m)`` has no
+  bias. ``key_bias=False`` gives the thesis's score exactly.
 - **Gradients.** Stored states keep their autograd graph inside one ``forward`` call (the skip
   connections are the point of the model); across calls the trainer detaches the state as for
   any core (truncated BPTT).
@@ -38,6 +46,9 @@ Settled ambiguities:
   floating-point tensors in the state's dtype so that storage allocated with one dtype, masked
   resets (``torch.where`` against the zero initial state) and ``.to(dtype)`` all work.
 - ``rho = 0`` gives a buffer-only model (local attention over the last ``nu`` states).
+
+RelRNN (:class:`RelRNN`) is the same mechanism on the vanilla-RNN base of Algorithm 2,
+``h_t = phi(V s_{t-1} + U x_t + b)``, with ``phi = tanh`` or ``modrelu``.
 
 MemLSTM is the same step with ``M_t`` = every past state of the episode (MemRNN/MemLSTM in the
 thesis). Its state holds a ``[B, max_len, H]`` memory; when more than ``max_len`` states exist,
@@ -67,27 +78,35 @@ def screening_update(
     relevant_scores: Tensor,
     relevant_count: Tensor,
     new: Tensor,
+    lag: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Push ``new`` into the buffer and screen the state that leaves it (pure function).
+    """Screen the state pushed ``lag`` steps ago, then push ``new`` (pure function).
 
     Layout: the buffer's filled slots are its last ``buffer_count`` slots (oldest first, newest
-    last); the relevant set's filled slots are its first ``relevant_count`` slots.
+    last); the relevant set's filled slots are its first ``relevant_count`` slots. The buffer
+    may be longer than the attended window (``L = max(nu, lag)``): the extra oldest slots only
+    delay states until they are screened.
 
-    :param buffer: ``[B, nu, H]`` short-term buffer.
-    :param buffer_scores: ``[B, nu]`` attention received so far by each buffered state.
-    :param buffer_count: ``[B]`` number of filled buffer slots (float, 0..nu).
+    :param buffer: ``[B, L, H]`` the last ``L`` states.
+    :param buffer_scores: ``[B, L]`` attention received so far by each buffered state.
+    :param buffer_count: ``[B]`` number of filled buffer slots (float, 0..L).
     :param relevant: ``[B, rho, H]`` relevant set (``rho`` may be 0).
     :param relevant_scores: ``[B, rho]`` the final relevance score of each stored state.
     :param relevant_count: ``[B]`` number of filled relevant slots (float, 0..rho).
     :param new: ``[B, H]`` the state entering the buffer (score 0).
-    :return: the six updated tensors, in the same order. Rows whose buffer is full evict the
-        oldest state; it enters the relevant set if a slot is free or if its score is strictly
-        greater than the lowest stored score (which it then replaces).
+    :param lag: screen ``h_{t-lag}`` (``1 <= lag <= L``); default ``L``, the state that leaves
+        the buffer now.
+    :return: the six updated tensors, in the same order. The screened state enters the
+        relevant set if a slot is free or if its score is strictly greater than the lowest
+        stored score (which it then replaces). Rows whose buffer is full drop the oldest state.
     """
-    nu, rho = buffer.shape[1], relevant.shape[1]
-    full = buffer_count >= nu  # [B] bool: slot 0 holds a state that leaves now
+    L, rho = buffer.shape[1], relevant.shape[1]
+    lag = L if lag is None else int(lag)
+    if not 1 <= lag <= L:
+        raise ValueError(f"lag must be in [1, {L}], got {lag}")
+    full = buffer_count >= lag  # [B] bool: slot L - lag holds h_{t-lag}
     if rho > 0:
-        leaving, leaving_score = buffer[:, 0], buffer_scores[:, 0]  # [B, H], [B]
+        leaving, leaving_score = buffer[:, L - lag], buffer_scores[:, L - lag]  # [B, H], [B]
         slots = torch.arange(rho, device=buffer.device)
         filled = slots < relevant_count.unsqueeze(1)  # [B, rho]
         ranked = relevant_scores.masked_fill(~filled, -math.inf)
@@ -102,12 +121,13 @@ def screening_update(
         relevant_count = relevant_count + (insert & ~target_filled).to(relevant_count.dtype)
     buffer = torch.cat([buffer[:, 1:], new.unsqueeze(1)], dim=1)
     buffer_scores = torch.cat([buffer_scores[:, 1:], buffer_scores.new_zeros(len(new), 1)], 1)
-    buffer_count = (buffer_count + 1).clamp(max=nu)
+    buffer_count = (buffer_count + 1).clamp(max=L)
     return buffer, buffer_scores, buffer_count, relevant, relevant_scores, relevant_count
 
 
 def buffer_mask(buffer_count: Tensor, nu: int) -> Tensor:
-    """``[B, nu]`` bool: which buffer slots hold a state (the last ``buffer_count`` ones)."""
+    """``[B, nu]`` bool: which of the last ``nu`` buffer slots hold a state (the last
+    ``buffer_count`` ones)."""
     slots = torch.arange(nu, device=buffer_count.device)
     return slots >= (nu - buffer_count).unsqueeze(1)
 
@@ -120,14 +140,21 @@ def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
 class _AttentiveLSTM(MemoryCore):
     """Shared parameters and maths of RelLSTM and MemLSTM (LSTM on ``s`` + additive attention)."""
 
-    def __init__(self, input_size: int, hidden_size: int, average: bool) -> None:
+    GATES = 4  # pre-activation blocks of the base cell: i, f, g, o
+
+    def __init__(
+        self, input_size: int, hidden_size: int, average: bool, key_bias: bool = True
+    ) -> None:
         super().__init__(input_size, hidden_size)
         H = hidden_size
         self.average = bool(average)
-        self.input_proj = nn.Linear(input_size, 4 * H)  # W x + b, gates in order i, f, g, o
-        self.recurrent = nn.Linear(H, 4 * H, bias=False)  # V s_{t-1}
+        self.key_bias = bool(key_bias)
+        self.input_proj = nn.Linear(input_size, self.GATES * H)  # W x + b (LSTM: i, f, g, o)
+        self.recurrent = nn.Linear(H, self.GATES * H, bias=False)  # V s_{t-1}
         self.query = nn.Linear(H, H, bias=False)  # W_a s_{t-1}
-        self.key = nn.Linear(H, H)  # U_a m (+ bias)
+        # U_a m (+ b_a): the thesis's score v^T tanh(W_a s + U_a m) has no bias; b_a (zero at
+        # initialisation, learned) shifts every slot's tanh argument alike, i.e. a query bias.
+        self.key = nn.Linear(H, H, bias=self.key_bias)
         self.score = nn.Linear(H, 1, bias=False)  # v_a
         self.reset_parameters()
 
@@ -140,9 +167,13 @@ class _AttentiveLSTM(MemoryCore):
         H = self.hidden_size
         with torch.no_grad():
             self.input_proj.bias[H : 2 * H].fill_(1.0)
+        self._reset_attention()
+
+    def _reset_attention(self) -> None:
         for lin in (self.query, self.key, self.score):
             nn.init.xavier_normal_(lin.weight)
-        nn.init.zeros_(self.key.bias)
+        if self.key.bias is not None:
+            nn.init.zeros_(self.key.bias)
 
     def _dtype(self) -> torch.dtype:
         return self.input_proj.weight.dtype
@@ -163,6 +194,9 @@ class _AttentiveLSTM(MemoryCore):
         return 0.5 * (h + context) if self.average else h + context
 
 
+SCREENS = ("rho", "exit")
+
+
 class RelLSTM(_AttentiveLSTM):
     """LSTM attending over a short-term buffer and a relevancy-screened set of past states.
 
@@ -172,19 +206,26 @@ class RelLSTM(_AttentiveLSTM):
     :param rho: relevant-set size (``>= 0``; 0 gives attention over the buffer only).
     :param average: ``s_t = 0.5 (h_t + context_t)`` (public code) instead of ``h_t + context_t``
         (thesis, Algorithm 2).
+    :param screen: which state is screened at step ``t``: ``rho`` (Algorithm 2, ``h_{t-rho}``)
+        or ``exit`` (the state leaving the buffer, ``h_{t-nu}``, as the public code). They agree
+        when ``nu == rho``. With ``rho`` and ``rho < nu`` the screened state is still in the
+        buffer and carries the attention it received so far (``rho`` steps of it); with
+        ``rho > nu`` the buffer keeps ``rho - nu`` extra, unattended slots so that ``h_{t-rho}``
+        is screened with its complete score.
+    :param key_bias: give the key projection ``U_a`` a bias (the thesis's score has none).
 
-    State (all batch-first, dtype of the parameters)::
+    State (all batch-first, dtype of the parameters; ``L = max(nu, rho)`` for ``screen=rho``,
+    ``L = nu`` for ``exit``)::
 
         h [B, H], c [B, H], s [B, H],
-        buffer [B, nu, H], buffer_scores [B, nu], buffer_count [B],
+        buffer [B, L, H], buffer_scores [B, L], buffer_count [B],
         relevant [B, rho, H], relevant_scores [B, rho], relevant_count [B]
 
-    Memory and compute per step are ``O((nu + rho) H)`` and ``O((nu + rho) H^2)``: linear in T.
+    Memory and compute per step are ``O((L + rho) H)`` and ``O((nu + rho) H^2)``: linear in T.
     """
 
-    STATE_NAMES = (
-        "h",
-        "c",
+    CELL_NAMES: tuple[str, ...] = ("h", "c")
+    MEMORY_NAMES = (
         "s",
         "buffer",
         "buffer_scores",
@@ -193,6 +234,7 @@ class RelLSTM(_AttentiveLSTM):
         "relevant_scores",
         "relevant_count",
     )
+    STATE_NAMES = CELL_NAMES + MEMORY_NAMES
 
     def __init__(
         self,
@@ -202,24 +244,38 @@ class RelLSTM(_AttentiveLSTM):
         nu: int = 5,
         rho: int = 5,
         average: bool = False,
+        screen: str = "rho",
+        key_bias: bool = True,
     ) -> None:
         if int(nu) < 1:
             raise ValueError(f"nu (buffer length) must be >= 1, got {nu}")
         if int(rho) < 0:
             raise ValueError(f"rho (relevant-set size) must be >= 0, got {rho}")
-        super().__init__(input_size, hidden_size, average)
+        if screen not in SCREENS:
+            raise ValueError(f"unknown screen {screen!r}; valid: {', '.join(SCREENS)}")
+        self._init_core(input_size, hidden_size, average, key_bias)
         self.nu = int(nu)
         self.rho = int(rho)
+        self.screen = screen
+        self.lag = self.rho if screen == "rho" and self.rho > 0 else self.nu
+        self.length = max(self.nu, self.lag)  # buffer slots held in the state
+
+    def _init_core(self, input_size: int, hidden_size: int, average: bool, key_bias: bool) -> None:
+        _AttentiveLSTM.__init__(self, input_size, hidden_size, average, key_bias)
+
+    def _cell(self, xp_t: Tensor, s: Tensor, cell: State) -> tuple[Tensor, State]:
+        """Base recurrence on the macro-state: ``xp_t = W x_t + b``, ``s [B, H]`` -> ``h_t``."""
+        h, c = self._lstm(xp_t, s, cell[1])
+        return h, (h, c)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """All zeros: empty buffer and relevant set."""
         B, H, kw = batch_size, self.hidden_size, dict(device=device, dtype=self._dtype())
         return (
+            *(torch.zeros(B, H, **kw) for _ in self.CELL_NAMES),
             torch.zeros(B, H, **kw),
-            torch.zeros(B, H, **kw),
-            torch.zeros(B, H, **kw),
-            torch.zeros(B, self.nu, H, **kw),
-            torch.zeros(B, self.nu, **kw),
+            torch.zeros(B, self.length, H, **kw),
+            torch.zeros(B, self.length, **kw),
             torch.zeros(B, **kw),
             torch.zeros(B, self.rho, H, **kw),
             torch.zeros(B, self.rho, **kw),
@@ -237,44 +293,52 @@ class RelLSTM(_AttentiveLSTM):
     # values only; keys are recomputed from them at the start of each call, so they always
     # match the current parameters.
     def _to_carry(self, state: State) -> State:
-        h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = state
+        n = len(self.CELL_NAMES)
+        s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = state[n:]
         buf = torch.cat([buf, self.key(buf)], dim=2)
         rel = torch.cat([rel, self.key(rel)], dim=2)
-        return h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n
+        return (*state[:n], s, buf, buf_sc, buf_n, rel, rel_sc, rel_n)
 
     def _to_state(self, carry: State) -> State:
-        h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = carry
+        n = len(self.CELL_NAMES)
+        s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = carry[n:]
         buf, rel = (p[..., : self.hidden_size].contiguous() for p in (buf, rel))
-        return h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n
+        return (*carry[:n], s, buf, buf_sc, buf_n, rel, rel_sc, rel_n)
 
     def _step(self, xp_t: Tensor, carry: State) -> tuple[Tensor, State]:
-        """One step on the internal carry (payloads ``[B, nu|rho, 2H]``)."""
-        _, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = carry
-        H = self.hidden_size
-        h, c = self._lstm(xp_t, s, c)
+        """One step on the internal carry (payloads ``[B, L|rho, 2H]``)."""
+        n = len(self.CELL_NAMES)
+        s, buf, buf_sc, buf_n, rel, rel_sc, rel_n = carry[n:]
+        H, nu, L = self.hidden_size, self.nu, self.length
+        h, cell = self._cell(xp_t, s, carry[:n])
         new = torch.cat([h, self.key(h)], dim=1)  # [B, 2H]
         buf, buf_sc, buf_n, rel, rel_sc, rel_n = screening_update(
-            buf, buf_sc, buf_n, rel, rel_sc, rel_n, new
+            buf, buf_sc, buf_n, rel, rel_sc, rel_n, new, self.lag
         )
-        mask = buffer_mask(buf_n, self.nu)
+        window = buf[:, L - nu :]  # the attended buffer: the last nu states
+        mask = buffer_mask(buf_n, nu)
         if self.rho > 0:
-            values = torch.cat([buf[..., :H], rel[..., :H]], dim=1)  # [B, nu + rho, H]
-            keys = torch.cat([buf[..., H:], rel[..., H:]], dim=1)
+            values = torch.cat([window[..., :H], rel[..., :H]], dim=1)  # [B, nu + rho, H]
+            keys = torch.cat([window[..., H:], rel[..., H:]], dim=1)
             mask = torch.cat([mask, relevant_mask(rel_n, self.rho)], dim=1)
         else:
-            values, keys = buf[..., :H], buf[..., H:]
+            values, keys = window[..., :H], window[..., H:]
         alpha = self._attend(s, keys, values, mask)  # [B, nu + rho]
         context = torch.bmm(alpha.unsqueeze(1), values).squeeze(1)
-        buf_sc = buf_sc + alpha[:, : self.nu].detach()  # relevance: attention while buffered
+        # relevance: attention received while in the attended window
+        received = alpha[:, :nu].detach()
+        if L > nu:
+            received = torch.cat([received.new_zeros(len(received), L - nu), received], 1)
+        buf_sc = buf_sc + received
         s = self._combine(h, context)
-        return s, (h, c, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n)
+        return s, (*cell, s, buf, buf_sc, buf_n, rel, rel_sc, rel_n)
 
     def forward(
         self, x: Tensor, state: State, starts: Tensor | None = None
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state."""
         check_sequence(self, x, state, starts)
-        xp = self.input_proj(x)  # [T, B, 4H]: one matmul for all input projections
+        xp = self.input_proj(x)  # [T, B, G*H]: one matmul for all input projections
         # the initial state is all zeros (a zero key in an empty slot is never used)
         y, carry = self.scan_zero_reset(xp, self._to_carry(state), starts, self._step)
         return y, self._to_state(carry)
@@ -282,8 +346,84 @@ class RelLSTM(_AttentiveLSTM):
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, nu={self.nu}, rho={self.rho}, "
-            f"average={self.average}"
+            f"average={self.average}, screen={self.screen}, key_bias={self.key_bias}"
         )
+
+
+NONLINEARITIES = ("tanh", "modrelu")
+
+
+class RelRNN(RelLSTM):
+    """RelRNN: relevancy screening (Algorithm 2) on a vanilla RNN base.
+
+    ``h_t = phi(V s_{t-1} + U x_t + b)`` replaces the LSTM; everything else (buffer, screening,
+    attention, ``s_t = h_t + context_t``) is :class:`RelLSTM`'s. ``phi`` is ``tanh`` (the
+    thesis's copy setting, Table 9) or ``modrelu`` (its denoise setting, Table 10:
+    ``modrelu(z) = sign(z) relu(|z| + b_m)``, Arjovsky et al. 2016, with a learned ``b_m [H]``).
+    The thesis gives no initialisation: ``V`` is orthogonal, ``U ~ U(-1/sqrt(H), 1/sqrt(H))``,
+    ``b = 0``, ``b_m ~ U(-0.01, 0.01)``; attention as :class:`RelLSTM`.
+
+    Options as :class:`RelLSTM` plus ``nonlinearity``. State: ``h [B, H], s [B, H]`` and the
+    seven memory tensors of :class:`RelLSTM` (no cell state).
+    """
+
+    GATES = 1
+    CELL_NAMES = ("h",)
+    STATE_NAMES = CELL_NAMES + RelLSTM.MEMORY_NAMES
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        nu: int = 5,
+        rho: int = 5,
+        average: bool = False,
+        screen: str = "rho",
+        key_bias: bool = True,
+        nonlinearity: str = "tanh",
+    ) -> None:
+        if nonlinearity not in NONLINEARITIES:
+            raise ValueError(
+                f"unknown nonlinearity {nonlinearity!r}; valid: {', '.join(NONLINEARITIES)}"
+            )
+        self.nonlinearity = nonlinearity
+        super().__init__(
+            input_size,
+            hidden_size,
+            nu=nu,
+            rho=rho,
+            average=average,
+            screen=screen,
+            key_bias=key_bias,
+        )
+
+    def _init_core(self, input_size: int, hidden_size: int, average: bool, key_bias: bool) -> None:
+        nonlinearity = self.__dict__.pop("nonlinearity")  # set before nn.Module.__init__
+        _AttentiveLSTM.__init__(self, input_size, hidden_size, average, key_bias)
+        self.nonlinearity = nonlinearity
+        modrelu = nonlinearity == "modrelu"
+        bias = nn.Parameter(torch.empty(hidden_size).uniform_(-0.01, 0.01)) if modrelu else None
+        self.register_parameter("modrelu_bias", bias)
+
+    def reset_parameters(self) -> None:
+        """``V`` orthogonal, ``U ~ U(+-1/sqrt(H))``, ``b = 0``; attention Xavier-normal."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        nn.init.uniform_(self.input_proj.weight, -bound, bound)
+        nn.init.zeros_(self.input_proj.bias)
+        nn.init.orthogonal_(self.recurrent.weight)
+        self._reset_attention()
+
+    def _cell(self, xp_t: Tensor, s: Tensor, cell: State) -> tuple[Tensor, State]:
+        z = xp_t + self.recurrent(s)
+        if self.nonlinearity == "tanh":
+            h = torch.tanh(z)
+        else:
+            h = torch.sign(z) * F.relu(z.abs() + self.modrelu_bias)
+        return h, (h,)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", nonlinearity={self.nonlinearity}"
 
 
 class MemLSTM(_AttentiveLSTM):

@@ -217,7 +217,10 @@ def _isolated_core(rho: int, nu: int = 3, attract: bool = True) -> RelLSTM:
     scaled so that h_2 receives much more (attract=True) or less attention than the others.
     """
     torch.manual_seed(0)
-    core = RelLSTM(1, 4, nu=nu, rho=rho).double()
+    # screen=exit: every state is screened with its complete score (with Algorithm 2's
+    # screen=rho and rho=1, h_0 enters first with the full attention it got alone, see
+    # tests/test_paper_models_b.py)
+    core = RelLSTM(1, 4, nu=nu, rho=rho, screen="exit").double()
     with torch.no_grad():
         core.recurrent.weight.zero_()
         core.query.weight.zero_()
