@@ -50,7 +50,7 @@ from agents.policy import (
 from agents.ppo import make_optimizer, update
 from agents.rl_config import RLConfig, config_from_dict, config_to_dict
 from agents.rollout import RolloutBuffer
-from agents.run_lock import RunLock, run_files
+from agents.run_lock import RunLock, refuse_earlier_run, run_files
 from envs.vector import VectorEnv
 
 CHECKPOINT_FORMAT = "memcores-rl/1"
@@ -391,14 +391,7 @@ def _claim_run_dir(run_dir: Path, config: RLConfig, resume: bool) -> dict[str, A
         for tmp in ckpt_path.parent.glob(f".{ckpt_path.name}.*.tmp"):  # a kill mid-write
             tmp.unlink()
         return payload
-    leftovers = run_files(run_dir, RUN_FILES)
-    if leftovers and not config.run.overwrite:
-        names = ", ".join(p.name for p in leftovers[:4])
-        how = "pass --resume to continue it, " if ckpt_path.is_file() else ""
-        raise ValueError(
-            f"run folder {run_dir} already holds a run ({names}); {how}"
-            "set run.overwrite=true to start over, or choose another run.dir"
-        )
+    refuse_earlier_run(run_dir, RUN_FILES, ckpt_path, config.run.overwrite)
     _clear_run(run_dir)
     return None
 

@@ -143,3 +143,19 @@ def run_files(folder: str | Path, patterns: tuple[str, ...]) -> list[Path]:
         return []
     found = {path for pattern in patterns for path in folder.glob(pattern)}
     return sorted(p for p in found if p.name != LOCK_NAME)
+
+
+def refuse_earlier_run(
+    folder: str | Path, patterns: tuple[str, ...], checkpoint: Path, overwrite: bool
+) -> None:
+    """Raise ``ValueError`` if ``folder`` holds files of an earlier run (``patterns``) and
+    ``overwrite`` is off; the message offers ``--resume`` when ``checkpoint`` exists. Shared by
+    the RL and supervised trainers so both refuse, and word the refusal, the same way."""
+    leftovers = run_files(folder, patterns)
+    if leftovers and not overwrite:
+        names = ", ".join(p.name for p in leftovers[:4])
+        how = "pass --resume to continue it, " if checkpoint.is_file() else ""
+        raise ValueError(
+            f"run folder {folder} already holds a run ({names}); {how}"
+            "set run.overwrite=true to start over, or choose another run.dir"
+        )

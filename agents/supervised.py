@@ -51,7 +51,7 @@ from agents.device import resolve_device
 from agents.divergence import DivergenceGuard
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
-from agents.run_lock import RunLock, run_files
+from agents.run_lock import RunLock, refuse_earlier_run, run_files
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
 from envs.sequences import (
@@ -401,14 +401,7 @@ def claim_run_dir(prep: Prepared, resume: bool) -> dict[str, Any] | None:
         for tmp in run_files(run_dir, (f".{CHECKPOINT}.*.tmp",)):  # a kill mid-write
             tmp.unlink()
         return payload
-    leftovers = run_files(run_dir, RUN_FILES)
-    if leftovers and not config.run.overwrite:
-        names = ", ".join(p.name for p in leftovers[:4])
-        how = "pass --resume to continue it, " if ckpt_path.is_file() else ""
-        raise ValueError(
-            f"run directory {run_dir} already holds a run ({names}); {how}set "
-            "run.overwrite=true to start afresh, or choose another run.dir"
-        )
+    refuse_earlier_run(run_dir, RUN_FILES, ckpt_path, config.run.overwrite)
     if config.train.init_from:  # checked before anything is deleted or written
         load_initial_weights(prep.model, config.train.init_from, config, prep.device)
     clear_run(run_dir)
