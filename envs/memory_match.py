@@ -23,7 +23,11 @@ change, like a teleport):
    facing them: the balls stand in the room's far row, evenly spaced in shuffled colour order,
    and the agent starts in the middle of the near row facing them (the whole row is in view).
    ``reward_layout="random"`` puts the balls and the agent on random cells with a random
-   heading, which adds a visual search conditioned on the remembered colour. Moving forward
+   heading, which adds a visual search conditioned on the remembered colour.
+   ``reward_layout="adjacent"`` (at most 3 colours) puts the balls on the cells left of, in
+   front of and right of the agent (left and right for 2 colours), in shuffled colour order:
+   the choice is one or two actions (turn, then forward), as at the end of MiniGrid's Memory
+   corridor, so phase 3 asks for the remembered colour and almost no navigation. Moving forward
    into a ball or ``pickup`` while facing it is the choice and ends the episode
    (``terminated``): the matching colour pays the
    success reward and sets ``info["success"] = True``, any other pays 0. If ``max_steps`` is
@@ -79,8 +83,9 @@ MISSION = "remember the cue object and go to the matching one"
 
 PHASE_CUE, PHASE_DISTRACTOR, PHASE_REWARD = 1, 2, 3
 
-REWARD_LAYOUTS: tuple[str, ...] = ("row", "random")
-"""Phase-3 layouts: the balls in a row facing the agent, or at random cells."""
+REWARD_LAYOUTS: tuple[str, ...] = ("row", "adjacent", "random")
+"""Phase-3 layouts: the balls in a row facing the agent, on the cells beside and in front of
+the agent, or at random cells."""
 
 
 def _reveal_mission(color: str) -> str:
@@ -104,8 +109,9 @@ class VisualMatchEnv(MiniGridEnv):
     :param max_steps: episode limit (default ``cue_steps + distractor_steps + 5 * room_size``);
         must leave at least one phase-3 action.
     :param active: Active (explore to find the cue) instead of Passive (shown the cue).
-    :param reward_layout: ``row`` (balls in the far row, agent facing them, as Hung et al.)
-        or ``random`` (random cells and heading).
+    :param reward_layout: ``row`` (balls in the far row, agent facing them, as Hung et al.),
+        ``adjacent`` (balls on the agent's left, front and right cells; n_colors <= 3) or
+        ``random`` (random cells and heading).
     :param reveal_cue: no-memory control: the mission names the cue colour.
     """
 
@@ -127,6 +133,8 @@ class VisualMatchEnv(MiniGridEnv):
             raise ValueError(
                 f"reward_layout must be one of {', '.join(REWARD_LAYOUTS)}, got {reward_layout!r}"
             )
+        if reward_layout == "adjacent" and n_colors > 3:
+            raise ValueError(f"reward_layout adjacent holds at most 3 colours, got {n_colors}")
         if not isinstance(room_size, int) or room_size < 5:
             raise ValueError(f"room_size must be an int >= 5, got {room_size!r}")
         if not 2 <= n_colors <= len(PALETTE):
@@ -233,6 +241,8 @@ class VisualMatchEnv(MiniGridEnv):
     def _gen_reward_room(self) -> tuple[Grid, tuple[int, int], int]:
         if self.reward_layout == "row":
             return self._gen_reward_row()
+        if self.reward_layout == "adjacent":
+            return self._gen_reward_adjacent()
         # Resample until every ball can be reached (balls block; they could wall one in).
         for _ in range(1000):
             grid = self._empty_room()
@@ -257,6 +267,19 @@ class VisualMatchEnv(MiniGridEnv):
         for x, k in zip(xs, order, strict=True):
             grid.set(x, 1, Ball(self.colors[int(k)]))
         return grid, (self.room_size // 2, self.room_size - 2), 3
+
+    def _gen_reward_adjacent(self) -> tuple[Grid, tuple[int, int], int]:
+        """The agent in the room's centre facing up, a ball on its left, front and right cells
+        (left and right only for 2 colours), colours in shuffled order."""
+        grid = self._empty_room()
+        c = self.room_size // 2
+        cells = (
+            [(c - 1, c), (c + 1, c)] if self.n_colors == 2 else [(c - 1, c), (c, c - 1), (c + 1, c)]
+        )
+        order = self.np_random.permutation(self.n_colors)
+        for cell, k in zip(cells, order, strict=True):
+            grid.set(*cell, Ball(self.colors[int(k)]))
+        return grid, (c, c), 3
 
     @property
     def memory_horizon(self) -> int:

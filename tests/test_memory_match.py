@@ -350,9 +350,46 @@ def test_row_layout_shows_every_ball_in_shuffled_order():
     assert len(orders) > 2
 
 
+@pytest.mark.parametrize("n_colors", [2, 3])
+def test_adjacent_layout_puts_one_ball_per_choice_beside_the_agent(n_colors):
+    """reward_layout=adjacent: the balls stand on the agent's left / front / right cells (left
+    and right for 2 colours), every colour once, order shuffled; turning then moving forward
+    into a ball is the choice, and it pays only for the cue colour."""
+    from minigrid.core.world_object import Ball
+
+    orders = set()
+    for seed in range(12):
+        env = make_env(
+            "memcores/PassiveVisualMatch-v0",
+            seed=seed,
+            distractor_steps=1,
+            reward_layout="adjacent",
+            n_colors=n_colors,
+        )
+        env.reset(seed=seed)
+        for _ in range(6):
+            env.step(2)
+        base = env.unwrapped
+        assert base.phase == 3 and base.agent_pos == (3, 3) and base.agent_dir == 3
+        cells = [(2, 3), (4, 3)] if n_colors == 2 else [(2, 3), (3, 2), (4, 3)]
+        balls = [base.grid.get(*c) for c in cells]
+        assert all(isinstance(b, Ball) for b in balls)
+        assert sorted(b.color for b in balls) == sorted(base.colors)
+        orders.add(tuple(b.color for b in balls))
+        target = cells[[b.color for b in balls].index(base.cue_color)]
+        turn = {(2, 3): [0], (3, 2): [], (4, 3): [1]}[target]  # left / none / right
+        for action in turn:
+            env.step(action)
+        _, reward, terminated, _, info = env.step(2)
+        assert terminated and info["success"] and reward > 0.9
+    assert len(orders) > 1
+    with pytest.raises(ValueError, match="adjacent holds at most 3 colours"):
+        make_env("memcores/PassiveVisualMatch-v0", reward_layout="adjacent", n_colors=4)
+
+
 def test_reveal_cue_names_the_colour_in_the_mission():
     env = make_env("memcores/PassiveVisualMatch-v0", seed=0, reveal_cue=True)
     env.reset(seed=0, options={"cue_color": "blue"})
     assert env.unwrapped.mission == "go to the blue ball"
-    with pytest.raises(ValueError, match="reward_layout must be one of row, random"):
+    with pytest.raises(ValueError, match="reward_layout must be one of row, adjacent, random"):
         make_env("memcores/PassiveVisualMatch-v0", reward_layout="grid")
