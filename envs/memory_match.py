@@ -103,6 +103,9 @@ class VisualMatchEnv(MiniGridEnv):
     :param room_size: side of each room including walls (>= 5); interior is ``room_size - 2``.
     :param n_colors: number of colours, 2 .. 6 (phase 3 shows each once).
     :param cue_steps: actions in phase 1 (default: 5 passive, ``2 * room_size + 1`` active).
+    :param cue_distance: Passive: cells between the agent and the cue ball it faces (1 = the
+        next cell). With 2 the cue appears in another cell of the egocentric view than a ball
+        the agent faces when it chooses, so the cue and the choice are separate inputs.
     :param distractor_steps: actions in phase 2, the memory delay.
     :param apple_reward: reward per apple eaten in phase 2 (0 = none).
     :param apple_density: probability that a free distractor-room cell holds an apple.
@@ -120,6 +123,7 @@ class VisualMatchEnv(MiniGridEnv):
         room_size: int = 7,
         n_colors: int = 3,
         cue_steps: int | None = None,
+        cue_distance: int = 1,
         distractor_steps: int = 30,
         apple_reward: float = 0.1,
         apple_density: float = 0.3,
@@ -147,6 +151,8 @@ class VisualMatchEnv(MiniGridEnv):
             )
         if cue_steps is None:
             cue_steps = 2 * room_size + 1 if active else 5
+        if not 1 <= cue_distance <= room_size - 3:
+            raise ValueError(f"cue_distance must be in 1..{room_size - 3}, got {cue_distance!r}")
         if cue_steps < 1 or distractor_steps < 1:
             raise ValueError(
                 f"cue_steps and distractor_steps must be >= 1, got {cue_steps}, {distractor_steps}"
@@ -172,6 +178,7 @@ class VisualMatchEnv(MiniGridEnv):
         self.active = active
         self.reward_layout = reward_layout
         self.reveal_cue = bool(reveal_cue)
+        self.cue_distance = int(cue_distance)
         self.phase = PHASE_CUE
         self.cue_color: str = self.colors[0]
         self.apples_eaten = 0
@@ -209,11 +216,11 @@ class VisualMatchEnv(MiniGridEnv):
         """Returns the room with a placeholder ball, the agent pose and the ball cell."""
         grid = self._empty_room()
         if not self.active:
-            # Agent on a random cell facing a random direction with a free cell in front.
+            # Agent on a random cell and heading with the cue cell (cue_distance ahead) inside.
             while True:
                 (ax, ay), d = self._random_cells(1)[0], int(self.np_random.integers(4))
                 dx, dy = ((1, 0), (0, 1), (-1, 0), (0, -1))[d]
-                bx, by = ax + dx, ay + dy
+                bx, by = ax + self.cue_distance * dx, ay + self.cue_distance * dy
                 if 1 <= bx < self.room_size - 1 and 1 <= by < self.room_size - 1:
                     break
             grid.set(bx, by, Ball(self.colors[0]))

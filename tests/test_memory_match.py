@@ -387,6 +387,23 @@ def test_adjacent_layout_puts_one_ball_per_choice_beside_the_agent(n_colors):
         make_env("memcores/PassiveVisualMatch-v0", reward_layout="adjacent", n_colors=4)
 
 
+def test_cue_distance_moves_the_cue_to_another_view_cell():
+    """cue_distance=2: every cue-phase view shows the cue ball two cells ahead (view cell
+    (3, 4)) with an empty cell between, never on the cell a chosen ball occupies (3, 5)."""
+    ball = OBJECT_TO_IDX["ball"]
+    for seed in range(10):
+        env = make_env("memcores/PassiveVisualMatch-v0", seed=seed, cue_distance=2)
+        obs, _ = env.reset(seed=seed)
+        base = env.unwrapped
+        for _ in range(base.cue_steps):
+            image = obs["image"]
+            assert image[3, 4, 0] == ball and image[3, 5, 0] == OBJECT_TO_IDX["empty"]
+            assert image[3, 4, 1] == COLOR_TO_IDX[base.cue_color]
+            obs, *_ = env.step(2)  # frozen: forward does not move the agent
+    with pytest.raises(ValueError, match="cue_distance must be in 1..4"):
+        make_env("memcores/PassiveVisualMatch-v0", cue_distance=5)
+
+
 def test_reveal_cue_names_the_colour_in_the_mission():
     env = make_env("memcores/PassiveVisualMatch-v0", seed=0, reveal_cue=True)
     env.reset(seed=0, options={"cue_color": "blue"})
