@@ -152,6 +152,56 @@ def observation_shape(space: Any) -> tuple[int, ...]:
     )
 
 
+class ActorCriticCores(MemoryCore):
+    """Two cores of one kind on the same input: the actor's and the critic's.
+
+    With one shared core the value loss shapes the memory the policy reads; where the value
+    does not depend on what must be remembered (a cue, before the choice it decides) that loss
+    pushes the state to drop it. Separate cores keep the critic's gradient out of the actor's
+    memory (SB3-contrib's RecurrentPPO default, ``shared_lstm=False``). The output is
+    ``[y_actor, y_critic]`` (``[T, B, 2 * hidden_size]``); the state is the actor's tuple
+    followed by the critic's.
+    """
+
+    def __init__(
+        self, core_name: str, input_size: int, hidden_size: int, options: dict[str, Any]
+    ) -> None:
+        super().__init__(input_size, 2 * hidden_size)
+        self.actor_core = make_core(core_name, input_size, hidden_size, **options)
+        self.critic_core = make_core(core_name, input_size, hidden_size, **options)
+        self._split = len(self.actor_core.initial_state(1))
+
+    def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
+        return (
+            *self.actor_core.initial_state(batch_size, device),
+            *self.critic_core.initial_state(batch_size, device),
+        )
+
+    def forward(
+        self, x: Tensor, state: State, starts: Tensor | None = None
+    ) -> tuple[Tensor, State]:
+        """``x [T, B, D]`` -> ``[T, B, 2H]`` (actor's then critic's outputs), new state."""
+        y_actor, s_actor = self.actor_core(x, state[: self._split], starts)
+        y_critic, s_critic = self.critic_core(x, state[self._split :], starts)
+        return torch.cat([y_actor, y_critic], -1), (*s_actor, *s_critic)
+
+    def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
+        """One step of both cores (``forward`` with ``T = 1`` for cores without ``step``)."""
+        outputs, states = [], []
+        for core, part in (
+            (self.actor_core, state[: self._split]),
+            (self.critic_core, state[self._split :]),
+        ):
+            if type(core).step is MemoryCore.step:
+                y, new = core(x_t.unsqueeze(0), part)
+                y = y[0]
+            else:
+                y, new = core.step(x_t, part)
+            outputs.append(y)
+            states.extend(new)
+        return torch.cat(outputs, -1), tuple(states)
+
+
 class RecurrentActorCritic(nn.Module):
     """Encoder (image, direction, mission) -> memory core -> actor and critic MLP heads.
 
@@ -165,6 +215,8 @@ class RecurrentActorCritic(nn.Module):
     :param image_shape: the image observation's shape ``(H, W, 3)``, or ``(n,)`` for vector
         observations (then the image, direction and mission encoders are replaced by one
         :class:`~agents.vector_encoder.VectorEncoder`; see :func:`observation_shape`).
+    :param separate_critic: give the critic its own core (:class:`ActorCriticCores`); the
+        encoder stays shared.
     """
 
     def __init__(
@@ -177,6 +229,7 @@ class RecurrentActorCritic(nn.Module):
         mission: str = "mean",
         vocab_size: int = 1,
         image_shape: tuple[int, ...] = (7, 7, 3),
+        separate_critic: bool = False,
     ) -> None:
         super().__init__()
         self.vector = VectorEncoder(image_shape[0]) if len(image_shape) == 1 else None
@@ -190,9 +243,14 @@ class RecurrentActorCritic(nn.Module):
             features = self.image.output_size + 8
             features += self.mission.output_size if self.mission is not None else 0
         self.features_size = features
-        self.core: MemoryCore = make_core(
-            core_name, features, hidden_size, **dict(core_options or {})
+        options = dict(core_options or {})
+        self.core: MemoryCore = (
+            ActorCriticCores(core_name, features, hidden_size, options)
+            if separate_critic
+            else make_core(core_name, features, hidden_size, **options)
         )
+        self.separate_critic = separate_critic
+        self.hidden_size = hidden_size
         # cores that implement step() (all but those with only a sequence forward, e.g. lru)
         self._has_step = type(self.core).step is not MemoryCore.step
         self.actor = nn.Sequential(
@@ -249,7 +307,11 @@ class RecurrentActorCritic(nn.Module):
             y = y_t.unsqueeze(0)  # [1, B, H]
         else:
             y, state = self.core(x, state, starts)  # y: [T, B, H]
-        return PolicyOutput(self.actor(y), self.critic(y).squeeze(-1), state)
+        if self.separate_critic:
+            y_actor, y_critic = y[..., : self.hidden_size], y[..., self.hidden_size :]
+        else:
+            y_actor = y_critic = y
+        return PolicyOutput(self.actor(y_actor), self.critic(y_critic).squeeze(-1), state)
 
 
 def sample_actions(logits: Tensor, argmax: bool = False) -> tuple[Tensor, Tensor]:
@@ -300,4 +362,5 @@ def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> A
         mission=config.agent.mission,
         vocab_size=VOCAB_SIZE,
         image_shape=image_shape,
+        separate_critic=config.agent.separate_critic,
     )

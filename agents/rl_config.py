@@ -109,6 +109,11 @@ class AgentConfig:
     ``cnn``: torch-ac's small conv net on the raw image; ``embed``: learned embeddings of
     object/colour/state per cell, then the same conv net. ``flat`` ties the weights to the
     view size; ``cnn``/``embed`` do not."""
+    separate_critic: bool = False
+    """Give the critic its own core (same kind and size; the encoder stays shared), as
+    SB3-contrib's RecurrentPPO does by default. With one shared core the value loss removes a
+    cue from the memory wherever the value does not depend on it (docs/memory_match.md);
+    twice the core's cost."""
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""

@@ -656,7 +656,7 @@ def _log_timescales(logger: RunLogger, policy: RecurrentActorCritic, step: int) 
     except ImportError:
         return
     try:
-        values = timescales(policy.core)
+        values = timescales(getattr(policy.core, "actor_core", policy.core))
     except (ValueError, NotImplementedError, AttributeError):
         return  # cores without a forget gate (cores.diagnostics raises ValueError)
     logger.histogram("core/gate_timescales", values, step)

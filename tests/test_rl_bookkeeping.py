@@ -20,9 +20,9 @@ from agents.rollout import RolloutBuffer
 from cores import CORES
 
 
-def _collect(core: str, n_steps: int = 32, seq_len: int = 8):
+def _collect(core: str, n_steps: int = 32, seq_len: int = 8, *extra: str):
     config = tiny_config(
-        f"core.name={core}", f"agent.n_steps={n_steps}", f"agent.seq_len={seq_len}"
+        f"core.name={core}", f"agent.n_steps={n_steps}", f"agent.seq_len={seq_len}", *extra
     )
     s = setup(config)
     N = config.env.n_envs
@@ -56,6 +56,54 @@ def test_replayed_chunks_match_rollout(core):
         logprobs, _, values = evaluate_chunks(policy, batch)  # ONE core call, all chunks
     torch.testing.assert_close(logprobs, batch.logprobs, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(values, batch.values, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("core", ["lstm", "lru", "rel_lstm"])
+def test_separate_critic_replays_its_rollout(core):
+    """agent.separate_critic: two cores in one state tuple; acting (step) and the update
+    (forward over chunks, resets inside) still agree."""
+    s, buffer, _ = _collect(core, 32, 8, "agent.separate_critic=true")
+    policy = s.policy.eval()
+    assert len(buffer.chunk_states) == 2 * len(policy.core.actor_core.initial_state(1))
+    with torch.no_grad():
+        batch = buffer.chunks()
+        logprobs, _, values = evaluate_chunks(policy, batch)
+    torch.testing.assert_close(logprobs, batch.logprobs, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(values, batch.values, atol=1e-5, rtol=1e-4)
+
+
+def test_separate_critic_keeps_the_value_loss_out_of_the_actor_core():
+    """The value's gradient reaches the critic's core and the shared encoder, never the
+    actor's core; the policy's gradient never reaches the critic's core. With one shared core
+    (the default) the value's gradient does reach it."""
+    s, buffer, _ = _collect("lstm", 32, 8, "agent.separate_critic=true")
+    policy = s.policy.train()
+    batch = buffer.chunks()
+
+    def grads(loss_of: str) -> dict[str, float]:
+        policy.zero_grad()
+        out = policy(batch.obs, batch.state, batch.starts)
+        loss = out.values.pow(2).mean() if loss_of == "value" else out.logits.logsumexp(-1).mean()
+        loss.backward()
+        return {
+            part: sum(float(p.grad.abs().sum()) for p in module.parameters() if p.grad is not None)
+            for part, module in (
+                ("actor_core", policy.core.actor_core),
+                ("critic_core", policy.core.critic_core),
+                ("encoder", policy.image),
+            )
+        }
+
+    value, action = grads("value"), grads("policy")
+    assert value["actor_core"] == 0 and value["critic_core"] > 0 and value["encoder"] > 0
+    assert action["critic_core"] == 0 and action["actor_core"] > 0
+    shared, _, _ = _collect("lstm")
+    shared.policy.zero_grad()
+    out = shared.policy.train()(batch.obs, batch.state[:2], batch.starts)
+    out.values.pow(2).mean().backward()
+    assert any(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in shared.policy.core.parameters()
+    )
 
 
 def test_step_by_step_recomputation_matches():
