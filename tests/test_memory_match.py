@@ -7,6 +7,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 
 import envs  # noqa: F401  (registers memcores/* ids)
@@ -410,3 +411,22 @@ def test_reveal_cue_names_the_colour_in_the_mission():
     assert env.unwrapped.mission == "go to the blue ball"
     with pytest.raises(ValueError, match="reward_layout must be one of row, adjacent, random"):
         make_env("memcores/PassiveVisualMatch-v0", reward_layout="grid")
+
+
+def test_memory_probe_finds_the_cue_in_a_fresh_core_and_learns_it_by_backprop():
+    """experiments.bench.memory_probe: an untrained LSTM's state holds the cue while it is in
+    view (decodable well above chance 1/3), and backpropagation with a dense label teaches
+    the same encoder and core to report it one step after the delay."""
+    from experiments.bench import memory_probe
+
+    torch.manual_seed(0)
+    policy, env = memory_probe._policy_and_env(
+        None,
+        "experiments/configs/sweep_memory_horizon.yaml",
+        ["env.kwargs.reward_layout=adjacent", "env.kwargs.distractor_steps=1"],
+    )
+    scores = memory_probe.decode(policy, env, episodes=90)
+    assert len(scores) == 7  # 5 cue views, 1 distractor view, the first reward-room view
+    assert scores[0] > 0.8
+    accuracies = memory_probe.supervised(policy, env, episodes=512, updates=150)
+    assert accuracies[0] < 0.6 and accuracies[-1] > 0.9
