@@ -22,23 +22,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.policy import RecurrentActorCritic, build_policy, obs_to_tensors, sample_actions
+from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
 
 
 def _policy_and_env(run: str | None, config_path: str | None, overrides: list[str]) -> Any:
     from agents.evaluation import load_policy
     from agents.rl_config import RLConfig
+    from agents.rl_trainer import setup
     from envs import make_env
     from experiments.config import load_config
 
     if run is not None:
         policy, config = load_policy(run)
-    else:
+    else:  # the policy `memcores train` would start from (same checks, seed and threads)
         config = load_config(RLConfig, config_path, overrides)
-        probe = make_env(config.env.id, **config.env.kwargs)
-        space = probe.observation_space
-        policy = build_policy(config, probe.action_space.n, tuple(space["image"].shape))
-        probe.close()
+        fresh = setup(config)
+        fresh.envs.close()
+        policy = fresh.policy
     env = make_env(config.env.id, seed=7, **config.env.kwargs)
     if not hasattr(env.unwrapped, "cue_color"):
         raise ValueError(f"{config.env.id} is not a memory-match env (no cue colour)")
