@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agents.rl_config import RLConfig
 from experiments.config import load_config
 
@@ -26,3 +28,44 @@ TINY = [
 def tiny_config(*overrides: str) -> RLConfig:
     """The tiny config with ``overrides`` applied on top."""
     return load_config(RLConfig, None, [*TINY, *overrides])
+
+
+def sb3_recurrent_ppo(
+    core: str,
+    *,
+    n_steps: int = 16,
+    hidden_size: int = 16,
+    core_options: dict[str, Any] | None = None,
+    max_steps: int = 20,
+) -> Any:
+    """sb3-contrib ``RecurrentPPO`` with memcores' ``CorePolicy`` (one shared core) on two
+    flattened MiniGrid-Empty-5x5 envs, one epoch per ``n_steps`` rollout, seed 0; the vector
+    env is ``model.get_env()``."""
+    import gymnasium as gym
+    from minigrid.wrappers import ImgObsWrapper
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import envs  # noqa: F401  (registers MiniGrid ids)
+    from agents.sb3_policy import CorePolicy
+
+    def env() -> gym.Env:
+        return gym.wrappers.FlattenObservation(
+            ImgObsWrapper(gym.make("MiniGrid-Empty-5x5-v0", max_steps=max_steps))
+        )
+
+    return RecurrentPPO(
+        CorePolicy,
+        DummyVecEnv([env, env]),
+        n_steps=n_steps,
+        batch_size=n_steps,
+        n_epochs=1,
+        policy_kwargs=dict(
+            core=core,
+            core_options=core_options,
+            lstm_hidden_size=hidden_size,
+            shared_lstm=True,
+            enable_critic_lstm=False,
+        ),
+        seed=0,
+    )

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import math
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from minigrid.wrappers import ImgObsWrapper
-from sb3_contrib import RecurrentPPO
-from stable_baselines3.common.vec_env import DummyVecEnv
+from rl_helpers import sb3_recurrent_ppo
 
 import envs  # noqa: F401  (registers MiniGrid ids)
-from agents.sb3_policy import CorePolicy
 from cores import gates, make_core
 from cores.on_lstm import OrderedLSTM
 
@@ -358,26 +354,11 @@ def test_ordered_lstm_reproduces_the_gated_cell(ordered: dict, twin: str, mappin
 
 
 # ---------------------------------------------------------------------------- RL interop
-def _env() -> gym.Env:
-    env = gym.make("MiniGrid-Empty-5x5-v0", max_steps=16)
-    return gym.wrappers.FlattenObservation(ImgObsWrapper(env))
-
-
 @pytest.mark.parametrize("core", NEW_CORES)
 def test_recurrent_ppo_trains_with_new_core(core: str) -> None:
     """sb3-contrib RecurrentPPO runs each new core unchanged through CorePolicy."""
-    vec = DummyVecEnv([_env, _env])
-    model = RecurrentPPO(
-        CorePolicy,
-        vec,
-        n_steps=16,
-        batch_size=16,
-        n_epochs=1,
-        policy_kwargs=dict(
-            core=core, lstm_hidden_size=16, shared_lstm=True, enable_critic_lstm=False
-        ),
-        seed=0,
-    )
+    model = sb3_recurrent_ppo(core, max_steps=16)
+    vec = model.get_env()
     adapter = model.policy.lstm_actor
     before = [p.detach().clone() for p in adapter.parameters()]
     model.learn(32)

@@ -402,34 +402,10 @@ def test_new_cores_are_registered() -> None:
     [("rel_rnn", {}), ("power_lstm", {}), ("block_gru", {"grad": "snap1", "layers": 1})],
 )
 def test_recurrent_ppo_runs_new_cores(core, options) -> None:
-    import gymnasium as gym
-    from minigrid.wrappers import ImgObsWrapper
-    from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from rl_helpers import sb3_recurrent_ppo
 
-    import envs  # noqa: F401  (registers MiniGrid ids)
-    from agents.sb3_policy import CorePolicy
-
-    def env() -> gym.Env:
-        e = gym.make("MiniGrid-Empty-5x5-v0", max_steps=20)
-        return gym.wrappers.FlattenObservation(ImgObsWrapper(e))
-
-    vec = DummyVecEnv([env, env])
-    model = RecurrentPPO(
-        CorePolicy,
-        vec,
-        n_steps=16,
-        batch_size=16,
-        n_epochs=1,
-        policy_kwargs=dict(
-            core=core,
-            core_options=options,
-            lstm_hidden_size=8,
-            shared_lstm=True,
-            enable_critic_lstm=False,
-        ),
-        seed=0,
-    )
+    model = sb3_recurrent_ppo(core, hidden_size=8, core_options=options)
+    vec = model.get_env()
     before = [p.detach().clone() for p in model.policy.lstm_actor.parameters()]
     model.learn(32)
     after = list(model.policy.lstm_actor.parameters())

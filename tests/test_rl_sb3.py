@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from minigrid.wrappers import ImgObsWrapper
-from sb3_contrib import RecurrentPPO
-from stable_baselines3.common.vec_env import DummyVecEnv
+from rl_helpers import sb3_recurrent_ppo
 
 import envs  # noqa: F401  (registers MiniGrid ids)
-from agents.sb3_policy import CoreAsLSTM, CorePolicy
+from agents.sb3_policy import CoreAsLSTM
 from cores import make_core
-
-
-def _env() -> gym.Env:
-    env = gym.make("MiniGrid-Empty-5x5-v0", max_steps=20)
-    return gym.wrappers.FlattenObservation(ImgObsWrapper(env))
 
 
 @pytest.mark.parametrize(
@@ -30,18 +22,8 @@ def _env() -> gym.Env:
     ],
 )
 def test_recurrent_ppo_trains_with_core(core):
-    vec = DummyVecEnv([_env, _env])
-    model = RecurrentPPO(
-        CorePolicy,
-        vec,
-        n_steps=32,
-        batch_size=32,
-        n_epochs=1,
-        policy_kwargs=dict(
-            core=core, lstm_hidden_size=16, shared_lstm=True, enable_critic_lstm=False
-        ),
-        seed=0,
-    )
+    model = sb3_recurrent_ppo(core, n_steps=32)
+    vec = model.get_env()
     adapter = model.policy.lstm_actor
     assert isinstance(adapter, CoreAsLSTM)
     before = [p.detach().clone() for p in adapter.parameters()]
