@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agents.reconstruction import ObservationDecoder
 from agents.vector_encoder import VectorEncoder
 from cores import MemoryCore, State, make_core
 
@@ -32,6 +33,7 @@ class PolicyOutput(NamedTuple):
     logits: Tensor  # [T, B, n_actions]
     values: Tensor  # [T, B]
     state: State  # the core state after step T
+    features: Tensor | None = None  # [T, B, H] the actor core's outputs
 
 
 def layer_init(layer: nn.Linear | nn.Conv2d, gain: float = float(np.sqrt(2))) -> Any:
@@ -217,6 +219,8 @@ class RecurrentActorCritic(nn.Module):
         :class:`~agents.vector_encoder.VectorEncoder`; see :func:`observation_shape`).
     :param separate_critic: give the critic its own core (:class:`ActorCriticCores`); the
         encoder stays shared.
+    :param recon_lags: build an :class:`~agents.reconstruction.ObservationDecoder` reading the
+        actor core's output back into the observations this many steps back (empty: none).
     """
 
     def __init__(
@@ -230,6 +234,7 @@ class RecurrentActorCritic(nn.Module):
         vocab_size: int = 1,
         image_shape: tuple[int, ...] = (7, 7, 3),
         separate_critic: bool = False,
+        recon_lags: tuple[int, ...] = (),
     ) -> None:
         super().__init__()
         self.vector = VectorEncoder(image_shape[0]) if len(image_shape) == 1 else None
@@ -262,6 +267,9 @@ class RecurrentActorCritic(nn.Module):
             layer_init(nn.Linear(hidden_size, 64)),
             nn.Tanh(),
             layer_init(nn.Linear(64, 1), gain=1.0),
+        )
+        self.decoder = (
+            ObservationDecoder(hidden_size, tuple(image_shape), recon_lags) if recon_lags else None
         )
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
@@ -311,7 +319,7 @@ class RecurrentActorCritic(nn.Module):
             y_actor, y_critic = y[..., : self.hidden_size], y[..., self.hidden_size :]
         else:
             y_actor = y_critic = y
-        return PolicyOutput(self.actor(y_actor), self.critic(y_critic).squeeze(-1), state)
+        return PolicyOutput(self.actor(y_actor), self.critic(y_critic).squeeze(-1), state, y_actor)
 
 
 def sample_actions(logits: Tensor, argmax: bool = False) -> tuple[Tensor, Tensor]:
@@ -363,4 +371,5 @@ def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> A
         vocab_size=VOCAB_SIZE,
         image_shape=image_shape,
         separate_critic=config.agent.separate_critic,
+        recon_lags=tuple(config.agent.recon_lags) if config.agent.recon_coef > 0 else (),
     )

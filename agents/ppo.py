@@ -33,6 +33,7 @@ class LossTerms:
     entropy: Tensor
     approx_kl: Tensor
     clip_fraction: Tensor
+    recon_loss: Tensor | None = None
 
 
 @dataclass
@@ -44,6 +45,7 @@ class UpdateStats:
     entropy_loss: float = 0.0
     approx_kl: float = 0.0
     clip_fraction: float = 0.0
+    recon_loss: float = 0.0
     loss: float = 0.0
     grad_norm: float = 0.0
     explained_variance: float = float("nan")
@@ -122,9 +124,19 @@ def a2c_loss(
 
 def evaluate_chunks(policy: RecurrentActorCritic, mb: ChunkBatch) -> tuple[Tensor, Tensor, Tensor]:
     """Replay chunks with ONE core call: log-probs, entropy and values, each ``[L, M]``."""
+    logprobs, entropy, values, _ = evaluate_chunks_recon(policy, mb)
+    return logprobs, entropy, values
+
+
+def evaluate_chunks_recon(
+    policy: RecurrentActorCritic, mb: ChunkBatch
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """:func:`evaluate_chunks` plus the reconstruction loss (``None`` without a decoder)."""
     out = policy(mb.obs, mb.state, mb.starts)
     logprobs, entropy = log_prob_entropy(out.logits, mb.actions)
-    return logprobs, entropy, out.values
+    decoder = getattr(policy, "decoder", None)
+    recon = None if decoder is None else decoder.loss(out.features, mb.obs, mb.starts)
+    return logprobs, entropy, out.values, recon
 
 
 def update(
@@ -151,15 +163,21 @@ def update(
         loss_fn, n_epochs, chunks_per_mb = a2c_loss, 1, n_chunks
     params = [p for p in policy.parameters() if p.requires_grad]
     stats = UpdateStats()
-    sums = {k: 0.0 for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+    sums = {
+        k: 0.0
+        for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "recon")
+    }
     sums.update(loss=0.0, grad_norm=0.0)
     policy.train()
     for _epoch in range(n_epochs):
         perm = torch.randperm(n_chunks, generator=generator).to(device)
         for start in range(0, n_chunks, chunks_per_mb):
             mb = select_chunks(batch, perm[start : start + chunks_per_mb])
-            new_logprobs, entropy, new_values = evaluate_chunks(policy, mb)
+            new_logprobs, entropy, new_values, recon = evaluate_chunks_recon(policy, mb)
             terms = loss_fn(new_logprobs, entropy, new_values, mb, agent)
+            if recon is not None:
+                terms.loss = terms.loss + agent.recon_coef * recon
+                terms.recon_loss = recon
             optimizer.zero_grad(set_to_none=True)
             terms.loss.backward()
             if agent.max_grad_norm > 0:
@@ -185,6 +203,8 @@ def update(
             sums["entropy"] += float(terms.entropy.detach())
             sums["approx_kl"] += float(terms.approx_kl)
             sums["clip_fraction"] += float(terms.clip_fraction)
+            if terms.recon_loss is not None:
+                sums["recon"] += float(terms.recon_loss.detach())
             if (
                 agent.algo == "ppo"
                 and agent.target_kl is not None
@@ -201,6 +221,7 @@ def update(
     stats.entropy_loss = -sums["entropy"] / n
     stats.approx_kl = sums["approx_kl"] / n
     stats.clip_fraction = sums["clip_fraction"] / n
+    stats.recon_loss = sums["recon"] / n
     stats.loss = sums["loss"] / n
     stats.grad_norm = sums["grad_norm"] / n
     stats.explained_variance = explained_variance(buffer.values, buffer.returns)

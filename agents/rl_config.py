@@ -114,6 +114,14 @@ class AgentConfig:
     SB3-contrib's RecurrentPPO does by default. With one shared core the value loss removes a
     cue from the memory wherever the value does not depend on it (docs/memory_match.md);
     twice the core's cost."""
+    recon_coef: float = 0.0
+    """Weight of the auxiliary reconstruction loss (:mod:`agents.reconstruction`): the actor
+    core's output at step ``t`` must reconstruct the observation at ``t - lag`` for each of
+    ``recon_lags``, which gives the memory a reason to keep what it saw before any reward
+    depends on it (Hung et al.'s RMA; docs/memory_match.md). ``0`` (default): no decoder."""
+    recon_lags: list[int] = field(default_factory=lambda: [0])
+    """Steps back that the reconstruction head reads (``0`` = the current observation); each
+    must be shorter than ``seq_len``."""
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""
@@ -142,6 +150,15 @@ class AgentConfig:
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"agent.{name} must be a finite number, got {value}")
+        if not math.isfinite(self.recon_coef) or self.recon_coef < 0:
+            raise ValueError(f"agent.recon_coef must be finite and >= 0, got {self.recon_coef}")
+        if not self.recon_lags or any(
+            not isinstance(k, int) or not 0 <= k < self.seq_len for k in self.recon_lags
+        ):
+            raise ValueError(
+                f"agent.recon_lags must be a non-empty list of ints in 0..seq_len-1 "
+                f"({self.seq_len - 1}), got {self.recon_lags}"
+            )
         if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
             raise ValueError("agent.gamma must be in (0, 1] and agent.gae_lambda in [0, 1]")
 

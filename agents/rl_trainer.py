@@ -549,6 +549,8 @@ def _train_loop(
                     "time/iterations": updates,
                     "time/total_timesteps": global_step,
                 }
+                if cfg.agent.recon_coef > 0:
+                    row["train/recon_loss"] = stats.recon_loss
                 for tag, value in row.items():
                     logger.record(tag, value)
                 logger.dump(global_step)

@@ -1,0 +1,93 @@
+"""Auxiliary reconstruction loss: the core's output must describe past observations.
+
+RL gives a memory no reason to keep a cue before the choice it decides is learnt (the value,
+the entropy and the policy at the cue and delay steps do not depend on it), so the state is
+reshaped around what they reward and the cue is lost (docs/memory_match.md). Hung et al.'s
+RMA and TVT agents (arXiv:1810.06721) and Wayne et al.'s MERLIN (arXiv:1803.10760) train their
+memory with reconstruction losses for this reason. This head asks the actor's core output at
+step ``t`` to reconstruct the observation of step ``t - lag`` for each lag in ``lags``
+(``0`` = the current view, as in RMA; larger lags ask the state to keep what it saw, with no
+label beyond the agent's own past observations).
+
+- MiniGrid images: for every view cell, the object kind (11 classes) and colour (6) by
+  cross-entropy (the door state channel is left out).
+- Vector observations (POPGym): mean squared error on the vector.
+
+Targets exist only where ``t - lag`` lies in the same chunk and the same episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+# Object and colour vocabularies of MiniGrid's symbolic view (minigrid.core.constants).
+_N_OBJECTS, _N_COLORS = 11, 6
+
+
+def lag_mask(starts: Tensor, lag: int) -> Tensor:
+    """``[L, M]`` bool: step ``t`` has a target ``lag`` steps back in the same episode.
+
+    :param starts: ``[L, M]`` bool, true on the first step of an episode.
+    """
+    length = starts.shape[0]
+    mask = torch.zeros_like(starts, dtype=torch.bool)
+    if lag >= length:
+        return mask
+    episodes = starts.long().cumsum(0)  # [L, M]: episode index within the chunk
+    # no episode start in (t - lag, t]  <=>  same count of starts at t and t - lag
+    mask[lag:] = episodes[lag:] == episodes[: length - lag]
+    return mask
+
+
+class ObservationDecoder(nn.Module):
+    """One linear read-out per lag from the core output to the observation ``lag`` steps back.
+
+    :param hidden_size: the actor core's output size ``H``.
+    :param obs_shape: ``(H_view, W_view, 3)`` for MiniGrid images or ``(n,)`` for vectors.
+    :param lags: non-negative steps back, e.g. ``(0,)`` or ``(0, 2, 8, 32)``.
+    """
+
+    def __init__(self, hidden_size: int, obs_shape: tuple[int, ...], lags: Sequence[int]) -> None:
+        super().__init__()
+        if not lags or any(int(k) < 0 for k in lags):
+            raise ValueError(f"reconstruction lags must be a non-empty list of ints >= 0: {lags}")
+        self.lags = tuple(int(k) for k in lags)
+        self.image = len(obs_shape) == 3
+        self.cells = obs_shape[0] * obs_shape[1] if self.image else 0
+        out = self.cells * (_N_OBJECTS + _N_COLORS) if self.image else obs_shape[0]
+        self.heads = nn.ModuleList(nn.Linear(hidden_size, out) for _ in self.lags)
+
+    def loss(self, features: Tensor, obs: dict[str, Tensor], starts: Tensor) -> Tensor:
+        """Mean reconstruction loss over lags and valid steps (a scalar).
+
+        :param features: ``[L, M, H]`` the actor core's outputs over whole chunks.
+        :param obs: the chunks' observations, each ``[L, M, ...]``.
+        :param starts: ``[L, M]`` bool episode starts.
+        """
+        terms = []
+        for lag, head in zip(self.lags, self.heads, strict=True):
+            valid = lag_mask(starts, lag)  # [L, M]
+            if not bool(valid.any()):
+                continue
+            pred = head(features[lag:][valid[lag:]])  # [V, out]
+            length = starts.shape[0]
+            if self.image:
+                target = obs["image"][: length - lag][valid[lag:]].long()  # [V, h, w, 3]
+                target = target.flatten(1, 2)  # [V, cells, 3]
+                logits = pred.view(-1, self.cells, _N_OBJECTS + _N_COLORS)
+                objects = target[..., 0].clamp(max=_N_OBJECTS - 1)
+                colors = target[..., 1].clamp(max=_N_COLORS - 1)
+                term = F.cross_entropy(
+                    logits[..., :_N_OBJECTS].flatten(0, 1), objects.flatten()
+                ) + F.cross_entropy(logits[..., _N_OBJECTS:].flatten(0, 1), colors.flatten())
+            else:
+                target = obs["vector"][: length - lag][valid[lag:]]  # [V, n]
+                term = F.mse_loss(pred, target)
+            terms.append(term)
+        if not terms:
+            return features.sum() * 0.0
+        return torch.stack(terms).mean()
