@@ -9,8 +9,10 @@ step ``t`` to reconstruct the observation of step ``t - lag`` for each lag in ``
 (``0`` = the current view, as in RMA; larger lags ask the state to keep what it saw, with no
 label beyond the agent's own past observations).
 
-- MiniGrid images: for every view cell, the object kind (11 classes) and colour (6) by
-  cross-entropy (the door state channel is left out).
+- MiniGrid images: the object kind (11 classes) and colour (6) of every view cell by
+  cross-entropy, summed over the cells (the observation's negative log-likelihood; a mean
+  over cells would weigh the one cell that holds a cue 1/49 of the walls and floor). The
+  door state channel is left out.
 - Vector observations (POPGym): mean squared error on the vector.
 
 Targets exist only where ``t - lag`` lies in the same chunk and the same episode.
@@ -81,9 +83,10 @@ class ObservationDecoder(nn.Module):
                 logits = pred.view(-1, self.cells, _N_OBJECTS + _N_COLORS)
                 objects = target[..., 0].clamp(max=_N_OBJECTS - 1)
                 colors = target[..., 1].clamp(max=_N_COLORS - 1)
-                term = F.cross_entropy(
+                per_cell = F.cross_entropy(
                     logits[..., :_N_OBJECTS].flatten(0, 1), objects.flatten()
                 ) + F.cross_entropy(logits[..., _N_OBJECTS:].flatten(0, 1), colors.flatten())
+                term = per_cell * self.cells
             else:
                 target = obs["vector"][: length - lag][valid[lag:]]  # [V, n]
                 term = F.mse_loss(pred, target)

@@ -69,7 +69,7 @@ def test_image_loss_learns_objects_and_colours():
         loss = decoder.loss(features, {"image": image}, starts)
         loss.backward()
         optimiser.step()
-    assert float(loss) < 0.5 * float(first)
+    assert loss.item() < 0.5 * first.item()
 
 
 def test_update_trains_the_decoder_with_the_policy():
