@@ -220,7 +220,8 @@ class RecurrentActorCritic(nn.Module):
     :param separate_critic: give the critic its own core (:class:`ActorCriticCores`); the
         encoder stays shared.
     :param recon_lags: build an :class:`~agents.reconstruction.ObservationDecoder` reading the
-        actor core's output back into the observations this many steps back (empty: none).
+        actor core's output back into the observations this many steps back (empty: none);
+        ``recon_objects_only`` scores only the view cells that hold a thing.
     """
 
     def __init__(
@@ -235,6 +236,7 @@ class RecurrentActorCritic(nn.Module):
         image_shape: tuple[int, ...] = (7, 7, 3),
         separate_critic: bool = False,
         recon_lags: tuple[int, ...] = (),
+        recon_objects_only: bool = False,
     ) -> None:
         super().__init__()
         self.vector = VectorEncoder(image_shape[0]) if len(image_shape) == 1 else None
@@ -269,7 +271,9 @@ class RecurrentActorCritic(nn.Module):
             layer_init(nn.Linear(64, 1), gain=1.0),
         )
         self.decoder = (
-            ObservationDecoder(hidden_size, tuple(image_shape), recon_lags) if recon_lags else None
+            ObservationDecoder(hidden_size, tuple(image_shape), recon_lags, recon_objects_only)
+            if recon_lags
+            else None
         )
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
@@ -372,4 +376,5 @@ def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> A
         image_shape=image_shape,
         separate_critic=config.agent.separate_critic,
         recon_lags=tuple(config.agent.recon_lags) if config.agent.recon_coef > 0 else (),
+        recon_objects_only=config.agent.recon_target == "objects",
     )

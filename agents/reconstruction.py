@@ -12,7 +12,9 @@ label beyond the agent's own past observations).
 - MiniGrid images: the object kind (11 classes) and colour (6) of every view cell by
   cross-entropy, summed over the cells (the observation's negative log-likelihood; a mean
   over cells would weigh the one cell that holds a cue 1/49 of the walls and floor). The
-  door state channel is left out.
+  door state channel is left out. ``objects_only`` scores only the cells that hold a thing
+  (door, key, ball, box, goal, lava), so the state is asked to keep what it saw, not the
+  room's wall layout, which a 64-unit memory cannot hold for many steps anyway.
 - Vector observations (POPGym): mean squared error on the vector.
 
 Targets exist only where ``t - lag`` lies in the same chunk and the same episode.
@@ -28,6 +30,8 @@ from torch.nn import functional as F
 
 # Object and colour vocabularies of MiniGrid's symbolic view (minigrid.core.constants).
 _N_OBJECTS, _N_COLORS = 11, 6
+# Object ids below this are background: unseen, empty, wall, floor.
+_FIRST_THING = 4
 
 
 def lag_mask(starts: Tensor, lag: int) -> Tensor:
@@ -51,10 +55,18 @@ class ObservationDecoder(nn.Module):
     :param hidden_size: the actor core's output size ``H``.
     :param obs_shape: ``(H_view, W_view, 3)`` for MiniGrid images or ``(n,)`` for vectors.
     :param lags: non-negative steps back, e.g. ``(0,)`` or ``(0, 2, 8, 32)``.
+    :param objects_only: images: score only the cells that hold a thing (not background).
     """
 
-    def __init__(self, hidden_size: int, obs_shape: tuple[int, ...], lags: Sequence[int]) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        obs_shape: tuple[int, ...],
+        lags: Sequence[int],
+        objects_only: bool = False,
+    ) -> None:
         super().__init__()
+        self.objects_only = objects_only
         if not lags or any(int(k) < 0 for k in lags):
             raise ValueError(f"reconstruction lags must be a non-empty list of ints >= 0: {lags}")
         self.lags = tuple(int(k) for k in lags)
@@ -84,9 +96,13 @@ class ObservationDecoder(nn.Module):
                 objects = target[..., 0].clamp(max=_N_OBJECTS - 1)
                 colors = target[..., 1].clamp(max=_N_COLORS - 1)
                 per_cell = F.cross_entropy(
-                    logits[..., :_N_OBJECTS].flatten(0, 1), objects.flatten()
-                ) + F.cross_entropy(logits[..., _N_OBJECTS:].flatten(0, 1), colors.flatten())
-                term = per_cell * self.cells
+                    logits[..., :_N_OBJECTS].flatten(0, 1), objects.flatten(), reduction="none"
+                ) + F.cross_entropy(
+                    logits[..., _N_OBJECTS:].flatten(0, 1), colors.flatten(), reduction="none"
+                )  # [V * cells]
+                if self.objects_only:
+                    per_cell = per_cell * (objects.flatten() >= _FIRST_THING)
+                term = per_cell.sum() / objects.shape[0]
             else:
                 target = obs["vector"][: length - lag][valid[lag:]]  # [V, n]
                 term = F.mse_loss(pred, target)

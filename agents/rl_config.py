@@ -122,6 +122,10 @@ class AgentConfig:
     recon_lags: list[int] = field(default_factory=lambda: [0])
     """Steps back that the reconstruction head reads (``0`` = the current observation); each
     must be shorter than ``seq_len``."""
+    recon_target: Literal["view", "objects"] = "view"
+    """What the reconstruction scores in a MiniGrid view: ``view``, every cell's object and
+    colour; ``objects``, only the cells that hold a thing (ball, key, door, box, goal, lava),
+    not the walls and floor."""
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""

@@ -109,3 +109,26 @@ def test_update_trains_the_decoder_with_the_policy():
 def test_bad_reconstruction_options_are_refused(override, message):
     with pytest.raises((ConfigError, ValueError), match=message):
         tiny_config(override)
+
+
+def test_objects_only_ignores_walls_and_floor():
+    """recon_target=objects: two views that differ only in their background score the same;
+    a different ball colour does not."""
+    torch.manual_seed(0)
+    decoder = ObservationDecoder(8, (7, 7, 3), [0], objects_only=True)
+    features = torch.randn(1, 1, 8)
+    starts = torch.zeros(1, 1, dtype=torch.bool)
+    view = torch.zeros(1, 1, 7, 7, 3, dtype=torch.uint8)
+    view[..., 0] = 1  # empty floor
+    view[0, 0, 3, 5] = torch.tensor([6, 2, 0])  # a blue ball ahead
+    walls = view.clone()
+    walls[0, 0, 0, :, 0] = 2  # a wall along one side
+    walls[0, 0, 0, :, 1] = 5
+    red = view.clone()
+    red[0, 0, 3, 5, 1] = 0
+    with torch.no_grad():
+        plain, walled, recoloured = (
+            float(decoder.loss(features, {"image": v}, starts)) for v in (view, walls, red)
+        )
+    assert plain == pytest.approx(walled)
+    assert plain != pytest.approx(recoloured)
