@@ -132,3 +132,26 @@ def test_objects_only_ignores_walls_and_floor():
         )
     assert plain == pytest.approx(walled)
     assert plain != pytest.approx(recoloured)
+
+
+def test_objects_only_reads_the_same_logits_as_the_full_head():
+    """The gathered read-out of object cells equals decoding the whole view and masking."""
+    torch.manual_seed(1)
+    V, H = 6, 16
+    image = torch.ones(V, 1, 7, 7, 3, dtype=torch.uint8)
+    image[..., 0] = torch.randint(0, 11, (V, 1, 7, 7))
+    image[..., 1] = torch.randint(0, 6, (V, 1, 7, 7))
+    features = torch.randn(V, 1, H)
+    decoder = ObservationDecoder(H, (7, 7, 3), [0], objects_only=True)
+    starts = torch.zeros(V, 1, dtype=torch.bool)
+    with torch.no_grad():
+        got = float(decoder.loss(features, {"image": image}, starts))
+        logits = decoder.heads[0](features[:, 0]).view(V, 49, 17)
+        target = image[:, 0].flatten(1, 2).long()
+        objects, colors = target[..., 0], target[..., 1]
+        ce = torch.nn.functional.cross_entropy
+        per_cell = ce(logits[..., :11].transpose(1, 2), objects, reduction="none") + ce(
+            logits[..., 11:].transpose(1, 2), colors, reduction="none"
+        )
+        expected = float((per_cell * (objects >= 4)).sum() / V)
+    assert got == pytest.approx(expected, rel=1e-5)
