@@ -134,7 +134,7 @@ def evaluate_chunks_recon(
     """:func:`evaluate_chunks` plus the reconstruction loss (``None`` without a decoder)."""
     out = policy(mb.obs, mb.state, mb.starts)
     logprobs, entropy = log_prob_entropy(out.logits, mb.actions)
-    decoder = getattr(policy, "decoder", None)
+    decoder = policy.decoder
     recon = None if decoder is None else decoder.loss(out.features, mb.obs, mb.starts)
     return logprobs, entropy, out.values, recon
 

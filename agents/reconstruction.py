@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-# Object and colour vocabularies of MiniGrid's symbolic view (minigrid.core.constants).
-_N_OBJECTS, _N_COLORS = 11, 6
-# Object ids below this are background: unseen, empty, wall, floor.
-_FIRST_THING = 4
+# Object and colour vocabularies of MiniGrid's symbolic view.
+_N_OBJECTS, _N_COLORS = len(OBJECT_TO_IDX), len(COLOR_TO_IDX)
+# Object ids below the door's are background: unseen, empty, wall, floor.
+_FIRST_THING = OBJECT_TO_IDX["door"]
 
 
 def lag_mask(starts: Tensor, lag: int) -> Tensor:
