@@ -16,15 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.reconstruction import ObservationDecoder
+from agents.reconstruction import CELL_VOCAB, ObservationDecoder
 from agents.vector_encoder import VectorEncoder
 from cores import MemoryCore, State, make_core
 
 Obs = dict[str, Tensor]
 """A batch of observations; every tensor starts with ``[T, B]``."""
-
-# Sizes of MiniGrid's symbolic image channels (minigrid.core.constants): object, colour, state.
-_CELL_VOCAB = (11, 6, 3)
 
 
 class PolicyOutput(NamedTuple):
@@ -62,10 +59,10 @@ class ImageEncoder(nn.Module):
         self.input_shape = (*view, 3)
         in_channels = 3
         # channel maxima of the symbolic view (object, colour, state), for scaling to [0, 1]
-        scale = 1.0 / torch.tensor(_CELL_VOCAB, dtype=torch.float32).sub(1)
+        scale = 1.0 / torch.tensor(CELL_VOCAB, dtype=torch.float32).sub(1)
         self.register_buffer("scale", scale, persistent=False)
-        maxima = torch.tensor(_CELL_VOCAB).sub(1)
-        offsets = torch.tensor([0, _CELL_VOCAB[0], _CELL_VOCAB[0] + _CELL_VOCAB[1]])
+        maxima = torch.tensor(CELL_VOCAB).sub(1)
+        offsets = torch.tensor([0, CELL_VOCAB[0], CELL_VOCAB[0] + CELL_VOCAB[1]])
         self.register_buffer("maxima", maxima, persistent=False)
         self.register_buffer("offsets", offsets, persistent=False)
         if kind == "flat":
@@ -73,11 +70,11 @@ class ImageEncoder(nn.Module):
             self.output_size = 64
             return
         if kind == "onehot":
-            self.linear = layer_init(nn.Linear(view[0] * view[1] * sum(_CELL_VOCAB), 64))
+            self.linear = layer_init(nn.Linear(view[0] * view[1] * sum(CELL_VOCAB), 64))
             self.output_size = 64
             return
         if kind == "embed":
-            self.embed = nn.Embedding(sum(_CELL_VOCAB), embed_dim)
+            self.embed = nn.Embedding(sum(CELL_VOCAB), embed_dim)
             in_channels = embed_dim
         elif kind != "cnn":
             raise ValueError(f"unknown image encoder {kind!r}; valid: flat, onehot, cnn, embed")
@@ -102,7 +99,7 @@ class ImageEncoder(nn.Module):
         if self.kind == "onehot":
             n = idx.shape[0]
             cells = idx.view(n, -1, 3)  # [N, H*W, 3]
-            onehot = torch.zeros(n, cells.shape[1], sum(_CELL_VOCAB), device=idx.device)
+            onehot = torch.zeros(n, cells.shape[1], sum(CELL_VOCAB), device=idx.device)
             onehot.scatter_(2, cells, 1.0)  # [N, H*W, 20]: object, colour, state one-hot
             return torch.relu(self.linear(onehot.flatten(1)))
         if self.kind == "embed":
