@@ -187,12 +187,10 @@ def _reporter(report: Report, latest: dict, ckpt: Path, run_dir: Path) -> Callab
 
 def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str) -> dict:
     """Each env pair of the suite: train (resuming), evaluate on both envs, record."""
-    import csv
-
     from agents.evaluation import evaluate_run
     from agents.rl_trainer import CHECKPOINT_NAME, train
     from envs.suites import SUITES
-    from experiments.commands.transfer import FIELDS, short_name
+    from experiments.commands.transfer import short_name, table_row, write_table_csv
 
     t, rows = trial.transfer, []
     for i, (train_id, test_id) in enumerate(SUITES[t["suite"]].pairs):
@@ -202,27 +200,24 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
         ckpt = run_dir / CHECKPOINT_NAME
         on_log = _reporter(report, latest, ckpt, Path(trial.run_dir))
         result = train(config, run_dir, resume=ckpt.is_file(), on_log=on_log)
-        evals = {}
-        for env_id in (train_id, test_id):
-            res = evaluate_run(run_dir, env_id, int(t["episodes"]), bool(t["argmax"]))
-            evals[env_id] = {
-                "return": res.mean_return,
-                "success": res.success_rate,
-                "episodes": res.episodes,
-            }
+        results = {
+            env_id: evaluate_run(run_dir, env_id, int(t["episodes"]), bool(t["argmax"]))
+            for env_id in (train_id, test_id)
+        }
+        evals = {
+            env_id: {"return": r.mean_return, "success": r.success_rate, "episodes": r.episodes}
+            for env_id, r in results.items()
+        }
         rows.append(
-            dict(
-                train_env=train_id,
-                test_env=test_id,
-                core=config.core.name,
-                algo=config.agent.algo,
-                frames=result.global_step,
-                train_return=evals[train_id]["return"],
-                train_success=evals[train_id]["success"],
-                test_return=evals[test_id]["return"],
-                test_success=evals[test_id]["success"],
-                episodes=t["episodes"],
-                run_dir=str(run_dir),
+            table_row(
+                train_id,
+                test_id,
+                config,
+                result.global_step,
+                results[train_id],
+                results[test_id],
+                t["episodes"],
+                run_dir,
             )
         )
         write_record(
@@ -237,10 +232,7 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
             {"transfer/pairs_done": i + 1, "transfer/test_return": rows[-1]["test_return"]}
         )
         report(dict(latest), None)
-        with open(Path(trial.run_dir) / "table.csv", "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_table_csv(Path(trial.run_dir) / "table.csv", rows)
     return latest
 
 

@@ -14,8 +14,13 @@ import argparse
 import csv
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from experiments.argtypes import positive_int
+
+if TYPE_CHECKING:
+    from agents.evaluation import EvalResult
+    from agents.rl_config import RLConfig
 
 DEFAULT_CONFIG = "experiments/configs/transfer.yaml"
 
@@ -54,6 +59,43 @@ def short_name(env_id: str) -> str:
     name = env_id.split("/")[-1]
     name = re.sub(r"^(MiniGrid|BabyAI)-", "", name)
     return re.sub(r"-v\d+$", "", name)
+
+
+def table_row(
+    train_id: str,
+    test_id: str,
+    config: RLConfig,
+    frames: int,
+    on_train: EvalResult,
+    on_test: EvalResult,
+    episodes: int,
+    run_dir: Path,
+) -> dict[str, Any]:
+    """One row of the transfer table (the columns of :data:`FIELDS`), for one trained pair.
+
+    Shared by ``memcores transfer`` and the sweep's transfer trials, whose tables must agree.
+    """
+    return dict(
+        train_env=train_id,
+        test_env=test_id,
+        core=config.core.name,
+        algo=config.agent.algo,
+        frames=frames,
+        train_return=on_train.mean_return,
+        train_success=on_train.success_rate,
+        test_return=on_test.mean_return,
+        test_success=on_test.success_rate,
+        episodes=episodes,
+        run_dir=str(run_dir),
+    )
+
+
+def write_table_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` to ``path`` as CSV with the :data:`FIELDS` header."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def markdown_table(rows: list[dict], core: str) -> str:
@@ -118,24 +160,9 @@ def run(args: argparse.Namespace) -> int:
         on_test = evaluate_run(run_dir, test_id, args.episodes, args.argmax)
         print(f"   {on_train.summary()}\n   {on_test.summary()}")
         rows.append(
-            dict(
-                train_env=train_id,
-                test_env=test_id,
-                core=config.core.name,
-                algo=config.agent.algo,
-                frames=frames,
-                train_return=on_train.mean_return,
-                train_success=on_train.success_rate,
-                test_return=on_test.mean_return,
-                test_success=on_test.success_rate,
-                episodes=args.episodes,
-                run_dir=str(run_dir),
-            )
+            table_row(train_id, test_id, config, frames, on_train, on_test, args.episodes, run_dir)
         )
-        with (out / "table.csv").open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_table_csv(out / "table.csv", rows)
         (out / "table.md").write_text(markdown_table(rows, base.core.name))
     print((out / "table.md").read_text())
     print(f"wrote {out / 'table.md'} and {out / 'table.csv'}")
