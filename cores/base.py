@@ -8,6 +8,7 @@ knowing which core produced it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -129,6 +130,19 @@ def reset_where(state: State, mask: Tensor, initial: State) -> State:
         torch.where(_expand_mask(mask, s), i.to(dtype=s.dtype, device=s.device), s)
         for s, i in zip(state, initial, strict=True)
     )
+
+
+def reset_uniform_(weight_ih: Tensor, weight_hh: Tensor, bias: Tensor) -> None:
+    """PyTorch's RNN initialisation: weights ``U(-1/sqrt(H), 1/sqrt(H))``, zero bias.
+
+    ``H`` is ``weight_hh``'s column count (the hidden size). ``weight_ih`` is drawn before
+    ``weight_hh``; that order fixes the values for a given seed. Callers then set gate biases.
+    """
+    bound = 1.0 / math.sqrt(weight_hh.shape[1])
+    with torch.no_grad():
+        weight_ih.uniform_(-bound, bound)
+        weight_hh.uniform_(-bound, bound)
+        bias.zero_()
 
 
 def steps_with_starts(starts: Tensor | None) -> set[int]:

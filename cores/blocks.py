@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -33,14 +31,6 @@ class BlockGatedCore(MemoryCore):
     def _block(self, name: str) -> slice:
         k = self.gate_names.index(name)
         return slice(k * self.hidden_size, (k + 1) * self.hidden_size)
-
-    def _reset_weights(self) -> None:
-        """Weights ``U(-1/sqrt(H), 1/sqrt(H))`` and zero bias (callers then set gate biases)."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
-        with torch.no_grad():
-            self.weight_ih.uniform_(-bound, bound)
-            self.weight_hh.uniform_(-bound, bound)
-            self.bias.zero_()
 
     def _bias_timescales(self, forget: str, refine: str | None) -> Tensor:
         """``[H]`` time scales ``-1/log g`` of gate ``forget`` (refined by gate ``refine``) at

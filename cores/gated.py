@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cores import gates
-from cores.base import State, check_sequence
+from cores.base import State, check_sequence, reset_uniform_
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
 
@@ -108,7 +108,7 @@ class GatedLSTM(BlockGatedCore):
     # ------------------------------------------------------------------ parameters
     def reset_parameters(self) -> None:
         """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; gate biases from the chosen initialiser."""
-        self._reset_weights()
+        reset_uniform_(self.weight_ih, self.weight_hh, self.bias)
         with torch.no_grad():
             b_f = gates.forget_bias(self.init, self.activation, self.hidden_size, self.t_max)
             self.bias[self._block("f")] = b_f.to(self.bias.dtype)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores import gates
-from cores.base import State, check_sequence
+from cores.base import State, check_sequence, reset_uniform_
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
 
@@ -73,7 +73,7 @@ class GatedGRU(BlockGatedCore):
 
     def reset_parameters(self) -> None:
         """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; ``b_z`` (and ``b_q``) from the initialiser."""
-        self._reset_weights()
+        reset_uniform_(self.weight_ih, self.weight_hh, self.bias)
         with torch.no_grad():
             self.bias_hn.zero_()
             b_z = gates.forget_bias(self.init, self.activation, self.hidden_size, self.t_max)

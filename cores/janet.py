@@ -24,14 +24,12 @@ LSTM without an output gate). Choices, where the papers leave room:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores import gates
-from cores.base import MemoryCore, State, check_sequence
+from cores.base import MemoryCore, State, check_sequence, reset_uniform_
 
 
 class JANET(MemoryCore):
@@ -62,11 +60,8 @@ class JANET(MemoryCore):
 
     def reset_parameters(self) -> None:
         """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; chrono ``b_f``, ``b_c = 0``."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        reset_uniform_(self.weight_ih, self.weight_hh, self.bias)
         with torch.no_grad():
-            self.weight_ih.uniform_(-bound, bound)
-            self.weight_hh.uniform_(-bound, bound)
-            self.bias.zero_()
             b_f = gates.chrono_bias("sigmoid", self.hidden_size, self.t_max)
             self.bias[: self.hidden_size] = b_f.to(self.bias.dtype)
 

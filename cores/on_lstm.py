@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores import gates
-from cores.base import MemoryCore, State, check_sequence
+from cores.base import MemoryCore, State, check_sequence, reset_uniform_
 
 MAINS = ("cumax", "uniform")
 AUXES = ("none", "master", "refine")
@@ -138,13 +138,10 @@ class OrderedLSTM(MemoryCore):
 
     def reset_parameters(self) -> None:
         """Weights ``U(-1/sqrt(H), 1/sqrt(H))``; biases 0 except UGI's (module docstring)."""
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        reset_uniform_(self.weight_ih, self.weight_hh, self.bias)
+        if self.main != "uniform":
+            return
         with torch.no_grad():
-            self.weight_ih.uniform_(-bound, bound)
-            self.weight_hh.uniform_(-bound, bound)
-            self.bias.zero_()
-            if self.main != "uniform":
-                return
             forget = "mf" if self.aux == "master" else "f"
             partner = {"master": "mi", "refine": "r", "none": "i"}[self.aux]
             rows = self.rows(forget)
