@@ -100,19 +100,12 @@ class JANET(MemoryCore):
         """``x [T, B, D]`` -> ``y [T, B, H]`` and ``(h,)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, 2H], one matmul for all steps
-        keeps = (
-            [None] * x.shape[0]
-            if starts is None
-            else (~starts.bool()).to(x.dtype).unsqueeze(-1).unbind(0)
-        )
-        (h,) = state
-        outputs = []
-        for a_x, k in zip(xproj.unbind(0), keeps, strict=True):
-            if k is not None:  # reset rows to the zero initial state
-                h = h * k
-            h = self.cell(a_x, h)
-            outputs.append(h)
-        return torch.stack(outputs, 0), (h,)
+
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
+            h = self.cell(a_x, s[0])
+            return h, (h,)
+
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         return f"{self.input_size}, {self.hidden_size}, t_max={self.t_max}, beta={self.beta}"

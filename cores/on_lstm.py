@@ -213,20 +213,13 @@ class OrderedLSTM(MemoryCore):
         """``x [T, B, D]`` -> ``y [T, B, H]`` and the final ``(h, c)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, R], one matmul for all steps
-        keeps = (
-            [None] * x.shape[0]
-            if starts is None
-            else (~starts.bool()).to(x.dtype).unsqueeze(-1).unbind(0)
-        )
-        h, c = state
         w_hh_t = self.weight_hh.t()
-        outputs = []
-        for a_x, keep in zip(xproj.unbind(0), keeps, strict=True):
-            if keep is not None:  # reset rows to the zero initial state
-                h, c = h * keep, c * keep
-            h, c = self.cell(torch.addmm(a_x, h, w_hh_t), c)
-            outputs.append(h)
-        return torch.stack(outputs, 0), (h, c)
+
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
+            h, c = self.cell(torch.addmm(a_x, s[0], w_hh_t), s[1])
+            return h, (h, c)
+
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         master = (
