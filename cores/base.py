@@ -76,6 +76,17 @@ class MemoryCore(nn.Module):
         )
 
     # ------------------------------------------------------------------ helpers
+    def zero_state(
+        self, batch_size: int, device: torch.device | str | None, like: Tensor, count: int = 1
+    ) -> State:
+        """``count`` zero ``[batch_size, hidden_size]`` tensors of ``like``'s dtype, on
+        ``device`` (default: ``like``'s), for cores whose whole state is such tensors."""
+        device = like.device if device is None else device
+        return tuple(
+            torch.zeros(batch_size, self.hidden_size, dtype=like.dtype, device=device)
+            for _ in range(count)
+        )
+
     def scan_zero_reset(
         self,
         xproj: Tensor,

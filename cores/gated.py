@@ -130,10 +130,7 @@ class GatedLSTM(BlockGatedCore):
 
     # ------------------------------------------------------------------ contract
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        dtype = self.weight_hh.dtype
-        device = self.weight_hh.device if device is None else device
-        zeros = torch.zeros(batch_size, self.hidden_size, dtype=dtype, device=device)
-        return (zeros, zeros.clone())
+        return self.zero_state(batch_size, device, self.weight_hh, count=2)
 
     def cell(self, a: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor]:
         """Gate arithmetic of one step: pre-activations ``a [B, nH]``, ``c_prev [B, H]``.

@@ -90,10 +90,7 @@ class GatedGRU(BlockGatedCore):
         return self._bias_log_timescales("z", "q" if self.refine else None)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        device = self.weight_hh.device if device is None else device
-        return (
-            torch.zeros(batch_size, self.hidden_size, dtype=self.weight_hh.dtype, device=device),
-        )
+        return self.zero_state(batch_size, device, self.weight_hh)
 
     def cell(self, a_x: Tensor, h: Tensor) -> Tensor:
         """One step from the input projection ``a_x [B, nH]`` and ``h [B, H]`` -> ``h_t [B, H]``."""

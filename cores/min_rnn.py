@@ -209,12 +209,7 @@ class _MinRNN(MemoryCore):
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """One zero ``[B, H]`` tensor per layer."""
-        weight = self.cells[0].proj.weight
-        device = weight.device if device is None else device
-        return tuple(
-            torch.zeros(batch_size, self.hidden_size, dtype=weight.dtype, device=device)
-            for _ in self.cells
-        )
+        return self.zero_state(batch_size, device, self.cells[0].proj.weight, len(self.cells))
 
     def _layer_input(self, i: int, y: Tensor) -> Tensor:
         return y if i == 0 else self.norms[i - 1](y)

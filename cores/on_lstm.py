@@ -196,9 +196,7 @@ class OrderedLSTM(MemoryCore):
 
     # ------------------------------------------------------------------ contract
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        device = self.weight_hh.device if device is None else device
-        zeros = torch.zeros(batch_size, self.hidden_size, dtype=self.weight_hh.dtype, device=device)
-        return (zeros, zeros.clone())
+        return self.zero_state(batch_size, device, self.weight_hh, count=2)
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
         """``x_t [B, D]`` -> ``h [B, H]`` and ``(h, c)``."""

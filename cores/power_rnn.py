@@ -79,10 +79,7 @@ class PowerRNN(MemoryCore):
         return power_decay(h, self.r)
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        device = self.weight_hh.device if device is None else device
-        return (
-            torch.zeros(batch_size, self.hidden_size, dtype=self.weight_hh.dtype, device=device),
-        )
+        return self.zero_state(batch_size, device, self.weight_hh)
 
     def cell(self, a_x: Tensor, h: Tensor, alpha: Tensor) -> Tensor:
         """One step from the input projection ``a_x [B, H]`` and ``h [B, H]``."""

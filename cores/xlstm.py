@@ -81,12 +81,7 @@ class SLSTM(MemoryCore):
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """``(h, c, n, m)``, each a zero ``[B, H]`` tensor."""
-        weight = self.input.weight
-        device = weight.device if device is None else device
-        return tuple(
-            torch.zeros(batch_size, self.hidden_size, dtype=weight.dtype, device=device)
-            for _ in range(4)
-        )
+        return self.zero_state(batch_size, device, self.input.weight, count=4)
 
     def _cell(self, pre: Tensor, state: State) -> tuple[Tensor, State]:
         """One step from the input part of the pre-activations ``pre [B, 4, H]``."""
