@@ -22,7 +22,15 @@ import yaml
 
 from experiments.config import parse_override, set_dotted
 from experiments.plotting import auto_panel_key, plot_runs
-from experiments.records import RECORD_FILE, Run, find_runs, get_dotted, read_config, read_record
+from experiments.records import (
+    CURVE_FILE,
+    RECORD_FILE,
+    Run,
+    find_runs,
+    get_dotted,
+    read_config,
+    read_record,
+)
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
 
 # Metrics reported when none are asked for, in this order, if some trial logged them.
@@ -36,7 +44,9 @@ DEFAULT_METRICS = (
 # A metric whose name matches this is better when lower (best = min instead of max).
 LOWER_IS_BETTER = re.compile(r"loss|mse|error|ep_len|bpc|perplexity", re.IGNORECASE)
 LABEL_KEYS = ("env.id", "task.name", "suite")
-SKIP_CSVS = ("progress.csv",)
+# Learning curves (a run's progress.csv, a record's curve.csv) are tabulated per metric, not
+# as result tables: averaging their rows over steps means nothing.
+SKIP_CSVS = ("progress.csv", CURVE_FILE)
 # Columns of a trial's result CSV that differ per trial by construction (paths): left out so
 # the seeds of one row are averaged instead of listed apart.
 SKIP_COLUMNS = re.compile(r"(^|_)(dir|path|file)$")
@@ -222,7 +232,7 @@ def metric_table(
 
 
 def result_csvs(trial: TrialInfo) -> list[Path]:
-    """Tables a trial wrote besides progress.csv (e.g. transfer's train/test reward table)."""
+    """Tables a trial wrote besides its learning curve (e.g. transfer's train/test reward table)."""
     return sorted(
         p
         for p in trial.path.rglob("*.csv")

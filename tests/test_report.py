@@ -209,6 +209,7 @@ def test_report_from_committed_records_alone(tmp_path):
     out = tmp_path / "report.md"
     text = build_report(results, out, plots=False)
     assert "- trials: 3 (3 ok, 0 not ok)" in text
+    assert "curve.csv" not in text  # a record's learning curve is not a result table
     rows = {r[1]: r for r in table_rows(text, "rollout/ep_rew_mean")}
     assert rows["lstm"][2:4] == ["2", mean_std([0.5, 0.6])]
     t7 = table_rows(text, "Train/test return per env pair (mean ± std over seeds)")
