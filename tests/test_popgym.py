@@ -3,6 +3,8 @@ evaluation and clean errors for what the agent cannot handle."""
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -137,3 +139,22 @@ def test_popgym_suite_pairs_are_trainable_ids() -> None:
     }
     for a, b in pairs:
         assert a == b and unsupported_reason(a) is None
+
+
+def test_cpu_sized_popgym_sweep_expands_into_valid_trainable_trials(tmp_path) -> None:
+    """sweep_popgym_150k.yaml with the grid its header documents: 5 envs x 8 cores x 3 seeds,
+    every trial a valid config on a trainable POPGym id, and its own run folder."""
+    from agents.rl_config import RLConfig
+    from experiments.config import load_config
+    from experiments.sweep import make_trials
+
+    config = "experiments/configs/sweep_popgym_150k.yaml"
+    header = open(config).read().split("\nenv:")[0]
+    grid = [(k, v.split(",")) for k, v in re.findall(r"--grid ([\w.]+)=(\S+)", header)]
+    assert [k for k, _ in grid] == ["env.id", "core.name", "train.seed"]
+    command, trials = make_trials(config, grid, tmp_path / "sweep", results_dir=tmp_path / "res")
+    assert command == "train" and len(trials) == 5 * 8 * 3
+    assert len({t.run_dir for t in trials}) == len(trials)
+    for trial in trials[::7]:
+        rl = load_config(RLConfig, config, trial.overrides)
+        assert unsupported_reason(rl.env.id) is None and rl.train.total_steps == 150_000
