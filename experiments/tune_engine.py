@@ -5,12 +5,15 @@ of a sweep folder, and turn Tune's results into :class:`~experiments.trials.Tria
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agents.files import write_text_atomic
 from experiments.trials import DONE, Trial, TrialResult, trainable
 
 if TYPE_CHECKING:
@@ -18,6 +21,20 @@ if TYPE_CHECKING:
 
 TUNE_DIR = ".tune"
 """Tune's experiment inside a sweep folder (hidden: readers of run folders skip it)."""
+# The settings Tune stores in its experiment: Tuner.restore keeps the stored ones and ignores
+# new values, so a re-run that changes any of them starts a new Tune experiment instead.
+TUNE_SETTINGS_FILE = "tune_settings.json"
+TUNE_SETTINGS = (
+    "max_concurrent",
+    "cpus",
+    "gpus",
+    "max_failures",
+    "scheduler",
+    "metric",
+    "mode",
+    "grace_period",
+    "timeout",
+)
 
 
 def ray_available() -> bool:
@@ -80,6 +97,18 @@ def run_tune(
     resources = {"cpu": o.cpus, **({"gpu": o.gpus} if o.gpus else {})}
     fn = tune.with_resources(trial_fn or trainable, resources)
     path = out / TUNE_DIR
+    settings_file = out / TUNE_SETTINGS_FILE
+    settings = tune_settings(o)
+    if tune.Tuner.can_restore(path):
+        changed = settings_change(_read_json(settings_file), settings)
+        if changed:
+            # Nothing is lost: Tune's checkpoints only point at the trials' run folders.
+            echo(
+                f"Tune settings changed ({changed}): a new Tune experiment; finished trials are "
+                "skipped by their records, unfinished ones resume from their run folders"
+            )
+            shutil.rmtree(path)
+    write_text_atomic(settings_file, json.dumps(settings, indent=2))
     if tune.Tuner.can_restore(path):
         echo(f"restoring the Tune experiment in {path}")
         tuner = tune.Tuner.restore(str(path), fn, resume_errored=True)
@@ -114,6 +143,26 @@ def run_tune(
         )
     grid = tuner.fit()
     return {r.name: r for r in map(tune_result(o), grid)}
+
+
+def tune_settings(o: SweepOptions) -> dict[str, Any]:
+    """The options that a Tune experiment stores and a restore cannot change."""
+    return {k: getattr(o, k) for k in TUNE_SETTINGS}
+
+
+def settings_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """``"max_concurrent 1 -> 2"`` for what differs; "" when nothing does. A missing record
+    (an experiment from before settings were recorded) counts as changed."""
+    if old is None:
+        return "no record of the previous settings"
+    return ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in new.items() if old.get(k) != v)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def tune_result(o: SweepOptions) -> Callable[[Any], TrialResult]:

@@ -303,3 +303,17 @@ def test_unreachable_ray_address_fails_fast_and_writes_nothing(paths, capsys):
     assert main(args) == 2
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
     assert not Path(paths["out"]).exists()
+
+
+def test_changed_tune_settings_are_named_so_the_rerun_starts_a_new_tune_experiment():
+    """Tuner.restore keeps the stored max_concurrent & co.; a re-run that changes them must
+    not silently run with the old ones (run_tune starts afresh when this is non-empty)."""
+    from experiments.sweep import SweepOptions
+    from experiments.tune_engine import settings_change, tune_settings
+
+    one, two = SweepOptions(max_concurrent=1), SweepOptions(max_concurrent=2)
+    assert settings_change(tune_settings(one), tune_settings(one)) == ""
+    assert settings_change(tune_settings(one), tune_settings(two)) == "max_concurrent 1 -> 2"
+    assert "no record" in settings_change(None, tune_settings(two))
+    stored = json.loads(json.dumps(tune_settings(SweepOptions(timeout=60.0))))
+    assert settings_change(stored, tune_settings(SweepOptions(timeout=60.0))) == ""
