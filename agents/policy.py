@@ -16,9 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from agents.reconstruction import CELL_VOCAB, ObservationDecoder
+from agents.reconstruction import ObservationDecoder
 from agents.vector_encoder import VectorEncoder
 from cores import MemoryCore, State, make_core
+from envs.observation import CELL_VOCAB
 
 Obs = dict[str, Tensor]
 """A batch of observations; every tensor starts with ``[T, B]``."""

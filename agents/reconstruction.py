@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+from minigrid.core.constants import OBJECT_TO_IDX
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-CELL_VOCAB = (len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX))
-"""Vocabulary sizes of MiniGrid's symbolic image channels: object, colour, door state."""
+from envs.observation import CELL_VOCAB
+
 _N_OBJECTS, _N_COLORS, _ = CELL_VOCAB
 # Object ids below the door's are background: unseen, empty, wall, floor.
 _FIRST_THING = OBJECT_TO_IDX["door"]

@@ -37,6 +37,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
 
 from envs import fast_obs
 
@@ -127,6 +128,9 @@ VOCAB: tuple[str, ...] = (
 )
 VOCAB_SIZE: int = len(VOCAB)
 """Number of token ids (including PAD and UNK)."""
+CELL_VOCAB: tuple[int, int, int] = (len(OBJECT_TO_IDX), len(COLOR_TO_IDX), len(STATE_TO_IDX))
+"""Sizes of the image's three channels (object kind, colour, door state): ids lie in
+``[0, CELL_VOCAB[c])``."""
 MAX_MISSION_LEN: int = 48
 """Mission length in tokens (MiniGrid missions use <= 17, BabyAI levels up to ~40); longer
 missions are truncated."""

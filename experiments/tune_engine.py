@@ -99,17 +99,18 @@ def run_tune(
     path = out / TUNE_DIR
     settings_file = out / TUNE_SETTINGS_FILE
     settings = tune_settings(o)
-    if tune.Tuner.can_restore(path):
-        changed = settings_change(_read_json(settings_file), settings)
-        if changed:
-            # Nothing is lost: Tune's checkpoints only point at the trials' run folders.
-            echo(
-                f"Tune settings changed ({changed}): a new Tune experiment; finished trials are "
-                "skipped by their records, unfinished ones resume from their run folders"
-            )
-            shutil.rmtree(path)
+    restore = tune.Tuner.can_restore(path)
+    changed = settings_change(_read_json(settings_file), settings) if restore else ""
+    if changed:
+        # Nothing is lost: Tune's checkpoints only point at the trials' run folders.
+        echo(
+            f"Tune settings changed ({changed}): a new Tune experiment; finished trials are "
+            "skipped by their records, unfinished ones resume from their run folders"
+        )
+        shutil.rmtree(path)
+        restore = False
     write_text_atomic(settings_file, json.dumps(settings, indent=2))
-    if tune.Tuner.can_restore(path):
+    if restore:
         echo(f"restoring the Tune experiment in {path}")
         tuner = tune.Tuner.restore(str(path), fn, resume_errored=True)
     else:
