@@ -422,7 +422,7 @@ def test_memory_probe_finds_the_cue_in_a_fresh_core_and_learns_it_by_backprop():
     torch.manual_seed(0)
     policy, env = memory_probe._policy_and_env(
         None,
-        "experiments/configs/sweep_memory_horizon.yaml",
+        "experiments/configs/passive_visual_match.yaml",
         ["env.kwargs.reward_layout=adjacent", "env.kwargs.distractor_steps=1"],
     )
     scores = memory_probe.decode(policy, env, episodes=90)
