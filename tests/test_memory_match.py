@@ -430,3 +430,27 @@ def test_memory_probe_finds_the_cue_in_a_fresh_core_and_learns_it_by_backprop():
     assert scores[0] > 0.8
     accuracies = memory_probe.supervised(policy, env, episodes=512, updates=150)
     assert accuracies[0] < 0.6 and accuracies[-1] > 0.9
+
+
+def test_memory_horizon_sweep_expands_into_valid_trials_that_span_the_cue(tmp_path) -> None:
+    """sweep_memory_horizon.yaml with the grid its header documents: 3 seeds x 6 cores x 5
+    delays, seeds varying slowest (a partly run sweep holds whole seed-0 curves), each trial a
+    valid config whose BPTT window spans the cue at its delay."""
+    import re
+
+    from agents.rl_config import RLConfig
+    from experiments.config import load_config
+    from experiments.sweep import make_trials
+
+    config = "experiments/configs/sweep_memory_horizon.yaml"
+    header = open(config).read().split("\nenv:")[0]
+    grid = [(k, v.split(",")) for k, v in re.findall(r"--grid ([\w.]+)=(\S+)", header)]
+    assert [k for k, _ in grid] == ["train.seed", "core.name", "env.kwargs.distractor_steps"]
+    command, trials = make_trials(config, grid, tmp_path / "sweep", results_dir=tmp_path / "res")
+    assert command == "train" and len(trials) == 3 * 6 * 5
+    assert all("seed=0," in t.name for t in trials[:30])
+    for trial in trials[::6]:
+        rl = load_config(RLConfig, config, trial.overrides)
+        assert rl.train.total_steps == 500_000 and rl.agent.recon_coef > 0
+        env = make_env(rl.env.id, **rl.env.kwargs)
+        assert env.unwrapped.memory_horizon <= rl.agent.seq_len
