@@ -139,6 +139,66 @@ def collect_bands(
     return panels
 
 
+def final_bands(
+    runs: Sequence[Run],
+    metric: str,
+    x_key: str,
+    group_by: Sequence[str] = ("core.name",),
+    spread: str = "minmax",
+) -> list[Band]:
+    """The last logged value of ``metric`` against a numeric config key (a delay, a length),
+    one :class:`Band` per group whose ``steps`` are the key's values and whose spread is over
+    the seeds at each value.
+
+    :raises ValueError: no run logged ``metric`` with a numeric ``x_key`` in its config.
+    """
+    if spread not in SPREADS:
+        raise ValueError(f"unknown spread {spread!r}; valid: {', '.join(SPREADS)}")
+    points: dict[str, dict[float, list[float]]] = {}
+    for run in runs:
+        curve = run.curves().get(metric)
+        x = run.get(x_key)
+        if curve is None or not len(curve.values) or not isinstance(x, int | float):
+            continue
+        by_x = points.setdefault(group_label(run, group_by), {})
+        by_x.setdefault(float(x), []).append(float(curve.values[-1]))
+    if not points:
+        raise ValueError(f"no run logged {metric!r} with a numeric {x_key!r} in its config")
+    bands = []
+    for label, by_x in sorted(points.items()):
+        xs = np.array(sorted(by_x))
+        seeds = [np.array(by_x[x]) for x in xs]
+        mean = np.array([s.mean() for s in seeds])
+        if spread == "minmax":
+            low, high = np.array([s.min() for s in seeds]), np.array([s.max() for s in seeds])
+        elif spread == "std":
+            std = np.array([s.std() for s in seeds])
+            low, high = mean - std, mean + std
+        else:
+            low = high = mean
+        bands.append(Band(label, xs, mean, low, high, max(len(s) for s in seeds)))
+    return bands
+
+
+def plot_against(
+    paths: Iterable[str | Path],
+    metric: str,
+    x_key: str,
+    out: str | Path,
+    group_by: Sequence[str] = ("core.name",),
+    spread: str = "minmax",
+    title: str | None = None,
+    log_y: bool = False,
+) -> tuple[Path, list[Band]]:
+    """Final ``metric`` of the runs under ``paths`` against ``x_key`` (e.g. success against
+    the memory delay), one line per group, written to the PNG ``out``."""
+    bands = final_bands(find_runs(paths), metric, x_key, group_by, spread)
+    name = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}[spread]
+    title = title or f"final {metric} (mean{', ' + name if name else ''} over seeds)"
+    png = plot_bands({"": bands}, metric, out, None, spread, title, log_y, x_label=x_key)
+    return png, bands
+
+
 def plot_bands(
     panels: dict[str, list[Band]],
     metric: str,
@@ -147,10 +207,12 @@ def plot_bands(
     spread: str = "minmax",
     title: str | None = None,
     log_y: bool = False,
+    x_label: str = "step",
 ) -> Path:
     """Draw one subplot per panel, one line (mean) and band (spread) per group; save a PNG.
 
     :param log_y: logarithmic y axis (every plotted value must then be positive).
+    :param x_label: ``"step"`` for learning curves; another label draws markers at the points.
     """
     if log_y:
         for bands in panels.values():
@@ -176,10 +238,17 @@ def plot_bands(
     for ax, (panel, bands) in zip(axes.flat, panels.items(), strict=False):
         for band in bands:
             color = color_of[band.label]
-            ax.plot(band.steps, band.mean, color=color, label=f"{band.label} (n={band.n})")
+            marker = None if x_label == "step" else "o"
+            ax.plot(
+                band.steps,
+                band.mean,
+                color=color,
+                marker=marker,
+                label=f"{band.label} (n={band.n})",
+            )
             if spread != "none" and band.n > 1:
                 ax.fill_between(band.steps, band.low, band.high, color=color, alpha=0.2, lw=0)
-        ax.set_xlabel("step")
+        ax.set_xlabel(x_label)
         ax.set_ylabel(metric)
         if log_y:
             ax.set_yscale("log")

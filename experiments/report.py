@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import re
+import shlex
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 
 from experiments.config import parse_override, set_dotted
-from experiments.plotting import auto_panel_key, plot_runs
+from experiments.plotting import auto_panel_key, plot_against, plot_runs
 from experiments.records import (
     CURVE_FILE,
     RECORD_FILE,
@@ -117,6 +118,68 @@ def load_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
         return json.loads((sweep_dir / SWEEP_FILE).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def records_grid(folder: Path) -> dict[str, list[str]]:
+    """The swept keys of a results folder, in grid order: the ``--grid`` options of the
+    ``memcores sweep`` command lines that its records keep (``{}`` if none was a sweep)."""
+    grid: dict[str, list[str]] = {}
+    for path in sorted(folder.rglob(RECORD_FILE)):
+        try:
+            words = shlex.split(str(read_record(path.parent).record.get("command", "")))
+        except ValueError:  # an unbalanced quote in a hand-written command
+            continue
+        if "sweep" not in words[:3]:
+            continue
+        for flag, value in zip(words, words[1:], strict=False):
+            if flag == "--grid" and "=" in value:
+                key, values = value.split("=", 1)
+                known = grid.setdefault(key, [])
+                known += [v for v in values.split(",") if v not in known]
+    return grid
+
+
+def numeric_axis(grid: dict[str, Sequence[Any]]) -> str | None:
+    """The one swept key, besides the env, core and seed, whose values are all numbers (a
+    delay, a length): the report tabulates and plots the final value against it."""
+    keys = [
+        k
+        for k, values in grid.items()
+        if k not in (*LABEL_KEYS, "core.name")
+        and k not in seed_keys([k])
+        and len(values) > 1
+        and all(_number(str(v)) is not None for v in values)
+    ]
+    return keys[0] if len(keys) == 1 else None
+
+
+def pivot_table(
+    runs: Sequence[RunInfo], metric: str, column_key: str, grid: dict[str, Sequence[Any]]
+) -> str | None:
+    """Last logged ``metric`` with one row per core and one column per value of
+    ``column_key``: mean ± std over seeds, the seed count in brackets."""
+    cells: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        points = read_progress(run).get(metric)
+        if points:
+            by_column = cells.setdefault(str(run.get("core.name", "-")), {})
+            by_column.setdefault(str(run.get(column_key, "-")), []).append(points[-1][1])
+    if not cells:
+        return None
+    seen = {c for by_column in cells.values() for c in by_column}
+    columns = [str(v) for v in grid.get(column_key, []) if str(v) in seen]
+    columns += sorted(seen - set(columns), key=lambda c: (_number(c) is None, _number(c) or 0, c))
+    cores = sorted(cells, key=lambda c: order_key((c,), ["core.name"], grid))
+    rows = [
+        [core]
+        + [
+            f"{mean_std(cells[core][c])} ({len(cells[core][c])})" if c in cells[core] else "-"
+            for c in columns
+        ]
+        for core in cores
+    ]
+    short = column_key.rsplit(".", 1)[-1]
+    return markdown_table(["core.name", *(f"{short}={c}" for c in columns)], rows)
 
 
 def load_trials(sweep_dir: Path) -> list[TrialInfo]:
@@ -505,6 +568,8 @@ def build_report(
     out = Path(out)
     meta = load_sweep_meta(sweep_dir)
     trials = load_trials(sweep_dir)
+    if not meta and (grid := records_grid(sweep_dir)):
+        meta = {"grid": grid}
     runs = load_runs(trials)
     grid_keys = list(meta.get("grid", {}))
     keys = row_keys(runs or trials, grid_keys)
@@ -518,11 +583,20 @@ def build_report(
     plots = plots and bool(plot_paths)
     panel_key = auto_panel_key(find_runs(plot_paths)) if plots else None
     group_by = [k for k in keys if k not in LABEL_KEYS]
+    axis = numeric_axis(meta.get("grid", {}))
     for metric in metrics:
         table = metric_table(runs, metric, keys, meta.get("grid"))
         if table is None:
             continue
         lines += [f"## {metric}", "", table, ""]
+        if axis:
+            pivot = pivot_table(runs, metric, axis, meta.get("grid", {}))
+            lines += [f"Last logged value against `{axis}`, mean ± std (seeds):", "", pivot, ""]
+            if plots:
+                png = out.parent / f"{out.stem}_{slug(metric)}_vs_{slug(axis)}.png"
+                others = [k for k in group_by if k != axis]
+                plot_against(plot_paths, metric, axis, png, group_by=others, spread=spread)
+                lines += [f"![{metric} against {axis}]({png.name})", ""]
         if plots:
             png = out.parent / f"{out.stem}_{slug(metric)}.png"
             try:

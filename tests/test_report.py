@@ -215,3 +215,79 @@ def test_report_from_committed_records_alone(tmp_path):
     t7 = table_rows(text, "Train/test return per env pair (mean ± std over seeds)")
     assert t7[1] == ["MemoryS7", mean_std([0.5, 0.6]), "0.5"]
     assert t7[3] == ["MemoryS13", "0.25 ± 0", "0.25"]
+
+
+def test_records_of_a_sweep_over_a_delay_give_a_core_by_delay_table_and_figure(tmp_path):
+    """A results folder keeps no sweep.json: the grid comes from the sweep command its
+    records keep, and a numeric swept key (the delay) becomes the columns of a pivot table
+    and the x axis of a final-value plot."""
+    from experiments.records import write_record
+
+    command = (
+        "memcores sweep c.yaml --grid train.seed=0,1 --grid core.name=lstm,lru "
+        "--grid env.kwargs.distractor_steps=5,40 --results results/h"
+    )
+    results = tmp_path / "results" / "h"
+    success = {("lstm", 5): 0.9, ("lstm", 40): 0.3, ("lru", 5): 0.8, ("lru", 40): 0.6}
+    for (core, delay), value in success.items():
+        for seed in (0, 1):
+            run = tmp_path / "runs" / f"{core}{delay}{seed}"
+            run.mkdir(parents=True)
+            config = {
+                "env": {
+                    "id": "memcores/PassiveVisualMatch-v0",
+                    "kwargs": {"distractor_steps": delay},
+                },
+                "core": {"name": core},
+                "train": {"seed": seed},
+            }
+            (run / "config.yaml").write_text(yaml.safe_dump(config))
+            logger = RunLogger(run, tensorboard=False)
+            for step in (100, 200):
+                logger.record("rollout/success_rate", value * step / 200 + seed / 10)
+                logger.dump(step)
+            logger.close()
+            name = f"seed={seed},name={core},distractor_steps={delay}"
+            write_record(run, results / name, command=command)
+    out = tmp_path / "report.md"
+    text = build_report(results, out, metrics=["rollout/success_rate"])
+    assert "`env.kwargs.distractor_steps` = 5, 40" in text
+    section = text.split("mean ± std (seeds):\n", 1)[1]
+    header, _, *rows = [line for line in section.splitlines() if line.startswith("|")][:4]
+    assert header == "| core.name | distractor_steps=5 | distractor_steps=40 |"
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    assert cells[0] == ["lstm", f"{mean_std([0.9, 1.0])} (2)", f"{mean_std([0.3, 0.4])} (2)"]
+    assert cells[1][0] == "lru"  # grid order, not alphabetical
+    assert (tmp_path / "report_rollout_success_rate_vs_env_kwargs_distractor_steps.png").is_file()
+
+
+def test_plot_against_a_config_key_and_its_error(tmp_path, capsys):
+    """`memcores plot --against KEY`: one point per key value, mean over seeds; a key that
+    is not numeric is a one-line error with exit code 2."""
+    from experiments.plotting import final_bands
+    from experiments.records import find_runs
+
+    for core, delay, seed, value in (
+        ("lstm", 5, 0, 0.8),
+        ("lstm", 5, 1, 1.0),
+        ("lstm", 40, 0, 0.3),
+    ):
+        run = tmp_path / "runs" / f"{core}{delay}{seed}"
+        run.mkdir(parents=True)
+        config = {"env": {"kwargs": {"distractor_steps": delay}}, "core": {"name": core}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config | {"train": {"seed": seed}}))
+        logger = RunLogger(run, tensorboard=False)
+        logger.record("rollout/success_rate", value)
+        logger.dump(10)
+        logger.close()
+    (band,) = final_bands(
+        find_runs([tmp_path / "runs"]), "rollout/success_rate", "env.kwargs.distractor_steps"
+    )
+    assert band.steps.tolist() == [5.0, 40.0] and band.mean.tolist() == pytest.approx([0.9, 0.3])
+    assert band.low.tolist() == pytest.approx([0.8, 0.3]) and band.n == 2
+    png = tmp_path / "h.png"
+    args = ["plot", str(tmp_path / "runs"), "--metric", "rollout/success_rate"]
+    assert main([*args, "--against", "env.kwargs.distractor_steps", "--out", str(png)]) == 0
+    assert png.is_file() and "lstm (n=2): 5: 0.9, 40: 0.3" in capsys.readouterr().out
+    assert main([*args, "--against", "core.name", "--out", str(tmp_path / "x.png")]) == 2
+    assert "numeric 'core.name'" in capsys.readouterr().err

@@ -2,14 +2,15 @@
 
 Reads every run folder (``progress.csv``) and results record (``record.json``) under the given
 folders and draws, per group of runs (one core by default), the mean over seeds with a min-max
-(or std) band.
+(or std) band. ``--against KEY`` draws the final value against a numeric config key instead
+(success against the memory delay, one line per core).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from experiments.plotting import SPREADS, plot_runs
+from experiments.plotting import SPREADS, plot_against, plot_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,9 +47,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--title", default=None, help="figure title")
     parser.add_argument("--log-y", action="store_true", help="logarithmic y axis")
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="KEY",
+        help="numeric config key (e.g. env.kwargs.distractor_steps): plot the final value "
+        "against it instead of learning curves",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.against:
+        out, bands = plot_against(
+            args.paths,
+            args.metric,
+            args.against,
+            args.out,
+            group_by=args.group_by or ["core.name"],
+            spread=args.spread,
+            title=args.title,
+            log_y=args.log_y,
+        )
+        for b in bands:
+            values = ", ".join(f"{x:g}: {m:.3g}" for x, m in zip(b.steps, b.mean, strict=True))
+            print(f"{b.label} (n={b.n}): {values}")
+        print(f"wrote {out}")
+        return 0
     panel_by = None if args.panel_by in ("none", "") else args.panel_by
     out, panels = plot_runs(
         args.paths,
