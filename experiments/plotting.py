@@ -19,6 +19,7 @@ import numpy as np
 from experiments.records import Curve, Run, find_runs
 
 SPREADS = ("minmax", "std", "none")
+SPREAD_NAMES = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}
 # Keys that, when they differ between runs, get their own panel instead of sharing axes.
 PANEL_KEYS = ("env.id", "task.name", "suite")
 
@@ -77,15 +78,19 @@ def aggregate(
     if len(steps) > points:
         steps = np.unique(np.linspace(start, stop, points).round().astype(np.int64))
     stack = np.stack([np.interp(steps, c.steps, c.values) for c in curves])  # [runs, M]
+    mean, low, high = seed_spread(stack, spread)
+    return Band(label, steps, mean, low, high, len(curves))
+
+
+def seed_spread(stack: np.ndarray, spread: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, low and high over the seeds (axis 0) of ``stack`` ``[runs, ...]``."""
     mean = stack.mean(axis=0)
     if spread == "minmax":
-        low, high = stack.min(axis=0), stack.max(axis=0)
-    elif spread == "std":
+        return mean, stack.min(axis=0), stack.max(axis=0)
+    if spread == "std":
         std = stack.std(axis=0)
-        low, high = mean - std, mean + std
-    else:
-        low = high = mean
-    return Band(label, steps, mean, low, high, len(curves))
+        return mean, mean - std, mean + std
+    return mean, mean, mean
 
 
 def group_label(run: Run, keys: Sequence[str]) -> str:
@@ -167,16 +172,10 @@ def final_bands(
     bands = []
     for label, by_x in sorted(points.items()):
         xs = np.array(sorted(by_x))
-        seeds = [np.array(by_x[x]) for x in xs]
-        mean = np.array([s.mean() for s in seeds])
-        if spread == "minmax":
-            low, high = np.array([s.min() for s in seeds]), np.array([s.max() for s in seeds])
-        elif spread == "std":
-            std = np.array([s.std() for s in seeds])
-            low, high = mean - std, mean + std
-        else:
-            low = high = mean
-        bands.append(Band(label, xs, mean, low, high, max(len(s) for s in seeds)))
+        # each key value has its own number of seeds: one spread per value
+        stats = [seed_spread(np.array(by_x[x]), spread) for x in xs]
+        mean, low, high = (np.array(column) for column in zip(*stats, strict=True))
+        bands.append(Band(label, xs, mean, low, high, max(len(v) for v in by_x.values())))
     return bands
 
 
@@ -193,7 +192,7 @@ def plot_against(
     """Final ``metric`` of the runs under ``paths`` against ``x_key`` (e.g. success against
     the memory delay), one line per group, written to the PNG ``out``."""
     bands = final_bands(find_runs(paths), metric, x_key, group_by, spread)
-    name = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}[spread]
+    name = SPREAD_NAMES[spread]
     title = title or f"final {metric} (mean{', ' + name if name else ''} over seeds)"
     png = plot_bands({"": bands}, metric, out, None, spread, title, log_y, x_label=x_key)
     return png, bands
@@ -234,7 +233,7 @@ def plot_bands(
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labels = sorted({b.label for bands in panels.values() for b in bands})
     color_of = {label: colors[i % len(colors)] for i, label in enumerate(labels)}
-    band_name = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}[spread]
+    band_name = SPREAD_NAMES[spread]
     for ax, (panel, bands) in zip(axes.flat, panels.items(), strict=False):
         for band in bands:
             color = color_of[band.label]

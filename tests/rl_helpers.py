@@ -1,7 +1,9 @@
-"""Shared helpers of the RL tests: a tiny, fast config."""
+"""Shared helpers of the RL tests: a tiny, fast config; the grid a sweep config documents."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from agents.rl_config import RLConfig
@@ -69,3 +71,9 @@ def sb3_recurrent_ppo(
         ),
         seed=0,
     )
+
+
+def documented_grid(config: str | Path) -> list[tuple[str, list[str]]]:
+    """The ``--grid KEY=v1,v2`` options of the sweep command in a config's header comment."""
+    header = Path(config).read_text().split("\nenv:")[0]
+    return [(k, v.split(",")) for k, v in re.findall(r"--grid ([\w.]+)=(\S+)", header)]

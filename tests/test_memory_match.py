@@ -436,15 +436,13 @@ def test_memory_horizon_sweep_expands_into_valid_trials_that_span_the_cue(tmp_pa
     """sweep_memory_horizon.yaml with the grid its header documents: 3 seeds x 6 cores x 5
     delays, seeds varying slowest (a partly run sweep holds whole seed-0 curves), each trial a
     valid config whose BPTT window spans the cue at its delay."""
-    import re
-
     from agents.rl_config import RLConfig
     from experiments.config import load_config
     from experiments.sweep import make_trials
+    from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_memory_horizon.yaml"
-    header = open(config).read().split("\nenv:")[0]
-    grid = [(k, v.split(",")) for k, v in re.findall(r"--grid ([\w.]+)=(\S+)", header)]
+    grid = documented_grid(config)
     assert [k for k, _ in grid] == ["train.seed", "core.name", "env.kwargs.distractor_steps"]
     command, trials = make_trials(config, grid, tmp_path / "sweep", results_dir=tmp_path / "res")
     assert command == "train" and len(trials) == 3 * 6 * 5

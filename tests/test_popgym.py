@@ -3,8 +3,6 @@ evaluation and clean errors for what the agent cannot handle."""
 
 from __future__ import annotations
 
-import re
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -147,10 +145,10 @@ def test_cpu_sized_popgym_sweep_expands_into_valid_trainable_trials(tmp_path) ->
     from agents.rl_config import RLConfig
     from experiments.config import load_config
     from experiments.sweep import make_trials
+    from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_popgym_150k.yaml"
-    header = open(config).read().split("\nenv:")[0]
-    grid = [(k, v.split(",")) for k, v in re.findall(r"--grid ([\w.]+)=(\S+)", header)]
+    grid = documented_grid(config)
     assert [k for k, _ in grid] == ["env.id", "core.name", "train.seed"]
     command, trials = make_trials(config, grid, tmp_path / "sweep", results_dir=tmp_path / "res")
     assert command == "train" and len(trials) == 5 * 8 * 3
