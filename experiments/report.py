@@ -142,13 +142,11 @@ def records_grid(folder: Path) -> dict[str, list[str]]:
 def numeric_axis(grid: dict[str, Sequence[Any]]) -> str | None:
     """The one swept key, besides the env, core and seed, whose values are all numbers (a
     delay, a length): the report tabulates and plots the final value against it."""
+    skip = {*LABEL_KEYS, "core.name", *seed_keys(list(grid))}
     keys = [
         k
         for k, values in grid.items()
-        if k not in (*LABEL_KEYS, "core.name")
-        and k not in seed_keys([k])
-        and len(values) > 1
-        and all(_number(str(v)) is not None for v in values)
+        if k not in skip and len(values) > 1 and all(_number(str(v)) is not None for v in values)
     ]
     return keys[0] if len(keys) == 1 else None
 
