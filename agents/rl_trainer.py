@@ -47,7 +47,7 @@ from agents.policy import (
     observation_shape,
     sample_actions,
 )
-from agents.ppo import make_optimizer, update
+from agents.ppo import load_optimizer_state, make_optimizer, update
 from agents.rl_config import RLConfig, config_from_dict, config_to_dict
 from agents.rollout import RolloutBuffer
 from agents.run_lock import RunLock, refuse_earlier_run, run_files
@@ -438,7 +438,7 @@ def _train_loop(
     if resume is not None:
         _check_same_network(resume["config"], cfg)
         policy.load_state_dict(resume["policy"])
-        optimizer.load_state_dict(resume["optimizer"])
+        load_optimizer_state(optimizer, resume["optimizer"])
         global_step, updates = int(resume["global_step"]), int(resume["updates"])
         set_rng_state(resume["rng"])
     else:

@@ -135,7 +135,7 @@ def test_objects_only_ignores_walls_and_floor():
 
 
 def test_objects_only_reads_the_same_logits_as_the_full_head():
-    """The gathered read-out of object cells equals decoding the whole view and masking."""
+    """The picked read-out of object cells equals decoding the whole view and masking."""
     torch.manual_seed(1)
     V, H = 6, 16
     image = torch.ones(V, 1, 7, 7, 3, dtype=torch.uint8)
@@ -155,3 +155,38 @@ def test_objects_only_reads_the_same_logits_as_the_full_head():
         )
         expected = float((per_cell * (objects >= 4)).sum() / V)
     assert got == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("objects_only", [False, True])
+def test_image_loss_averages_each_lags_per_view_loss_over_lags(objects_only):
+    """Several lags and episode starts: the batched read-out equals, per lag, the summed cell
+    cross-entropy of each valid step's view ``lag`` steps back averaged over those steps, then
+    the mean over the lags that have a valid step (lag 9 has none in a chunk of 8)."""
+    torch.manual_seed(2)
+    L, M, H, lags = 8, 3, 16, [0, 1, 3, 9]
+    image = torch.ones(L, M, 7, 7, 3, dtype=torch.uint8)
+    image[..., 0] = torch.randint(0, 11, (L, M, 7, 7))
+    image[..., 1] = torch.randint(0, 6, (L, M, 7, 7))
+    starts = torch.zeros(L, M, dtype=torch.bool)
+    starts[0], starts[4, 0], starts[2, 1], starts[5, 1] = True, True, True, True
+    features = torch.randn(L, M, H)
+    decoder = ObservationDecoder(H, (7, 7, 3), lags, objects_only=objects_only)
+    ce = torch.nn.functional.cross_entropy
+    terms = []
+    with torch.no_grad():
+        got = float(decoder.loss(features, {"image": image}, starts))
+        for lag, head in zip(lags, decoder.heads, strict=True):
+            valid = lag_mask(starts, lag)
+            if not valid.any():
+                continue
+            logits = head(features[lag:][valid[lag:]]).view(-1, 49, 17)  # [V, cells, C]
+            target = image[: L - lag][valid[lag:]].flatten(1, 2).long()  # [V, cells, 3]
+            objects, colors = target[..., 0], target[..., 1]
+            per_cell = ce(logits[..., :11].transpose(1, 2), objects, reduction="none") + ce(
+                logits[..., 11:].transpose(1, 2), colors, reduction="none"
+            )
+            if objects_only:
+                per_cell = per_cell * (objects >= 4)
+            terms.append(per_cell.sum() / len(target))
+    assert len(terms) == 3
+    assert got == pytest.approx(float(torch.stack(terms).mean()), rel=1e-5)

@@ -10,6 +10,7 @@ import torch
 from rl_helpers import TINY, tiny_config
 
 from agents.checkpoint import CheckpointError, save_checkpoint
+from agents.ppo import load_optimizer_state, make_optimizer
 from agents.rl_trainer import CHECKPOINT_NAME, train
 from experiments.cli import main
 
@@ -59,6 +60,24 @@ def test_resume_restores_step_optimizer_and_rng(tmp_path):
     assert _train_cli(copies[0], "train.total_steps=256", "core.hidden_size=8", resume=True) == 2
     steps = [line.split(",")[0] for line in (copies[0] / "progress.csv").read_text().splitlines()]
     assert steps[1:] == ["64", "128", "192"]  # no duplicated rows after resuming
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_resumed_optimizer_keeps_the_multi_tensor_step(algo):
+    """A checkpoint saved by a per-tensor optimiser restores its moments, not its kernel."""
+    agent = tiny_config(f"agent.algo={algo}").agent
+    params = [torch.nn.Parameter(torch.randn(3, 2))]
+    params[0].grad = torch.ones(3, 2)
+    kind = torch.optim.Adam if algo == "ppo" else torch.optim.RMSprop
+    old = kind(params, lr=0.1, foreach=False)
+    old.step()
+    optimizer = make_optimizer(torch.nn.ParameterList(params), agent)
+    load_optimizer_state(optimizer, old.state_dict())
+    assert optimizer.param_groups[0]["foreach"] is True
+    assert optimizer.param_groups[0]["lr"] == 0.1
+    saved = next(iter(old.state_dict()["state"].values()))
+    restored = next(iter(optimizer.state_dict()["state"].values()))
+    assert all(torch.equal(saved[key], restored[key]) for key in saved)
 
 
 def test_resume_needs_a_checkpoint_and_refuses_to_overwrite(tmp_path, capsys):
