@@ -103,15 +103,9 @@ class ObservationDecoder(nn.Module):
         """Summed per-cell cross-entropy per observation, averaged over each lag's valid steps,
         then over the lags that have any.
 
-        All lags are read out in one matrix product over every step, and the logits each
-        target needs are picked from it: at a few things per view the per-lag loop of gathers
-        it replaces cost 2-3x more (forward and backward), mostly in Python and scatter work.
-
         :param features: ``[L, M, H]`` core outputs; :param image: ``[L, M, h, w, 3]`` views.
         """
-        length, width = starts.shape
-        classes = _N_OBJECTS + _N_COLORS
-        n_lags = len(self.lags)
+        length, n_cols = starts.shape
         lags = torch.tensor(self.lags, device=starts.device)
         # valid[s, m, j]: step s's view has a reader s + lags[j] in the same chunk and episode
         episodes = starts.long().cumsum(0)  # [L, M]
@@ -125,23 +119,44 @@ class ObservationDecoder(nn.Module):
         cells = image.flatten(2, 3).long()  # [L, M, cells, 3]
         objects = cells[..., 0].clamp(max=_N_OBJECTS - 1)
         colors = cells[..., 1].clamp(max=_N_COLORS - 1)
-        scored = (
-            objects >= _FIRST_THING
-            if self.objects_only
-            else torch.ones_like(objects, dtype=torch.bool)
-        )
+        everything = torch.ones_like(objects, dtype=torch.bool)
+        scored = objects >= _FIRST_THING if self.objects_only else everything
         step, env, cell = scored.nonzero(as_tuple=True)  # [K0] scored cells
-        item, lag = valid[step, env].nonzero(as_tuple=True)  # [K] (cell, lag) pairs
+        item, lag = valid[step, env].nonzero(as_tuple=True)  # [K] (scored cell, lag) pairs
         step, env, cell = step[item], env[item], cell[item]
-
-        weight = torch.cat([head.weight for head in self.heads])  # [n_lags * cells * C, H]
-        bias = torch.cat([head.bias for head in self.heads])
-        logits = F.linear(features.reshape(length * width, -1), weight, bias)
-        logits = logits.view(-1, classes)  # [(L * M * n_lags * cells), C]
-        row = (((step + lags[lag]) * width + env) * n_lags + lag) * self.cells + cell
-        logits = logits.index_select(0, row)  # [K, C]
+        rows = (step + lags[lag]) * n_cols + env  # [K] the reader's row in [L * M]
+        logits = self._read_out(
+            features.reshape(length * n_cols, -1), rows, lag * self.cells + cell
+        )
         nll = F.cross_entropy(logits[:, :_N_OBJECTS], objects[step, env, cell], reduction="none")
         nll = nll + F.cross_entropy(
             logits[:, _N_OBJECTS:], colors[step, env, cell], reduction="none"
         )
         return (nll * lag_weight[lag]).sum()
+
+    def _read_out(self, features: Tensor, rows: Tensor, groups: Tensor) -> Tensor:
+        """``[K, C]`` logits: item ``k`` reads ``features[rows[k]]`` through the ``[C, H]``
+        weight block of head cell ``groups[k]`` (``lag index * cells + cell``).
+
+        Items are padded into one column block per group and read out by one batched matmul
+        against the heads' weights in place: nothing of size ``K x C x H`` is gathered and the
+        weight gradient needs no scatter. At a few things per view this is ~6x cheaper (forward
+        and backward) than a per-lag loop of gathered weights and ~2.5x cheaper than decoding
+        every cell at every lag and picking; with every cell scored it costs about the latter.
+
+        :param features: ``[R, H]``; :param rows: ``[K]`` into ``R``; :param groups: ``[K]``.
+        """
+        classes = _N_OBJECTS + _N_COLORS
+        n_groups = len(self.lags) * self.cells
+        weight = torch.cat([head.weight for head in self.heads]).view(n_groups, classes, -1)
+        bias = torch.cat([head.bias for head in self.heads]).view(n_groups, classes, 1)
+        groups, order = torch.sort(groups, stable=True)
+        sizes = torch.bincount(groups, minlength=n_groups)  # [G]
+        rank = torch.arange(len(groups), device=groups.device) - (sizes.cumsum(0) - sizes)[groups]
+        width = max(int(sizes.max()), 1)
+        slot = groups * width + rank  # [K] each sorted item's column in its group's block
+        padded = features.new_zeros(n_groups * width, features.shape[-1])
+        padded = padded.index_copy(0, slot, features.index_select(0, rows[order]))
+        logits = torch.baddbmm(bias, weight, padded.view(n_groups, width, -1).transpose(1, 2))
+        picked = logits.transpose(1, 2).reshape(n_groups * width, classes).index_select(0, slot)
+        return picked.index_select(0, torch.argsort(order))  # back to the items' order
