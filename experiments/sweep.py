@@ -237,7 +237,7 @@ def prepare_folder(out: Path, meta: dict[str, Any]) -> Any:
         raise SweepError(f"sweep folder: {err}") from None
     try:
         old = json.loads((out / SWEEP_FILE).read_text()) if (out / SWEEP_FILE).is_file() else {}
-        if old and old.get("spec") != meta["spec"]:
+        if old and not same_sweep(old.get("spec"), meta):
             raise SweepError(
                 f"{out} holds another sweep (other config, grid or overrides: was "
                 f"{old.get('spec')}); use another --out or delete that folder"
@@ -250,17 +250,36 @@ def prepare_folder(out: Path, meta: dict[str, Any]) -> Any:
 
 
 def sweep_meta(config: str | Path, command: str, grid: Sequence, overrides: Sequence[str]) -> dict:
-    """What identifies a sweep: config (and its content), command, grid and overrides."""
-    sha = hashlib.sha256(Path(config).read_bytes()).hexdigest()
-    spec = {"config_sha256": sha, "command": command, "grid": [list(kv) for kv in grid]}
-    spec["overrides"] = list(overrides)
+    """What identifies a sweep: the config's values, command, grid and overrides.
+
+    The config is identified by a hash of its parsed values, so a comment or layout edit to
+    the file does not make its sweep folder refuse to resume.
+    """
+    values = json.dumps(read_yaml_mapping(config), sort_keys=True, default=str)
+    spec = {
+        "config_values_sha256": hashlib.sha256(values.encode()).hexdigest(),
+        "command": command,
+        "grid": [list(kv) for kv in grid],
+        "overrides": list(overrides),
+    }
     return {
         "config": str(Path(config).resolve()),
         "command": command,
         "grid": dict(grid),
         "overrides": list(overrides),
         "spec": spec,
+        "file_sha256": hashlib.sha256(Path(config).read_bytes()).hexdigest(),
     }
+
+
+def same_sweep(old_spec: dict[str, Any] | None, meta: dict[str, Any]) -> bool:
+    """Whether a folder's recorded ``spec`` is the sweep ``meta`` describes. A folder written
+    when the spec held the file's byte hash (``config_sha256``) matches an unchanged file."""
+    if isinstance(old_spec, dict) and "config_sha256" in old_spec:
+        rest = {k: v for k, v in old_spec.items() if k != "config_sha256"}
+        new = {k: v for k, v in meta["spec"].items() if k != "config_values_sha256"}
+        return old_spec["config_sha256"] == meta.get("file_sha256") and rest == new
+    return old_spec == meta["spec"]
 
 
 def run_sweep(

@@ -6,8 +6,10 @@ The tests here use the no-Ray path (the same trial function, called in a loop) o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -232,8 +234,6 @@ def test_sweep_runs_trials_writes_records_reports_failures_and_skips(paths, caps
     assert (run / "progress.csv").stat().st_mtime_ns == mtime
 
     # A fresh clone: the run folders are gone, the committed records are not.
-    import shutil
-
     shutil.rmtree(paths["out"])
     assert sweep_cli(paths, *grid) == 1
     assert "2 with a record (skipped), 2 to run" in capsys.readouterr().out
@@ -263,6 +263,29 @@ def test_folder_of_another_sweep_or_in_use_is_refused(paths, capsys):
         assert sweep_cli(paths, "--grid", "train.seed=1") == 2
     err = capsys.readouterr().err
     assert "in use by" in err and "another driver" in err
+
+
+def test_comment_edit_keeps_the_folder_and_a_value_edit_does_not(paths, tmp_path, capsys):
+    """The folder is tied to the config's values, not its bytes; a folder written when it was
+    tied to the bytes still resumes while the file is unchanged."""
+    config = tmp_path / "copy.yaml"
+    config.write_text(DEMO_COPY.read_text())
+    args = ["sweep", str(config), "--out", paths["out"], "--results", paths["results"]]
+    args += ["--backend", "local", "--grid", "train.seed=0,1", *TINY_COPY]
+    assert main(args) == 0
+    config.write_text("# a comment and a blank line\n\n" + DEMO_COPY.read_text())
+    assert main(args) == 0
+    assert "2 with a record (skipped)" in capsys.readouterr().out
+    sweep_file = Path(paths["out"]) / "sweep.json"
+    saved = json.loads(sweep_file.read_text())
+    spec = {k: v for k, v in saved["spec"].items() if k != "config_values_sha256"}
+    legacy = {**spec, "config_sha256": hashlib.sha256(config.read_bytes()).hexdigest()}
+    sweep_file.write_text(json.dumps({**saved, "spec": legacy}))
+    assert main(args) == 0
+    config.write_text(DEMO_COPY.read_text().replace("lr: ", "lr: 0.5 #", 1))
+    shutil.rmtree(paths["results"])  # trials to run, so the folder is checked
+    assert main(args) == 2
+    assert "holds another sweep" in capsys.readouterr().err
 
 
 def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
