@@ -36,18 +36,31 @@ _N_OBJECTS, _N_COLORS, _ = CELL_VOCAB
 _FIRST_THING = OBJECT_TO_IDX["door"]
 
 
+def source_mask(starts: Tensor, lags: Sequence[int]) -> Tensor:
+    """``[L, M, n_lags]`` bool: the view of step ``s`` is read back by step ``s + lags[j]``,
+    which lies in the same chunk and the same episode.
+
+    :param starts: ``[L, M]`` bool, true on the first step of an episode.
+    """
+    length = starts.shape[0]
+    lag = torch.tensor(list(lags), dtype=torch.long, device=starts.device)
+    episodes = starts.long().cumsum(0)  # [L, M]: episode index within the chunk
+    reader = torch.arange(length, device=starts.device)[:, None] + lag  # [L, n_lags]
+    # no episode start in (s, s + lag]  <=>  same count of starts at s and s + lag
+    same = episodes[reader.clamp(max=length - 1)] == episodes[:, None, :]  # [L, n_lags, M]
+    return (same & (reader < length)[..., None]).transpose(1, 2)
+
+
 def lag_mask(starts: Tensor, lag: int) -> Tensor:
-    """``[L, M]`` bool: step ``t`` has a target ``lag`` steps back in the same episode.
+    """``[L, M]`` bool: step ``t`` has a target ``lag`` steps back in the same episode (the
+    reader's view of :func:`source_mask`).
 
     :param starts: ``[L, M]`` bool, true on the first step of an episode.
     """
     length = starts.shape[0]
     mask = torch.zeros_like(starts, dtype=torch.bool)
-    if lag >= length:
-        return mask
-    episodes = starts.long().cumsum(0)  # [L, M]: episode index within the chunk
-    # no episode start in (t - lag, t]  <=>  same count of starts at t and t - lag
-    mask[lag:] = episodes[lag:] == episodes[: length - lag]
+    if lag < length:
+        mask[lag:] = source_mask(starts, [lag])[: length - lag, :, 0]
     return mask
 
 
@@ -107,11 +120,7 @@ class ObservationDecoder(nn.Module):
         """
         length, n_cols = starts.shape
         lags = torch.tensor(self.lags, device=starts.device)
-        # valid[s, m, j]: step s's view has a reader s + lags[j] in the same chunk and episode
-        episodes = starts.long().cumsum(0)  # [L, M]
-        reader = torch.arange(length, device=starts.device)[:, None] + lags  # [L, n_lags]
-        same = episodes[reader.clamp(max=length - 1)] == episodes[:, None, :]  # [L, n_lags, M]
-        valid = (same & (reader < length)[..., None]).transpose(1, 2)  # [L, M, n_lags]
+        valid = source_mask(starts, self.lags)  # [L, M, n_lags]
         counts = valid.sum((0, 1))  # [n_lags] steps scored per lag
         used = counts > 0
         lag_weight = used / (counts.clamp(min=1) * used.sum().clamp(min=1))  # [n_lags]
@@ -119,8 +128,10 @@ class ObservationDecoder(nn.Module):
         cells = image.flatten(2, 3).long()  # [L, M, cells, 3]
         objects = cells[..., 0].clamp(max=_N_OBJECTS - 1)
         colors = cells[..., 1].clamp(max=_N_COLORS - 1)
-        everything = torch.ones_like(objects, dtype=torch.bool)
-        scored = objects >= _FIRST_THING if self.objects_only else everything
+        if self.objects_only:
+            scored = objects >= _FIRST_THING
+        else:
+            scored = torch.ones_like(objects, dtype=torch.bool)
         step, env, cell = scored.nonzero(as_tuple=True)  # [K0] scored cells
         item, lag = valid[step, env].nonzero(as_tuple=True)  # [K] (scored cell, lag) pairs
         step, env, cell = step[item], env[item], cell[item]
