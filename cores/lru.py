@@ -195,6 +195,7 @@ class LRULayer(nn.Module):
         self.C_re = nn.Parameter(torch.randn(h, n) / math.sqrt(n))
         self.C_im = nn.Parameter(torch.randn(h, n) / math.sqrt(n))
         self.D = nn.Parameter(torch.randn(h))
+        self._acting_cache: tuple | None = None
 
     def lam(self) -> Tensor:
         """The complex eigenvalues ``lambda`` ``[N]``."""
@@ -208,6 +209,36 @@ class LRULayer(nn.Module):
     def readout(self, h: Tensor, u: Tensor) -> Tensor:
         """``y = Re(C h) + D * u`` ``[..., H]``."""
         return h.real @ self.C_re.T - h.imag @ self.C_im.T + self.D * u
+
+    def acting_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The layer as three real/complex blocks for one gradient-free step (acting).
+
+        :return: ``lambda [N]`` complex; ``W_in [2N, H]`` real with rows interleaved
+            (re, im) so that ``view_as_complex((u @ W_in.T).view(B, N, 2)) = gamma * B u``;
+            ``W_out [H, 2N]`` real with ``view_as_real(h).view(B, 2N) @ W_out.T = Re(C h)``.
+        """
+        # A rollout acts hundreds of times between two optimiser steps: rebuild the blocks only
+        # when a parameter changed (every in-place update bumps its version counter).
+        key = tuple((p.data_ptr(), p._version) for p in self._acting_params())
+        if self._acting_cache is None or self._acting_cache[0] != key:
+            with torch.no_grad():
+                gamma = torch.exp(self.gamma_log).unsqueeze(-1)
+                h = self.D.numel()
+                w_in = torch.stack([gamma * self.B_re, gamma * self.B_im], 1).reshape(-1, h)
+                w_out = torch.stack([self.C_re, -self.C_im], -1).reshape(h, -1)
+                self._acting_cache = (key, (self.lam(), w_in, w_out))
+        return self._acting_cache[1]
+
+    def _acting_params(self) -> tuple[Tensor, ...]:
+        return (
+            self.nu_log,
+            self.theta_log,
+            self.gamma_log,
+            self.B_re,
+            self.B_im,
+            self.C_re,
+            self.C_im,
+        )
 
     def scan(self, u: Tensor, h0: Tensor, keep: Tensor | None, mode: str) -> Tensor:
         """States ``h [T, B, N]`` for inputs ``u [T, B, H]`` from ``h0 [B, N]`` (complex).
@@ -364,6 +395,8 @@ class LRUCore(MemoryCore):
         check_sequence(self, x, state, starts)
         if len(state) != len(self.blocks):
             raise ValueError(f"LRUCore expects {len(self.blocks)} state tensors, got {len(state)}")
+        if x.shape[0] == 1 and not torch.is_grad_enabled():
+            return self._act(x, state, starts)
         keep = None if starts is None else (~starts.bool()).to(x.dtype)
         z = self.encoder(x)
         new_state = []
@@ -371,6 +404,29 @@ class LRUCore(MemoryCore):
             z, h_last = block(z, torch.view_as_complex(s.contiguous()), keep, self.mode)
             new_state.append(torch.view_as_real(h_last))
         return z, tuple(new_state)
+
+    def _act(self, x: Tensor, state: State, starts: Tensor | None) -> tuple[Tensor, State]:
+        """One step without autograd, as a rollout acts: ``x [1, B, input_size]``.
+
+        The same values as the scan path with far fewer small operations: each layer's
+        projections are one real matrix product each way, built once per parameter update
+        (:meth:`LRULayer.acting_weights`), and the recurrence is one complex multiply-add."""
+        z = self.encoder(x[0])
+        keep = None if starts is None else ~starts[0].bool()
+        new_state = []
+        for block, s in zip(self.blocks, state, strict=True):
+            lam, w_in, w_out = block.lru.acting_weights()
+            u = block.norm(z)
+            h_prev = torch.view_as_complex(s.contiguous())
+            if keep is not None:
+                h_prev = h_prev * keep.unsqueeze(-1)
+            drive = torch.view_as_complex((u @ w_in.T).view(*h_prev.shape, 2))
+            h = torch.addcmul(drive, lam, h_prev)
+            y = torch.addcmul(torch.view_as_real(h).flatten(1) @ w_out.T, block.lru.D, u)
+            a, b = block.glu(F.gelu(y)).chunk(2, dim=-1)
+            z = z + a * torch.sigmoid(b)
+            new_state.append(torch.view_as_real(h))
+        return z.unsqueeze(0), tuple(new_state)
 
     # ------------------------------------------------------------------ streaming online
     def initial_traces(self, batch_size: int, device: torch.device | str | None = None) -> State:

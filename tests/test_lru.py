@@ -94,6 +94,26 @@ def test_starts_reset_state() -> None:
     assert not torch.allclose(y[6:, 1], y_none[6:, 1])
 
 
+def test_acting_step_matches_the_scan_and_follows_parameter_updates() -> None:
+    core, decoder = _build(layers=2)
+    x, target, starts = _data()
+    opt = torch.optim.SGD(core.parameters(), lr=0.5)
+    for _ in range(2):  # the second round acts after an optimiser step changed the weights
+        core.eval()
+        state = core.initial_state(B)
+        scan_y, _ = core(x, state, starts)  # with autograd: the scan path
+        acted = []
+        with torch.no_grad():
+            for t in range(T):  # one gradient-free step at a time: the acting path
+                y_t, state = core(x[t : t + 1], state, starts[t : t + 1])
+                acted.append(y_t)
+        torch.testing.assert_close(torch.cat(acted), scan_y.detach())
+        core.train()
+        opt.zero_grad()
+        ((decoder(core(x, core.initial_state(B))[0]) - target) ** 2).mean().backward()
+        opt.step()
+
+
 @pytest.mark.parametrize("mode", ["bptt", "online", "spatial", "truncated"])
 def test_all_modes_same_forward(mode: str) -> None:
     core, _ = _build(layers=2)
