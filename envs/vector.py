@@ -247,6 +247,16 @@ class VectorEnv:
             self.close()
             raise
 
+    def local_env(self, index: int) -> Any:
+        """Env ``index`` itself, for envs stepped in this process (``workers=0``): lets a
+        diagnostic read an env's internal state between steps.
+
+        :raises ValueError: the envs live in worker processes.
+        """
+        if self._runner is None:
+            raise ValueError("the envs run in worker processes; use workers=0 to read them")
+        return self._runner.envs[index]
+
     # ------------------------------------------------------------------ protocol helpers
     def _worker_of(self, group: int) -> int:
         return group % self.workers

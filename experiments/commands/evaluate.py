@@ -1,7 +1,9 @@
 """``memcores evaluate RUN --env ID --episodes N [--argmax]``: mean return and success rate.
 
 RUN is a run folder (``runs/<name>``) or a checkpoint file. The env may differ from the
-training env (transfer: train on DoorKey-5x5, evaluate on DoorKey-16x16).
+training env (transfer: train on DoorKey-5x5, evaluate on DoorKey-16x16). ``--phases`` (memory-
+match envs) splits the episodes by whether the cue was seen and by how they ended
+(:mod:`agents.memory_match_eval`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="memory-match envs: outcome (right/wrong ball, timeout) and phase-3 length, "
+        "split by whether the cue was seen in phase 1",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from agents.device import resolve_device
     from agents.evaluation import evaluate_run
+
+    if args.phases:
+        return _phases(args, resolve_device(args.device))
 
     result = evaluate_run(
         args.run, args.env, args.episodes, args.argmax, args.seed, resolve_device(args.device)
@@ -44,6 +55,23 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         )
+    else:
+        print(result.summary())
+    return 0
+
+
+def _phases(args: argparse.Namespace, device) -> int:  # noqa: ANN001
+    from agents.evaluation import load_policy
+    from agents.memory_match_eval import phase_breakdown
+
+    policy, config = load_policy(args.run, device)
+    env_id = args.env or config.env.id
+    kwargs = config.env.kwargs if env_id == config.env.id else {}
+    result = phase_breakdown(
+        policy, env_id, args.episodes, args.argmax, args.seed, env_kwargs=kwargs, device=device
+    )
+    if args.json:
+        print(json.dumps(dict(env=result.env_id, groups=dict(result.groups()))))
     else:
         print(result.summary())
     return 0

@@ -1,0 +1,139 @@
+"""Where a memory-match policy wins or loses: the cue phase and the choice, episode by episode.
+
+``memcores evaluate RUN --phases`` on Passive/Active Visual Match (:mod:`envs.memory_match`)
+splits the evaluation episodes by whether the cue ball was ever in the agent's view during
+phase 1 (always, in Passive) and reports, for each group, how the episode ended: the matching
+ball (``right``), another ball (``wrong``) or the phase-3 budget running out (``timeout``), and
+the median number of phase-3 actions. A policy that holds the cue scores more when it saw it
+than when it did not; one that does not find the balls in time shows it as timeouts and long
+choice phases, which a plain success rate mixes up with wrong choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from minigrid.core.constants import OBJECT_TO_IDX
+
+from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
+from agents.rl_trainer import make_vector_env
+
+OUTCOMES = ("right", "wrong", "timeout")
+_BALL = OBJECT_TO_IDX["ball"]
+
+
+@dataclass
+class PhaseBreakdown:
+    """Per-episode cue sighting, outcome and phase-3 length on one memory-match env."""
+
+    env_id: str
+    cue_seen: list[bool] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)  # one of OUTCOMES per episode
+    choice_steps: list[int] = field(default_factory=list)  # phase-3 actions, the choice included
+
+    def groups(self) -> list[tuple[str, dict[str, float]]]:
+        """``[(name, stats)]`` for all episodes, cue seen, cue not seen (empty groups left
+        out). ``stats``: ``episodes``, the rate of each outcome, ``median_choice_steps``."""
+        seen = np.array(self.cue_seen, dtype=bool)
+        outcomes = np.array(self.outcomes)
+        steps = np.array(self.choice_steps)
+        out = []
+        for name, mask in (("all", np.ones_like(seen)), ("cue seen", seen), ("not seen", ~seen)):
+            if mask.any():
+                stats = {"episodes": float(mask.sum())}
+                stats |= {o: float(np.mean(outcomes[mask] == o)) for o in OUTCOMES}
+                stats["median_choice_steps"] = float(np.median(steps[mask]))
+                out.append((name, stats))
+        return out
+
+    def summary(self) -> str:
+        """A small text table, one line per group."""
+        lines = [
+            f"{self.env_id}: {len(self.outcomes)} episodes, cue seen in phase 1 in "
+            f"{np.mean(self.cue_seen):.2f} of them",
+            f"{'':10s} {'episodes':>8s} {'right':>6s} {'wrong':>6s} {'timeout':>7s} "
+            f"{'phase-3 steps (median)':>23s}",
+        ]
+        for name, s in self.groups():
+            lines.append(
+                f"{name:10s} {s['episodes']:8.0f} {s['right']:6.2f} {s['wrong']:6.2f} "
+                f"{s['timeout']:7.2f} {s['median_choice_steps']:23.0f}"
+            )
+        return "\n".join(lines)
+
+
+@torch.no_grad()
+def phase_breakdown(
+    policy: RecurrentActorCritic,
+    env_id: str,
+    episodes: int = 200,
+    argmax: bool = False,
+    seed: int = 10_000,
+    n_envs: int = 8,
+    env_kwargs: dict[str, Any] | None = None,
+    device: str | torch.device = "cpu",
+) -> PhaseBreakdown:
+    """Play ``episodes`` episodes of ``policy`` on a memory-match env and classify each.
+
+    The envs step in this process, so each one's phase is read before the policy acts on its
+    observation (auto-reset happens inside the step). The cue counts as seen when a ball is in
+    the 7x7 view during phase 1, where the cue ball is the only ball. An episode without the
+    matching ball that used the whole phase-3 budget is a timeout (a wrong ball touched on the
+    very last action included).
+
+    :raises ValueError: ``env_id`` is not a memory-match env, or its observations do not fit.
+    """
+    from envs.memory_match import PHASE_CUE, PHASE_REWARD, VisualMatchEnv
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    n_envs = max(1, min(n_envs, episodes))
+    # episodes split over the envs in advance, as in evaluate_policy: short ones not favoured
+    quota = np.full(n_envs, episodes // n_envs)
+    quota[: episodes % n_envs] += 1
+    device = torch.device(device)
+    envs = make_vector_env(env_id, n_envs, seed, "sync", env_kwargs)
+    try:
+        inner = [envs.local_env(i).unwrapped for i in range(n_envs)]
+        if not isinstance(inner[0], VisualMatchEnv):
+            raise ValueError(
+                f"--phases needs a memory-match env (memcores/PassiveVisualMatch-v0, "
+                f"memcores/ActiveVisualMatch-v0 and their variants), got {env_id!r}"
+            )
+        if envs.single_observation_space["image"].shape != policy.input_shape:
+            raise ValueError(f"env {env_id!r} gives observations this policy cannot read")
+        budget = [e.max_steps - e.cue_steps - e.distractor_steps for e in inner]
+        policy.eval()
+        obs = envs.reset(seed=seed)
+        state = policy.initial_state(n_envs, device)
+        starts = torch.ones(n_envs, dtype=torch.bool, device=device)
+        seen = np.zeros(n_envs, dtype=bool)
+        steps = np.zeros(n_envs, dtype=np.int64)
+        done_count = np.zeros(n_envs, dtype=np.int64)
+        result = PhaseBreakdown(env_id)
+        while (done_count < quota).any():
+            for i, env in enumerate(inner):  # the phase of the observation about to be read
+                if env.phase == PHASE_CUE:
+                    seen[i] |= bool((obs["image"][i][..., 0] == _BALL).any())
+                elif env.phase == PHASE_REWARD:
+                    steps[i] += 1
+            out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
+            actions, _ = sample_actions(out.logits[0], argmax=argmax)
+            state = out.state
+            obs, _, done, success = envs.step(actions.cpu().numpy())
+            starts = torch.as_tensor(done, device=device)
+            for i in np.flatnonzero(done):
+                if done_count[i] < quota[i]:
+                    timeout = not success[i] and steps[i] >= budget[i]
+                    outcome = "right" if success[i] else ("timeout" if timeout else "wrong")
+                    result.cue_seen.append(bool(seen[i]))
+                    result.outcomes.append(outcome)
+                    result.choice_steps.append(int(steps[i]))
+                done_count[i] += 1
+                seen[i], steps[i] = False, 0
+        return result
+    finally:
+        envs.close()
