@@ -8,6 +8,7 @@ episode starts exactly as in training. Episodes are split evenly over the envs i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,55 @@ class EvalResult:
         )
 
 
+def play_episodes(
+    policy: RecurrentActorCritic,
+    envs: Any,
+    episodes: int,
+    argmax: bool = False,
+    seed: int = 10_000,
+    device: torch.device | None = None,
+    observe: Callable[[dict[str, np.ndarray]], None] | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Play ``policy`` on the vector env ``envs`` until ``episodes`` episodes have ended.
+
+    Episodes are split evenly over the envs in advance (env ``i`` plays its share and then
+    idles), so short episodes are not over-counted the way "first N to finish" would be. The
+    policy's state is carried per env and reset at episode starts as in training. Sampled
+    actions draw from torch's generator seeded with ``seed`` (the caller's generator state is
+    restored afterwards), so one seed gives the same episodes every time.
+
+    :param observe: called with each observation batch before the policy acts on it.
+    :return: an iterator over steps of ``(reward, done, counted, success)``, each ``[N]``:
+        ``counted`` marks the envs whose ended episode is one of the ``episodes``.
+    """
+    device = torch.device("cpu") if device is None else device
+    rng_devices = [] if device.type != "cuda" else [device.index or torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=rng_devices):
+        torch.manual_seed(seed)
+        yield from _play(policy, envs, episodes, argmax, seed, device, observe)
+
+
+def _play(policy, envs, episodes, argmax, seed, device, observe):  # noqa: ANN001, ANN202
+    n_envs = envs.num_envs
+    quota = np.full(n_envs, episodes // n_envs)
+    quota[: episodes % n_envs] += 1
+    done_count = np.zeros(n_envs, dtype=np.int64)
+    obs = envs.reset(seed=seed)
+    starts = torch.ones(n_envs, dtype=torch.bool, device=device)
+    state = policy.initial_state(n_envs, device)
+    while (done_count < quota).any():
+        if observe is not None:
+            observe(obs)
+        out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
+        actions, _ = sample_actions(out.logits[0], argmax=argmax)
+        state = out.state
+        obs, reward, done, success = envs.step(actions.cpu().numpy())
+        starts = torch.as_tensor(done, device=device)
+        counted = done & (done_count < quota)
+        done_count += done
+        yield reward, done, counted, success
+
+
 @torch.no_grad()
 def evaluate_policy(
     policy: RecurrentActorCritic,
@@ -76,7 +126,7 @@ def evaluate_policy(
     env_kwargs: dict[str, Any] | None = None,
     device: str | torch.device = "cpu",
 ) -> EvalResult:
-    """Run ``episodes`` episodes of ``policy`` on ``env_id``.
+    """Run ``episodes`` episodes of ``policy`` on ``env_id`` (:func:`play_episodes`).
 
     :param argmax: take the most likely action instead of sampling.
     :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
@@ -84,46 +134,36 @@ def evaluate_policy(
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    n_envs = max(1, min(n_envs, episodes))
-    quota = np.full(n_envs, episodes // n_envs)
-    quota[: episodes % n_envs] += 1
-    device = torch.device(device)
-    envs = make_vector_env(env_id, n_envs, seed, "sync", env_kwargs)
+    envs = make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
     try:
-        image_shape = observation_shape(envs.single_observation_space)
-        expected = policy.input_shape
-        if image_shape != expected:
-            raise ValueError(
-                f"env {env_id!r} gives {image_shape} observations; this policy reads {expected}"
-            )
+        check_observations(policy, envs, env_id)
         policy.eval()
-        obs = envs.reset(seed=seed)
-        starts = torch.ones(n_envs, dtype=torch.bool, device=device)
-        state = policy.initial_state(n_envs, device)
-        done_count = np.zeros(n_envs, dtype=np.int64)
-        running_return = np.zeros(n_envs)
-        running_length = np.zeros(n_envs, dtype=np.int64)
+        running_return = np.zeros(envs.num_envs)
+        running_length = np.zeros(envs.num_envs, dtype=np.int64)
         result = EvalResult(env_id, [], [], [])
-        while (done_count < quota).any():
-            out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
-            actions, _ = sample_actions(out.logits[0], argmax=argmax)
-            state = out.state
-            obs, reward, done, success = envs.step(actions.cpu().numpy())
-            starts = torch.as_tensor(done, device=device)
+        steps = play_episodes(policy, envs, episodes, argmax, seed, torch.device(device))
+        for reward, done, counted, success in steps:
             running_return += reward
             running_length += 1
-            if done.any():
-                for i in np.flatnonzero(done):
-                    if done_count[i] < quota[i]:
-                        result.returns.append(float(running_return[i]))
-                        result.lengths.append(int(running_length[i]))
-                        result.successes.append(bool(success[i]))
-                    done_count[i] += 1
-                running_return[done] = 0.0
-                running_length[done] = 0
+            for i in np.flatnonzero(counted):
+                result.returns.append(float(running_return[i]))
+                result.lengths.append(int(running_length[i]))
+                result.successes.append(bool(success[i]))
+            running_return[done] = 0.0
+            running_length[done] = 0
         return result
     finally:
         envs.close()
+
+
+def check_observations(policy: RecurrentActorCritic, envs: Any, env_id: str) -> None:
+    """:raises ValueError: ``envs`` give observations of another shape than ``policy`` reads."""
+    image_shape = observation_shape(envs.single_observation_space)
+    if image_shape != policy.input_shape:
+        raise ValueError(
+            f"env {env_id!r} gives {image_shape} observations; this policy reads "
+            f"{policy.input_shape}"
+        )
 
 
 def load_policy(

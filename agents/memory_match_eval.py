@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from minigrid.core.constants import OBJECT_TO_IDX
 
-from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
+from agents.evaluation import check_observations, play_episodes
+from agents.policy import RecurrentActorCritic
 from agents.rl_trainer import make_vector_env
 
 OUTCOMES = ("right", "wrong", "timeout")
@@ -90,50 +91,40 @@ def phase_breakdown(
 
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    n_envs = max(1, min(n_envs, episodes))
-    # episodes split over the envs in advance, as in evaluate_policy: short ones not favoured
-    quota = np.full(n_envs, episodes // n_envs)
-    quota[: episodes % n_envs] += 1
-    device = torch.device(device)
-    envs = make_vector_env(env_id, n_envs, seed, "sync", env_kwargs)
+    envs = make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
     try:
-        inner = [envs.local_env(i).unwrapped for i in range(n_envs)]
+        inner = [envs.local_env(i).unwrapped for i in range(envs.num_envs)]
         if not isinstance(inner[0], VisualMatchEnv):
             raise ValueError(
                 f"--phases needs a memory-match env (memcores/PassiveVisualMatch-v0, "
                 f"memcores/ActiveVisualMatch-v0 and their variants), got {env_id!r}"
             )
-        if envs.single_observation_space["image"].shape != policy.input_shape:
-            raise ValueError(f"env {env_id!r} gives observations this policy cannot read")
+        check_observations(policy, envs, env_id)
         budget = [e.max_steps - e.cue_steps - e.distractor_steps for e in inner]
-        policy.eval()
-        obs = envs.reset(seed=seed)
-        state = policy.initial_state(n_envs, device)
-        starts = torch.ones(n_envs, dtype=torch.bool, device=device)
-        seen = np.zeros(n_envs, dtype=bool)
-        steps = np.zeros(n_envs, dtype=np.int64)
-        done_count = np.zeros(n_envs, dtype=np.int64)
-        result = PhaseBreakdown(env_id)
-        while (done_count < quota).any():
-            for i, env in enumerate(inner):  # the phase of the observation about to be read
+        seen = np.zeros(envs.num_envs, dtype=bool)
+        steps = np.zeros(envs.num_envs, dtype=np.int64)
+
+        def observe(obs: dict[str, np.ndarray]) -> None:  # the phase of the obs about to be read
+            for i, env in enumerate(inner):
                 if env.phase == PHASE_CUE:
                     seen[i] |= bool((obs["image"][i][..., 0] == _BALL).any())
                 elif env.phase == PHASE_REWARD:
                     steps[i] += 1
-            out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
-            actions, _ = sample_actions(out.logits[0], argmax=argmax)
-            state = out.state
-            obs, _, done, success = envs.step(actions.cpu().numpy())
-            starts = torch.as_tensor(done, device=device)
-            for i in np.flatnonzero(done):
-                if done_count[i] < quota[i]:
-                    timeout = not success[i] and steps[i] >= budget[i]
-                    outcome = "right" if success[i] else ("timeout" if timeout else "wrong")
-                    result.cue_seen.append(bool(seen[i]))
-                    result.outcomes.append(outcome)
-                    result.choice_steps.append(int(steps[i]))
-                done_count[i] += 1
-                seen[i], steps[i] = False, 0
+
+        policy.eval()
+        result = PhaseBreakdown(env_id)
+        device = torch.device(device)
+        for _, done, counted, success in play_episodes(
+            policy, envs, episodes, argmax, seed, device, observe
+        ):
+            for i in np.flatnonzero(counted):
+                timeout = not success[i] and steps[i] >= budget[i]
+                result.cue_seen.append(bool(seen[i]))
+                result.outcomes.append(
+                    "right" if success[i] else ("timeout" if timeout else "wrong")
+                )
+                result.choice_steps.append(int(steps[i]))
+            seen[done], steps[done] = False, 0
         return result
     finally:
         envs.close()

@@ -131,6 +131,26 @@ def test_evaluate_on_larger_grid(tmp_path, capsys):
     assert "MiniGrid-Empty-5x5-v0: 2 episodes" in capsys.readouterr().out
 
 
+def test_sampled_evaluation_is_fixed_by_its_seed(tmp_path):
+    from agents.evaluation import evaluate_run
+
+    run = tmp_path / "run"
+    train(tiny_config("train.total_steps=64"), run)
+
+    def lengths(seed: int) -> list[int]:  # a 6x6 room: a random walk ends at varied lengths
+        return evaluate_run(run, "MiniGrid-Empty-6x6-v0", episodes=8, seed=seed).lengths
+
+    torch.manual_seed(1)
+    first = lengths(5)
+    after = torch.rand(1)
+    torch.manual_seed(2)  # another caller state: the episodes depend on the seed only
+    assert lengths(5) == first
+    torch.manual_seed(1)
+    lengths(5)
+    assert torch.equal(torch.rand(1), after)  # the caller's generator is left where it was
+    assert any(lengths(s) != first for s in (6, 7, 8))
+
+
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     run = tmp_path / "run"
     train(tiny_config("train.total_steps=64"), run)
