@@ -66,16 +66,29 @@ class EvalResult:
         )
 
 
+def eval_envs(
+    env_id: str, episodes: int, n_envs: int, seed: int, env_kwargs: dict[str, Any] | None
+) -> Any:
+    """The in-process vector env an evaluation plays on: at most ``episodes`` envs.
+
+    :raises ValueError: ``episodes < 1``, unknown env id or bad env options.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    return make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
+
+
 def play_episodes(
     policy: RecurrentActorCritic,
     envs: Any,
     episodes: int,
     argmax: bool = False,
     seed: int = 10_000,
-    device: torch.device | None = None,
+    device: str | torch.device = "cpu",
     observe: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Play ``policy`` on the vector env ``envs`` until ``episodes`` episodes have ended.
+    """Play ``policy`` (in eval mode) on the vector env ``envs`` until ``episodes`` episodes
+    have ended.
 
     Episodes are split evenly over the envs in advance (env ``i`` plays its share and then
     idles), so short episodes are not over-counted the way "first N to finish" would be. The
@@ -87,32 +100,29 @@ def play_episodes(
     :return: an iterator over steps of ``(reward, done, counted, success)``, each ``[N]``:
         ``counted`` marks the envs whose ended episode is one of the ``episodes``.
     """
-    device = torch.device("cpu") if device is None else device
-    rng_devices = [] if device.type != "cuda" else [device.index or torch.cuda.current_device()]
-    with torch.random.fork_rng(devices=rng_devices):
-        torch.manual_seed(seed)
-        yield from _play(policy, envs, episodes, argmax, seed, device, observe)
-
-
-def _play(policy, envs, episodes, argmax, seed, device, observe):  # noqa: ANN001, ANN202
+    device = torch.device(device)
     n_envs = envs.num_envs
     quota = np.full(n_envs, episodes // n_envs)
     quota[: episodes % n_envs] += 1
     done_count = np.zeros(n_envs, dtype=np.int64)
-    obs = envs.reset(seed=seed)
-    starts = torch.ones(n_envs, dtype=torch.bool, device=device)
-    state = policy.initial_state(n_envs, device)
-    while (done_count < quota).any():
-        if observe is not None:
-            observe(obs)
-        out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
-        actions, _ = sample_actions(out.logits[0], argmax=argmax)
-        state = out.state
-        obs, reward, done, success = envs.step(actions.cpu().numpy())
-        starts = torch.as_tensor(done, device=device)
-        counted = done & (done_count < quota)
-        done_count += done
-        yield reward, done, counted, success
+    policy.eval()
+    rng_devices = [] if device.type != "cuda" else [device.index or torch.cuda.current_device()]
+    with torch.random.fork_rng(devices=rng_devices):
+        torch.manual_seed(seed)
+        obs = envs.reset(seed=seed)
+        starts = torch.ones(n_envs, dtype=torch.bool, device=device)
+        state = policy.initial_state(n_envs, device)
+        while (done_count < quota).any():
+            if observe is not None:
+                observe(obs)
+            out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
+            actions, _ = sample_actions(out.logits[0], argmax=argmax)
+            state = out.state
+            obs, reward, done, success = envs.step(actions.cpu().numpy())
+            starts = torch.as_tensor(done, device=device)
+            counted = done & (done_count < quota)
+            done_count += done
+            yield reward, done, counted, success
 
 
 @torch.no_grad()
@@ -132,17 +142,15 @@ def evaluate_policy(
     :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
     :raises ValueError: unknown env id, or an env whose observations the policy cannot read.
     """
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
-    envs = make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
+    envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs)
     try:
         check_observations(policy, envs, env_id)
-        policy.eval()
         running_return = np.zeros(envs.num_envs)
         running_length = np.zeros(envs.num_envs, dtype=np.int64)
         result = EvalResult(env_id, [], [], [])
-        steps = play_episodes(policy, envs, episodes, argmax, seed, torch.device(device))
-        for reward, done, counted, success in steps:
+        for reward, done, counted, success in play_episodes(
+            policy, envs, episodes, argmax, seed, device
+        ):
             running_return += reward
             running_length += 1
             for i in np.flatnonzero(counted):

@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from minigrid.core.constants import OBJECT_TO_IDX
 
-from agents.evaluation import check_observations, play_episodes
+from agents.evaluation import check_observations, eval_envs, play_episodes
 from agents.policy import RecurrentActorCritic
-from agents.rl_trainer import make_vector_env
 
 OUTCOMES = ("right", "wrong", "timeout")
 _BALL = OBJECT_TO_IDX["ball"]
@@ -89,9 +88,7 @@ def phase_breakdown(
     """
     from envs.memory_match import PHASE_CUE, PHASE_REWARD, VisualMatchEnv
 
-    if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
-    envs = make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
+    envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs)
     try:
         inner = [envs.local_env(i).unwrapped for i in range(envs.num_envs)]
         if not isinstance(inner[0], VisualMatchEnv):
@@ -111,9 +108,7 @@ def phase_breakdown(
                 elif env.phase == PHASE_REWARD:
                     steps[i] += 1
 
-        policy.eval()
         result = PhaseBreakdown(env_id)
-        device = torch.device(device)
         for _, done, counted, success in play_episodes(
             policy, envs, episodes, argmax, seed, device, observe
         ):
