@@ -195,6 +195,12 @@ class _AttentiveLSTM(MemoryCore):
 
 
 SCREENS = ("rho", "exit")
+IMPLS = ("fused", "loop")
+
+
+def _autocast(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (never for devices it does not know: meta)."""
+    return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
 
 
 class RelLSTM(_AttentiveLSTM):
@@ -213,6 +219,9 @@ class RelLSTM(_AttentiveLSTM):
         ``rho > nu`` the buffer keeps ``rho - nu`` extra, unattended slots so that ``h_{t-rho}``
         is screened with its complete score.
     :param key_bias: give the key projection ``U_a`` a bias (the thesis's score has none).
+    :param impl: ``fused`` (one autograd function over the whole sequence with a hand-written
+        backward, :mod:`cores._fused_rel_lstm`) or ``loop`` (the reference step loop, which
+        also runs single steps and under autocast). Same maths.
 
     State (all batch-first, dtype of the parameters; ``L = max(nu, rho)`` for ``screen=rho``,
     ``L = nu`` for ``exit``)::
@@ -246,6 +255,7 @@ class RelLSTM(_AttentiveLSTM):
         average: bool = False,
         screen: str = "rho",
         key_bias: bool = True,
+        impl: str = "fused",
     ) -> None:
         if int(nu) < 1:
             raise ValueError(f"nu (buffer length) must be >= 1, got {nu}")
@@ -253,10 +263,13 @@ class RelLSTM(_AttentiveLSTM):
             raise ValueError(f"rho (relevant-set size) must be >= 0, got {rho}")
         if screen not in SCREENS:
             raise ValueError(f"unknown screen {screen!r}; valid: {', '.join(SCREENS)}")
+        if impl not in IMPLS:
+            raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
         self._init_core(input_size, hidden_size, average, key_bias)
         self.nu = int(nu)
         self.rho = int(rho)
         self.screen = screen
+        self.impl = impl
         self.lag = self.rho if screen == "rho" and self.rho > 0 else self.nu
         self.length = max(self.nu, self.lag)  # buffer slots held in the state
 
@@ -339,14 +352,24 @@ class RelLSTM(_AttentiveLSTM):
         """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state."""
         check_sequence(self, x, state, starts)
         xp = self.input_proj(x)  # [T, B, G*H]: one matmul for all input projections
+        carry = self._to_carry(state)
+        # the fused function writes into preallocated buffers, which autocast's dtype changes
+        # would break; under autocast the reference loop runs instead
+        # one step (acting) runs the loop: the fused function's setup costs more than it saves
+        fused = self.impl == "fused" and x.shape[0] > 1
+        if fused and not _autocast(x.device.type):
+            from cores._fused_rel_lstm import fused_rel_lstm
+
+            return fused_rel_lstm(self, xp, carry, starts, frozenset(steps_with_starts(starts)))
         # the initial state is all zeros (a zero key in an empty slot is never used)
-        y, carry = self.scan_zero_reset(xp, self._to_carry(state), starts, self._step)
+        y, carry = self.scan_zero_reset(xp, carry, starts, self._step)
         return y, self._to_state(carry)
 
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, nu={self.nu}, rho={self.rho}, "
             f"average={self.average}, screen={self.screen}, key_bias={self.key_bias}"
+            + (f", impl={self.impl}" if self.impl != "fused" else "")
         )
 
 
@@ -396,6 +419,7 @@ class RelRNN(RelLSTM):
             average=average,
             screen=screen,
             key_bias=key_bias,
+            impl="loop",  # the fused function implements the LSTM base only
         )
 
     def _init_core(self, input_size: int, hidden_size: int, average: bool, key_bias: bool) -> None:

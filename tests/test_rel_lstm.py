@@ -84,7 +84,7 @@ def test_screening_partial_fill_and_empty_buffer() -> None:
 
 def test_model_uses_attention_received_in_buffer_as_relevance(monkeypatch) -> None:
     """Wiring: with h_t = label and the hand-made attention, RelLSTM's relevant set matches."""
-    core = RelLSTM(1, 1, nu=2, rho=2).double()
+    core = RelLSTM(1, 1, nu=2, rho=2, impl="loop").double()  # the fused path has no hooks
     monkeypatch.setattr(core, "_lstm", lambda xp, s, c: (xp[:, :1], c))
 
     def attend(s_prev, keys, values, mask):
@@ -98,6 +98,62 @@ def test_model_uses_attention_received_in_buffer_as_relevance(monkeypatch) -> No
     _, state = core(x, core.initial_state(2))
     rel = state[RelLSTM.STATE_NAMES.index("relevant")]
     assert rel[:, :, 0].tolist() == [[1.0, 5.0], [4.0, 6.0]]
+
+
+# ----------------------------------------------------------------- fused sequence function
+FUSED_OPTIONS = [
+    dict(nu=5, rho=5),
+    dict(nu=3, rho=2, average=True),
+    dict(nu=2, rho=4),  # screen=rho with rho > nu: extra unattended buffer slots
+    dict(nu=4, rho=2, screen="exit"),
+    dict(nu=3, rho=0, key_bias=False),
+]
+
+
+@pytest.mark.parametrize("options", FUSED_OPTIONS, ids=lambda o: str(o))
+def test_fused_matches_the_reference_loop(options) -> None:
+    """Values, final state and every gradient (inputs, weights, initial state) agree in float64,
+    from a state carried over from an earlier call, with episode starts inside the sequence."""
+    torch.manual_seed(0)
+    fused = RelLSTM(D, H, **options).double()
+    loop = RelLSTM(D, H, impl="loop", **options).double()
+    loop.load_state_dict(fused.state_dict())
+    T, B = 40, 5
+    with torch.no_grad():
+        _, warm = loop(torch.randn(9, B, D, dtype=torch.float64), loop.initial_state(B))
+    differentiable = {"c", "s", "buffer", "relevant"}
+    names = RelLSTM.STATE_NAMES
+    x = torch.randn(T, B, D, dtype=torch.float64, requires_grad=True)
+    starts = torch.rand(T, B, generator=torch.Generator().manual_seed(1)) < 0.08
+    starts[:, 0] = False  # row 0 runs long enough to fill its relevant set and replace in it
+    outputs, grads = [], []
+    for core in (fused, loop):
+        pairs = zip(names, warm, strict=True)
+        state = tuple(v.clone().requires_grad_(n in differentiable) for n, v in pairs)
+        y, final = core(x, state, starts)
+        outputs.append((y, *final))
+        # every differentiable output feeds the loss, so each backward path is exercised
+        pairs = zip(names, final, strict=True)
+        loss = y.pow(2).sum() + sum(v.sin().sum() for n, v in pairs if n != "h")
+        loss = loss + final[0].pow(3).sum()
+        wrt = [x, *core.parameters(), *(v for v in state if v.requires_grad)]
+        grads.append(torch.autograd.grad(loss, wrt))
+    for a, b in zip(*outputs, strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+    if options["rho"]:
+        assert outputs[1][1 + names.index("relevant_count")].eq(options["rho"]).any()
+
+
+def test_fused_is_used_for_sequences_and_the_loop_for_single_steps(monkeypatch) -> None:
+    core = RelLSTM(D, H)
+    calls = []
+    monkeypatch.setattr(core, "_step", lambda *a: calls.append(1) or RelLSTM._step(core, *a))
+    core(_rand_seq(6, 2), core.initial_state(2))
+    assert calls == []
+    core(_rand_seq(1, 2), core.initial_state(2))
+    assert calls == [1]
 
 
 # ----------------------------------------------------------------- state contract
