@@ -43,9 +43,14 @@ class _Spec:
         return 1 + self.length + self.rho
 
 
-def _gather(bank: Tensor, idx: Tensor) -> Tensor:
-    """Rows ``idx [B, K]`` of ``bank [B, N, n]`` -> ``[B, K, n]``."""
-    return bank.gather(1, idx.unsqueeze(2).expand(-1, -1, bank.shape[2]))
+def _rows(bank: Tensor, idx: Tensor) -> Tensor:
+    """Rows ``idx [B, K]`` (indices into ``bank`` flattened to ``[B N, n]``) -> ``[B, K, n]``.
+
+    Whole-row copies (``index_select``) rather than ``gather``, which indexes every element and
+    costs several times more at ``B = 64``.
+    """
+    n = bank.shape[2]
+    return bank.view(-1, n).index_select(0, idx.reshape(-1)).view(*idx.shape, n)
 
 
 class _FusedRelLSTM(torch.autograd.Function):
@@ -83,11 +88,16 @@ class _FusedRelLSTM(torch.autograd.Function):
         counts, full, buf_bias = _buffer_schedule(buf_n0, starts, T, spec)
         # relevant set: bank rows and final scores, -inf marking an empty slot, so that the
         # first minimum is the first free slot if any, else the lowest score (as screening)
-        r_idx = torch.arange(1, 1 + rho, device=dev).expand(B, rho).contiguous()
+        # row indices into the bank flattened to [B (row0 + T), 2H]: row r of batch row b is
+        # b (row0 + T) + r
+        offsets = torch.arange(B, device=dev).unsqueeze(1) * (row0 + T)  # [B, 1]
+        r_idx = torch.arange(1, 1 + rho, device=dev) + offsets
+        leave_rows = offsets + (row0 - spec.lag)  # + t: the row of h_{t-lag}
         r_sc = rel_sc0.masked_fill(~relevant_mask(rel_n0, rho), float("-inf"))
         # bank rows of the attended buffer at each step: [T, nu]
         windows = torch.arange(T, device=dev).unsqueeze(1) + torch.arange(nu, device=dev)
         windows += row0 - nu + 1
+        windows = windows.unsqueeze(1) + offsets  # [T, B, nu]
         c, s = c0, s0
         gates = xp.new_empty(T, B, 4 * H)  # i, f, u, o after their activations
         tanh_c = xp.new_empty(T, B, H)
@@ -128,9 +138,10 @@ class _FusedRelLSTM(torch.autograd.Function):
                 target_sc = r_sc.gather(1, target)
                 insert = (leave_sc > target_sc) & full_t
                 r_sc.scatter_(1, target, torch.where(insert, leave_sc, target_sc))
-                r_idx.scatter_(1, target, torch.where(insert, leave, r_idx.gather(1, target)))
-            torch.cat([win.expand(B, nu), r_idx], 1, out=idx)
-            payload = bank.gather(1, idx.unsqueeze(2).expand(-1, -1, 2 * H))
+                leave_row = leave_rows + t
+                r_idx.scatter_(1, target, torch.where(insert, leave_row, r_idx.gather(1, target)))
+            torch.cat([win, r_idx], 1, out=idx)
+            payload = _rows(bank, idx)
             torch.mm(s, w_query_t, out=q)
             logits = torch.tanh(payload[..., H:] + q.unsqueeze(1)).matmul(v).squeeze(2)
             # 0 on filled slots, -inf on empty ones (relevant scores are >= 0 when filled)
@@ -148,7 +159,7 @@ class _FusedRelLSTM(torch.autograd.Function):
         buf = bank[:, last, :H] * filled.unsqueeze(2)
         b_sc = received[:, last] * filled
         r_filled = torch.isfinite(r_sc)
-        rel = bank.gather(1, r_idx.unsqueeze(2).expand(-1, -1, H)) * r_filled.unsqueeze(2)
+        rel = _rows(bank, r_idx)[..., :H] * r_filled.unsqueeze(2)
         r_sc = r_sc.masked_fill(~r_filled, 0.0)
         r_n = r_filled.sum(1).to(rel_n0.dtype)
         ctx.spec, ctx.resets = spec, resets
@@ -175,8 +186,8 @@ class _FusedRelLSTM(torch.autograd.Function):
         if dbuf is not None:
             d_bank[:, row0 + T - L :, :H] += dbuf * filled.unsqueeze(2)
         if drel is not None:
-            d_rel = drel * r_filled.unsqueeze(2)
-            d_bank[..., :H].scatter_add_(1, r_idx.unsqueeze(2).expand(-1, -1, H), d_rel)
+            d_rel = torch.cat([drel * r_filled.unsqueeze(2), torch.zeros_like(drel)], 2)
+            d_bank.view(-1, 2 * H).index_add_(0, r_idx.reshape(-1), d_rel.view(-1, 2 * H))
         zeros = bank.new_zeros(B, H)
         ds = zeros if ds_last is None else ds_last
         dc = zeros if dc_last is None else dc_last
@@ -199,7 +210,7 @@ class _FusedRelLSTM(torch.autograd.Function):
         for t, (dy_t, alpha, d_row, d_gq_t, dc_fac, dh_fac, dch_fac, f) in reversed(
             list(enumerate(steps))
         ):
-            idx3, values, a, slope = next(attention)
+            idx, values, a, slope = next(attention)
             d_context = dy_t + ds
             if spec.average:
                 d_context.mul_(scale)
@@ -208,7 +219,7 @@ class _FusedRelLSTM(torch.autograd.Function):
             d_score.baddbmm_(d_logits.unsqueeze(1), a)
             torch.mul(alpha.unsqueeze(2), d_context.unsqueeze(1), out=d_payload[..., :H])
             torch.mul(d_logits.unsqueeze(2), slope, out=d_payload[..., H:])  # into the keys
-            d_bank.scatter_add_(1, idx3, d_payload)
+            d_bank.view(-1, 2 * H).index_add_(0, idx, d_payload.view(-1, 2 * H))
             torch.sum(d_payload[..., H:], 1, out=d_gq_t[:, 4 * H :])  # into the query
             # every read of h_t (and of its key) happens at step t or later: its row is final
             dh = torch.addmm(d_row[:, :H], d_row[:, H:], w_key).add_(d_context)
@@ -259,10 +270,10 @@ _CHUNK = 16  # steps whose attention factors the backward computes at once
 def _attention_factors(bank: Tensor, slots: Tensor, queries: Tensor, w_score: Tensor):
     """Yield, from the last step to the first, what step ``t``'s attention backward reads.
 
-    Per step: the gather/scatter index ``[B, K, 2H]``, the attended values ``[B, K, H]``, the
-    tanh activations ``a = tanh(W_a s_{t-1} + keys)`` ``[B, K, H]`` and ``v (1 - a^2)``
-    ``[B, K, H]`` (d logit / d key). Computed for ``_CHUNK`` steps at a time: a few large
-    operations instead of many small ones, without holding ``[T, B, K, H]`` at once.
+    Per step: the attended rows ``[B K]`` (flat bank indices), the attended values
+    ``[B, K, H]``, the tanh activations ``a = tanh(W_a s_{t-1} + keys)`` ``[B, K, H]`` and
+    ``v (1 - a^2)`` ``[B, K, H]`` (d logit / d key). Computed for ``_CHUNK`` steps at a time:
+    a few large operations instead of many small ones, without holding ``[T, B, K, H]``.
     """
     T, B, K = slots.shape
     H = queries.shape[2]
@@ -270,14 +281,13 @@ def _attention_factors(bank: Tensor, slots: Tensor, queries: Tensor, w_score: Te
     for t1 in range(T, 0, -_CHUNK):
         t0 = max(0, t1 - _CHUNK)
         n = t1 - t0
-        idx = slots[t0:t1].permute(1, 0, 2).reshape(B, n * K, 1).expand(-1, -1, 2 * H)
-        payload = bank.gather(1, idx).view(B, n, K, 2 * H)
+        payload = _rows(bank, slots[t0:t1].transpose(0, 1)).view(B, n, K, 2 * H)
         q = queries[t0:t1].transpose(0, 1).unsqueeze(2)  # [B, n, 1, H]
         a = torch.tanh(payload[..., H:] + q)
         slope = torch.addcmul(v, a * a, v, value=-1.0)
-        idx = idx.view(B, n, K, 2 * H)
+        idx = slots[t0:t1].view(n, B * K)
         views = zip(
-            idx.unbind(1), payload[..., :H].unbind(1), a.unbind(1), slope.unbind(1), strict=True
+            idx.unbind(0), payload[..., :H].unbind(1), a.unbind(1), slope.unbind(1), strict=True
         )
         yield from reversed(list(views))
 

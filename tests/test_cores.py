@@ -189,6 +189,24 @@ def test_bench_cores_quick_prints_the_table(capsys: pytest.CaptureFixture[str]) 
         bench.main(["--quick", "--cores", "nope"])
 
 
+def test_bench_cores_runs_a_core_with_options_beside_its_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from experiments.bench import cores as bench
+
+    assert bench.parse_core_spec("rel_lstm:impl=loop:nu=3") == (
+        "rel_lstm",
+        {"impl": "loop", "nu": 3},
+    )
+    assert bench.main(["--quick", "--cores", "rel_lstm,rel_lstm:impl=loop"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line}
+    assert rows["rel_lstm:impl=loop"][-1] == "rel_lstm"  # compared with the default rel_lstm
+    with pytest.raises(ValueError, match="not key=value"):
+        bench.main(["--quick", "--cores", "rel_lstm:loop"])
+    with pytest.raises(ValueError, match="valid cores"):
+        bench.main(["--quick", "--cores", "nope:impl=loop"])
+
+
 def test_bench_cores_marks_each_target_separately() -> None:
     from experiments.bench import cores as bench
 

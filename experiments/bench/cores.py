@@ -14,6 +14,9 @@ shuffled order and repeated, and the table shows medians and two ratios:
   cores with the classic cell they replace (``min_gru`` with ``gru``; ``min_lstm``, ``slstm``,
   ``mlstm`` with ``lstm``).
 
+A core given as ``name:option=value`` (``rel_lstm:impl=loop``) runs with those options and is
+compared with the same core at its defaults.
+
 When ``min_gru`` and ``gru`` both run, a line under the table gives ``gru / min_gru``: how many
 times faster the scan-trained minGRU trains than the GRU at the same hidden size.
 
@@ -42,6 +45,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import yaml
 
 from cores import CORES, make_core
 from experiments.argtypes import positive_int
@@ -143,7 +147,8 @@ def build_runs(
     errors: dict[str, str] = {}
     for name in names:
         try:
-            core = make_core(name, D, H).train()
+            base, options = parse_core_spec(name)
+            core = make_core(base, D, H, **options).train()
         except Exception as err:  # a core under construction must not stop the benchmark
             errors[name] = f"{type(err).__name__}: {err}"
             continue
@@ -224,15 +229,38 @@ def _target(name: str, samples: Samples, stat: str = "median") -> str:
     return ", ".join(marks)
 
 
+def parse_core_spec(spec: str) -> tuple[str, dict[str, object]]:
+    """``name[:option=value...]`` -> the core name and its options, values read as YAML
+    scalars (``rel_lstm:impl=loop`` -> ``("rel_lstm", {"impl": "loop"})``)."""
+    name, *pairs = spec.split(":")
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"core option {pair!r} in {spec!r} is not key=value")
+        options[key] = yaml.safe_load(value)
+    return name, options
+
+
+def twin_of(name: str, samples: Samples) -> str | None:
+    """The core a row is compared with: its twin, or for a core run with options
+    (``rel_lstm:impl=loop``) the same core with its defaults when that ran too."""
+    base = name.split(":")[0]
+    if base != name:
+        return base if base in samples else None
+    return TWINS.get(name)
+
+
 def format_table(samples: Samples, threads: int, stat: str = "median") -> str:
     """The result table for one thread count (wall and cpu times and ratios, by ``stat``)."""
+    width = max([14, *(len(k) + 2 for k in samples)])
     header = (
-        f"{'core':<14}{'wall ms':>9}{'x nn.LSTM':>11}{'x twin':>9}  "
+        f"{'core':<{width}}{'wall ms':>9}{'x nn.LSTM':>11}{'x twin':>9}  "
         f"{'cpu ms':>9}{'x nn.LSTM':>11}{'x twin':>9}  {'twin':<11}{'target (wall)'}"
     )
     lines = [f"threads={threads}", header, "-" * len(header)]
     for name in [ANCHOR, *sorted(k for k in samples if k != ANCHOR and k not in MATMUL_RUNS)]:
-        twin = TWINS.get(name)
+        twin = twin_of(name, samples)
         cols = []
         for col in (0, 1):
             cols.append(
@@ -241,7 +269,7 @@ def format_table(samples: Samples, threads: int, stat: str = "median") -> str:
                 f"{_fmt(ratio(samples, name, twin, col, stat)):>9}"
             )
         target = _target(name, samples, stat)
-        lines.append(f"{name:<14}{cols[0]}  {cols[1]}  {(twin or '-'):<11}{target}")
+        lines.append(f"{name:<{width}}{cols[0]}  {cols[1]}  {(twin or '-'):<11}{target}")
     return "\n".join(lines)
 
 
@@ -345,7 +373,12 @@ def main(argv: list[str]) -> int:
         help="median: medians of times and of paired per-round ratios; min: fastest round "
         "and ratios of the minima (steadier on a noisy virtual machine with many --reps)",
     )
-    parser.add_argument("--cores", default="all", help="comma-separated core names or 'all'")
+    parser.add_argument(
+        "--cores",
+        default="all",
+        help="comma-separated core names or 'all'; name:option=value runs a core with options "
+        "and compares it with the same core's defaults (rel_lstm:impl=loop)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     parser.add_argument(
         "--quick", action="store_true", help="smoke mode: T=16 B=4 D=H=16, 1 thread, 1 round"
@@ -362,7 +395,7 @@ def main(argv: list[str]) -> int:
         print(scan_kernels(args.T, args.B, args.H, args.reps, args.seed))
         return 0
     names = sorted(CORES) if args.cores == "all" else args.cores.split(",")
-    unknown = [n for n in names if n not in CORES]
+    unknown = [n for n in names if parse_core_spec(n)[0] not in CORES]
     if unknown:
         raise ValueError(f"unknown core(s) {unknown}; valid cores: {', '.join(sorted(CORES))}")
     threads = [int(t) for t in args.threads.split(",")]
