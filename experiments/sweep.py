@@ -17,7 +17,8 @@ Layout::
     RESULTS/<sweep>/<trial>/      the finished trial's record (see :mod:`experiments.records`)
 
 A trial whose record exists under RESULTS is skipped, so a fresh clone with committed
-records re-runs only what is missing.
+records re-runs only what is missing. The check runs again before each trial starts, so sweeps
+in two processes (disjoint ``--out`` folders, one ``--results``) skip what the other finished.
 """
 
 from __future__ import annotations
@@ -373,6 +374,10 @@ def _run_local(todo: Sequence[Trial], command_line: str, echo: Callable) -> dict
     """The no-Ray path: the same trial function, one trial after the other."""
     results = {}
     for i, trial in enumerate(todo, 1):
+        if trial_done(trial):  # another process writing to the same results finished it
+            results[trial.name] = TrialResult(trial.name, "skipped")
+            echo(f"[{i}/{len(todo)}] {trial.name}: skipped (its record appeared meanwhile)")
+            continue
         start = time.perf_counter()
         try:
             final = run_trial(trial, lambda metrics, ckpt: None, command_line)

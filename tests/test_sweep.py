@@ -29,7 +29,7 @@ from experiments.sweep import (
     parse_grid,
     trial_name,
 )
-from experiments.trials import validate_trials
+from experiments.trials import Trial, validate_trials
 
 REPO = Path(__file__).parents[1]
 DEMO_COPY = REPO / "experiments" / "configs" / "demo_copy.yaml"
@@ -241,6 +241,26 @@ def test_sweep_runs_trials_writes_records_reports_failures_and_skips(paths, caps
         "name=lstm,init_from=nonexistent.pt",
         "name=ur_lstm,init_from=nonexistent.pt",
     ]
+
+
+def test_local_sweep_skips_a_trial_whose_record_appears_while_it_runs(monkeypatch):
+    """Two processes sharing a results folder: a trial finished by the other one after this
+    sweep started is skipped when its turn comes, not trained again."""
+    from experiments import sweep as sweep_module
+
+    trials = [
+        Trial(f"t{i}", "supervised", "c.yaml", overrides=[], run_dir=f"r{i}", record_dir=f"d{i}")
+        for i in range(2)
+    ]
+    done = {"t0"}  # t0's record appeared after the sweep listed its trials
+    monkeypatch.setattr(sweep_module, "trial_done", lambda trial: trial.name in done)
+    ran = []
+    monkeypatch.setattr(sweep_module, "run_trial", lambda trial, *a: ran.append(trial.name) or {})
+    lines = []
+    results = sweep_module._run_local(trials, "", lines.append)
+    assert ran == ["t1"]
+    assert results["t0"].status == "skipped" and results["t1"].status == "ok"
+    assert "t0: skipped" in lines[0]
 
 
 def test_folder_of_another_sweep_or_in_use_is_refused(paths, capsys):
