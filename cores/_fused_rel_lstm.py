@@ -6,13 +6,15 @@ shapes (a few sequences of 128 steps per minibatch) each costs more in dispatch 
 bookkeeping than in arithmetic, and the backward replays every recorded node.
 
 Here every state the attention can see is a row of one *bank*, ``[B, N, 2H]`` payloads
-``[m ; U_a m + b_a]``: row 0 is a zero payload (empty slots), then the call's initial buffer
-and relevant set, then ``h_0 .. h_{T-1}`` with their keys. The buffer and the relevant set are
-index tensors into the bank, so screening moves integers (with the same
-:func:`~cores.rel_lstm.screening_update`) and the forward runs without autograd. The backward
-walks the sequence once: at step ``t`` the attention's gradient is scattered into the bank rows
-it read, and since a step only reads states made at or before it, the bank row of ``h_t`` is
-complete when step ``t`` is reached. The weight gradients are a few large matmuls at the end.
+``[m ; U_a m + b_a]``: row 0 is a zero payload, then the call's initial relevant set and
+buffer, then ``h_0 .. h_{T-1}`` with their keys. The buffer is a sliding range of rows (which
+of its slots hold a state depends only on the episode starts, so it is computed for the whole
+call up front) and the relevant set a tensor of row indices, so screening moves integers, by
+the rule of :func:`~cores.rel_lstm.screening_update` in fewer operations, and the forward runs
+without autograd. The backward walks the sequence once: at step ``t`` the attention's gradient
+is added into the bank rows it read, and since a step only reads states made at or before
+it, the bank row of ``h_t`` is complete when step ``t`` is reached. The weight gradients are a
+few large matmuls at the end.
 
 The maths is exactly :meth:`cores.rel_lstm.RelLSTM._step` (tests compare values and gradients
 with the reference loop in float64). Double backward is not supported.
@@ -86,13 +88,14 @@ class _FusedRelLSTM(torch.autograd.Function):
         received = xp.new_zeros(B, row0 + T)
         received[:, 1 + rho : row0] = buf_sc0
         counts, full, buf_bias = _buffer_schedule(buf_n0, starts, T, spec)
-        # relevant set: bank rows and final scores, -inf marking an empty slot, so that the
-        # first minimum is the first free slot if any, else the lowest score (as screening)
         # row indices into the bank flattened to [B (row0 + T), 2H]: row r of batch row b is
         # b (row0 + T) + r
         offsets = torch.arange(B, device=dev).unsqueeze(1) * (row0 + T)  # [B, 1]
+        leave_rows = offsets + (row0 - lag)  # + t: the row of h_{t-lag}
+        # relevant set: bank rows and final scores, -inf marking an empty slot, so that the
+        # first minimum is the first free slot if any, else the lowest score (the rule of
+        # screening_update, which the tests compare against through the reference loop)
         r_idx = torch.arange(1, 1 + rho, device=dev) + offsets
-        leave_rows = offsets + (row0 - spec.lag)  # + t: the row of h_{t-lag}
         r_sc = rel_sc0.masked_fill(~relevant_mask(rel_n0, rho), float("-inf"))
         # bank rows of the attended buffer at each step: [T, nu]
         windows = torch.arange(T, device=dev).unsqueeze(1) + torch.arange(nu, device=dev)
