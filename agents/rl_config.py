@@ -202,6 +202,13 @@ class TrainConfig:
     max_skipped_updates: int = 10
     """Stop the run (exit code 3) when this many consecutive updates had every minibatch
     skipped for a non-finite loss or gradient, i.e. the run has diverged (0: never stop)."""
+    init_from: str | None = None
+    """Start from another run's policy weights (a run folder or a checkpoint file), e.g. a
+    curriculum: train on Passive Visual Match, then ``env.id=memcores/ActiveVisualMatch-v0
+    train.init_from=RUN``. Only the weights come over: the optimiser, step counter and
+    learning-rate schedule start fresh. The network (core, hidden size, encoder, mission) and
+    the env's observation and action spaces must match; the core's name may differ when its
+    parameters are the same. Ignored by ``--resume``, which restores its own checkpoint."""
 
     def validate(self) -> None:
         if self.seed < 0:

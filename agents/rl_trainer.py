@@ -35,7 +35,13 @@ import numpy as np
 import torch
 import yaml
 
-from agents.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from agents.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from agents.device import resolve_device
 from agents.divergence import DivergenceGuard
 from agents.files import write_text_atomic
@@ -129,6 +135,8 @@ def setup(config: RLConfig) -> Setup:
             policy = build_policy(config, n_actions, image_shape).to(device)
         except TypeError as err:  # a core rejecting an option value
             raise ValueError(f"core {config.core.name!r}: {err}") from err
+        if config.train.init_from:
+            load_initial_policy(policy, config.train.init_from, n_actions, image_shape)
         optimizer = make_optimizer(policy, config.agent)
     except BaseException:
         envs.close()
@@ -150,6 +158,44 @@ def check_bptt_window(config: RLConfig, horizon: int | None) -> None:
         f"Use agent.seq_len >= {horizon} (e.g. agent.seq_len = agent.n_steps, a multiple of "
         "it), or agent.bptt_check=false to train with the short window anyway"
     )
+
+
+def load_initial_policy(
+    policy: RecurrentActorCritic,
+    source: str,
+    n_actions: int,
+    image_shape: tuple[int, ...],
+) -> None:
+    """Load ``train.init_from`` (a run folder or a checkpoint file) into ``policy``.
+
+    :raises ValueError: the source is missing or not an RL checkpoint, its env had other
+        observation or action spaces, or its parameters do not fit this network (the message
+        names what differs).
+    """
+    context = f"train.init_from: {source}:"
+    try:
+        payload = load_rl_checkpoint(source)
+    except (CheckpointError, FileNotFoundError) as err:
+        raise ValueError(f"train.init_from: {err}") from err
+    saved_shape, saved_actions = tuple(payload["image_shape"]), int(payload["n_actions"])
+    if (saved_shape, saved_actions) != (tuple(image_shape), n_actions):
+        raise ValueError(
+            f"{context} trained on observations {saved_shape} with {saved_actions} actions, "
+            f"this env has {tuple(image_shape)} and {n_actions}"
+        )
+    weights = dict(payload["policy"])
+    for name in ("image.scale", "image.offsets"):  # constants, saved by early versions only
+        weights.pop(name, None)
+    try:
+        policy.load_state_dict(weights)
+    except RuntimeError as err:  # other parameter names or shapes
+        saved = payload["config"]
+        first_problem = str(err).splitlines()[1].strip().rstrip(".")  # line 0 is a header
+        raise ValueError(
+            f"{context} its network (core {saved['core'].get('name')!r}, hidden_size "
+            f"{saved['core'].get('hidden_size')}, image_encoder "
+            f"{saved['agent'].get('image_encoder')!r}) does not fit this one: {first_problem}"
+        ) from err
 
 
 # ---------------------------------------------------------------------------- checkpoints
@@ -192,8 +238,6 @@ def load_rl_checkpoint(run: str | Path, device: str | torch.device = "cpu") -> d
     path = find_checkpoint(run)
     payload = load_checkpoint(path, map_location=device)
     if payload.get("format") != CHECKPOINT_FORMAT:
-        from agents.checkpoint import CheckpointError
-
         raise CheckpointError(
             f"{path} is not a memcores RL checkpoint (format {payload.get('format')!r}, "
             f"expected {CHECKPOINT_FORMAT!r})"

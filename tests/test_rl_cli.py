@@ -11,8 +11,10 @@ from rl_helpers import TINY, tiny_config
 
 from agents.checkpoint import CheckpointError, save_checkpoint
 from agents.ppo import load_optimizer_state, make_optimizer
-from agents.rl_trainer import CHECKPOINT_NAME, train
+from agents.rl_config import RLConfig
+from agents.rl_trainer import CHECKPOINT_NAME, setup, train
 from experiments.cli import main
+from experiments.config import load_config
 
 
 def _train_cli(run_dir: Path, *overrides: str, resume: bool = False) -> int:
@@ -88,6 +90,65 @@ def test_resume_needs_a_checkpoint_and_refuses_to_overwrite(tmp_path, capsys):
     assert _train_cli(run, "train.total_steps=64") == 0
     assert _train_cli(run, "train.total_steps=64") == 2
     assert "--resume" in capsys.readouterr().err
+
+
+def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path, capsys):
+    source = tmp_path / "source"
+    assert _train_cli(source, "train.total_steps=128") == 0
+    saved = torch.load(source / CHECKPOINT_NAME, weights_only=True)["policy"]
+    # the network starts from the source's weights, not from its own seed's initialisation
+    for init_from, same in ((source, True), (None, False)):
+        overrides = [*TINY, "train.seed=5", f"train.init_from={init_from or 'null'}"]
+        s = setup(load_config(RLConfig, "experiments/configs/demo_rl.yaml", overrides))
+        s.envs.close()
+        now = s.policy.state_dict()
+        assert all(torch.equal(now[k], saved[k]) for k in saved) is same
+    fork = tmp_path / "fork"
+    assert _train_cli(fork, "train.total_steps=64", f"train.init_from={source}") == 0
+    forked = torch.load(fork / CHECKPOINT_NAME, weights_only=True)
+    assert forked["global_step"] == 64 and forked["updates"] == 1  # counters start fresh
+    # Adam starts fresh: one update of 2 epochs x 2 minibatches
+    assert {int(v["step"]) for v in forked["optimizer"]["state"].values()} == {4}
+    # a core with the same parameters may load them (lstm -> hdetach_lstm)
+    other = tmp_path / "hdetach"
+    args = ("train.total_steps=64", f"train.init_from={source}", "core.name=hdetach_lstm")
+    assert _train_cli(other, *args) == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("core.hidden_size=8", "does not fit this one: size mismatch for"),
+        ("env.id=MiniGrid-Empty-6x6-v0", None),  # same 7x7 view and actions: loads
+        ("agent.mission=mean", "'lstm', hidden_size 16"),  # a mission embedding more
+        ("agent.image_encoder=cnn", "does not fit this one"),
+    ],
+)
+def test_init_from_refuses_a_network_that_does_not_fit(tmp_path, capsys, override, message):
+    source = tmp_path / "source"
+    assert _train_cli(source, "train.total_steps=64") == 0
+    capsys.readouterr()
+    run = tmp_path / "run"
+    code = _train_cli(run, "train.total_steps=64", f"train.init_from={source}", override)
+    if message is None:
+        assert code == 0
+        return
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "train.init_from" in err and "Traceback" not in err
+    assert not run.exists()  # refused before anything was written
+
+
+def test_init_from_a_missing_or_corrupt_source_is_a_one_line_error(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train_cli(run, f"train.init_from={tmp_path / 'nope'}") == 2
+    assert "train.init_from: run folder or checkpoint not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert _train_cli(run, f"train.init_from={bad}") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.init_from" in err
+    assert not run.exists()
 
 
 @pytest.mark.parametrize(
