@@ -136,7 +136,7 @@ def setup(config: RLConfig) -> Setup:
         except TypeError as err:  # a core rejecting an option value
             raise ValueError(f"core {config.core.name!r}: {err}") from err
         if config.train.init_from:
-            load_initial_policy(policy, config.train.init_from, n_actions, image_shape)
+            load_initial_policy(policy, config.train.init_from, config, n_actions, image_shape)
         optimizer = make_optimizer(policy, config.agent)
     except BaseException:
         envs.close()
@@ -163,10 +163,14 @@ def check_bptt_window(config: RLConfig, horizon: int | None) -> None:
 def load_initial_policy(
     policy: RecurrentActorCritic,
     source: str,
+    config: RLConfig,
     n_actions: int,
     image_shape: tuple[int, ...],
 ) -> None:
     """Load ``train.init_from`` (a run folder or a checkpoint file) into ``policy``.
+
+    The reconstruction decoder (``agent.recon_*``) is loaded only when the source read the
+    same lags and target; otherwise it keeps its fresh initialisation.
 
     :raises ValueError: the source is missing or not an RL checkpoint, its env had other
         observation or action spaces, or its parameters do not fit this network (the message
@@ -186,10 +190,28 @@ def load_initial_policy(
     weights = dict(payload["policy"])
     for name in ("image.scale", "image.offsets"):  # constants, saved by early versions only
         weights.pop(name, None)
+    saved = payload["config"]
+    # The reconstruction decoder is an auxiliary head, indexed by lag position: it comes
+    # over only when it reads the same lags and target, and starts fresh otherwise.
+    had_decoder = float(saved["agent"].get("recon_coef") or 0) > 0
+    same_decoder = (
+        had_decoder
+        and policy.decoder is not None
+        and all(
+            saved["agent"].get(key) == getattr(config.agent, key)
+            for key in ("recon_lags", "recon_target")
+        )
+    )
+    if not same_decoder:
+        weights = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
     try:
-        policy.load_state_dict(weights)
+        missing, unexpected = policy.load_state_dict(weights, strict=False)
+        missing = [k for k in missing if same_decoder or not k.startswith("decoder.")]
+        if missing or unexpected:
+            problems = [f"Missing key(s): {', '.join(missing)}"] if missing else []
+            problems += [f"Unexpected key(s): {', '.join(unexpected)}"] if unexpected else []
+            raise RuntimeError("loading the policy\n" + "\n".join(problems))
     except RuntimeError as err:  # other parameter names or shapes
-        saved = payload["config"]
         first_problem = str(err).splitlines()[1].strip().rstrip(".")  # line 0 is a header
         raise ValueError(
             f"{context} its network (core {saved['core'].get('name')!r}, hidden_size "

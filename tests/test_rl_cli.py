@@ -115,6 +115,31 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path, capsys):
     assert _train_cli(other, *args) == 0
 
 
+def test_init_from_loads_the_reconstruction_decoder_only_when_it_reads_the_same_lags(tmp_path):
+    source = tmp_path / "source"
+    assert _train_cli(source, "agent.recon_coef=0.1", "agent.recon_lags=[0,1]") == 0
+    saved = torch.load(source / CHECKPOINT_NAME, weights_only=True)["policy"]
+
+    def start(*overrides: str) -> dict[str, torch.Tensor]:
+        config = [*TINY, "train.seed=5", f"train.init_from={source}", *overrides]
+        s = setup(load_config(RLConfig, "experiments/configs/demo_rl.yaml", config))
+        s.envs.close()
+        return s.policy.state_dict()
+
+    same = start("agent.recon_coef=0.1", "agent.recon_lags=[0,1]")
+    assert all(torch.equal(same[k], saved[k]) for k in saved)
+    more_lags = start("agent.recon_coef=0.1", "agent.recon_lags=[0,1,2]")
+    assert all(torch.equal(more_lags[k], saved[k]) for k in saved if not k.startswith("decoder."))
+    assert not torch.equal(more_lags["decoder.heads.0.weight"], saved["decoder.heads.0.weight"])
+    no_decoder = start("agent.recon_coef=0")
+    assert not any(k.startswith("decoder.") for k in no_decoder)
+    plain = tmp_path / "plain"
+    assert _train_cli(plain) == 0
+    fork = tmp_path / "fork"  # a decoder the source never had starts fresh
+    overrides = ("agent.recon_coef=0.1", f"train.init_from={plain}")
+    assert _train_cli(fork, *overrides) == 0
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
