@@ -452,3 +452,33 @@ def test_memory_horizon_sweep_expands_into_valid_trials_that_span_the_cue(tmp_pa
         assert rl.train.total_steps == 500_000 and rl.agent.recon_coef > 0
         env = make_env(rl.env.id, **rl.env.kwargs)
         assert env.unwrapped.memory_horizon <= rl.agent.seq_len
+
+
+def test_active_visual_match_config_fine_tunes_the_passive_configs_run(tmp_path) -> None:
+    """The two commands of active_visual_match.yaml's header: the Active run starts from the
+    Passive run's weights (decoder included: same lags and target) at a quarter of its
+    learning rate, and without the Passive run it stops with a one-line error."""
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import CHECKPOINT_NAME, setup
+    from experiments.cli import main
+    from experiments.config import load_config
+
+    small = ["env.n_envs=2", "core.hidden_size=16", "train.total_steps=256"]
+    small += ["train.progress=false", "train.device=cpu"]
+    passive = tmp_path / "passive"
+    config = "experiments/configs/passive_visual_match.yaml"
+    assert main(["train", config, *small, f"run.dir={passive}"]) == 0
+    active = "experiments/configs/active_visual_match.yaml"
+    # by default it reads the folder the Passive config writes (runs/<config stem>)
+    assert load_config(RLConfig, active, []).train.init_from == "runs/passive_visual_match"
+    missing = [f"train.init_from={tmp_path / 'none'}", f"run.dir={tmp_path / 'missing'}"]
+    assert main(["train", active, *small, *missing]) == 2
+    overrides = [*small, f"train.init_from={passive}"]
+    rl = load_config(RLConfig, active, overrides)
+    assert rl.agent.learning_rate == load_config(RLConfig, config, []).agent.learning_rate / 4
+    s = setup(rl)
+    s.envs.close()
+    saved = torch.load(passive / CHECKPOINT_NAME, weights_only=True)["policy"]
+    start = s.policy.state_dict()
+    assert set(saved) == set(start) and all(torch.equal(start[k], saved[k]) for k in saved)
+    assert main(["train", active, *overrides, f"run.dir={tmp_path / 'active'}"]) == 0
