@@ -130,6 +130,15 @@ class MemoryCore(nn.Module):
         )
 
 
+def autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (False for device types autocast does not
+    know, such as ``meta``, where ``torch.is_autocast_enabled`` raises)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:
+        return False
+
+
 def _expand_mask(mask: Tensor, like: Tensor) -> Tensor:
     """``mask [B]`` viewed so it broadcasts against ``like [B, ...]``."""
     return mask.to(device=like.device).view(-1, *([1] * (like.dim() - 1)))

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cores import gates
-from cores.base import State, check_sequence, reset_uniform_
+from cores.base import State, autocast_enabled, check_sequence, reset_uniform_
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
 
@@ -184,7 +184,7 @@ class GatedLSTM(BlockGatedCore):
         # the fused function writes into preallocated buffers, which autocast's dtype changes
         # would break; under autocast the reference loop runs instead
         fused_ok = self.impl == "fused" and self.power == 0.0
-        if fused_ok and not torch.is_autocast_enabled(x.device.type):
+        if fused_ok and not autocast_enabled(x.device.type):
             from cores._fused_lstm import fused_lstm
 
             return fused_lstm(self, x, state, keep, detach)

@@ -65,7 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cores.base import MemoryCore, State, check_sequence, steps_with_starts
+from cores.base import MemoryCore, State, autocast_enabled, check_sequence, steps_with_starts
 
 ON_FULL = ("drop", "error")
 
@@ -196,11 +196,6 @@ class _AttentiveLSTM(MemoryCore):
 
 SCREENS = ("rho", "exit")
 IMPLS = ("fused", "loop")
-
-
-def _autocast(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` (never for devices it does not know: meta)."""
-    return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
 
 
 class RelLSTM(_AttentiveLSTM):
@@ -357,7 +352,7 @@ class RelLSTM(_AttentiveLSTM):
         # would break; under autocast the reference loop runs instead
         # one step (acting) runs the loop: the fused function's setup costs more than it saves
         fused = self.impl == "fused" and x.shape[0] > 1
-        if fused and not _autocast(x.device.type):
+        if fused and not autocast_enabled(x.device.type):
             from cores._fused_rel_lstm import fused_rel_lstm
 
             return fused_rel_lstm(self, xp, carry, starts, frozenset(steps_with_starts(starts)))

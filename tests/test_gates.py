@@ -511,6 +511,14 @@ def test_fused_core_falls_back_to_the_loop_under_autocast() -> None:
     assert y.shape == (5, 2, 4) and torch.isfinite(core.weight_hh.grad).all()
 
 
+@pytest.mark.parametrize("name", ["lstm", "ur_lstm", "rel_lstm"])
+def test_fused_cores_run_on_the_meta_device(name: str) -> None:
+    """The memory bench measures graphs on ``meta``, where autocast's check raises."""
+    core = make_core(name, 3, 4).to("meta")
+    y, _ = core(torch.empty(5, 2, 3, device="meta"), core.initial_state(2, "meta"))
+    assert y.shape == (5, 2, 4) and y.device.type == "meta"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_fast_gate_slope_paths_agree(threads: int) -> None:
     # the fast gate's slope is computed per chunk of steps with ops ATen may split across
