@@ -187,9 +187,7 @@ def load_initial_policy(
             f"{context} trained on observations {saved_shape} with {saved_actions} actions, "
             f"this env has {tuple(image_shape)} and {n_actions}"
         )
-    weights = dict(payload["policy"])
-    for name in ("image.scale", "image.offsets"):  # constants, saved by early versions only
-        weights.pop(name, None)
+    weights = saved_policy_weights(payload)
     saved = payload["config"]
     # The reconstruction decoder is an auxiliary head, indexed by lag position: it comes
     # over only when it reads the same lags and target, and starts fresh otherwise.
@@ -267,16 +265,21 @@ def load_rl_checkpoint(run: str | Path, device: str | torch.device = "cpu") -> d
     return payload
 
 
+def saved_policy_weights(payload: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A checkpoint's policy weights, without the constants early versions also saved."""
+    weights = dict(payload["policy"])
+    for name in ("image.scale", "image.offsets"):
+        weights.pop(name, None)
+    return weights
+
+
 def policy_from_checkpoint(
     payload: dict[str, Any], device: str | torch.device = "cpu"
 ) -> tuple[RecurrentActorCritic, RLConfig]:
     """Rebuild the trained policy (eval mode) and its config from a loaded checkpoint."""
     config = config_from_dict(payload["config"])
     policy = build_policy(config, int(payload["n_actions"]), tuple(payload["image_shape"]))
-    weights = dict(payload["policy"])
-    for name in ("image.scale", "image.offsets"):  # constants, saved by early versions only
-        weights.pop(name, None)
-    policy.load_state_dict(weights)
+    policy.load_state_dict(saved_policy_weights(payload))
     return policy.to(device).eval(), config
 
 
