@@ -202,20 +202,24 @@ def load_initial_policy(
     )
     if not same_decoder:
         weights = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
+    network = (
+        f"core {saved['core'].get('name')!r}, hidden_size {saved['core'].get('hidden_size')}, "
+        f"image_encoder {saved['agent'].get('image_encoder')!r}"
+    )
     try:
         missing, unexpected = policy.load_state_dict(weights, strict=False)
+    except RuntimeError as err:  # parameters of other shapes; line 0 of the message is a header
+        problem = str(err).splitlines()[1].strip().rstrip(".")
+    else:
         missing = [k for k in missing if same_decoder or not k.startswith("decoder.")]
-        if missing or unexpected:
-            problems = [f"Missing key(s): {', '.join(missing)}"] if missing else []
-            problems += [f"Unexpected key(s): {', '.join(unexpected)}"] if unexpected else []
-            raise RuntimeError("loading the policy\n" + "\n".join(problems))
-    except RuntimeError as err:  # other parameter names or shapes
-        first_problem = str(err).splitlines()[1].strip().rstrip(".")  # line 0 is a header
-        raise ValueError(
-            f"{context} its network (core {saved['core'].get('name')!r}, hidden_size "
-            f"{saved['core'].get('hidden_size')}, image_encoder "
-            f"{saved['agent'].get('image_encoder')!r}) does not fit this one: {first_problem}"
-        ) from err
+        if not missing and not unexpected:
+            return
+        problem = "; ".join(
+            f"{kind} key(s) in state_dict: {', '.join(keys)}"
+            for kind, keys in (("Missing", missing), ("Unexpected", unexpected))
+            if keys
+        )
+    raise ValueError(f"{context} its network ({network}) does not fit this one: {problem}")
 
 
 # ---------------------------------------------------------------------------- checkpoints
