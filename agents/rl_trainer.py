@@ -280,10 +280,16 @@ def saved_policy_weights(payload: dict[str, Any]) -> dict[str, torch.Tensor]:
 def policy_from_checkpoint(
     payload: dict[str, Any], device: str | torch.device = "cpu"
 ) -> tuple[RecurrentActorCritic, RLConfig]:
-    """Rebuild the trained policy (eval mode) and its config from a loaded checkpoint."""
+    """Rebuild the trained policy (eval mode) and its config from a loaded checkpoint.
+
+    A record's ``policy.pt`` keeps no reconstruction decoder (it only trains the core), so the
+    rebuilt policy has none either when the weights lack it."""
     config = config_from_dict(payload["config"])
     policy = build_policy(config, int(payload["n_actions"]), tuple(payload["image_shape"]))
-    policy.load_state_dict(saved_policy_weights(payload))
+    weights = saved_policy_weights(payload)
+    if not any(name.startswith("decoder.") for name in weights):
+        policy.decoder = None
+    policy.load_state_dict(weights)
     return policy.to(device).eval(), config
 
 

@@ -9,7 +9,8 @@ A *record* is the small text summary of one finished run, committed under
                    {metric: value, "episodes": n}}, "created"}
     config.yaml   the full resolved config
     curve.csv     the learning curve at coarse resolution (<= 300 rows, ``step`` first)
-    policy.pt     optional: the final policy, only when it stays under 1 MB
+    policy.pt     optional: the final policy (no reconstruction decoder), only when it stays
+                  under 1 MB
 
 A *run folder* is what ``memcores train`` / ``memcores supervised`` write (``config.yaml``,
 ``progress.csv``, events, checkpoints). :func:`find_runs` reads both kinds into the same
@@ -345,13 +346,15 @@ def write_record(
 
 
 def _write_policy(checkpoint: Path, dest: Path) -> str | None:
-    """The checkpoint without optimiser and RNG state, if under the size limit."""
+    """What acting needs from the checkpoint, if under the size limit: no optimiser or RNG
+    state, and no reconstruction decoder (a training-only head, often most of the weights)."""
     import torch
 
     if not checkpoint.is_file():
         return None
     payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
     slim = {k: v for k, v in payload.items() if k not in ("optimizer", "rng")}
+    slim["policy"] = {k: v for k, v in payload["policy"].items() if not k.startswith("decoder.")}
     buffer = io.BytesIO()
     torch.save(slim, buffer)
     if buffer.tell() >= MAX_POLICY_BYTES:

@@ -106,6 +106,32 @@ def test_rl_record_round_trip(rl_run, tmp_path):
     ]
 
 
+def test_record_policy_drops_the_reconstruction_decoder(tmp_path, capsys):
+    """The decoder only trains the core: the record's policy.pt leaves it out, and acts exactly
+    as the full checkpoint does."""
+    import torch
+
+    run = tmp_path / "run"
+    config = tiny_config(
+        "train.total_steps=64",
+        "run.tensorboard=false",
+        "agent.recon_coef=0.1",
+        "agent.recon_lags=[0,2]",
+    )
+    rl_trainer.train(config, run)
+    full = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["policy"]
+    assert any(name.startswith("decoder.") for name in full)
+    out = tmp_path / "results" / "exp" / "recon"
+    record = json.loads(write_record(run, out, policy=True).read_text())
+    slim = torch.load(out / record["policy"], weights_only=True)["policy"]
+    assert set(slim) == {name for name in full if not name.startswith("decoder.")}
+    results = []
+    for source in (run, out / "policy.pt"):
+        assert main(["evaluate", str(source), "--episodes", "3", "--json"]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    assert results[0] == results[1]
+
+
 def test_supervised_record_takes_results_json(sup_run, tmp_path):
     run, rows = sup_run
     out = tmp_path / "copy" / "lstm"
