@@ -6,7 +6,8 @@ A *record* is the small text summary of one finished run, committed under
     record.json   {"format": "memcores-record/1", "kind": "rl" | "supervised", "experiment",
                    "trial", "command", "frames" | "updates", "wall_seconds", "hardware", "seed",
                    "core", "env" | "task", "final": {metric: value}, "eval": {env_or_split:
-                   {metric: value, "episodes": n}}, "created"}
+                   {metric: value, "episodes": n}}, "created"}; an RL evaluation's metrics
+                  are "return" and "success" (means over its episodes)
     config.yaml   the full resolved config
     curve.csv     the learning curve at coarse resolution (<= 300 rows, ``step`` first)
     policy.pt     optional: the final policy (no reconstruction decoder), only when it stays
