@@ -16,11 +16,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.commands.transfer import TRANSFER_KEYS, resolve_pair_overrides
 from experiments.config import ConfigError, build, parse_override, read_yaml_mapping, set_dotted
 from experiments.records import has_record, write_record
 
-# Top-level keys of a transfer sweep config that are arguments of the suite, not RL config keys.
-TRANSFER_KEYS = ("suite", "episodes", "argmax")
 DONE = "memcores_done"
 """Reported (= 1) with a trial's last result: it ran its whole budget."""
 
@@ -68,8 +67,11 @@ class Trial:
         return shlex.join(words + (["--argmax"] if t["argmax"] else []))
 
 
-def trial_config(trial: Trial, run_dir: str | Path | None = None, env_id: str = "") -> Any:
+def trial_config(
+    trial: Trial, run_dir: str | Path | None = None, env_id: str = "", pair: Sequence[str] = ()
+) -> Any:
     """The trial's full config object (``RLConfig`` or ``SupervisedConfig``), validated.
+    A transfer trial's pair: its ``run_dir``, train ``env_id`` and ``pair`` overrides.
 
     :raises ConfigError: a wrong key or value; the message names the trial.
     """
@@ -79,6 +81,7 @@ def trial_config(trial: Trial, run_dir: str | Path | None = None, env_id: str = 
     raw = {k: v for k, v in read_yaml_mapping(trial.config).items() if k not in TRANSFER_KEYS}
     extra = [f"run.dir={run_dir}"] if run_dir else []
     extra += [f"env.id={env_id}"] if env_id else []
+    extra += list(pair)
     for item in [*trial.overrides, *extra]:
         set_dotted(raw, *parse_override(item))
     schema = SupervisedConfig if trial.command == "supervised" else RLConfig
@@ -113,6 +116,9 @@ def validate_trials(trials: Sequence[Trial]) -> None:
             raise ConfigError(
                 f"trial {trial.name}: unknown suite {suite!r}; valid: {', '.join(SUITES)}"
             )
+        if suite is not None:
+            for train_id, pair in _pair_overrides(trial).items():
+                trial_config(trial, Path(trial.run_dir), train_id, pair)
 
 
 # --------------------------------------------------------------------------- one trial
@@ -121,10 +127,10 @@ def record_dirs(trial: Trial) -> list[Path]:
     if trial.command != "transfer":
         return [Path(trial.record_dir)]
     from envs.suites import SUITES
-    from experiments.commands.transfer import short_name
+    from experiments.commands.transfer import pair_record_names
 
     pairs = SUITES[trial.transfer["suite"]].pairs
-    return [Path(trial.record_dir) / short_name(train_id) for train_id, _ in pairs]
+    return [Path(trial.record_dir) / name for name in pair_record_names(pairs)]
 
 
 def trial_done(trial: Trial) -> bool:
@@ -185,6 +191,18 @@ def _reporter(report: Report, latest: dict, ckpt: Path, run_dir: Path) -> Callab
     return on_log
 
 
+def _pair_overrides(trial: Trial) -> dict[str, list[str]]:
+    """The transfer trial's ``pair_overrides``, per train env (ConfigError if malformed)."""
+    from envs.suites import SUITES
+
+    suite = trial.transfer["suite"]
+    spec = trial.transfer.get("pair_overrides")
+    try:
+        return resolve_pair_overrides(spec, suite, SUITES[suite].pairs, Path(trial.run_dir))
+    except ValueError as err:
+        raise ConfigError(f"trial {trial.name}: {err}") from None
+
+
 def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str) -> dict:
     """Each env pair of the suite: train (resuming), evaluate on both envs, record."""
     from agents.evaluation import evaluate_run
@@ -193,9 +211,10 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
     from experiments.commands.transfer import short_name, table_row, write_table_csv
 
     t, rows = trial.transfer, []
+    per_pair, records = _pair_overrides(trial), record_dirs(trial)
     for i, (train_id, test_id) in enumerate(SUITES[t["suite"]].pairs):
         run_dir = Path(trial.run_dir) / short_name(train_id)
-        config = trial_config(trial, run_dir, train_id)
+        config = trial_config(trial, run_dir, train_id, per_pair[train_id])
         config.run.overwrite = True
         ckpt = run_dir / CHECKPOINT_NAME
         on_log = _reporter(report, latest, ckpt, Path(trial.run_dir))
@@ -222,7 +241,7 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
         )
         write_record(
             run_dir,
-            Path(trial.record_dir) / run_dir.name,
+            records[i],
             eval_results=evals,
             command=command_line or trial.cli(),
             policy=True,

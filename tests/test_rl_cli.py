@@ -280,6 +280,86 @@ def test_transfer_writes_table(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def _two_pair_suite(monkeypatch) -> None:
+    import envs.suites
+
+    suite = type(envs.suites.SUITES["doorkey"])
+    pairs = (
+        ("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),
+        ("MiniGrid-Empty-6x6-v0", "MiniGrid-Empty-8x8-v0"),
+    )
+    monkeypatch.setitem(envs.suites.SUITES, "two-test", suite(pairs=pairs, description="t"))
+
+
+def _transfer_yaml(path: Path, **transfer) -> Path:
+    import yaml
+
+    from experiments.config import parse_override, set_dotted
+
+    raw: dict = {"suite": "two-test", **transfer}
+    for item in [*TINY, "train.total_steps=64"]:
+        set_dotted(raw, *parse_override(item))
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_transfer_pair_overrides_chain_a_curriculum(tmp_path, monkeypatch):
+    """A transfer config (a transfer sweep's, with suite/episodes at the top) runs as is;
+    ``pair_overrides`` sets keys for one pair, and ``@ENV`` starts it from an earlier pair."""
+    import yaml
+
+    import agents.rl_trainer
+
+    _two_pair_suite(monkeypatch)
+    loaded = []
+    real = agents.rl_trainer.load_initial_policy
+    monkeypatch.setattr(
+        agents.rl_trainer,
+        "load_initial_policy",
+        lambda policy, source, *rest: loaded.append(source) or real(policy, source, *rest),
+    )
+    overrides = {
+        "MiniGrid-Empty-6x6-v0": {
+            "train.init_from": "@MiniGrid-Empty-5x5-v0",
+            "agent.learning_rate": 0.0005,
+        }
+    }
+    config = _transfer_yaml(tmp_path / "t.yaml", episodes=3, pair_overrides=overrides)
+    out = tmp_path / "transfer"
+    assert main(["transfer", "two-test", "--config", str(config), "--out", str(out)]) == 0
+    assert loaded == [str(out / "Empty-5x5")]  # the second pair only, from the first's run
+    first = yaml.safe_load((out / "Empty-5x5" / "config.yaml").read_text())
+    second = yaml.safe_load((out / "Empty-6x6" / "config.yaml").read_text())
+    assert first["train"]["init_from"] is None
+    assert first["agent"]["learning_rate"] == RLConfig().agent.learning_rate
+    assert second["train"]["init_from"] == str(out / "Empty-5x5")
+    assert second["agent"]["learning_rate"] == 0.0005
+    rows = (out / "table.csv").read_text().splitlines()
+    assert len(rows) == 3 and all(row.split(",")[9] == "3" for row in rows[1:])  # episodes
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"MiniGrid-Nope-v0": {"agent.learning_rate": 0.1}}, "not a train env of suite"),
+        (
+            {"MiniGrid-Empty-5x5-v0": {"train.init_from": "@MiniGrid-Empty-6x6-v0"}},
+            "valid: none (it is the first pair)",
+        ),
+        ({"MiniGrid-Empty-6x6-v0": {"agent.nope": 1}}, "agent.nope"),
+        (["agent.learning_rate=0.1"], "must map a train env id"),
+    ],
+)
+def test_transfer_pair_overrides_errors(tmp_path, monkeypatch, capsys, overrides, message):
+    _two_pair_suite(monkeypatch)
+    config = _transfer_yaml(tmp_path / "t.yaml", pair_overrides=overrides)
+    out = tmp_path / "never"
+    assert main(["transfer", "two-test", "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_overwrite_starts_over(tmp_path):
     run = tmp_path / "run"
     assert _train_cli(run, "train.total_steps=128") == 0

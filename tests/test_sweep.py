@@ -144,6 +144,75 @@ def test_transfer_sweep_validates_suite_and_keys(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_transfer_sweep_pair_overrides(tmp_path):
+    """A pair override reaches that pair's config only; ``@ENV`` resolves inside the trial."""
+    from experiments.trials import _pair_overrides, trial_config
+
+    active, passive = "memcores/ActiveVisualMatch-v0", "memcores/PassiveVisualMatch-v0"
+    spec = {active: {"train.init_from": f"@{passive}", "agent.learning_rate": 0.0002}}
+    raw = {"suite": "memory-match-delay", "pair_overrides": spec, "core": {"name": "lstm"}}
+    config = tmp_path / "t.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    _, trials = make_trials(config, parse_grid(["train.seed=0,1"]), tmp_path / "s")
+    validate_trials(trials)
+    trial = trials[1]
+    assert trial.transfer["pair_overrides"] == spec
+    per_pair = _pair_overrides(trial)
+    first = trial_config(trial, tmp_path, passive, per_pair[passive])
+    second = trial_config(trial, tmp_path, active, per_pair[active])
+    assert first.train.init_from is None and second.agent.learning_rate == 0.0002
+    assert second.train.init_from == str(Path(trial.run_dir) / "PassiveVisualMatch")
+    # a wrong pair key or value is caught before anything runs, naming the trial
+    raw["pair_overrides"] = {active: {"agent.learning_rate": "fast"}}
+    config.write_text(yaml.safe_dump(raw))
+    _, trials = make_trials(config, [], tmp_path / "s")
+    with pytest.raises(ConfigError, match="agent.learning_rate"):
+        validate_trials(trials)
+    raw["pair_overrides"] = {"MiniGrid-MemoryS7-v0": {"agent.learning_rate": 0.1}}
+    config.write_text(yaml.safe_dump(raw))
+    _, trials = make_trials(config, [], tmp_path / "s")
+    with pytest.raises(ConfigError, match="not a train env of suite memory-match-delay"):
+        validate_trials(trials)
+    assert not (tmp_path / "s").exists()
+
+
+def test_transfer_trial_records_each_pair_and_trains_each_env_once(tmp_path, monkeypatch):
+    """A suite that tests one train env on two envs trains it once and writes one record per
+    pair; the curriculum pair starts from the earlier pair's run of the same trial."""
+    from rl_helpers import TINY
+
+    import envs.suites
+    from experiments.config import parse_override, set_dotted
+    from experiments.trials import record_dirs, run_trial, trial_done
+
+    e5, e6, e8 = (f"MiniGrid-Empty-{n}x{n}-v0" for n in (5, 6, 8))
+    suite = type(envs.suites.SUITES["doorkey"])("t", ((e5, e6), (e6, e8), (e5, e8)))
+    monkeypatch.setitem(envs.suites.SUITES, "three-test", suite)
+    raw: dict = {"suite": "three-test", "episodes": 2}
+    raw["pair_overrides"] = {e6: {"train.init_from": f"@{e5}"}}
+    for item in [*TINY, "train.total_steps=64"]:
+        set_dotted(raw, *parse_override(item))
+    config = tmp_path / "t.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    _, (trial,) = make_trials(config, [], tmp_path / "s", results_dir=tmp_path / "results")
+    validate_trials([trial])
+    names = [d.name for d in record_dirs(trial)]
+    assert names == ["Empty-5x5-to-Empty-6x6", "Empty-6x6", "Empty-5x5-to-Empty-8x8"]
+    run_trial(trial, lambda metrics, checkpoint: None)
+    assert trial_done(trial)
+    records = [json.loads((d / "record.json").read_text()) for d in record_dirs(trial)]
+    assert [r["test_env"] for r in records] == [e6, e8, e8]
+    assert [sorted(r["eval"]) for r in records] == [[e5, e6], [e6, e8], [e5, e8]]
+    assert all(r["frames"] == 64 and r["policy"] == "policy.pt" for r in records)
+    assert records[0]["eval"][e5] == records[2]["eval"][e5]  # one run, evaluated alike
+    assert sorted(p.name for p in (tmp_path / "s" / trial.name).iterdir() if p.is_dir()) == [
+        "Empty-5x5",
+        "Empty-6x6",
+    ]
+    second = yaml.safe_load((tmp_path / "s" / trial.name / "Empty-6x6" / "config.yaml").read_text())
+    assert second["train"]["init_from"] == str(tmp_path.resolve() / "s" / trial.name / "Empty-5x5")
+
+
 def test_make_trials_validates_before_writing(tmp_path):
     out = tmp_path / "never"
     with pytest.raises(SweepError, match="unknown trial command"):

@@ -6,23 +6,33 @@ both envs, and write ``table.md`` and ``table.csv`` with the mean train/test ret
 success rates into the output folder (updated after every pair). Every pair's config is
 validated before anything is trained or written. Re-running with the same ``--out`` resumes
 unfinished pairs and re-evaluates finished ones.
+
+The config may be a transfer sweep's (``suite``, ``episodes``, ``argmax`` and
+``pair_overrides`` at its top level): ``episodes`` and ``argmax`` are the defaults of the flags,
+``pair_overrides`` (:func:`resolve_pair_overrides`) sets keys for single pairs, and the suite
+named on the command line wins over the config's.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.argtypes import positive_int
+from experiments.config import build, parse_override, read_yaml_mapping, set_dotted
 
 if TYPE_CHECKING:
     from agents.evaluation import EvalResult
     from agents.rl_config import RLConfig
 
 DEFAULT_CONFIG = "experiments/configs/transfer.yaml"
+TRANSFER_KEYS = ("suite", "episodes", "argmax", "pair_overrides")
+"""Top-level keys of a transfer config that are arguments of the suite, not RL config keys."""
 
 FIELDS = [
     "train_env",
@@ -46,9 +56,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", default=DEFAULT_CONFIG, help=f"base RL config (default {DEFAULT_CONFIG})"
     )
     parser.add_argument(
-        "--episodes", type=positive_int, default=100, help="evaluation episodes per env"
+        "--episodes",
+        type=positive_int,
+        default=None,
+        help="evaluation episodes per env (default: the config's `episodes`, else 100)",
     )
-    parser.add_argument("--argmax", action="store_true", help="greedy actions in evaluation")
+    parser.add_argument(
+        "--argmax",
+        action="store_true",
+        default=None,
+        help="greedy actions in evaluation (default: the config's `argmax`, else sampled)",
+    )
     parser.add_argument(
         "--out", default=None, help="output folder (default runs/transfer_<suite>_<core>)"
     )
@@ -59,6 +77,76 @@ def short_name(env_id: str) -> str:
     name = env_id.split("/")[-1]
     name = re.sub(r"^(MiniGrid|BabyAI)-", "", name)
     return re.sub(r"-v\d+$", "", name)
+
+
+def pair_record_names(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The record folder of each pair: its train env's short name, or ``TRAIN-to-TEST`` where
+    the suite tests one train env on several envs (one trained run, one record per test)."""
+    trains = [train_id for train_id, _ in pairs]
+    return [
+        short_name(train_id)
+        if trains.count(train_id) == 1
+        else f"{short_name(train_id)}-to-{short_name(test_id)}"
+        for train_id, test_id in pairs
+    ]
+
+
+def resolve_pair_overrides(
+    spec: object, suite: str, pairs: Sequence[tuple[str, str]], out: Path
+) -> dict[str, list[str]]:
+    """A transfer config's ``pair_overrides`` as ``key=value`` overrides per train env id.
+
+    ``spec`` maps a train env id of the suite to ``{dotted.key: value}``, applied to that pair
+    only, on top of the config and the command-line overrides. ``train.init_from: "@ENV_ID"``
+    starts the pair from the policy trained on an earlier pair's train env ``ENV_ID`` in the
+    same output folder ``out``: a curriculum, as the Active visual-match task needs one (it is
+    learnt from the Passive policy, docs/memory_match.md section 6).
+
+    :raises ValueError: ``spec`` is not such a mapping, names an env that is not a train env of
+        the suite, or ``@`` names one that is not trained earlier (the message lists the valid
+        choices).
+    """
+    order = [train_id for train_id, _ in pairs]
+    resolved: dict[str, list[str]] = {train_id: [] for train_id in order}
+    if spec is None:
+        return resolved
+    if not isinstance(spec, dict):
+        raise ValueError("pair_overrides must map a train env id to {dotted.key: value}")
+    for env_id, keys in spec.items():
+        if env_id not in resolved:
+            raise ValueError(
+                f"pair_overrides: {env_id!r} is not a train env of suite {suite}; "
+                f"valid: {', '.join(order)}"
+            )
+        if not isinstance(keys, dict):
+            raise ValueError(f"pair_overrides.{env_id} must map dotted keys to values")
+        for key, value in keys.items():
+            if key == "train.init_from" and isinstance(value, str) and value.startswith("@"):
+                earlier = order[: order.index(env_id)]
+                if value[1:] not in earlier:
+                    choices = ", ".join("@" + e for e in earlier) or "none (it is the first pair)"
+                    raise ValueError(
+                        f"pair_overrides.{env_id}: train.init_from {value!r} must name the "
+                        f"train env of an earlier pair; valid: {choices}"
+                    )
+                value = str(out / short_name(value[1:]))
+            text = value if isinstance(value, str) else json.dumps(value)
+            resolved[env_id].append(f"{key}={text}")
+    return resolved
+
+
+def suite_config(path: str | Path, overrides: Sequence[str]) -> tuple[RLConfig, dict]:
+    """The RL config of a transfer config file plus ``overrides``, and its transfer keys.
+
+    :raises ConfigError: a wrong key or value, or a missing or malformed file.
+    """
+    from agents.rl_config import RLConfig
+
+    raw = read_yaml_mapping(path)
+    transfer = {k: raw.pop(k) for k in TRANSFER_KEYS if k in raw}
+    for item in overrides:
+        set_dotted(raw, *parse_override(item))
+    return build(RLConfig, raw, prefix=""), transfer
 
 
 def table_row(
@@ -121,7 +209,6 @@ def markdown_table(rows: list[dict], core: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from agents.evaluation import evaluate_run
-    from agents.rl_config import RLConfig
     from agents.rl_trainer import (
         CHECKPOINT_NAME,
         load_rl_checkpoint,
@@ -130,22 +217,38 @@ def run(args: argparse.Namespace) -> int:
         train,
     )
     from envs.suites import SUITES
-    from experiments.config import load_config
 
     if args.suite not in SUITES:
         raise ValueError(f"unknown suite {args.suite!r}; valid suites: {', '.join(SUITES)}")
     pairs = list(SUITES[args.suite].pairs)
-    base = load_config(RLConfig, args.config, args.overrides)
+    base, transfer = suite_config(args.config, args.overrides)
+    episodes = args.episodes or int(transfer.get("episodes", 100))
+    argmax = bool(args.argmax if args.argmax is not None else transfer.get("argmax", False))
     out = Path(args.out or f"runs/transfer_{args.suite}_{base.core.name}")
+    per_pair = resolve_pair_overrides(transfer.get("pair_overrides"), args.suite, pairs, out)
 
-    # Validate every pair (config, env ids, core) before training or writing anything.
-    plans = []
+    # Validate every pair (config, env ids, core) before training or writing anything. A pair
+    # that starts from an earlier pair's policy is checked against that pair's spaces here,
+    # since the policy it loads does not exist yet.
+    plans, spaces = [], {}
     for train_id, test_id in pairs:
         run_dir = out / short_name(train_id)
-        config = load_config(
-            RLConfig, args.config, [*args.overrides, f"env.id={train_id}", f"run.dir={run_dir}"]
-        )
-        setup(config).envs.close()
+        own = [f"env.id={train_id}", f"run.dir={run_dir}", *per_pair[train_id]]
+        config, _ = suite_config(args.config, [*args.overrides, *own])
+        source = config.train.init_from
+        from_pair = next((e for e in spaces if source == str(out / short_name(e))), None)
+        if from_pair is not None:
+            config.train.init_from = None
+        built = setup(config)
+        built.envs.close()
+        spaces[train_id] = (tuple(built.image_shape), built.n_actions)
+        if from_pair is not None:
+            if spaces[from_pair] != spaces[train_id]:
+                raise ValueError(
+                    f"pair_overrides.{train_id}: train.init_from @{from_pair}: that env has "
+                    f"observations and actions {spaces[from_pair]}, this one {spaces[train_id]}"
+                )
+            config.train.init_from = source
         make_vector_env(test_id, 1, 0).close()
         plans.append((train_id, test_id, config, run_dir))
 
@@ -156,11 +259,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"== transfer: training {config.core.name} on {train_id} -> {run_dir}")
         train(config, run_dir, resume=(run_dir / CHECKPOINT_NAME).is_file())
         frames = load_rl_checkpoint(run_dir)["global_step"]
-        on_train = evaluate_run(run_dir, train_id, args.episodes, args.argmax)
-        on_test = evaluate_run(run_dir, test_id, args.episodes, args.argmax)
+        on_train = evaluate_run(run_dir, train_id, episodes, argmax)
+        on_test = evaluate_run(run_dir, test_id, episodes, argmax)
         print(f"   {on_train.summary()}\n   {on_test.summary()}")
         rows.append(
-            table_row(train_id, test_id, config, frames, on_train, on_test, args.episodes, run_dir)
+            table_row(train_id, test_id, config, frames, on_train, on_test, episodes, run_dir)
         )
         write_table_csv(out / "table.csv", rows)
         (out / "table.md").write_text(markdown_table(rows, base.core.name))
