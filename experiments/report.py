@@ -399,7 +399,8 @@ def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInf
         path = trial.path / RECORD_FILE
         if trial.status != "ok" or not path.is_file():
             continue
-        record = read_record(trial.path).record
+        run = read_record(trial.path)
+        record = run.record
         evals, train_env, test_env = (
             record.get("eval", {}),
             record.get("env"),
@@ -407,6 +408,7 @@ def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInf
         )
         if train_env in evals and test_env in evals:
             row = {"train_env": train_env, "test_env": test_env, "core": record.get("core")}
+            row["run"] = str(run.get("run.dir") or trial.path)  # the run its pairs share
             row["train_return"] = str(evals[train_env].get("return"))
             row["test_return"] = str(evals[test_env].get("return"))
             yield trial, path, [row]
@@ -424,6 +426,9 @@ def transfer_table(
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     envs: dict[str, list[str]] = {"train": [], "test": []}
     cores: list[str] = list(core_order)
+    # A run tested on two envs is one train return: a trial's CSV trains each env once, and
+    # the records of its pairs name their shared run.
+    seen: set[tuple[str, str, str]] = set()
     for trial, _path, rows in [*result_tables(trials), *record_transfer_rows(trials)]:
         if not set(TRANSFER_COLUMNS) <= set(rows[0]):
             continue
@@ -436,7 +441,9 @@ def transfer_table(
                 if env not in envs[block]:
                     envs[block].append(env)
                 value = _number(row[f"{block}_return"])
-                if value is not None:
+                key = (row.get("run") or str(trial.path), block, env)
+                if value is not None and key not in seen:
+                    seen.add(key)
                     cells.setdefault((block, env), {}).setdefault(core, []).append(value)
     if not cells:
         return None

@@ -482,3 +482,38 @@ def test_active_visual_match_config_fine_tunes_the_passive_configs_run(tmp_path)
     start = s.policy.state_dict()
     assert set(saved) == set(start) and all(torch.equal(start[k], saved[k]) for k in saved)
     assert main(["train", active, *overrides, f"run.dir={tmp_path / 'active'}"]) == 0
+
+
+def test_memory_match_sweep_trains_both_tasks_with_the_recipes_that_learn_them(tmp_path):
+    """sweep_memory_match.yaml with its documented grid: transfer trials on the memory-match
+    suite whose Passive pair is passive_visual_match.yaml and whose Active pair is
+    active_visual_match.yaml starting from the same trial's Passive run."""
+    from pathlib import Path
+
+    from agents.rl_config import RLConfig
+    from experiments.config import load_config
+    from experiments.sweep import make_trials
+    from experiments.trials import _pair_overrides, record_dirs, trial_config, validate_trials
+    from tests.rl_helpers import documented_grid
+
+    config = "experiments/configs/sweep_memory_match.yaml"
+    grid = documented_grid(config)
+    command, trials = make_trials(config, grid, tmp_path / "sweep", results_dir=tmp_path / "res")
+    assert command == "transfer" and len(trials) == 5
+    validate_trials(trials)
+    trial = trials[-1]
+    assert trial.transfer["suite"] == "memory-match" and trial.transfer["episodes"] == 200
+    assert len(record_dirs(trial)) == 4
+    per_pair = _pair_overrides(trial)
+    passive_id, active_id = "memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0"
+    passive = trial_config(trial, tmp_path / "p", passive_id, per_pair[passive_id])
+    active = trial_config(trial, tmp_path / "a", active_id, per_pair[active_id])
+    for pair, recipe in (
+        (passive, "experiments/configs/passive_visual_match.yaml"),
+        (active, "experiments/configs/active_visual_match.yaml"),
+    ):
+        want = load_config(RLConfig, recipe, [])
+        assert pair.agent == want.agent
+        assert pair.train.total_steps == want.train.total_steps
+    assert passive.train.init_from is None
+    assert active.train.init_from == str(Path(trial.run_dir) / "PassiveVisualMatch")

@@ -211,6 +211,13 @@ def test_transfer_trial_records_each_pair_and_trains_each_env_once(tmp_path, mon
     ]
     second = yaml.safe_load((tmp_path / "s" / trial.name / "Empty-6x6" / "config.yaml").read_text())
     assert second["train"]["init_from"] == str(tmp_path.resolve() / "s" / trial.name / "Empty-5x5")
+    # the report's transfer table counts the twice-tested run once among the train returns
+    for source in (tmp_path / "results",):
+        out = tmp_path / f"report_{source.name}.md"
+        assert main(["report", str(source), "--out", str(out), "--no-plots"]) == 0
+        table = out.read_text().split("## Train/test return")[1]
+        train_row = next(r for r in table.splitlines() if r.startswith("| Empty-5x5 |"))
+        assert "±" not in train_row and "| Empty-8x8 |" in table
 
 
 def test_make_trials_validates_before_writing(tmp_path):
