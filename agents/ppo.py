@@ -60,25 +60,30 @@ def make_optimizer(policy: nn.Module, agent: AgentConfig) -> torch.optim.Optimiz
     kind = agent.optimizer
     if kind == "auto":
         kind = "adam" if agent.algo == "ppo" else "rmsprop"
-    # foreach: one multi-tensor kernel per step instead of a Python loop over the parameters
-    # (torch only picks it by itself on CUDA); it cut the optimiser step ~3x on a CPU.
+    # Adam: the fused kernel (one pass over each tensor, CPU and CUDA) is 1.4-4.6x torch's
+    # multi-tensor step on the MemoryS7 policy on a CPU; RMSprop has no fused kernel, and its
+    # multi-tensor step (torch only picks it by itself on CUDA) beats the per-tensor loop.
     if kind == "adam":
-        return torch.optim.Adam(policy.parameters(), lr=agent.learning_rate, eps=1e-5, foreach=True)
+        return torch.optim.Adam(policy.parameters(), lr=agent.learning_rate, eps=1e-5, fused=True)
     return torch.optim.RMSprop(
         policy.parameters(), lr=agent.learning_rate, alpha=0.99, eps=1e-5, foreach=True
     )
 
 
+_KERNEL_OPTIONS = ("foreach", "fused")
+
+
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Resume ``optimizer`` from a checkpoint, keeping the kernel choice it was built with.
 
-    ``load_state_dict`` restores every saved group option, ``foreach`` included, so a
-    checkpoint written before the optimiser used the multi-tensor step would turn it off.
+    ``load_state_dict`` restores every saved group option, ``foreach`` and ``fused``
+    included, so a checkpoint written by an optimiser with another kernel would switch this
+    one back to it.
     """
-    foreach = [group.get("foreach") for group in optimizer.param_groups]
+    kernels = [{k: group.get(k) for k in _KERNEL_OPTIONS} for group in optimizer.param_groups]
     optimizer.load_state_dict(state)
-    for group, choice in zip(optimizer.param_groups, foreach, strict=True):
-        group["foreach"] = choice
+    for group, choice in zip(optimizer.param_groups, kernels, strict=True):
+        group.update(choice)
 
 
 def ppo_loss(
