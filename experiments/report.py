@@ -98,9 +98,16 @@ def settings_tree(overrides: Sequence[str]) -> dict[str, Any]:
     return tree
 
 
+def run_key(item: TrialInfo | RunInfo) -> str:
+    """The training run ``item`` comes from. The records of a transfer trial's pairs that share
+    a train env (one run tested on two envs) name the same run folder, so they count once."""
+    return str(item.get("run.dir") or item.path)
+
+
 def load_runs(trials: Sequence[TrialInfo]) -> list[RunInfo]:
-    """Every run folder and record of the finished trials (hidden folders skipped)."""
-    runs = []
+    """Every run folder and record of the finished trials, one per training run (hidden
+    folders skipped)."""
+    runs: dict[str, RunInfo] = {}
     for trial in trials:
         if trial.status != "ok":
             continue
@@ -108,8 +115,10 @@ def load_runs(trials: Sequence[TrialInfo]) -> list[RunInfo]:
             found = find_runs([trial.path])
         except FileNotFoundError:  # a trial that logged nothing
             continue
-        runs += [RunInfo(r.path, trial, r.config, r) for r in found]
-    return runs
+        for r in found:
+            run = RunInfo(r.path, trial, r.config, r)
+            runs.setdefault(run_key(run), run)
+    return list(runs.values())
 
 
 def load_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
@@ -367,7 +376,8 @@ def csv_tables(
     return out
 
 
-TRANSFER_COLUMNS = ("train_env", "test_env", "train_return", "test_return")
+TRANSFER_QUANTITIES = ("return", "success")
+"""What a transfer table can show per env pair: the columns ``train_<q>`` and ``test_<q>``."""
 
 
 def short_env(env_id: str) -> str:
@@ -409,8 +419,9 @@ def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInf
         if train_env in evals and test_env in evals:
             row = {"train_env": train_env, "test_env": test_env, "core": record.get("core")}
             row["run"] = str(run.get("run.dir") or trial.path)  # the run its pairs share
-            row["train_return"] = str(evals[train_env].get("return"))
-            row["test_return"] = str(evals[test_env].get("return"))
+            for quantity in TRANSFER_QUANTITIES:
+                row[f"train_{quantity}"] = str(evals[train_env].get(quantity))
+                row[f"test_{quantity}"] = str(evals[test_env].get(quantity))
             yield trial, path, [row]
 
 
@@ -418,11 +429,14 @@ def transfer_table(
     trials: Sequence[TrialInfo],
     reference: dict[str, Any] | None = None,
     core_order: Sequence[str] = (),
+    quantity: str = "return",
 ) -> str | None:
     """The thesis's Table 7 layout: a Train block and a Test block of env rows, one column per
-    core (mean ± std of the return over seeds), the reference's numbers in a column beside
-    each core it has. Built from trial CSVs with train_env/test_env/train_return/test_return.
+    core (mean ± std over seeds of ``quantity``, one of :data:`TRANSFER_QUANTITIES`), the
+    reference's numbers in a column beside each core it has. Built from trial CSVs and records
+    with train_env/test_env/train_<quantity>/test_<quantity>; None where none has them.
     """
+    columns_needed = {"train_env", "test_env", f"train_{quantity}", f"test_{quantity}"}
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     envs: dict[str, list[str]] = {"train": [], "test": []}
     cores: list[str] = list(core_order)
@@ -430,7 +444,7 @@ def transfer_table(
     # the records of its pairs name their shared run.
     seen: set[tuple[str, str, str]] = set()
     for trial, _path, rows in [*result_tables(trials), *record_transfer_rows(trials)]:
-        if not set(TRANSFER_COLUMNS) <= set(rows[0]):
+        if not columns_needed <= set(rows[0]):
             continue
         for row in rows:
             core = str(trial.get("core.name") or row.get("core") or "-")
@@ -440,7 +454,7 @@ def transfer_table(
                 env = short_env(row[f"{block}_env"])
                 if env not in envs[block]:
                     envs[block].append(env)
-                value = _number(row[f"{block}_return"])
+                value = _number(row[f"{block}_{quantity}"])
                 key = (row.get("run") or str(trial.path), block, env)
                 if value is not None and key not in seen:
                     seen.add(key)
@@ -540,7 +554,7 @@ def header_lines(title: str, meta: dict[str, Any], trials: Sequence[TrialInfo]) 
             lines.append(f"- overrides for every trial: `{' '.join(meta['overrides'])}`")
         if "backend" in meta:
             lines.append(f"- backend: {meta['backend']}")
-    seconds = [t.seconds for t in trials if t.seconds is not None]
+    seconds = list({run_key(t): t.seconds for t in trials if t.seconds is not None}.values())
     budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
     not_ok = len(trials) - len(ok)
     lines += [f"- trials: {len(trials)} ({len(ok)} ok, {not_ok} not ok){budget}", ""]
@@ -614,12 +628,16 @@ def build_report(
                 lines += [f"![{metric}]({png.name})", ""]
 
     core_order = [str(c) for c in meta.get("grid", {}).get("core.name", [])]
-    table7 = transfer_table(trials, ref, core_order)
-    if table7:
-        title7 = "Train/test return per env pair (mean ± std over seeds)"
-        if ref:
-            title7 += f"; {ref.get('label', 'ref')}: {ref.get('title', reference)}"
-        lines += [f"## {title7}", "", table7, ""]
+    for quantity in TRANSFER_QUANTITIES:
+        # Published transfer tables (the thesis's Table 7) give returns only.
+        quantity_ref = ref if quantity == "return" else None
+        table7 = transfer_table(trials, quantity_ref, core_order, quantity)
+        if table7:
+            title7 = f"Train/test {quantity} per env pair (mean ± std over seeds)"
+            if quantity_ref:
+                label = quantity_ref.get("label", "ref")
+                title7 += f"; {label}: {quantity_ref.get('title', reference)}"
+            lines += [f"## {title7}", "", table7, ""]
     trial_keys = row_keys(trials, grid_keys)
     for name, table in csv_tables(trials, trial_keys, meta.get("grid")).items():
         lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]

@@ -192,29 +192,42 @@ def test_report_from_committed_records_alone(tmp_path):
         run.mkdir(parents=True)
         config = {"env": {"id": "MiniGrid-MemoryS7-v0"}, "core": {"name": core}}
         config["train"] = {"seed": seed}
+        config["run"] = {"dir": str(run)}  # as the trainer writes it
         (run / "config.yaml").write_text(yaml.safe_dump(config))
         logger = RunLogger(run, tensorboard=False)
         for step in (100, 200):
             logger.record("rollout/ep_rew_mean", step / 400 + seed / 10)
             logger.dump(step)
         logger.close()
-        evals = {
-            "MiniGrid-MemoryS7-v0": {"return": 0.5 + seed / 10, "episodes": 5},
-            "MiniGrid-MemoryS13-v0": {"return": 0.25, "episodes": 5},
-        }
-        extra = {"test_env": "MiniGrid-MemoryS13-v0"}
-        write_record(
-            run, results / f"name={core},seed={seed}" / "MemoryS7", eval_results=evals, extra=extra
-        )
+        # one run tested on two envs: two pair records that name the same run folder
+        train = {"return": 0.5 + seed / 10, "success": 0.9, "episodes": 5}
+        for test_env, success in (("MemoryS13", 0.2 + seed / 10), ("MemoryS9", 0.7)):
+            test_id = f"MiniGrid-{test_env}-v0"
+            evals = {
+                "MiniGrid-MemoryS7-v0": train,
+                test_id: {"return": 0.25, "success": success, "episodes": 5},
+            }
+            write_record(
+                run,
+                results / f"name={core},seed={seed}" / f"MemoryS7-to-{test_env}",
+                eval_results=evals,
+                wall_seconds=60.0,
+                extra={"test_env": test_id},
+            )
     out = tmp_path / "report.md"
     text = build_report(results, out, plots=False)
-    assert "- trials: 3 (3 ok, 0 not ok)" in text
+    # each run's minute counts once, not once per pair record
+    assert "- trials: 6 (6 ok, 0 not ok), 3.0 trial-minutes in total" in text
     assert "curve.csv" not in text  # a record's learning curve is not a result table
     rows = {r[1]: r for r in table_rows(text, "rollout/ep_rew_mean")}
-    assert rows["lstm"][2:4] == ["2", mean_std([0.5, 0.6])]
+    assert rows["lstm"][2:4] == ["2", mean_std([0.5, 0.6])]  # two runs, not four records
     t7 = table_rows(text, "Train/test return per env pair (mean ± std over seeds)")
     assert t7[1] == ["MemoryS7", mean_std([0.5, 0.6]), "0.5"]
     assert t7[3] == ["MemoryS13", "0.25 ± 0", "0.25"]
+    success = table_rows(text, "Train/test success per env pair (mean ± std over seeds)")
+    assert success[1] == ["MemoryS7", "0.9 ± 0", "0.9"]
+    assert success[3] == ["MemoryS13", mean_std([0.2, 0.3]), "0.2"]
+    assert success[4] == ["MemoryS9", "0.7 ± 0", "0.7"]
 
 
 def test_records_of_a_sweep_over_a_delay_give_a_core_by_delay_table_and_figure(tmp_path):
