@@ -418,7 +418,7 @@ def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInf
         )
         if train_env in evals and test_env in evals:
             row = {"train_env": train_env, "test_env": test_env, "core": record.get("core")}
-            row["run"] = str(run.get("run.dir") or trial.path)  # the run its pairs share
+            row["run"] = run_key(trial)  # the run its pairs share
             for quantity in TRANSFER_QUANTITIES:
                 row[f"train_{quantity}"] = str(evals[train_env].get(quantity))
                 row[f"test_{quantity}"] = str(evals[test_env].get(quantity))
