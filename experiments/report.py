@@ -556,8 +556,13 @@ def header_lines(title: str, meta: dict[str, Any], trials: Sequence[TrialInfo]) 
             lines.append(f"- backend: {meta['backend']}")
     seconds = list({run_key(t): t.seconds for t in trials if t.seconds is not None}.values())
     budget = f", {sum(seconds) / 60:.1f} trial-minutes in total" if seconds else ""
-    not_ok = len(trials) - len(ok)
-    lines += [f"- trials: {len(trials)} ({len(ok)} ok, {not_ok} not ok){budget}", ""]
+    # A transfer run tested on several envs leaves one record per test env: count runs.
+    runs, ok_runs = {run_key(t) for t in trials}, {run_key(t) for t in ok}
+    label, records = "trials", ""
+    if len(trials) != len(runs):
+        label, records = "training runs", f", {len(trials)} records"
+    not_ok = len(runs) - len(ok_runs)
+    lines += [f"- {label}: {len(runs)} ({len(ok_runs)} ok, {not_ok} not ok){records}{budget}", ""]
     lines += [
         "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
         "value of each run; `steps` is the step of the last logged value.",

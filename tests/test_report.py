@@ -216,8 +216,8 @@ def test_report_from_committed_records_alone(tmp_path):
             )
     out = tmp_path / "report.md"
     text = build_report(results, out, plots=False)
-    # each run's minute counts once, not once per pair record
-    assert "- trials: 6 (6 ok, 0 not ok), 3.0 trial-minutes in total" in text
+    # each run and its minute count once, not once per pair record
+    assert "- training runs: 3 (3 ok, 0 not ok), 6 records, 3.0 trial-minutes in total" in text
     assert "curve.csv" not in text  # a record's learning curve is not a result table
     rows = {r[1]: r for r in table_rows(text, "rollout/ep_rew_mean")}
     assert rows["lstm"][2:4] == ["2", mean_std([0.5, 0.6])]  # two runs, not four records
