@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.episodes import RunningEpisodes
 from agents.policy import (
     RecurrentActorCritic,
     obs_to_tensors,
@@ -145,20 +146,17 @@ def evaluate_policy(
     envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs)
     try:
         check_observations(policy, envs, env_id)
-        running_return = np.zeros(envs.num_envs)
-        running_length = np.zeros(envs.num_envs, dtype=np.int64)
+        running = RunningEpisodes(envs.num_envs)
         result = EvalResult(env_id, [], [], [])
         for reward, done, counted, success in play_episodes(
             policy, envs, episodes, argmax, seed, device
         ):
-            running_return += reward
-            running_length += 1
-            for i in np.flatnonzero(counted):
-                result.returns.append(float(running_return[i]))
-                result.lengths.append(int(running_length[i]))
-                result.successes.append(bool(success[i]))
-            running_return[done] = 0.0
-            running_length[done] = 0
+            finished = running.step(reward, done)
+            for i, ret, length in zip(*finished, strict=True):
+                if counted[i]:
+                    result.returns.append(float(ret))
+                    result.lengths.append(int(length))
+                    result.successes.append(bool(success[i]))
         return result
     finally:
         envs.close()

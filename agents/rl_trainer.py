@@ -24,7 +24,6 @@ import copy
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from agents.checkpoint import (
 )
 from agents.device import resolve_device
 from agents.divergence import DivergenceGuard
+from agents.episodes import EpisodeStats
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
 from agents.policy import (
@@ -294,49 +294,6 @@ def policy_from_checkpoint(
 
 
 # ---------------------------------------------------------------------------- rollouts
-class EpisodeStats:
-    """Running episode returns/lengths per env and the last 100 finished episodes (as SB3)."""
-
-    def __init__(self, n_envs: int, window: int = 100) -> None:
-        self.returns: deque[float] = deque(maxlen=window)
-        self.lengths: deque[float] = deque(maxlen=window)
-        self.successes: deque[float] = deque(maxlen=window)
-        self._return = np.zeros(n_envs)
-        self._length = np.zeros(n_envs, dtype=np.int64)
-
-    def step(
-        self,
-        reward: np.ndarray,
-        done: np.ndarray,
-        success: np.ndarray,
-        rows: slice = slice(None),
-    ) -> None:
-        """Account one step of the envs ``rows`` (``reward``/``done``/``success`` are ``[R]``;
-        ``success`` says whether an episode that ended on this step succeeded)."""
-        ret, length = self._return[rows], self._length[rows]  # views
-        ret += reward
-        length += 1
-        if done.any():
-            for i in np.flatnonzero(done):
-                self.returns.append(float(ret[i]))
-                self.lengths.append(float(length[i]))
-                self.successes.append(float(success[i]))
-            ret[done] = 0.0
-            length[done] = 0
-
-    @property
-    def mean_return(self) -> float:
-        return float(np.mean(self.returns)) if self.returns else math.nan
-
-    @property
-    def mean_length(self) -> float:
-        return float(np.mean(self.lengths)) if self.lengths else math.nan
-
-    @property
-    def success_rate(self) -> float:
-        return float(np.mean(self.successes)) if self.successes else math.nan
-
-
 @dataclass
 class RolloutCarry:
     """What one rollout hands to the next: the current observation, starts and core state."""

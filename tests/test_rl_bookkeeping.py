@@ -178,3 +178,20 @@ def test_nonfinite_loss_skips_update():
     buffer.returns[:] = float("nan")
     stats = update(s.policy, s.optimizer, buffer, s.config.agent)
     assert stats.n_minibatches == 0 and stats.skipped_updates > 0
+
+
+def test_episode_stats_sum_each_episode_of_each_env_row_block():
+    """Two row blocks of one 4-env batch (as with overlapped halves): each env's return and
+    length run on between its own ends, and the window keeps the last episodes only."""
+    stats = EpisodeStats(4, window=3)
+    no = np.zeros(2, dtype=bool)
+    stats.step(np.array([1.0, 2.0]), no, no, rows=slice(0, 2))
+    stats.step(np.array([0.5, 0.0]), np.array([False, True]), np.array([False, True]), slice(2, 4))
+    stats.step(np.array([1.0, 1.0]), np.array([True, False]), no, rows=slice(0, 2))
+    assert list(stats.returns) == [0.0, 2.0]  # env 3 after one step, then env 0 after two
+    assert list(stats.lengths) == [1.0, 2.0]
+    assert list(stats.successes) == [1.0, 0.0]
+    stats.step(np.ones(4), np.ones(4, dtype=bool), np.zeros(4, dtype=bool))
+    # env 0 restarted at 0; the window keeps envs 1-3's ends (lengths 3, 2, 1)
+    assert list(stats.returns) == [4.0, 1.5, 1.0]
+    assert stats.mean_length == pytest.approx(2.0)
