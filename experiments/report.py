@@ -33,6 +33,7 @@ from experiments.records import (
     read_record,
 )
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
+from experiments.transfer_plot import TransferPoint, plot_transfer
 
 # Metrics reported when none are asked for, in this order, if some trial logged them.
 DEFAULT_METRICS = (
@@ -425,6 +426,35 @@ def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInf
             yield trial, path, [row]
 
 
+def transfer_rows(
+    trials: Sequence[TrialInfo], quantity: str = "return"
+) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """``(core, run, row)`` for every train/test row of the trials' result CSVs and records
+    that has ``quantity`` (``run`` names the training run the row evaluates)."""
+    columns_needed = {"train_env", "test_env", f"train_{quantity}", f"test_{quantity}"}
+    for trial, _path, rows in [*result_tables(trials), *record_transfer_rows(trials)]:
+        if not columns_needed <= set(rows[0]):
+            continue
+        for row in rows:
+            core = str(trial.get("core.name") or row.get("core") or "-")
+            yield core, row.get("run") or str(trial.path), row
+
+
+def transfer_points(trials: Sequence[TrialInfo], quantity: str = "return") -> list[TransferPoint]:
+    """Each core's train and test ``quantity`` per (train env, test env) pair, one value per
+    run, for the transfer figure (:func:`experiments.transfer_plot.plot_transfer`)."""
+    points: dict[tuple[str, str, str], TransferPoint] = {}
+    for core, _run, row in transfer_rows(trials, quantity):
+        train, test = _number(row[f"train_{quantity}"]), _number(row[f"test_{quantity}"])
+        if train is None or test is None:
+            continue
+        pair = (short_env(row["train_env"]), short_env(row["test_env"]))
+        point = points.setdefault((core, *pair), TransferPoint(core, *pair))
+        point.train.append(train)
+        point.test.append(test)
+    return list(points.values())
+
+
 def transfer_table(
     trials: Sequence[TrialInfo],
     reference: dict[str, Any] | None = None,
@@ -436,29 +466,24 @@ def transfer_table(
     reference's numbers in a column beside each core it has. Built from trial CSVs and records
     with train_env/test_env/train_<quantity>/test_<quantity>; None where none has them.
     """
-    columns_needed = {"train_env", "test_env", f"train_{quantity}", f"test_{quantity}"}
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     envs: dict[str, list[str]] = {"train": [], "test": []}
     cores: list[str] = list(core_order)
     # A run tested on two envs is one train return: a trial's CSV trains each env once, and
     # the records of its pairs name their shared run.
     seen: set[tuple[str, str, str]] = set()
-    for trial, _path, rows in [*result_tables(trials), *record_transfer_rows(trials)]:
-        if not columns_needed <= set(rows[0]):
-            continue
-        for row in rows:
-            core = str(trial.get("core.name") or row.get("core") or "-")
-            if core not in cores:
-                cores.append(core)
-            for block in ("train", "test"):
-                env = short_env(row[f"{block}_env"])
-                if env not in envs[block]:
-                    envs[block].append(env)
-                value = _number(row[f"{block}_{quantity}"])
-                key = (row.get("run") or str(trial.path), block, env)
-                if value is not None and key not in seen:
-                    seen.add(key)
-                    cells.setdefault((block, env), {}).setdefault(core, []).append(value)
+    for core, run, row in transfer_rows(trials, quantity):
+        if core not in cores:
+            cores.append(core)
+        for block in ("train", "test"):
+            env = short_env(row[f"{block}_env"])
+            if env not in envs[block]:
+                envs[block].append(env)
+            value = _number(row[f"{block}_{quantity}"])
+            key = (run, block, env)
+            if value is not None and key not in seen:
+                seen.add(key)
+                cells.setdefault((block, env), {}).setdefault(core, []).append(value)
     if not cells:
         return None
     ours = [c for c in cores if any(c in v for v in cells.values())]
@@ -643,6 +668,11 @@ def build_report(
                 label = quantity_ref.get("label", "ref")
                 title7 += f"; {label}: {quantity_ref.get('title', reference)}"
             lines += [f"## {title7}", "", table7, ""]
+            if plots:
+                png = out.parent / f"{out.stem}_train_vs_test_{quantity}.png"
+                points = transfer_points(trials, quantity)
+                plot_transfer(points, png, quantity, quantity_ref, core_order)
+                lines += [f"![train vs test {quantity}]({png.name})", ""]
     trial_keys = row_keys(trials, grid_keys)
     for name, table in csv_tables(trials, trial_keys, meta.get("grid")).items():
         lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]

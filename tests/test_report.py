@@ -229,6 +229,19 @@ def test_report_from_committed_records_alone(tmp_path):
     assert success[3] == ["MemoryS13", mean_std([0.2, 0.3]), "0.2"]
     assert success[4] == ["MemoryS9", "0.7 ± 0", "0.7"]
 
+    # the transfer figure's points: one train/test value per run and pair, seeds apart
+    from experiments.report import load_trials, transfer_points
+
+    points = {(p.core, p.test_env): p for p in transfer_points(load_trials(results), "success")}
+    assert set(points) == {(c, t) for c in ("lstm", "ur_lstm") for t in ("MemoryS13", "MemoryS9")}
+    assert points["lstm", "MemoryS13"].train == [0.9, 0.9]
+    assert sorted(points["lstm", "MemoryS13"].test) == pytest.approx([0.2, 0.3])
+    text = build_report(results, out, plots=True)
+    for quantity in ("return", "success"):
+        png = tmp_path / f"report_train_vs_test_{quantity}.png"
+        assert png.stat().st_size > 0
+        assert f"![train vs test {quantity}]({png.name})" in text
+
 
 def test_records_of_a_sweep_over_a_delay_give_a_core_by_delay_table_and_figure(tmp_path):
     """A results folder keeps no sweep.json: the grid comes from the sweep command its
@@ -304,3 +317,17 @@ def test_plot_against_a_config_key_and_its_error(tmp_path, capsys):
     assert png.is_file() and "lstm (n=2): 5: 0.9, 40: 0.3" in capsys.readouterr().out
     assert main([*args, "--against", "core.name", "--out", str(tmp_path / "x.png")]) == 2
     assert "numeric 'core.name'" in capsys.readouterr().err
+
+
+def test_transfer_figure_places_reference_points_and_refuses_an_empty_plot(tmp_path):
+    from experiments.transfer_plot import TransferPoint, plot_transfer, reference_point
+
+    ref = {"train": {"DoorKey-5x5": {"lstm": 0.94}}, "test": {"DoorKey-16x16": {"lstm": 0.09}}}
+    assert reference_point(ref, "lstm", "DoorKey-5x5", "DoorKey-16x16") == (0.94, 0.09)
+    assert reference_point(ref, "rel_lstm", "DoorKey-5x5", "DoorKey-16x16") is None
+    assert reference_point(None, "lstm", "DoorKey-5x5", "DoorKey-16x16") is None
+    point = TransferPoint("lstm", "DoorKey-5x5", "DoorKey-16x16", [0.9, 0.95], [0.1, 0.3])
+    png = plot_transfer([point], tmp_path / "t.png", "return", ref)
+    assert png.stat().st_size > 0
+    with pytest.raises(ValueError, match="no train/test pairs"):
+        plot_transfer([], tmp_path / "empty.png")
