@@ -168,7 +168,13 @@ def test_transfer_sweep_pair_overrides(tmp_path):
     _, trials = make_trials(config, [], tmp_path / "s")
     with pytest.raises(ConfigError, match="agent.learning_rate"):
         validate_trials(trials)
+    # an entry for another suite's row is left out; one for no suite's row is an error
     raw["pair_overrides"] = {"MiniGrid-MemoryS7-v0": {"agent.learning_rate": 0.1}}
+    config.write_text(yaml.safe_dump(raw))
+    _, trials = make_trials(config, [], tmp_path / "s")
+    validate_trials(trials)
+    assert _pair_overrides(trials[0]) == {passive: [], active: []}
+    raw["pair_overrides"] = {"MiniGrid-Empty-5x5-v0": {"agent.learning_rate": 0.1}}
     config.write_text(yaml.safe_dump(raw))
     _, trials = make_trials(config, [], tmp_path / "s")
     with pytest.raises(ConfigError, match="not a train env of suite memory-match-delay"):

@@ -97,7 +97,9 @@ def resolve_pair_overrides(
     """A transfer config's ``pair_overrides`` as ``key=value`` overrides per train env id.
 
     ``spec`` maps a train env id of the suite to ``{dotted.key: value}``, applied to that pair
-    only, on top of the config and the command-line overrides. ``train.init_from: "@ENV_ID"``
+    only, on top of the config and the command-line overrides. Entries for the train env of
+    another registered suite are left out, so one config can serve each row of a suite on its
+    own (a sweep over ``suite``). ``train.init_from: "@ENV_ID"``
     starts the pair from the policy trained on an earlier pair's train env ``ENV_ID`` in the
     same output folder ``out``: a curriculum, as the Active visual-match task needs one (it is
     learnt from the Passive policy, docs/memory_match.md section 6).
@@ -106,17 +108,22 @@ def resolve_pair_overrides(
         the suite, or ``@`` names one that is not trained earlier (the message lists the valid
         choices).
     """
+    from envs.suites import SUITES
+
     order = [train_id for train_id, _ in pairs]
     resolved: dict[str, list[str]] = {train_id: [] for train_id in order}
     if spec is None:
         return resolved
     if not isinstance(spec, dict):
         raise ValueError("pair_overrides must map a train env id to {dotted.key: value}")
+    elsewhere = {train_id for s in SUITES.values() for train_id, _ in s.pairs}
     for env_id, keys in spec.items():
+        if env_id not in resolved and env_id in elsewhere:
+            continue  # a row of another suite that this config also serves
         if env_id not in resolved:
             raise ValueError(
-                f"pair_overrides: {env_id!r} is not a train env of suite {suite}; "
-                f"valid: {', '.join(order)}"
+                f"pair_overrides: {env_id!r} is not a train env of suite {suite} or of any "
+                f"other suite; valid here: {', '.join(order)}"
             )
         if not isinstance(keys, dict):
             raise ValueError(f"pair_overrides.{env_id} must map dotted keys to values")
