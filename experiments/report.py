@@ -460,11 +460,15 @@ def transfer_table(
     reference: dict[str, Any] | None = None,
     core_order: Sequence[str] = (),
     quantity: str = "return",
+    env_order: dict[str, Sequence[str]] | None = None,
 ) -> str | None:
     """The thesis's Table 7 layout: a Train block and a Test block of env rows, one column per
     core (mean ± std over seeds of ``quantity``, one of :data:`TRANSFER_QUANTITIES`), the
     reference's numbers in a column beside each core it has. Built from trial CSVs and records
     with train_env/test_env/train_<quantity>/test_<quantity>; None where none has them.
+
+    :param env_order: ``{"train": [...], "test": [...]}`` row order (a published table's);
+        envs it does not name follow in the order they were found.
     """
     cells: dict[tuple[str, str], dict[str, list[float]]] = {}
     envs: dict[str, list[str]] = {"train": [], "test": []}
@@ -486,6 +490,9 @@ def transfer_table(
                 cells.setdefault((block, env), {}).setdefault(core, []).append(value)
     if not cells:
         return None
+    for block, names in (env_order or {}).items():
+        rank = {name: i for i, name in enumerate(names)}
+        envs[block].sort(key=lambda env: rank.get(env, len(rank)))
     ours = [c for c in cores if any(c in v for v in cells.values())]
     ref = reference or {}
     ref_cores: list[str] = []
@@ -658,10 +665,11 @@ def build_report(
                 lines += [f"![{metric}]({png.name})", ""]
 
     core_order = [str(c) for c in meta.get("grid", {}).get("core.name", [])]
+    env_order = {block: list((ref or {}).get(block) or {}) for block in ("train", "test")}
     for quantity in TRANSFER_QUANTITIES:
         # Published transfer tables (the thesis's Table 7) give returns only.
         quantity_ref = ref if quantity == "return" else None
-        table7 = transfer_table(trials, quantity_ref, core_order, quantity)
+        table7 = transfer_table(trials, quantity_ref, core_order, quantity, env_order)
         if table7:
             title7 = f"Train/test {quantity} per env pair (mean ± std over seeds)"
             if quantity_ref:
@@ -670,7 +678,11 @@ def build_report(
             lines += [f"## {title7}", "", table7, ""]
             if plots:
                 png = out.parent / f"{out.stem}_train_vs_test_{quantity}.png"
-                points = transfer_points(trials, quantity)
+                rank = {env: i for i, env in enumerate(env_order["train"])}
+                points = sorted(
+                    transfer_points(trials, quantity),
+                    key=lambda p: rank.get(p.train_env, len(rank)),
+                )
                 plot_transfer(points, png, quantity, quantity_ref, core_order)
                 lines += [f"![train vs test {quantity}]({png.name})", ""]
     trial_keys = row_keys(trials, grid_keys)

@@ -229,8 +229,16 @@ def test_report_from_committed_records_alone(tmp_path):
     assert success[3] == ["MemoryS13", mean_std([0.2, 0.3]), "0.2"]
     assert success[4] == ["MemoryS9", "0.7 ± 0", "0.7"]
 
+    # rows follow a given order (a published table's), then the order found
+    from experiments.report import load_trials, transfer_points, transfer_table
+
+    ordered = transfer_table(load_trials(results), None, (), "success", {"test": ["MemoryS9"]})
+    assert [line.split("|")[1].strip() for line in ordered.splitlines()[5:7]] == [
+        "MemoryS9",
+        "MemoryS13",
+    ]
+
     # the transfer figure's points: one train/test value per run and pair, seeds apart
-    from experiments.report import load_trials, transfer_points
 
     points = {(p.core, p.test_env): p for p in transfer_points(load_trials(results), "success")}
     assert set(points) == {(c, t) for c in ("lstm", "ur_lstm") for t in ("MemoryS13", "MemoryS9")}
