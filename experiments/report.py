@@ -262,7 +262,13 @@ def row_keys(items: Sequence[TrialInfo | RunInfo], grid_keys: Sequence[str]) -> 
     keys = [k for k in LABEL_KEYS if any(t.get(k) is not None for t in items)][:1]
     keys.append("core.name")
     seeds = seed_keys(grid_keys)
-    keys += [k for k in grid_keys if k not in keys and k not in seeds]
+    # A swept key no item's config holds (a transfer trial's `suite`, which its records keep
+    # as env ids) would only add a column of dashes.
+    keys += [
+        k
+        for k in grid_keys
+        if k not in keys and k not in seeds and any(t.get(k) is not None for t in items)
+    ]
     return keys
 
 
