@@ -24,6 +24,13 @@ class Finished(NamedTuple):
     lengths: np.ndarray
 
 
+NONE_FINISHED = Finished(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+"""What :meth:`RunningEpisodes.step` returns for a step that ended no episode (shared, so
+read-only)."""
+for _empty in NONE_FINISHED:
+    _empty.setflags(write=False)
+
+
 class RunningEpisodes:
     """The return and length so far of the episode each of ``n_envs`` envs is playing."""
 
@@ -37,6 +44,8 @@ class RunningEpisodes:
         ret, length = self.returns[rows], self.lengths[rows]  # views
         ret += reward
         length += 1
+        if not done.any():  # most steps end no episode: skip the indexing (rollout hot path)
+            return NONE_FINISHED
         ended = np.flatnonzero(done)
         finished = Finished(ended, ret[ended].copy(), length[ended].copy())
         ret[ended] = 0.0
@@ -64,6 +73,8 @@ class EpisodeStats:
         """Account one step of the envs ``rows`` (``reward``/``done``/``success`` are ``[R]``;
         ``success`` says whether an episode that ended on this step succeeded)."""
         finished = self._running.step(reward, done, rows)
+        if not finished.envs.size:
+            return
         self.returns.extend(finished.returns.tolist())
         self.lengths.extend(finished.lengths.astype(float).tolist())
         self.successes.extend(np.asarray(success, dtype=float)[finished.envs].tolist())
