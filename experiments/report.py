@@ -15,7 +15,7 @@ import math
 import re
 import shlex
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -461,6 +461,13 @@ def transfer_points(trials: Sequence[TrialInfo], quantity: str = "return") -> li
     return list(points.values())
 
 
+def order_rank(order: Sequence[str]) -> Callable[[str], int]:
+    """A sort key that puts names in ``order`` first, in that order, and the rest after them
+    (a stable sort keeps theirs)."""
+    rank = {name: i for i, name in enumerate(order)}
+    return lambda name: rank.get(name, len(rank))
+
+
 def transfer_table(
     trials: Sequence[TrialInfo],
     reference: dict[str, Any] | None = None,
@@ -497,8 +504,7 @@ def transfer_table(
     if not cells:
         return None
     for block, names in (env_order or {}).items():
-        rank = {name: i for i, name in enumerate(names)}
-        envs[block].sort(key=lambda env: rank.get(env, len(rank)))
+        envs[block].sort(key=order_rank(names))
     ours = [c for c in cores if any(c in v for v in cells.values())]
     ref = reference or {}
     ref_cores: list[str] = []
@@ -684,11 +690,8 @@ def build_report(
             lines += [f"## {title7}", "", table7, ""]
             if plots:
                 png = out.parent / f"{out.stem}_train_vs_test_{quantity}.png"
-                rank = {env: i for i, env in enumerate(env_order["train"])}
-                points = sorted(
-                    transfer_points(trials, quantity),
-                    key=lambda p: rank.get(p.train_env, len(rank)),
-                )
+                rank = order_rank(env_order["train"])
+                points = sorted(transfer_points(trials, quantity), key=lambda p: rank(p.train_env))
                 plot_transfer(points, png, quantity, quantity_ref, core_order)
                 lines += [f"![train vs test {quantity}]({png.name})", ""]
     trial_keys = row_keys(trials, grid_keys)
