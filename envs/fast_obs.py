@@ -4,9 +4,11 @@ Why: MiniGrid builds every observation by copying the view window into a new ``G
 fresh ``Wall()`` for each cell outside the map), rotating that ``Grid`` one to four times
 cell by cell, running the occlusion pass through ``Grid.get`` and then encoding it. On a
 7x7 MiniGrid map that is most of an env step, and in a PPO run on CPU the env step is the
-largest single cost. Here the window is read once straight from the grid's cell list and
-encoded as it is read, the rotation is a numpy view, and the occlusion pass runs on plain
-lists. The result is byte-for-byte MiniGrid's (``tests/test_fast_obs.py`` compares both on
+largest single cost. Here the map is encoded into arrays once per map (framed by the outside
+walls), each step re-encodes only the cells that changed (replaced objects, doors, recoloured
+objects), the view window is a slice of those arrays, the rotation a numpy view, and the
+occlusion pass is looked up by the window's see-behind pattern. The result is byte-for-byte
+MiniGrid's (``tests/test_fast_obs.py`` compares both on
 random walks through every kind of env we ship, carrying and doors included).
 
 :func:`install` patches one env instance; envs whose class overrides ``gen_obs`` or
@@ -17,11 +19,13 @@ environment variable ``MEMCORES_MINIGRID_OBS=1`` turns it off (MiniGrid's own co
 from __future__ import annotations
 
 import os
+from operator import is_not
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
+from minigrid.core.world_object import Ball, Box, Floor, Goal, Key, Lava, Wall
 from minigrid.minigrid_env import MiniGridEnv
 
 DISABLE_VARIABLE = "MEMCORES_MINIGRID_OBS"
@@ -62,6 +66,100 @@ def _visibility(see_behind: list[list[bool]], size: int) -> list[list[bool]]:
     return mask
 
 
+class _EncodedMap:
+    """A MiniGrid map encoded once into arrays, and kept equal to the map step by step.
+
+    ``codes [W + 2p, H + 2p, 3]`` and ``clear [W + 2p, H + 2p]`` (see-behind) hold the map
+    framed by ``p`` cells of the outside wall that ``Grid.slice`` invents, so any view window is
+    one slice. Cells whose object was replaced (``grid.set``) are found by identity. Walls,
+    floors, lava and goals never change in place; keys, balls and boxes encode only their type
+    and colour, so they are re-encoded when a colour changes; every other object (doors that
+    open or unlock, an env's own objects) is re-encoded on every refresh.
+    """
+
+    def __init__(self, grid: Any, pad: int) -> None:
+        self.grid, self.pad = grid, pad
+        width, height = grid.width, grid.height
+        self.codes = np.empty((width + 2 * pad, height + 2 * pad, 3), dtype=np.uint8)
+        self.codes[...] = _OUTSIDE_WALL
+        self.clear = np.zeros((width + 2 * pad, height + 2 * pad), dtype=bool)
+        self.cells: list[Any] = list(grid.grid)
+        inner = (slice(pad, pad + width), slice(pad, pad + height))
+        # one pass over the cell list: grid.grid is row-major over y, the arrays index [x, y]
+        encoded = [_EMPTY if cell is None else cell.encode() for cell in self.cells]
+        self.codes[inner] = (
+            np.array(encoded, dtype=np.uint8).reshape(height, width, 3).swapaxes(0, 1)
+        )
+        clear = [cell is None or cell.see_behind() for cell in self.cells]
+        self.clear[inner] = np.array(clear, dtype=bool).reshape(height, width).T
+        self.stateful: set[int] = set()  # flat indices re-encoded on every refresh
+        self.coloured: dict[int, str] = {}  # flat index -> colour it was encoded with
+        for k, cell in enumerate(self.cells):
+            if cell is None or type(cell) in _STATIC:
+                continue
+            if type(cell) in _COLOURED:
+                self.coloured[k] = cell.color
+            else:
+                self.stateful.add(k)
+
+    def _encode(self, k: int) -> None:
+        """Write cell ``k`` (flat index ``y * W + x``) of ``self.cells`` into the arrays."""
+        cell = self.cells[k]
+        x, y = k % self.grid.width + self.pad, k // self.grid.width + self.pad
+        self.stateful.discard(k)
+        self.coloured.pop(k, None)
+        if cell is None:
+            self.codes[x, y] = _EMPTY
+            self.clear[x, y] = True
+            return
+        self.codes[x, y] = cell.encode()
+        self.clear[x, y] = cell.see_behind()
+        kind = type(cell)
+        if kind in _COLOURED:
+            self.coloured[k] = cell.color
+        elif kind not in _STATIC:
+            self.stateful.add(k)
+
+    def refresh(self) -> None:
+        """Bring the arrays up to date with the map (the same ``Grid`` object)."""
+        cells = self.cells
+        now = self.grid.grid
+        if any(map(is_not, now, cells)):
+            for k, (cell, before) in enumerate(zip(now, cells, strict=True)):
+                if cell is not before:
+                    cells[k] = cell
+                    self._encode(k)
+        for k, colour in tuple(self.coloured.items()):
+            if cells[k].color != colour:
+                self._encode(k)
+        width, pad = self.grid.width, self.pad
+        for k in self.stateful:  # encoding keeps the object's kind, so the set is unchanged
+            cell = cells[k]
+            x, y = k % width + pad, k // width + pad
+            self.codes[x, y] = cell.encode()
+            self.clear[x, y] = cell.see_behind()
+
+
+_STATIC = (Wall, Floor, Lava, Goal)
+_COLOURED = (Key, Ball, Box)
+_VISIBILITY_CACHE_SIZE = 1 << 14
+_visibility_cache: dict[tuple[int, bytes], np.ndarray] = {}
+
+
+def _visible(see_behind: np.ndarray) -> np.ndarray:
+    """``[V, V, 1]`` uint8 visibility of a rotated view, memoised on its see-behind pattern."""
+    size = see_behind.shape[0]
+    key = (size, see_behind.tobytes())
+    mask = _visibility_cache.get(key)
+    if mask is None:
+        if len(_visibility_cache) >= _VISIBILITY_CACHE_SIZE:
+            _visibility_cache.clear()
+        vis = _visibility(see_behind.tolist(), size)
+        mask = np.array(vis, dtype=np.uint8)[:, :, None]
+        _visibility_cache[key] = mask
+    return mask
+
+
 def fast_gen_obs(env: MiniGridEnv) -> dict[str, Any]:
     """``env.gen_obs()`` computed without building intermediate ``Grid`` objects.
 
@@ -69,41 +167,24 @@ def fast_gen_obs(env: MiniGridEnv) -> dict[str, Any]:
         :meth:`minigrid.minigrid_env.MiniGridEnv.gen_obs`.
     """
     size = env.agent_view_size
+    encoded = env.__dict__.get("_memcores_encoded_map")
+    if encoded is None or encoded.grid is not env.grid or encoded.pad < size:
+        encoded = env.__dict__["_memcores_encoded_map"] = _EncodedMap(env.grid, size)
+    else:
+        encoded.refresh()
     top_x, top_y, _, _ = env.get_view_exts(size)
-    grid = env.grid
-    width, height, cells = grid.width, grid.height, grid.grid
-    window: list[tuple[int, int, int]] = []  # row-major over [i, j] of the unrotated window
-    clear: list[bool] = []  # see_behind of each of those cells
-    for x in range(top_x, top_x + size):
-        if not 0 <= x < width:
-            window += [_OUTSIDE_WALL] * size
-            clear += [False] * size
-            continue
-        for y in range(top_y, top_y + size):
-            if 0 <= y < height:
-                cell = cells[y * width + x]
-                if cell is None:
-                    window.append(_EMPTY)
-                    clear.append(True)
-                else:
-                    window.append(cell.encode())
-                    clear.append(cell.see_behind())
-            else:
-                window.append(_OUTSIDE_WALL)
-                clear.append(False)
-    codes = np.array(window, dtype=np.uint8).reshape(size, size, 3)
-    see_behind = np.array(clear, dtype=bool).reshape(size, size)
+    x0, y0 = top_x + encoded.pad, top_y + encoded.pad
+    codes = encoded.codes[x0 : x0 + size, y0 : y0 + size]
+    see_behind = encoded.clear[x0 : x0 + size, y0 : y0 + size]
     for _ in range(env.agent_dir + 1):
         codes = _rotate_left(codes)
         see_behind = _rotate_left(see_behind)
-    agent_i, agent_j = size // 2, size - 1
     if env.see_through_walls:
-        visible = np.ones((size, size), dtype=bool)
+        image = np.array(codes)
     else:
-        visible = np.array(_visibility(see_behind.tolist(), size), dtype=bool)
-    image = np.where(visible[:, :, None], codes, 0).astype(np.uint8)
+        image = codes * _visible(see_behind)  # a new array: invisible cells -> 0
     # the agent sees what it carries in its own cell (MiniGrid sets it after the occlusion pass)
-    image[agent_i, agent_j] = env.carrying.encode() if env.carrying else _EMPTY
+    image[size // 2, size - 1] = env.carrying.encode() if env.carrying else _EMPTY
     return {"image": image, "direction": env.agent_dir, "mission": env.mission}
 
 

@@ -68,3 +68,27 @@ def test_environment_variable_keeps_minigrid_observation(monkeypatch) -> None:
     monkeypatch.setenv(fast_obs.DISABLE_VARIABLE, "1")
     env = make_env("MiniGrid-MemoryS7-v0", seed=0)
     assert "gen_obs" not in vars(env.unwrapped)
+
+
+def test_fast_obs_follows_objects_changed_in_place() -> None:
+    """A recoloured key or ball, or a door opened behind the agent's back, shows at once."""
+    env = make_env("MiniGrid-Fetch-5x5-N2-v0", seed=3)
+    base = env.unwrapped
+    env.reset(seed=3)
+    objects = [cell for cell in base.grid.grid if cell is not None and cell.type != "wall"]
+    assert objects
+    for colour in ("red", "purple"):
+        for obj in objects:
+            obj.color = colour
+        np.testing.assert_array_equal(
+            fast_obs.fast_gen_obs(base)["image"], MiniGridEnv.gen_obs(base)["image"]
+        )
+    env = make_env("MiniGrid-DoorKey-5x5-v0", seed=0)
+    base = env.unwrapped
+    env.reset(seed=0)
+    (door,) = [cell for cell in base.grid.grid if cell is not None and cell.type == "door"]
+    for is_open, is_locked in ((True, False), (False, False), (False, True)):
+        door.is_open, door.is_locked = is_open, is_locked
+        np.testing.assert_array_equal(
+            fast_obs.fast_gen_obs(base)["image"], MiniGridEnv.gen_obs(base)["image"]
+        )
