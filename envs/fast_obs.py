@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
-from minigrid.core.world_object import Ball, Box, Floor, Goal, Key, Lava, Wall
+from minigrid.core.world_object import Floor, Goal, Lava, Wall, WorldObj
 from minigrid.minigrid_env import MiniGridEnv
 
 DISABLE_VARIABLE = "MEMCORES_MINIGRID_OBS"
@@ -72,9 +72,10 @@ class _EncodedMap:
     ``codes [W + 2p, H + 2p, 3]`` and ``clear [W + 2p, H + 2p]`` (see-behind) hold the map
     framed by ``p`` cells of the outside wall that ``Grid.slice`` invents, so any view window is
     one slice. Cells whose object was replaced (``grid.set``) are found by identity. Walls,
-    floors, lava and goals never change in place; keys, balls and boxes encode only their type
-    and colour, so they are re-encoded when a colour changes; every other object (doors that
-    open or unlock, an env's own objects) is re-encoded on every refresh.
+    floors, lava and goals never change in place. Objects whose class keeps ``WorldObj``'s own
+    ``encode`` and ``see_behind`` (keys, balls, boxes, an env's own subclasses of them) show
+    only their type and colour, so they are re-encoded when one of those changes; every other
+    object (doors that open or unlock) is re-encoded on every refresh.
     """
 
     def __init__(self, grid: Any, pad: int) -> None:
@@ -93,12 +94,12 @@ class _EncodedMap:
         clear = [cell is None or cell.see_behind() for cell in self.cells]
         self.clear[inner] = np.array(clear, dtype=bool).reshape(height, width).T
         self.stateful: set[int] = set()  # flat indices re-encoded on every refresh
-        self.coloured: dict[int, str] = {}  # flat index -> colour it was encoded with
+        self.coloured: dict[int, tuple[str, str]] = {}  # flat index -> its (type, colour)
         for k, cell in enumerate(self.cells):
             if cell is None or type(cell) in _STATIC:
                 continue
-            if type(cell) in _COLOURED:
-                self.coloured[k] = cell.color
+            if _shows_type_and_colour(type(cell)):
+                self.coloured[k] = (cell.type, cell.color)
             else:
                 self.stateful.add(k)
 
@@ -115,9 +116,11 @@ class _EncodedMap:
         self.codes[x, y] = cell.encode()
         self.clear[x, y] = cell.see_behind()
         kind = type(cell)
-        if kind in _COLOURED:
-            self.coloured[k] = cell.color
-        elif kind not in _STATIC:
+        if kind in _STATIC:
+            return
+        if _shows_type_and_colour(kind):
+            self.coloured[k] = (cell.type, cell.color)
+        else:
             self.stateful.add(k)
 
     def refresh(self) -> None:
@@ -129,8 +132,8 @@ class _EncodedMap:
                 if cell is not before:
                     cells[k] = cell
                     self._encode(k)
-        for k, colour in tuple(self.coloured.items()):
-            if cells[k].color != colour:
+        for k, (kind, colour) in tuple(self.coloured.items()):
+            if cells[k].color != colour or cells[k].type != kind:
                 self._encode(k)
         width, pad = self.grid.width, self.pad
         for k in self.stateful:  # encoding keeps the object's kind, so the set is unchanged
@@ -141,7 +144,13 @@ class _EncodedMap:
 
 
 _STATIC = (Wall, Floor, Lava, Goal)
-_COLOURED = (Key, Ball, Box)
+
+
+def _shows_type_and_colour(kind: type) -> bool:
+    """Whether objects of class ``kind`` encode as ``(type, colour, 0)`` and see-behind True."""
+    return kind.encode is WorldObj.encode and kind.see_behind is WorldObj.see_behind
+
+
 _VISIBILITY_CACHE_SIZE = 1 << 14
 _visibility_cache: dict[tuple[int, bytes], np.ndarray] = {}
 
@@ -186,6 +195,15 @@ def fast_gen_obs(env: MiniGridEnv) -> dict[str, Any]:
     # the agent sees what it carries in its own cell (MiniGrid sets it after the occlusion pass)
     image[size // 2, size - 1] = env.carrying.encode() if env.carrying else _EMPTY
     return {"image": image, "direction": env.agent_dir, "mission": env.mission}
+
+
+def uninstall(env: gym.Env) -> None:
+    """Give ``env`` back MiniGrid's own ``gen_obs`` (no-op where :func:`install` did not patch)."""
+    base = env.unwrapped
+    patched = vars(base).get("gen_obs")
+    if getattr(patched, "__func__", None) is fast_gen_obs:
+        del base.gen_obs
+    vars(base).pop("_memcores_encoded_map", None)
 
 
 def _uses_default_observation(env: MiniGridEnv) -> bool:

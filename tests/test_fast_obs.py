@@ -92,3 +92,13 @@ def test_fast_obs_follows_objects_changed_in_place() -> None:
         np.testing.assert_array_equal(
             fast_obs.fast_gen_obs(base)["image"], MiniGridEnv.gen_obs(base)["image"]
         )
+
+
+def test_uninstall_restores_minigrid_observation() -> None:
+    env = make_env("MiniGrid-DoorKey-5x5-v0", seed=0)
+    env.reset(seed=0)
+    fast_obs.uninstall(env)
+    assert "gen_obs" not in vars(env.unwrapped)
+    assert env.unwrapped.gen_obs.__func__ is MiniGridEnv.gen_obs
+    fast_obs.uninstall(env)  # a second call changes nothing
+    assert fast_obs.install(env)

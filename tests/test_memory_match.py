@@ -281,7 +281,8 @@ def test_active_cue_starts_out_of_view() -> None:
 
 
 def test_bench_envs_quick(capsys: pytest.CaptureFixture[str]) -> None:
-    """``memcores bench envs --quick`` runs and prints steps/s and ratios for all three envs."""
+    """``memcores bench envs --quick`` prints steps/s, the ratio to MemoryS7 and the speed-up
+    over MiniGrid's own observation code for every env."""
     from experiments.bench.envs import BASELINE, ENV_IDS
     from experiments.cli import main as cli_main
 
@@ -289,8 +290,9 @@ def test_bench_envs_quick(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for env_id in ENV_IDS:
         line = next(x for x in out.splitlines() if x.startswith(env_id))
-        sps, ratio = (float(v) for v in line.split()[1:3])
-        assert sps > 0 and ratio > 0
+        sps, ratio, minigrid, speedup = (float(v.rstrip("x")) for v in line.split()[1:5])
+        assert sps > 0 and ratio > 0 and minigrid > 0
+        assert speedup == pytest.approx(sps / minigrid, rel=0.01, abs=0.01)
         if env_id == BASELINE:
             assert ratio == 1.0
     assert "slowest memory-match / MemoryS7" in out

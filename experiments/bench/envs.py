@@ -1,11 +1,13 @@
-"""``memcores bench envs``: steps/s of the memory-match envs vs MiniGrid-MemoryS7.
+"""``memcores bench envs``: steps/s of the memory-match envs and the Table 7 train envs.
 
 Every env is built with :func:`envs.make_env` (the observation pipeline a trainer uses) and
-stepped with uniformly random actions; resets at episode ends are included in the time. The
-envs are timed in interleaved rounds (A, B, C, A, B, C, ...) in one process, and the median
-round of each is reported, so the ratios are robust to a busy, shared machine.
+stepped with uniformly random actions; resets at episode ends are included in the time. Each
+env is timed twice, with :mod:`envs.fast_obs` and with MiniGrid's own ``gen_obs`` (same
+observations), and every (env, observation code) pair is timed in interleaved rounds (A, B,
+C, A, B, C, ...) in one process; the median round of each is reported, so the ratios are
+robust to a busy, shared machine.
 
-    memcores bench envs            # 5 rounds x 20000 steps per env
+    memcores bench envs            # 5 rounds x 10000 steps per env and observation code
     memcores bench envs --quick    # 2 rounds x 1000 steps (smoke test)
 """
 
@@ -17,10 +19,18 @@ import time
 
 import numpy as np
 
-from envs import make_env
+from envs import fast_obs, make_env
 
 BASELINE = "MiniGrid-MemoryS7-v0"
-ENV_IDS = ("memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0", BASELINE)
+MEMORY_MATCH = ("memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0")
+TABLE7_TRAIN = (
+    "MiniGrid-RedBlueDoors-6x6-v0",
+    "MiniGrid-GoToObject-6x6-N2-v0",
+    "MiniGrid-GoToDoor-5x5-v0",
+    "MiniGrid-Fetch-5x5-N2-v0",
+    "MiniGrid-DoorKey-5x5-v0",
+)
+ENV_IDS = (*MEMORY_MATCH, BASELINE, *TABLE7_TRAIN)
 TARGET_RATIO = 0.5
 
 
@@ -35,25 +45,34 @@ def steps_per_second(env, actions: np.ndarray) -> float:
     return len(actions) / (time.perf_counter() - start)
 
 
+def make_timed_env(env_id: str, seed: int, minigrid_obs: bool):
+    """``make_env(env_id)``, with MiniGrid's own ``gen_obs`` restored if ``minigrid_obs``."""
+    env = make_env(env_id, seed=seed)
+    if minigrid_obs:
+        fast_obs.uninstall(env)
+    return env
+
+
 def run(
-    env_ids: tuple[str, ...] = ENV_IDS, steps: int = 20000, rounds: int = 5, seed: int = 0
-) -> dict[str, float]:
-    """Median steps/s per env id over ``rounds`` interleaved rounds of ``steps`` steps."""
+    env_ids: tuple[str, ...] = ENV_IDS, steps: int = 10000, rounds: int = 5, seed: int = 0
+) -> dict[tuple[str, bool], float]:
+    """Median steps/s per ``(env id, minigrid_obs)`` over ``rounds`` interleaved rounds."""
     rng = np.random.default_rng(seed)
-    envs = {env_id: make_env(env_id, seed=seed) for env_id in env_ids}
-    samples: dict[str, list[float]] = {env_id: [] for env_id in env_ids}
+    keys = [(env_id, minigrid) for env_id in env_ids for minigrid in (False, True)]
+    envs = {key: make_timed_env(key[0], seed, key[1]) for key in keys}
+    samples: dict[tuple[str, bool], list[float]] = {key: [] for key in keys}
     for _ in range(rounds):
-        for env_id, env in envs.items():
+        for key, env in envs.items():
             actions = rng.integers(0, env.action_space.n, size=steps)
-            samples[env_id].append(steps_per_second(env, actions))
+            samples[key].append(steps_per_second(env, actions))
     for env in envs.values():
         env.close()
-    return {env_id: statistics.median(s) for env_id, s in samples.items()}
+    return {key: statistics.median(s) for key, s in samples.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench envs", description=__doc__)
-    parser.add_argument("--steps", type=int, default=20000, help="steps per env per round")
+    parser.add_argument("--steps", type=int, default=10000, help="steps per env per round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="2 rounds x 1000 steps")
@@ -64,15 +83,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps and --rounds must be >= 1")
     print(
         f"bench envs: random actions through envs.make_env, {args.rounds} interleaved rounds "
-        f"x {args.steps} steps per env, median round reported"
+        f"x {args.steps} steps per env and observation code, median round reported"
     )
     result = run(ENV_IDS, steps=args.steps, rounds=args.rounds, seed=args.seed)
-    base = result[BASELINE]
-    width = max(len(i) for i in result)
-    print(f"{'env':<{width}}  {'steps/s':>9}  {'vs MemoryS7':>11}")
-    for env_id, sps in result.items():
-        print(f"{env_id:<{width}}  {sps:>9.0f}  {sps / base:>11.2f}")
-    worst = min(result[i] / base for i in ENV_IDS if i != BASELINE)
+    base = result[BASELINE, False]
+    width = max(len(i) for i in ENV_IDS)
+    print(
+        f"{'env':<{width}}  {'steps/s':>9}  {'vs MemoryS7':>11}  {'MiniGrid obs':>12}  "
+        f"{'fast_obs speed-up':>17}"
+    )
+    for env_id in ENV_IDS:
+        fast, slow = result[env_id, False], result[env_id, True]
+        print(
+            f"{env_id:<{width}}  {fast:>9.0f}  {fast / base:>11.2f}  {slow:>12.0f}  "
+            f"{fast / slow:>16.2f}x"
+        )
+    worst = min(result[i, False] / base for i in MEMORY_MATCH)
     verdict = "meets" if worst >= TARGET_RATIO else "BELOW"
     print(f"slowest memory-match / MemoryS7 = {worst:.2f} ({verdict} target {TARGET_RATIO:.2f})")
     return 0
