@@ -203,8 +203,17 @@ def test_bench_update_costs_prints_one_row_per_encoder(capsys):
     from experiments.cli import main
 
     assert main(["bench", "rl", "--quick", "--update-costs"]) == 0
-    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
+    lines = capsys.readouterr().out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.split()[:1] == ["encoder"]) + 1
+    last = lines.index("", first)
+    rows = {line.split()[0]: line.split()[1:] for line in lines[first:last]}
     assert set(rows) >= {"onehot", "flat"}
     assert all(
         len(v) == 2 and all(float(c) > 0 for c in v) for k, v in rows.items() if k != "encoder"
     )
+    # the recommended recipe's split: positive costs, and a ceiling that follows from them
+    collect = next(float(x.split()[-1]) for x in lines if x.strip().startswith("collection"))
+    update_us = next(float(x.split()[-1]) for x in lines if x.strip().startswith("update "))
+    ceiling = next(x for x in lines if "the update alone allows at most" in x)
+    assert collect > 0 and update_us > 0
+    assert int(ceiling.split()[-4]) == round(1e6 / update_us)

@@ -22,6 +22,11 @@ process; ``async`` with 1 or 2 worker processes) and each ``n_envs`` in 8, 16, 3
 env-alone steps/s of that same vector env under random actions (no policy: what the envs can
 deliver) beside the trainer's frames/s (PPO, minibatch = a quarter of the rollout, so 4
 minibatches per epoch at every size) and their ratio. ``--skip-scaling`` leaves it out.
+
+``--update-costs`` times only the PPO update per frame (per image encoder and minibatch size),
+then splits the recommended MemoryS7 recipe (``experiments/configs/memory_s7.yaml``: 8 epochs)
+into collection and update CPU time per frame, which bounds the frames/s any layout can reach
+without changing the algorithm.
 """
 
 from __future__ import annotations
@@ -232,6 +237,70 @@ def update_costs(n_envs: int, n_steps: int, rounds: int, minibatches: tuple[int,
         print(f"  {encoder:<8}" + "".join(f"{c:>10.1f}" for c in costs), flush=True)
 
 
+RECIPE = "experiments/configs/memory_s7.yaml"
+"""The recommended MemoryS7 config, whose per-frame costs ``--update-costs`` also splits."""
+
+
+def recipe_costs(config_path: str, rounds: int, quick: bool = False) -> tuple[float, float]:
+    """CPU microseconds per frame of collection (env steps + acting) and of the PPO update of
+    ``config_path``'s recipe (its envs, epochs, minibatch and encoder), best of ``rounds``
+    rollout+update pairs after a warm-up pair. One torch thread, envs in this process."""
+    from agents.policy import obs_to_tensors
+    from agents.ppo import update
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import collect_rollout, obs_shapes, setup, start_rollouts
+    from agents.rollout import RolloutBuffer
+    from experiments.config import load_config
+
+    overrides = ["train.device=cpu", "train.threads=0", "env.vector=sync"]
+    if quick:
+        overrides += ["env.n_envs=2", "agent.n_steps=32", "agent.minibatch_size=32"]
+    s = setup(load_config(RLConfig, config_path, overrides))
+    cfg = s.config
+    n_envs, n_steps = cfg.env.n_envs, cfg.agent.n_steps
+    try:
+        state = s.policy.initial_state(n_envs, s.device)
+        buffer = RolloutBuffer(
+            obs_shapes(s.envs.single_observation_space),
+            n_steps,
+            n_envs,
+            cfg.agent.seq_len,
+            state,
+            s.device,
+        )
+        carry = start_rollouts(s.policy, s.envs, 0, s.device)
+        best_collect = best_update = math.inf
+        for r in range(rounds + 1):
+            start = time.process_time()
+            carry = collect_rollout(s.policy, s.envs, buffer, carry)
+            with torch.no_grad():
+                obs = obs_to_tensors(carry.obs, s.device)
+                last = s.policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]
+            buffer.compute_returns(last, carry.starts, cfg.agent.gamma, cfg.agent.gae_lambda)
+            collect = time.process_time() - start
+            start = time.process_time()
+            update(s.policy, s.optimizer, buffer, cfg.agent)
+            if r > 0:  # round 0 warms up
+                best_collect = min(best_collect, collect)
+                best_update = min(best_update, time.process_time() - start)
+    finally:
+        s.envs.close()
+    frames = n_envs * n_steps
+    return 1e6 * best_collect / frames, 1e6 * best_update / frames
+
+
+def print_recipe_costs(config_path: str, rounds: int, quick: bool) -> None:
+    """Print the recipe's collection/update split and the frames/s each part allows."""
+    collect, update_us = recipe_costs(config_path, rounds, quick)
+    print(f"\n{config_path}: CPU us per frame, one process, one torch thread")
+    print(f"  collection (env + acting) {collect:8.1f}")
+    print(f"  update                    {update_us:8.1f}")
+    print(
+        f"  frames per CPU-second: {1e6 / (collect + update_us):.0f}; the update alone "
+        f"allows at most {1e6 / update_us:.0f} on one core"
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)
     parser.add_argument("--updates", type=int, default=4, help="timed updates per side")
@@ -249,7 +318,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--update-costs",
         action="store_true",
-        help="only time the PPO update per frame, per image encoder and minibatch size",
+        help="only time the PPO update per frame, per image encoder and minibatch size, and "
+        "split the recommended MemoryS7 recipe's cost into collection and update",
     )
     parser.add_argument(
         "--minigrid-obs",
@@ -271,6 +341,7 @@ def main(argv: list[str]) -> int:
             update_costs(2, 64, 1, (64, 128))
         else:
             update_costs(64, 128, 3, (512, 2048, 8192))
+        print_recipe_costs(RECIPE, 1 if args.quick else 3, args.quick)
         return 0
     print(
         f"bench rl: {ENV_ID}, {n_envs} envs x {n_steps} steps, 4 epochs, minibatch "
