@@ -189,9 +189,10 @@ def fast_gen_obs(env: MiniGridEnv) -> dict[str, Any]:
         codes = _rotate_left(codes)
         see_behind = _rotate_left(see_behind)
     if env.see_through_walls:
-        image = np.array(codes)
+        image = np.array(codes, order="C")  # always a copy: the map arrays stay untouched
     else:
-        image = codes * _visible(see_behind)  # a new array: invisible cells -> 0
+        # a new C-ordered array (as MiniGrid's; torch views need it): invisible cells -> 0
+        image = np.multiply(codes, _visible(see_behind), order="C")
     # the agent sees what it carries in its own cell (MiniGrid sets it after the occlusion pass)
     image[size // 2, size - 1] = env.carrying.encode() if env.carrying else _EMPTY
     return {"image": image, "direction": env.agent_dir, "mission": env.mission}

@@ -42,6 +42,7 @@ def test_fast_obs_equals_minigrid(env_id: str, kwargs: dict) -> None:
         slow = MiniGridEnv.gen_obs(base)
         np.testing.assert_array_equal(fast["image"], slow["image"])
         assert fast["image"].dtype == slow["image"].dtype == np.uint8
+        assert fast["image"].flags.c_contiguous  # as MiniGrid's: torch.from_numpy(...).view
         assert fast["direction"] == slow["direction"]
         assert fast["mission"] == slow["mission"]
         carried += base.carrying is not None
