@@ -96,32 +96,33 @@ class _EncodedMap:
         self.stateful: set[int] = set()  # flat indices re-encoded on every refresh
         self.coloured: dict[int, tuple[str, str]] = {}  # flat index -> its (type, colour)
         for k, cell in enumerate(self.cells):
-            if cell is None or type(cell) in _STATIC:
-                continue
-            if _shows_type_and_colour(type(cell)):
-                self.coloured[k] = (cell.type, cell.color)
-            else:
-                self.stateful.add(k)
+            self._track(k, cell)
 
-    def _encode(self, k: int) -> None:
-        """Write cell ``k`` (flat index ``y * W + x``) of ``self.cells`` into the arrays."""
-        cell = self.cells[k]
-        x, y = k % self.grid.width + self.pad, k // self.grid.width + self.pad
+    def _track(self, k: int, cell: Any) -> None:
+        """File cell ``k`` under how it can change in place (nothing, colour, anything)."""
         self.stateful.discard(k)
         self.coloured.pop(k, None)
-        if cell is None:
-            self.codes[x, y] = _EMPTY
-            self.clear[x, y] = True
+        if cell is None or type(cell) in _STATIC:
             return
-        self.codes[x, y] = cell.encode()
-        self.clear[x, y] = cell.see_behind()
-        kind = type(cell)
-        if kind in _STATIC:
-            return
-        if _shows_type_and_colour(kind):
+        if _shows_type_and_colour(type(cell)):
             self.coloured[k] = (cell.type, cell.color)
         else:
             self.stateful.add(k)
+
+    def _write(self, k: int, cell: Any) -> None:
+        """Encode ``cell`` into the arrays at flat index ``k`` (``y * W + x``)."""
+        x, y = k % self.grid.width + self.pad, k // self.grid.width + self.pad
+        if cell is None:
+            self.codes[x, y] = _EMPTY
+            self.clear[x, y] = True
+        else:
+            self.codes[x, y] = cell.encode()
+            self.clear[x, y] = cell.see_behind()
+
+    def _encode(self, k: int) -> None:
+        """Re-encode cell ``k`` of ``self.cells`` and re-file it."""
+        self._write(k, self.cells[k])
+        self._track(k, self.cells[k])
 
     def refresh(self) -> None:
         """Bring the arrays up to date with the map (the same ``Grid`` object)."""
@@ -135,12 +136,8 @@ class _EncodedMap:
         for k, (kind, colour) in tuple(self.coloured.items()):
             if cells[k].color != colour or cells[k].type != kind:
                 self._encode(k)
-        width, pad = self.grid.width, self.pad
         for k in self.stateful:  # encoding keeps the object's kind, so the set is unchanged
-            cell = cells[k]
-            x, y = k % width + pad, k // width + pad
-            self.codes[x, y] = cell.encode()
-            self.clear[x, y] = cell.see_behind()
+            self._write(k, cells[k])
 
 
 _STATIC = (Wall, Floor, Lava, Goal)
