@@ -54,7 +54,7 @@ from agents.policy import (
     sample_actions,
 )
 from agents.ppo import load_optimizer_state, make_optimizer, update
-from agents.rl_config import RLConfig, config_from_dict, config_to_dict
+from agents.rl_config import AgentConfig, RLConfig, config_from_dict, config_to_dict
 from agents.rollout import RolloutBuffer
 from agents.run_lock import RunLock, refuse_earlier_run, run_files
 from envs.vector import VectorEnv
@@ -362,6 +362,23 @@ def collect_rollout(
     return RolloutCarry(envs.obs, starts, state)
 
 
+def collect_with_returns(
+    policy: RecurrentActorCritic,
+    envs: VectorEnv,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    agent: AgentConfig,
+    episodes: EpisodeStats | None = None,
+) -> RolloutCarry:
+    """:func:`collect_rollout`, then GAE from ``policy``'s value of the observation after it."""
+    carry = collect_rollout(policy, envs, buffer, carry, episodes)
+    with torch.no_grad():
+        obs = obs_to_tensors(carry.obs, buffer.device)
+        last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]
+    buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
+    return carry
+
+
 # ---------------------------------------------------------------------------- training
 @dataclass
 class TrainResult:
@@ -516,14 +533,8 @@ def _train_loop(
     )
 
     def collect_into(buffer: RolloutBuffer) -> None:
-        """One rollout by ``acting`` into ``buffer``, then GAE from the value after it."""
         nonlocal carry
-        carry = collect_rollout(acting, envs, buffer, carry, episodes)
-        with torch.no_grad():
-            last_value = acting(
-                obs_to_tensors(carry.obs, act_device), carry.state, carry.starts.unsqueeze(0)
-            ).values[0]
-        buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
+        carry = collect_with_returns(acting, envs, buffer, carry, agent, episodes)
 
     skipped_before = int((resume or {}).get("skipped_updates", 0))
     guard = DivergenceGuard(cfg.train.max_skipped_updates, global_step, "frame", skipped_before)

@@ -245,10 +245,9 @@ def recipe_costs(config_path: str, rounds: int, quick: bool = False) -> tuple[fl
     """CPU microseconds per frame of collection (env steps + acting) and of the PPO update of
     ``config_path``'s recipe (its envs, epochs, minibatch and encoder), best of ``rounds``
     rollout+update pairs after a warm-up pair. One torch thread, envs in this process."""
-    from agents.policy import obs_to_tensors
     from agents.ppo import update
     from agents.rl_config import RLConfig
-    from agents.rl_trainer import collect_rollout, obs_shapes, setup, start_rollouts
+    from agents.rl_trainer import collect_with_returns, obs_shapes, setup, start_rollouts
     from agents.rollout import RolloutBuffer
     from experiments.config import load_config
 
@@ -272,11 +271,7 @@ def recipe_costs(config_path: str, rounds: int, quick: bool = False) -> tuple[fl
         best_collect = best_update = math.inf
         for r in range(rounds + 1):
             start = time.process_time()
-            carry = collect_rollout(s.policy, s.envs, buffer, carry)
-            with torch.no_grad():
-                obs = obs_to_tensors(carry.obs, s.device)
-                last = s.policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]
-            buffer.compute_returns(last, carry.starts, cfg.agent.gamma, cfg.agent.gae_lambda)
+            carry = collect_with_returns(s.policy, s.envs, buffer, carry, cfg.agent)
             collect = time.process_time() - start
             start = time.process_time()
             update(s.policy, s.optimizer, buffer, cfg.agent)
