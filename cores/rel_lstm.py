@@ -65,6 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from cores import fast_tanh
 from cores.base import MemoryCore, State, autocast_enabled, check_sequence, steps_with_starts
 
 ON_FULL = ("drop", "error")
@@ -187,7 +188,7 @@ class _AttentiveLSTM(MemoryCore):
     def _attend(self, s_prev: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
         """Additive attention: ``[B, H]`` query state, ``[B, K, H]`` keys/values, ``[B, K]``
         bool mask -> attention weights ``[B, K]`` (zero on empty slots)."""
-        logits = self.score(torch.tanh(self.query(s_prev).unsqueeze(1) + keys)).squeeze(2)
+        logits = self.score(fast_tanh.tanh(self.query(s_prev).unsqueeze(1) + keys)).squeeze(2)
         return F.softmax(logits.masked_fill(~mask, -math.inf), dim=1)
 
     def _combine(self, h: Tensor, context: Tensor) -> Tensor:

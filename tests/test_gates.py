@@ -543,3 +543,34 @@ def test_fused_fast_gate_slope_paths_agree(threads: int) -> None:
             torch.testing.assert_close(a, b)
     finally:
         torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------- fast tanh
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("numel", [64, 4 * 8192])  # below and above the sigmoid threshold
+def test_fast_tanh_matches_torch_tanh_in_value_and_gradient(dtype, numel: int) -> None:
+    from cores import fast_tanh
+
+    torch.manual_seed(0)
+    z = (torch.randn(numel, dtype=dtype) * 4).requires_grad_(True)
+    y = fast_tanh.tanh(z)
+    assert (y.grad_fn.name() == "_TanhViaSigmoidBackward") == (numel >= fast_tanh.SIGMOID_FROM)
+    grad = torch.randn(numel, dtype=dtype)
+    (dz,) = torch.autograd.grad(y, z, grad)
+    z_ref = z.detach().clone().requires_grad_(True)
+    y_ref = torch.tanh(z_ref)
+    (dz_ref,) = torch.autograd.grad(y_ref, z_ref, grad)
+    tol = dict(rtol=0, atol=1e-6) if dtype == torch.float32 else dict(rtol=0, atol=1e-14)
+    torch.testing.assert_close(y, y_ref, **tol)
+    torch.testing.assert_close(dz, dz_ref, **tol)
+    assert y.abs().max() <= 1  # saturates at +-1, never past it
+    assert torch.equal(fast_tanh.Tanh()(z.detach()), y.detach())
+
+
+def test_bench_tanh_routes_prints_each_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.bench import cores as bench
+
+    assert bench.main(["--quick", "--tanh"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["x".join(map(str, s)) for s in bench.TANH_SHAPES]
+    assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows)

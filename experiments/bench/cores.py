@@ -356,6 +356,41 @@ def scan_kernels(T: int, B: int, H: int, reps: int, seed: int = 0) -> str:
     return "\n".join(lines)
 
 
+TANH_SHAPES = ((8, 64), (64, 64), (256, 64), (8, 32, 64), (8, 200, 64))
+"""Policy-step, minibatch-head and attention-score shapes of the RL track."""
+
+
+def tanh_routes(reps: int, shapes: tuple[tuple[int, ...], ...] = TANH_SHAPES) -> str:
+    """Forward+backward of ``torch.tanh`` against ``2 sigmoid(2 z) - 1`` (the route
+    :func:`cores.fast_tanh.tanh` takes from ``SIGMOID_FROM`` elements) per shape; interleaved
+    rounds of 50 calls, minimum process CPU time, one table."""
+    from cores.fast_tanh import SIGMOID_FROM, _TanhViaSigmoid
+
+    routes = {"torch.tanh": torch.tanh, "via sigmoid": _TanhViaSigmoid.apply}
+    lines = [
+        f"tanh routes: forward+backward, {reps} rounds of 50 calls, minimum cpu us per call; "
+        f"cores.fast_tanh takes the sigmoid route from {SIGMOID_FROM} elements",
+        f"{'shape':<16}{'elements':>9}{'torch.tanh':>12}{'via sigmoid':>13}{'ratio':>8}",
+    ]
+    for shape in shapes:
+        z = torch.randn(*shape).requires_grad_(True)
+        grad = torch.ones(*shape)
+        best = {name: float("inf") for name in routes}
+        for rep in range(reps + 1):  # round 0 warms up
+            for name in list(routes) if rep % 2 == 0 else list(routes)[::-1]:
+                start = time.process_time()
+                for _ in range(50):
+                    routes[name](z).backward(grad)
+                if rep:
+                    best[name] = min(best[name], (time.process_time() - start) / 50)
+        native, via = best["torch.tanh"], best["via sigmoid"]
+        lines.append(
+            f"{'x'.join(map(str, shape)):<16}{z.numel():>9}{native * 1e6:>12.1f}"
+            f"{via * 1e6:>13.1f}{native / via:>7.2f}x"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="memcores bench cores", description=__doc__.split("\n")[0]
@@ -388,7 +423,15 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="time the linear-scan kernels of cores/scan.py (T, B, H, reps) instead of cores",
     )
+    parser.add_argument(
+        "--tanh",
+        action="store_true",
+        help="time torch.tanh against the sigmoid route of cores/fast_tanh.py instead of cores",
+    )
     args = parser.parse_args(argv)
+    if args.tanh:
+        print(tanh_routes(1 if args.quick else args.reps))
+        return 0
     if args.quick:
         args.T, args.B, args.D, args.H, args.threads, args.reps = 16, 4, 16, 16, "1", 1
     if args.scan:
