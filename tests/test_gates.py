@@ -564,7 +564,6 @@ def test_fast_tanh_matches_torch_tanh_in_value_and_gradient(dtype, numel: int) -
     torch.testing.assert_close(y, y_ref, **tol)
     torch.testing.assert_close(dz, dz_ref, **tol)
     assert y.abs().max() <= 1  # saturates at +-1, never past it
-    assert torch.equal(fast_tanh.Tanh()(z.detach()), y.detach())
 
 
 def test_bench_tanh_routes_prints_each_shape(capsys: pytest.CaptureFixture[str]) -> None:
