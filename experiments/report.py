@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from experiments.config import parse_override, set_dotted
+from experiments.core_compare import check_cores, comparison_rows
 from experiments.plotting import auto_panel_key, plot_against, plot_runs
 from experiments.records import (
     CURVE_FILE,
@@ -623,6 +624,7 @@ def build_report(
     plots: bool = True,
     title: str | None = None,
     reference: str | Path | None = None,
+    compare: tuple[str, str] | None = None,
 ) -> str:
     """Write the markdown report ``out`` (plots as PNGs beside it) and return its text.
 
@@ -630,12 +632,16 @@ def build_report(
         that some trial logged.
     :param reference: YAML of published numbers (:func:`load_reference`) shown beside ours in
         the transfer table.
+    :param compare: ``(base, other)`` cores whose transfer runs are set side by side per pair
+        (:mod:`experiments.core_compare`).
     """
     ref = load_reference(reference) if reference else None
     sweep_dir = Path(sweep_dir)
     out = Path(out)
     meta = load_sweep_meta(sweep_dir)
     trials = load_trials(sweep_dir)
+    if compare:  # checked before anything is written
+        check_cores(transfer_points(trials), compare)
     if not meta and (grid := records_grid(sweep_dir)):
         meta = {"grid": grid}
     runs = load_runs(trials)
@@ -694,6 +700,23 @@ def build_report(
                 points = sorted(transfer_points(trials, quantity), key=lambda p: rank(p.train_env))
                 plot_transfer(points, png, quantity, quantity_ref, core_order)
                 lines += [f"![train vs test {quantity}]({png.name})", ""]
+    if compare:
+        base, other = compare
+        rank = order_rank(env_order["train"])
+        points = sorted(transfer_points(trials), key=lambda p: rank(p.train_env))
+        for block in ("test", "train"):
+            header, rows = comparison_rows(points, base, other, block)
+            if rows:
+                lines += [
+                    f"## `{other}` against `{base}`, {block} return per run",
+                    "",
+                    f"Difference: `{other}`'s mean minus `{base}`'s. Separation: `above` / "
+                    f"`below` when every `{other}` run is above / below every `{base}` run. "
+                    "Welch p: two-sided, unequal variances.",
+                    "",
+                    markdown_table(header, rows),
+                    "",
+                ]
     trial_keys = row_keys(trials, grid_keys)
     for name, table in csv_tables(trials, trial_keys, meta.get("grid")).items():
         lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from experiments.core_compare import parse_compare
 from experiments.plotting import SPREADS
 from experiments.report import DEFAULT_METRICS, build_report
 
@@ -36,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="YAML of published train/test returns shown beside ours in the transfer table, "
         "e.g. experiments/configs/references/thesis_table7.yaml",
     )
+    parser.add_argument(
+        "--compare",
+        default=None,
+        metavar="BASE,OTHER",
+        help="two cores set side by side per transfer pair: every seed's return, the difference "
+        "of means, whether the seeds separate, Welch's t-test (e.g. lstm,rel_lstm)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         title=args.title,
         reference=args.reference,
+        compare=parse_compare(args.compare) if args.compare else None,
     )
     print(text)
     print(f"\nwrote {args.out}")
