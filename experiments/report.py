@@ -640,8 +640,10 @@ def build_report(
     out = Path(out)
     meta = load_sweep_meta(sweep_dir)
     trials = load_trials(sweep_dir)
-    if compare:  # checked before anything is written
-        check_cores(transfer_points(trials), compare)
+    # read once: checked before anything is written, tabulated at the end
+    compare_points = transfer_points(trials) if compare else []
+    if compare:
+        check_cores(compare_points, compare)
     if not meta and (grid := records_grid(sweep_dir)):
         meta = {"grid": grid}
     runs = load_runs(trials)
@@ -703,7 +705,7 @@ def build_report(
     if compare:
         base, other = compare
         rank = order_rank(env_order["train"])
-        points = sorted(transfer_points(trials), key=lambda p: rank(p.train_env))
+        points = sorted(compare_points, key=lambda p: rank(p.train_env))
         for block in ("test", "train"):
             header, rows = comparison_rows(points, base, other, block)
             if rows:
