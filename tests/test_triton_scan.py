@@ -167,3 +167,30 @@ def test_lru_through_the_triton_scan_matches_the_step_loop(grad) -> None:
     got = _run(core, x, state, starts)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4])
+def test_mlstm_through_the_triton_scan_matches_its_step_loop(chunk_size) -> None:
+    """The chunk-state scan on the Triton kernel: outputs, final state and gradients (input
+    state and parameters) against the recurrent form stepped one step at a time, from a warm
+    state, with resets inside chunks, at chunk starts, and in a padded last chunk."""
+    torch.manual_seed(0)
+    core = make_core("mlstm", D, H, heads=2, chunk_size=chunk_size, scan="triton")
+    core = core.double().to(DEVICE)
+    x, starts = _inputs(steps=11)
+    with torch.no_grad():
+        _, warm = core(2 * x, core.initial_state(B, DEVICE))
+
+    def step_loop(x, state, starts):
+        ys = []
+        for t in range(x.shape[0]):
+            state = core.reset_state(state, starts[t])
+            y, state = core.step(x[t], state)
+            ys.append(y)
+        return torch.stack(ys), state
+
+    got = _run(core, x, warm, starts)
+    core.forward = step_loop
+    want = _run(core, x, warm, starts)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
