@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -40,6 +41,10 @@ class MemoryCore(nn.Module):
             )
         self.input_size = int(input_size)
         self.hidden_size = int(hidden_size)
+
+    graph_safe: ClassVar[bool] = False
+    """Whether :meth:`forward` can be recorded as a CUDA graph (:mod:`cores.graphed`): no host
+    synchronisation besides :func:`steps_with_starts`, no shapes that depend on the data."""
 
     # ------------------------------------------------------------------ contract
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
@@ -165,10 +170,21 @@ def reset_uniform_(weight_ih: Tensor, weight_hh: Tensor, bias: Tensor) -> None:
         bias.zero_()
 
 
+def capturing(like: Tensor) -> bool:
+    """Whether a CUDA graph is being recorded on the current stream of ``like``'s device."""
+    return like.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def steps_with_starts(starts: Tensor | None) -> set[int]:
-    """The time indices at which at least one batch row resets (one host sync per call)."""
+    """The time indices at which at least one batch row resets (one host sync per call).
+
+    While a CUDA graph is being recorded (:mod:`cores.graphed`) the host cannot read
+    ``starts``: every step is returned, so the masked reset runs at every step and the graph
+    is right for whatever ``starts`` it is replayed with."""
     if starts is None:
         return set()
+    if capturing(starts):
+        return set(range(starts.shape[0]))
     return set(torch.nonzero(starts.any(dim=1)).flatten().tolist())
 
 
