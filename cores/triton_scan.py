@@ -67,6 +67,7 @@ def _scan_kernel(
     channels,
     REVERSE: tl.constexpr,
     COMPLEX: tl.constexpr,
+    WIDTH: tl.constexpr,
     HAS_H0: tl.constexpr,
     ACC: tl.constexpr,
     BLOCK_T: tl.constexpr,
@@ -75,18 +76,18 @@ def _scan_kernel(
     """Forward (``REVERSE=False``): ``out_t = a_t out_{t-1} + b_t`` from ``h0``.
     Reverse: ``out_t = conj(a_{t+1}) out_{t+1} + b_t`` from zero after the last step.
 
-    ``a, b, out`` are ``[T, C]`` (``[T, C, 2]`` when ``COMPLEX``), ``h0`` is ``[C]`` (``[C, 2]``).
+    ``a, b, out`` are ``[T, C]`` (``[T, C, 2]`` when ``COMPLEX``, ``WIDTH = 2``), ``h0`` is
+    ``[C]`` (``[C, 2]``).
     """
-    width: tl.constexpr = 2 if COMPLEX else 1
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     col_ok = cols < channels
     rows = tl.arange(0, BLOCK_T)
     carry_re = tl.zeros([BLOCK_C], dtype=ACC)
     carry_im = tl.zeros([BLOCK_C], dtype=ACC)
     if HAS_H0:
-        carry_re = tl.load(h0_ptr + cols * width, mask=col_ok, other=0.0).to(ACC)
+        carry_re = tl.load(h0_ptr + cols * WIDTH, mask=col_ok, other=0.0).to(ACC)
         if COMPLEX:
-            carry_im = tl.load(h0_ptr + cols * width + 1, mask=col_ok, other=0.0).to(ACC)
+            carry_im = tl.load(h0_ptr + cols * WIDTH + 1, mask=col_ok, other=0.0).to(ACC)
     for tile in range(0, tl.cdiv(steps, BLOCK_T)):
         pos = tile * BLOCK_T + rows  # position in scan order
         if REVERSE:
@@ -97,8 +98,8 @@ def _scan_kernel(
             t_a = t
         ok = (pos < steps)[:, None] & col_ok[None, :]
         ok_a = ((pos < steps) & (t_a < steps))[:, None] & col_ok[None, :]
-        at = (t_a[:, None] * channels + cols[None, :]) * width
-        bt = (t[:, None] * channels + cols[None, :]) * width
+        at = (t_a[:, None] * channels + cols[None, :]) * WIDTH
+        bt = (t[:, None] * channels + cols[None, :]) * WIDTH
         # past the end in reverse: a_T = 0 (nothing follows the last step); outside the
         # sequence: a = 1, b = 0, so padding rows carry the state through unchanged
         a_re = tl.load(a_ptr + at, mask=ok_a, other=0.0).to(ACC)
@@ -155,6 +156,7 @@ def _launch(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
         channels,
         REVERSE=reverse,
         COMPLEX=b.is_complex(),
+        WIDTH=2 if b.is_complex() else 1,
         HAS_H0=h0 is not None,
         ACC=acc,
         BLOCK_T=BLOCK_T,
