@@ -118,7 +118,10 @@ class GraphedCore(MemoryCore):
     def _capture(self, args: tuple[Tensor, ...], with_starts: bool) -> Callable:
         """Record one graph each way for inputs shaped like ``args`` (warm-up runs included)."""
         samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
-        return torch.cuda.make_graphed_callables(_Flat(self.core, with_starts), samples)
+        # allow_unused_input: a parameter some option leaves out of forward gets no gradient
+        return torch.cuda.make_graphed_callables(
+            _Flat(self.core, with_starts), samples, allow_unused_input=True
+        )
 
 
 def graphed(core: MemoryCore) -> MemoryCore:

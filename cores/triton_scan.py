@@ -98,8 +98,9 @@ def _scan_kernel(
             t_a = t
         ok = (pos < steps)[:, None] & col_ok[None, :]
         ok_a = ((pos < steps) & (t_a < steps))[:, None] & col_ok[None, :]
-        at = (t_a[:, None] * channels + cols[None, :]) * WIDTH
-        bt = (t[:, None] * channels + cols[None, :]) * WIDTH
+        # 64-bit offsets: T * C * WIDTH passes 2^31 at long sequences of wide states
+        at = (t_a[:, None].to(tl.int64) * channels + cols[None, :]) * WIDTH
+        bt = (t[:, None].to(tl.int64) * channels + cols[None, :]) * WIDTH
         # past the end in reverse: a_T = 0 (nothing follows the last step); outside the
         # sequence: a = 1, b = 0, so padding rows carry the state through unchanged
         a_re = tl.load(a_ptr + at, mask=ok_a, other=0.0).to(ACC)
@@ -137,7 +138,7 @@ def _launch(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
     """One kernel launch over ``a, b [T, ...]`` (same shape and dtype); returns ``[T, ...]``."""
     steps = b.shape[0]
     channels = b[0].numel()
-    out = torch.empty_like(b)
+    out = torch.empty(b.shape, dtype=b.dtype, device=b.device)  # contiguous, whatever b is
     if steps == 0 or channels == 0:
         return out
     real_dtype = b.real.dtype if b.is_complex() else b.dtype

@@ -67,6 +67,18 @@ def test_triton_scan_accepts_a_broadcast_coefficient_and_state() -> None:
     )
 
 
+def test_triton_scan_reads_and_writes_permuted_inputs() -> None:
+    """Inputs and upstream gradients that are permuted views (dense, not contiguous)."""
+    a, b, h0, grad = _problem(12, torch.float32)
+    b_view = b.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+    grad_view = grad.permute(1, 0, 2).contiguous().permute(1, 0, 2)
+    assert not b_view.is_contiguous() and not grad_view.is_contiguous()
+    torch.testing.assert_close(triton_scan.scan_values(a, b_view, h0), linear_scan_loop(a, b, h0))
+    torch.testing.assert_close(
+        triton_scan.scan_adjoint(a, grad_view), triton_scan.scan_adjoint(a, grad)
+    )
+
+
 class _OpCounter(TorchDispatchMode):
     """Counts the torch operations dispatched while active."""
 
