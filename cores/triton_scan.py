@@ -144,8 +144,11 @@ def _launch(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
     real_dtype = b.real.dtype if b.is_complex() else b.dtype
     acc = tl.float64 if real_dtype == torch.float64 else tl.float32
     # 16 channels per program already fill a 64-byte row; wider blocks once there are
-    # enough programs to occupy every multiprocessor
+    # enough programs to occupy every multiprocessor; short sequences and narrow states get
+    # smaller tiles (acting steps one step at a time; the interpreter's cost is per element)
     block_c = 16 if channels < 8192 else 32
+    block_c = min(block_c, max(4, triton.next_power_of_2(channels)))
+    block_t = min(BLOCK_T, max(16, triton.next_power_of_2(steps)))
     grid = (triton.cdiv(channels, block_c),)
     out_real = _real(out)
     _scan_kernel[grid](
@@ -160,7 +163,7 @@ def _launch(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
         WIDTH=2 if b.is_complex() else 1,
         HAS_H0=h0 is not None,
         ACC=acc,
-        BLOCK_T=BLOCK_T,
+        BLOCK_T=block_t,
         BLOCK_C=block_c,
     )
     return out
