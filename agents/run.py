@@ -309,6 +309,7 @@ def check_resume_config(
     now = flatten(dataclasses.asdict(config))
     before = flatten(_normalised(type(config), saved))
     allowed = RESUME_ALLOWED_CHANGES | allow_changes
+    named = sorted(key for key in allowed if key in now)  # this trainer's keys, for messages
     for key in sorted(set(now) | set(before)):
         old, new = before.get(key), now.get(key)
         if old == new:
@@ -321,7 +322,7 @@ def check_resume_config(
         if key not in allowed:
             raise ValueError(
                 f"cannot resume: {key} is {_short(new)}, the checkpoint's run has "
-                f"{_short(old)}; a resume may change only {', '.join(sorted(allowed))} "
+                f"{_short(old)}; a resume may change only {', '.join(named)} "
                 "(start a new run.dir, or set train.init_from to start from its weights)"
             )
 
