@@ -18,6 +18,9 @@ from typing import Any
 
 from agents.device import DEVICE_CHOICES
 
+MAX_SEED = 2**32 - 1
+"""Largest ``train.seed``: NumPy's global generator takes seeds below ``2**32``."""
+
 
 @dataclass
 class TrainBase:
@@ -42,8 +45,8 @@ class TrainBase:
     are still counted)."""
 
     def validate(self) -> None:
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"train.seed must be in 0..{MAX_SEED}, got {self.seed}")
         if self.max_skipped_updates < 0:
             raise ValueError(
                 f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"

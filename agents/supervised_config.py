@@ -29,9 +29,14 @@ class TaskConfig:
     """Task options (any other key of this section): length, loss, data_dir, ..."""
 
     def validate(self) -> None:
-        from envs.sequences import check_task_options
+        from envs.datasets import DatasetMissingError
+        from envs.sequences import check_task_data, check_task_options
 
         check_task_options(self.name, self.options)
+        try:  # before a run folder exists, not when the task is built
+            check_task_data(self.name, self.options)
+        except DatasetMissingError as err:
+            raise ValueError(f"task.data_dir: {err}") from None
 
 
 @dataclass
