@@ -280,10 +280,10 @@ def clear_run(run_dir: Path, patterns: tuple[str, ...]) -> None:
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (an empty mapping stays one leaf)."""
+    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}`` (an empty mapping has no leaves)."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):
             out.update(flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
