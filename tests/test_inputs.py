@@ -217,3 +217,13 @@ def test_undecodable_csv_bytes_name_the_file(trained_run, tmp_path, capsys):
     assert main(["plot", str(run), "--out", str(tmp_path / "curves.png")]) == 2
     err = capsys.readouterr().err
     assert f"{run / 'progress.csv'} is not a UTF-8 text CSV file" in err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "visualize", "diagnose"])
+def test_a_seed_option_beyond_the_seed_range_names_the_range(command, capsys):
+    args = [command, "RUN", "--seed", "99999999999999999999"]
+    args += ["--gif", "x.gif"] if command == "visualize" else []
+    with pytest.raises(SystemExit) as caught:
+        main(args)
+    assert caught.value.code == 2
+    assert "--seed: must be in 0..4294967295, got 99999999999999999999" in capsys.readouterr().err
