@@ -26,10 +26,15 @@ Triton kernels need a GPU, or Triton's interpreter (``TRITON_INTERPRET=1`` set b
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+"""Whether ``triton.jit`` kernels of this module run under Triton's interpreter."""
 
 BLOCK_T = 64
 """Steps per tile: ``log2 BLOCK_T`` parallel rounds per tile, ``T / BLOCK_T`` tiles in turn."""
@@ -136,6 +141,12 @@ def _real(x: Tensor) -> Tensor:
 
 def _launch(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
     """One kernel launch over ``a, b [T, ...]`` (same shape and dtype); returns ``[T, ...]``."""
+    if b.device.type != "cuda" and not _INTERPRETED:
+        raise ValueError(
+            f"the triton scan runs on CUDA tensors (got {b.device.type}), or on CPU tensors "
+            "with TRITON_INTERPRET=1 set before triton is imported; valid scans here: "
+            "auto, parallel, sequential"
+        )
     steps = b.shape[0]
     channels = b[0].numel()
     out = torch.empty(b.shape, dtype=b.dtype, device=b.device)  # contiguous, whatever b is

@@ -79,6 +79,12 @@ def test_triton_scan_reads_and_writes_permuted_inputs() -> None:
     )
 
 
+def test_triton_scan_on_cpu_tensors_without_the_interpreter_says_what_to_do(monkeypatch) -> None:
+    monkeypatch.setattr(triton_scan, "_INTERPRETED", False)
+    with pytest.raises(ValueError, match="runs on CUDA tensors .*TRITON_INTERPRET=1"):
+        triton_scan.scan_values(torch.ones(2, 1), torch.ones(2, 1), torch.zeros(1))
+
+
 class _OpCounter(TorchDispatchMode):
     """Counts the torch operations dispatched while active."""
 
