@@ -66,6 +66,10 @@ class GraphedCore(MemoryCore):
             )
         super().__init__(core.input_size, core.hidden_size)
         self.core = core
+        # the wrapped core's declared capabilities, so callers treat the wrapper like it
+        self.has_step = core.has_step
+        self.state_arity = core.state_arity
+        self.graph_safe = True
         # not submodules: each holds the same parameters as `core` (no duplicate state_dict keys)
         self._graphs: OrderedDict[Hashable, Callable[..., tuple[Tensor, ...]]] = OrderedDict()
 

@@ -58,6 +58,8 @@ def test_wrapping_an_uncapturable_core_is_refused_or_left_as_it_is() -> None:
     core = make_core("min_gru", D, H)
     assert graphed(core) is core
     assert isinstance(graphed(make_core("janet", D, H)), GraphedCore)
+    wrapped = graphed(make_core("block_gru", D, H, layers=2))
+    assert (wrapped.has_step, wrapped.state_arity) == (False, 2)
 
 
 @pytest.mark.parametrize("name", ["janet", "rel_lstm"])
