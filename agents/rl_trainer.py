@@ -41,7 +41,7 @@ from agents.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from agents.device import resolve_device
+from agents.device import acting_device, module_device, resolve_device
 from agents.divergence import DivergenceGuard
 from agents.episodes import EpisodeStats
 from agents.files import write_text_atomic
@@ -504,14 +504,15 @@ def _train_loop(
     if resume is not None:
         logger.truncate_after(global_step)
 
-    # Acting (batch of N, T = 1) is latency-bound: on a GPU learner it stays on the CPU with a
-    # copy of the policy, refreshed after every update; the rollout is stored on the CPU and
-    # each update moves it to the learner's device once.
+    # Acting (batch of N, T = 1) is latency-bound: on a GPU learner with few envs it stays on
+    # the CPU with a copy of the policy, refreshed after every update (agents.device.
+    # acting_device); the rollout is stored where the policy acts and each update moves it to
+    # the learner's device once.
     # With train.overlap the acting copy also lets rollout k+1 be collected (by the policy from
     # before update k) while update k runs: two rollout buffers, used in turn.
     overlap = cfg.train.overlap
-    acting = acting_policy(policy, device, separate=overlap)
-    act_device = torch.device("cpu") if acting is not policy else device
+    acting = acting_policy(policy, device, separate=overlap, n_envs=N)
+    act_device = module_device(acting)
     buffers = [
         RolloutBuffer(
             obs_shapes(envs.single_observation_space),
@@ -652,14 +653,16 @@ def _threads(n: int) -> Iterator[None]:
 
 
 def acting_policy(
-    policy: RecurrentActorCritic, device: torch.device, separate: bool = False
+    policy: RecurrentActorCritic, device: torch.device, separate: bool = False, n_envs: int = 1
 ) -> RecurrentActorCritic:
-    """The policy that acts in the envs: ``policy`` itself on a CPU learner, else a CPU copy
-    (one env step is a batch of ``n_envs`` rows, too small to gain from a GPU round trip);
-    always a copy when ``separate`` (acting while the learner updates)."""
-    if device.type == "cpu" and not separate:
+    """The policy that acts in the envs: ``policy`` itself where it acts on the learner's
+    device, else a copy on the acting device (:func:`agents.device.acting_device`: the CPU for
+    a CPU learner, and for a GPU learner with few envs); always a copy when ``separate``
+    (acting while the learner updates)."""
+    act = acting_device(device, n_envs)
+    if act == device and not separate:
         return policy
-    return copy.deepcopy(policy).to("cpu")
+    return copy.deepcopy(policy).to(act)
 
 
 class _InThread(threading.Thread):

@@ -18,13 +18,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fps", type=positive_float, default=8.0, help="frames per second of the GIF"
     )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from agents.device import resolve_device
     from agents.evaluation import record_gif
 
+    device = resolve_device(args.device)
     frames, returns = record_gif(
-        args.run, Path(args.gif), args.env, args.episodes, args.argmax, args.seed, args.fps
+        args.run,
+        Path(args.gif),
+        args.env,
+        args.episodes,
+        args.argmax,
+        args.seed,
+        args.fps,
+        device=device,
     )
     shown = ", ".join(f"{r:.2f}" for r in returns)
     print(f"wrote {args.gif}: {frames} frames, {len(returns)} episodes (returns {shown})")
