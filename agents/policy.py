@@ -274,6 +274,9 @@ class RecurrentActorCritic(nn.Module):
             if recon_lags
             else None
         )
+        # One layer whose weight tells the policy's device, read on every acting step: a plain
+        # attribute (not registered twice as a submodule), cheaper than indexing the Sequential.
+        object.__setattr__(self, "_device_probe", self.critic[0])
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """The core's initial state for ``batch_size`` envs/sequences (default: on the
@@ -283,7 +286,7 @@ class RecurrentActorCritic(nn.Module):
     @property
     def device(self) -> torch.device:
         """The device of the policy's weights; what enters :meth:`forward` is moved here."""
-        return self.critic[0].weight.device
+        return self._device_probe.weight.device
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -313,11 +316,12 @@ class RecurrentActorCritic(nn.Module):
         :param state: core state before step 0 (rows are reset where ``starts`` is true).
         :param starts: ``[T, B]`` bool, true on the first step of an episode.
 
-        Observations, state and starts on another device than the policy's are moved to it
-        (a no-op where they already are), so a caller need not know where the policy lives.
+        A policy off the CPU moves observations, state and starts to its device (a no-op
+        where they already are), so a caller with CPU tensors need not know where it lives.
         """
         device = self.device
-        obs, state, starts = to_device((obs, state, starts), device)
+        if device.type != "cpu":  # a GPU policy fed CPU tensors (on the CPU nothing moves)
+            obs, state, starts = to_device((obs, state, starts), device)
         x = self.encode(obs)  # [T, B, D]
         if x.shape[0] == 1 and self._has_step and not torch.is_grad_enabled():
             # Acting (T = 1, no grad): the core's own step() skips the sequence machinery of
