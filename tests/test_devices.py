@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from rl_helpers import sb3_recurrent_ppo, tiny_config
+from rl_helpers import TINY, sb3_recurrent_ppo, tiny_config
 
 from agents.device import ACT_ON_LEARNER_FROM, acting_device, module_device, to_device
 from agents.policy import RecurrentActorCritic
@@ -115,13 +115,37 @@ def test_rl_training_with_many_envs_acts_on_the_learner_device(device, tmp_path,
     assert result.global_step == 128 and np.isfinite(result.history[-1]["train/value_loss"])
 
 
-def test_supervised_training_runs_on_each_device(device, tmp_path):
+def test_train_command_runs_on_each_device(device, tmp_path):
+
+    run = tmp_path / "run"
+    args = ["train", "experiments/configs/demo_rl.yaml", *TINY, f"train.device={device}"]
+    assert main([*args, f"run.dir={run}", "run.tensorboard=false"]) == 0
+    assert (run / "checkpoints" / "last.pt").is_file()
+
+
+def test_supervised_training_and_its_diagnosis_run_on_each_device(device, tmp_path):
+    run = tmp_path / "run"
     args = ["supervised", "experiments/configs/demo_copy.yaml"]
     args += [f"train.device={device}", "train.steps=4", "train.eval_every=2"]
-    args += ["train.eval_size=8", "core.hidden_size=8", f"run.dir={tmp_path / 'run'}"]
+    args += ["train.eval_size=8", "core.hidden_size=8", f"run.dir={run}"]
     args += ["run.progress_bar=false", "run.tensorboard=false"]
     assert main(args) == 0
-    assert (tmp_path / "run" / "checkpoint.pt").is_file()
+    assert (run / "checkpoint.pt").is_file()
+    out = tmp_path / "profile.png"
+    assert main(["diagnose", str(run), "--batch", "4", "--out", str(out)]) == 0
+    assert out.is_file()
+
+
+def test_transfer_runs_on_each_device(device, tmp_path, monkeypatch):
+    import envs.suites
+
+    suite = type(envs.suites.SUITES["doorkey"])
+    tiny = suite(pairs=(("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),), description="t")
+    monkeypatch.setitem(envs.suites.SUITES, "tiny-test", tiny)
+    out = tmp_path / "transfer"
+    args = ["transfer", "tiny-test", *TINY, "train.total_steps=64", f"train.device={device}"]
+    assert main([*args, "--episodes", "2", "--out", str(out)]) == 0
+    assert len((out / "table.csv").read_text().splitlines()) == 2
 
 
 # ----------------------------------------------------------------------------- commands
