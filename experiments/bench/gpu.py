@@ -328,16 +328,27 @@ def _rl_config(path: str, overrides: list[str]) -> Any:
 
 
 def part_acting(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
-    """Microseconds per acting step of the MemoryS7 policy on the CPU and on ``device``."""
+    """Microseconds per acting step of the MemoryS7 policy on the CPU and on ``device``, with
+    the config's torch threads (as the trainer acts)."""
+    config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
+    threads = torch.get_num_threads()
+    if config.train.threads > 0:
+        torch.set_num_threads(config.train.threads)
+    try:
+        return _acting_rows(device, sizes, clock, config)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) -> dict:
     from agents.policy import build_policy, obs_to_tensors, sample_actions
 
-    config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
     rows, not_measured = [], []
-    torch.manual_seed(0)
-    cpu_policy = build_policy(config, 3, (7, 7, 3)).eval()
+    torch.manual_seed(0)  # MemoryS7: 7 actions, a 7x7x3 view (its mission is not read)
+    cpu_policy = build_policy(config, 7, (7, 7, 3)).eval()
     policies = {"cpu": cpu_policy}
     if device.type != "cpu":
-        policies[str(device)] = build_policy(config, 3, (7, 7, 3)).to(device).eval()
+        policies[str(device)] = build_policy(config, 7, (7, 7, 3)).to(device).eval()
     rng = np.random.default_rng(0)
     for n in sizes.acting_envs:
         if clock.left() <= 0:
