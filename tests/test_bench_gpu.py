@@ -94,3 +94,24 @@ def test_a_spent_budget_leaves_the_rest_listed_as_not_measured():
         }
     )
     assert "## Not measured" in md and "cores (time budget): nn.LSTM, nn.GRU" in md
+
+
+def test_graphed_acting_step_needs_cuda_and_replays_there(device):
+    """The CUDA-graph column of the acting part: refused off CUDA with one clear error; on a
+    GPU the captured step replays with fresh observations and carries the state."""
+    import numpy as np
+
+    from agents.policy import build_policy
+
+    config = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides))
+    policy = build_policy(config, 7, (7, 7, 3)).to(device).eval()
+    obs = {"image": np.zeros((4, 7, 7, 3), np.uint8), "direction": np.zeros(4, np.int64)}
+    if device == "cpu":
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            gpu.graphed_acting_step(policy, obs, torch.device(device))
+        return
+    step = gpu.graphed_acting_step(policy, obs, torch.device(device))
+    obs["image"][:] = 3  # new values reach the graph through its input copy
+    for _ in range(3):
+        actions = step()
+        assert actions.shape == (4,) and ((actions >= 0) & (actions < 7)).all()

@@ -13,8 +13,9 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    4096, 16384 for the scan cores, to 4096 for the step-loop cores); target: a scan core's
    time at T=16384 at most 8x its time at T=256.
 4. ``acting``: one acting step of the MemoryS7 policy (observations from NumPy, T=1 forward,
-   sampled actions back to NumPy) on the CPU and on the GPU per ``n_envs``, beside the rule
-   the trainer applies (:func:`agents.device.acting_device`), and where the two cross.
+   sampled actions back to NumPy) on the CPU, on the GPU, and on the GPU as one CUDA graph
+   replay (:func:`graphed_acting_step`) per ``n_envs``, beside the rule the trainer applies
+   (:func:`agents.device.acting_device`), and where CPU and GPU cross.
 5. ``rl``: PPO frames/s on the GPU against the same machine's CPU: MemoryS7
    (``experiments/configs/memory_s7.yaml``) at 8 and 64 envs, and POPGym's settings
    (``experiments/configs/sweep_popgym.yaml``) for ``gru``, ``lstm``, ``ur_lstm`` and
@@ -340,6 +341,53 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -
         torch.set_num_threads(threads)
 
 
+def graphed_acting_step(
+    policy: torch.nn.Module, obs: dict[str, np.ndarray], device: torch.device
+) -> Callable[[], np.ndarray]:
+    """One acting step of ``policy`` (on a CUDA ``device``) captured as a CUDA graph: the
+    observations are copied into fixed input tensors, the graph replays the forward, the
+    action sampling and the state update in one launch, and the actions come back to NumPy.
+    The returned step reads the arrays of ``obs`` each call (refill them in place).
+
+    :raises ValueError: ``device`` is not a CUDA device.
+    :raises RuntimeError: the step cannot be captured (e.g. it reads a tensor on the host).
+    """
+    from agents.policy import obs_to_tensors, sample_actions
+
+    if device.type != "cuda":
+        raise ValueError(f"a CUDA graph needs a CUDA device, got {device}")
+    n = len(next(iter(obs.values())))
+    static_obs = obs_to_tensors(obs, device)  # each [1, n, ...]
+    state = tuple(s.clone() for s in policy.initial_state(n, device))
+    starts = torch.zeros(1, n, dtype=torch.bool, device=device)
+
+    def body() -> torch.Tensor:
+        out = policy(static_obs, state, starts)
+        actions, _ = sample_actions(out.logits[0])
+        for s, new in zip(state, out.state, strict=True):
+            s.copy_(new)
+        return actions
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), torch.no_grad():  # warm-up off the capture, as CUDA asks
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        actions = body()
+
+    def step() -> np.ndarray:
+        """Read ``obs`` (the same dict, refilled by the caller), act: actions ``[n]``."""
+        for key, value in obs.items():
+            static_obs[key][0].copy_(torch.from_numpy(np.asarray(value)), non_blocking=True)
+        graph.replay()
+        return actions.cpu().numpy()
+
+    return step
+
+
 def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) -> dict:
     from agents.policy import build_policy, obs_to_tensors, sample_actions
 
@@ -376,6 +424,16 @@ def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) 
             row[f"us_{'cpu' if where == 'cpu' else 'device'}"] = (
                 1e6 * (time.perf_counter() - start) / sizes.acting_steps
             )
+        if device.type == "cuda":  # the same step on the GPU as one CUDA graph replay
+            try:
+                step = graphed_acting_step(policies[str(device)], obs, device)
+                step()
+                start = time.perf_counter()
+                for _ in range(sizes.acting_steps):
+                    step()
+                row["us_graphed"] = 1e6 * (time.perf_counter() - start) / sizes.acting_steps
+            except Exception as err:  # a step that cannot be captured is a result too
+                row["graphed_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         row["rule"] = str(acting_device(device, n))
         if "us_device" in row:
             row["faster"] = "cpu" if row["us_cpu"] <= row["us_device"] else str(device)
@@ -596,14 +654,17 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "## Acting step (MemoryS7 policy), microseconds",
             "",
-            "| n_envs | CPU | device | faster | trainer's rule |",
-            "|---|---|---|---|---|",
+            "| n_envs | CPU | device | device, CUDA graph | faster | trainer's rule |",
+            "|---|---|---|---|---|---|",
         ]
         for r in a["rows"]:
             dev = f"{r['us_device']:.0f}" if "us_device" in r else "-"
+            graphed = f"{r['us_graphed']:.0f}" if "us_graphed" in r else "-"
+            if "graphed_error" in r:
+                graphed = f"not captured ({r['graphed_error']})"
             lines.append(
-                f"| {r['n_envs']} | {r['us_cpu']:.0f} | {dev} | {r.get('faster', '-')} "
-                f"| {r['rule']} |"
+                f"| {r['n_envs']} | {r['us_cpu']:.0f} | {dev} | {graphed} "
+                f"| {r.get('faster', '-')} | {r['rule']} |"
             )
         lines.append(f"\nFirst n_envs where the device is faster: {a['crossover_n_envs']}.")
     if "rl" in parts:
