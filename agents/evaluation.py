@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.checkpoint import load_rl_checkpoint, policy_from_checkpoint
 from agents.episodes import RunningEpisodes
 from agents.policy import (
     RecurrentActorCritic,
@@ -23,11 +24,7 @@ from agents.policy import (
     observation_shape,
     sample_actions,
 )
-from agents.rl_trainer import (
-    load_rl_checkpoint,
-    make_vector_env,
-    policy_from_checkpoint,
-)
+from agents.rl_trainer import make_vector_env
 
 
 @dataclass
@@ -174,7 +171,7 @@ def load_policy(
     run: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[RecurrentActorCritic, Any]:
     """A run folder or checkpoint file -> (policy in eval mode, its config)."""
-    payload = load_rl_checkpoint(run, device)
+    payload = load_rl_checkpoint(run)
     return policy_from_checkpoint(payload, device)
 
 
