@@ -21,6 +21,13 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 B, D, H = 2, 3, 4
 
 
+@pytest.fixture(autouse=True, params=[DEVICE.type])
+def kernel_device(request: pytest.FixtureRequest) -> str:
+    """Puts the device the kernels run on into every test id, so ``pytest -k cuda`` (the
+    test part of ``memcores bench gpu``) selects these tests on a GPU machine."""
+    return request.param
+
+
 def _problem(steps: int, dtype: torch.dtype, seed: int = 0):
     """``a, b, h0`` and an upstream gradient, with ``|a| < 1``, complex phases, and resets
     (``a = 0``) inside the sequence."""
