@@ -79,6 +79,44 @@ def test_on_cpu_the_wrapper_is_the_core(name) -> None:
     assert y.shape == (B, H)
 
 
+def test_one_graph_per_shape_and_mode_and_the_oldest_dropped(monkeypatch) -> None:
+    """The wrapper's bookkeeping, with the capture replaced by the eager module it would
+    record: one capture per (shape, dtype, grad flags, starts given, training), reused after,
+    at most ``MAX_GRAPHS`` kept, and values and gradients those of the core."""
+    from cores import graphed as graphed_module
+
+    captured = []
+
+    def fake_capture(module, samples, allow_unused_input=False):
+        captured.append(tuple(s.shape for s in samples))
+        return module
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", fake_capture)
+    monkeypatch.setattr(GraphedCore, "graphable", lambda self, x: True)
+    torch.manual_seed(0)
+    core = make_core("janet", D, H).double()
+    wrapped = GraphedCore(core)
+    x, starts = _inputs()
+    state = core.initial_state(B)
+    for got, want in zip(
+        _run(wrapped, x, state, starts), _run(core, x, state, starts), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    _run(wrapped, x + 1, state, ~starts)  # same shapes: replayed, not captured again
+    assert len(captured) == 1
+    _run(wrapped, x, state, None)  # no starts: another graph
+    wrapped.eval()
+    _run(wrapped, x, state, starts)  # evaluation mode: another graph
+    assert len(captured) == 3
+    for steps in range(2, 2 + graphed_module.MAX_GRAPHS):
+        _run(wrapped, x[:steps], state, starts[:steps])
+    assert len(wrapped._graphs) == graphed_module.MAX_GRAPHS
+    assert len(captured) == 3 + graphed_module.MAX_GRAPHS
+    wrapped.train()
+    _run(wrapped, x, state, starts)  # the first graph was dropped: recorded again
+    assert len(captured) == 4 + graphed_module.MAX_GRAPHS
+
+
 @pytest.mark.parametrize("name", GRAPH_SAFE)
 def test_capturable_cores_give_the_same_values_with_a_reset_at_every_step(
     name, monkeypatch
