@@ -55,6 +55,7 @@ from agents.rollout import (
 )
 from agents.run import RunLayout, RunSession
 from cores.diagnostics import timescales
+from cores.graphed import maybe_graphed
 from envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
@@ -143,6 +144,7 @@ def setup(config: RLConfig) -> Setup:
             raise ValueError(f"core {config.core.name!r}: {err}") from err
         if config.train.init_from:
             load_initial_policy(policy, config.train.init_from, config, n_actions, image_shape)
+        policy.core = maybe_graphed(policy.core, device, config.core.cuda_graph)
         optimizer = make_optimizer(policy, config.agent)
     except BaseException:
         envs.close()

@@ -52,6 +52,7 @@ RESUME_ALLOWED_CHANGES: frozenset[str] = frozenset(
         "train.total_steps",  # RL budget: only longer (see RunLayout.budget_key)
         "train.steps",  # supervised budget: only longer
         "train.device",
+        "core.cuda_graph",  # the same maths, eager or replayed
         "train.threads",
         "train.update_threads",
         "train.progress",

@@ -48,6 +48,7 @@ from agents.run import RunLayout, RunSession
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
 from cores.diagnostics import log_timescales
+from cores.graphed import maybe_graphed
 from envs.sequences import (
     ClassificationTask,
     SequenceBatch,
@@ -287,6 +288,7 @@ def prepare(config: SupervisedConfig) -> Prepared:
     task = build_task(config)
     torch.manual_seed(config.train.seed)
     model = build_model(config, task).to(device)
+    model.core = maybe_graphed(model.core, device, config.core.cuda_graph)
     optimizer = build_optimizer(config, model)
     run_dir = Path(config.run.dir) if config.run.dir else default_run_dir(config)
     TaskData(task, config.train.batch_size, config.train.seed)  # checks batch vs dataset size

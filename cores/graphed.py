@@ -19,17 +19,29 @@ the host by :func:`cores.base.steps_with_starts`, which inside a capture returns
 instead, so the reset mask is applied (as a ``torch.where``) at every step and the graph is
 right for any later ``starts``. The memory LSTM (``mem_lstm``) grows its memory by the
 number of stored states, a data-dependent shape, and is not capturable.
+
+The wrapper is transparent to checkpoints and diagnostics: its ``state_dict`` holds the
+wrapped core's keys (a run trained with graphs on a GPU loads into an unwrapped core on the
+CPU and back), and attributes it does not define (``forget_gate_timescales``, options) are
+read from the wrapped core. :func:`maybe_graphed` is what the trainers call: it wraps where
+the ``core.cuda_graph`` setting (:data:`CUDA_GRAPH_CHOICES`) and the device say so.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from cores.base import MemoryCore, State, autocast_enabled
+
+CUDA_GRAPH_CHOICES = ("auto", "true", "false")
+"""``core.cuda_graph``: ``auto`` wraps the capturable cores when training on CUDA; ``true``
+insists (an error where the device is not CUDA or no core can be captured); ``false`` never
+wraps."""
 
 MAX_GRAPHS = 4
 """Graphs kept per wrapped core (one per shape and mode seen); each holds its own memory."""
@@ -72,6 +84,29 @@ class GraphedCore(MemoryCore):
         self.graph_safe = True
         # not submodules: each holds the same parameters as `core` (no duplicate state_dict keys)
         self._graphs: OrderedDict[Hashable, Callable[..., tuple[Tensor, ...]]] = OrderedDict()
+        self.register_load_state_dict_pre_hook(_keys_into_wrapped)
+
+    # ------------------------------------------------------------ transparency
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The wrapped core's ``state_dict``, under the wrapper's own prefix: the keys are
+        those of the unwrapped core, so checkpoints load either way."""
+        return self.core.state_dict(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        """Submodules and parameters first, then the wrapped core's attributes."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            modules = self.__dict__.get("_modules")
+            if not modules or "core" not in modules:
+                raise
+            return getattr(modules["core"], name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The module without its recorded graphs (copies and pickles record their own)."""
+        state = dict(self.__dict__)
+        state["_graphs"] = OrderedDict()
+        return state
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """The wrapped core's initial state."""
@@ -128,7 +163,81 @@ class GraphedCore(MemoryCore):
         )
 
 
+def _keys_into_wrapped(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """Load pre-hook of :class:`GraphedCore`: a saved ``prefix + key`` (the unwrapped core's
+    layout, which :meth:`GraphedCore.state_dict` writes) goes to ``prefix + "core." + key``."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        state_dict[f"{prefix}core.{key[len(prefix) :]}"] = state_dict.pop(key)
+
+
 def graphed(core: MemoryCore) -> MemoryCore:
     """``core`` wrapped in :class:`GraphedCore` when it declares ``graph_safe``, else itself
     (cores with a fused kernel or a scan need no graph)."""
     return GraphedCore(core) if core.graph_safe else core
+
+
+def cuda_graph_choice(value: bool | str) -> str:
+    """``value`` (a config's ``core.cuda_graph``: a bool or one of :data:`CUDA_GRAPH_CHOICES`)
+    as one of those strings.
+
+    :raises ValueError: any other value, named with the valid choices.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.lower() in CUDA_GRAPH_CHOICES:
+        return value.lower()
+    raise ValueError(
+        f"core.cuda_graph must be one of {', '.join(CUDA_GRAPH_CHOICES)}, got {value!r}"
+    )
+
+
+def maybe_graphed(
+    core: MemoryCore, device: torch.device | str, choice: bool | str = "auto"
+) -> MemoryCore:
+    """``core`` set up to train through CUDA graphs where ``choice`` and ``device`` say so.
+
+    On a CUDA ``device`` (``auto`` or ``true``) a ``graph_safe`` core comes back wrapped in
+    :class:`GraphedCore`; a core that is not capturable itself but holds capturable cores
+    (e.g. the RL policy's actor/critic pair) has those wrapped in place and comes back itself.
+    Cores with a fused kernel or a scan are left as they are. Elsewhere nothing changes.
+    Acting (one step, no autograd) runs eagerly through the wrapper in any case.
+
+    :param device: the training device (a string is enough, so the rule is testable
+        without a GPU).
+    :param choice: ``core.cuda_graph`` (see :data:`CUDA_GRAPH_CHOICES`).
+    :raises ValueError: ``choice`` is invalid, or ``true`` where the device is not CUDA or
+        no core in ``core`` can be captured.
+    """
+    choice = cuda_graph_choice(choice)
+    on_cuda = torch.device(device).type == "cuda"
+    if choice == "false" or (choice == "auto" and not on_cuda):
+        return core
+    if not on_cuda:
+        raise ValueError(
+            f"core.cuda_graph=true needs a CUDA device, the training device is {device}; "
+            "use auto (graphs on CUDA only) or false"
+        )
+    wrapped, count = _wrap_capturable(core)
+    if count == 0 and choice == "true":
+        raise ValueError(
+            f"core.cuda_graph=true: {type(core).__name__} cannot be captured in a CUDA graph "
+            "(a fused kernel, a scan or data-dependent shapes); use auto or false"
+        )
+    return wrapped
+
+
+def _wrap_capturable(module: nn.Module) -> tuple[nn.Module, int]:
+    """``module`` with its outermost ``graph_safe`` cores wrapped, and how many there are."""
+    if isinstance(module, GraphedCore):
+        return module, 1
+    if isinstance(module, MemoryCore) and module.graph_safe:
+        return GraphedCore(module), 1
+    count = 0
+    for name, child in list(module.named_children()):
+        new, n = _wrap_capturable(child)
+        if new is not child:
+            setattr(module, name, new)
+        count += n
+    return module, count
