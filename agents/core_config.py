@@ -21,7 +21,7 @@ class CoreConfig:
     options: dict[str, Any] = field(default_factory=dict)
     """Core-specific options passed to :func:`cores.make_core` (validated there), e.g. ``p``
     for ``hdetach_lstm``, ``t_max`` for ``c_lstm``."""
-    cuda_graph: bool | str = "auto"
+    cuda_graph: Any = "auto"  # a bool or "auto"; validate() names the choices
     """Train the core through CUDA graphs (:func:`cores.graphed.maybe_graphed`): ``auto``
     does so on a CUDA device for the cores that declare ``graph_safe`` (the step-loop cores
     without a fused kernel or a scan); ``true`` insists (an error where it cannot apply);
