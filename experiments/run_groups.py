@@ -3,13 +3,17 @@
 Reports and plots average the runs of a group over seeds. Two runs belong together only when
 their configs agree on every key that can change a result; keys that only say where or how
 fast a run went (its folder, the progress bar, worker processes, checkpoint interval) and the
-seed itself are left out of the comparison. Runs that differ in anything else form separate
-groups, named by the keys on which they differ (``agent.n_epochs=4, train.total_steps=2000000``).
+seed itself are left out of the comparison. A key a config lacks (a record written before
+the key existed) takes the schema's default. Runs that differ in anything else form separate
+groups, named by the keys in which they differ from the most common setting
+(``agent.n_epochs=4, train.total_steps=2000000``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import cache
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -41,25 +45,48 @@ def is_seed_key(key: str) -> bool:
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; empty sections stay as ``{}`` values."""
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; empty sections and None values are left out
+    (a key that is not set)."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping):
             out.update(flatten(value, dotted + "."))
-        else:
+        elif value is not None:
             out[dotted] = value
     return out
 
 
+@cache
+def _defaults(kind: str) -> dict[str, Any]:
+    """The flattened default config of the RL or supervised schema."""
+    from dataclasses import asdict
+
+    if kind == "supervised":
+        from agents.supervised_config import SupervisedConfig as Schema
+    else:
+        from agents.rl_config import RLConfig as Schema
+    return flatten(asdict(Schema()))
+
+
+def with_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` flattened, the schema's default for every key it lacks (free-form sections
+    such as ``env.kwargs`` and ``core.options`` have no defaults to fill)."""
+    flat = flatten(config)
+    if not flat:
+        return flat
+    return {**_defaults("supervised" if "task" in config else "rl"), **flat}
+
+
 def settings(config: Mapping[str, Any], ignore: Sequence[str] = ()) -> dict[str, str]:
-    """The result-changing keys of ``config``, flattened, values as text (seed left out).
+    """The result-changing keys of ``config`` with defaults filled (:func:`with_defaults`),
+    values as text (seed left out).
 
     :param ignore: more keys to leave out (e.g. ``train.total_steps`` when a longer budget is
         still the same run).
     """
     out = {}
-    for key, value in flatten(config).items():
+    for key, value in with_defaults(config).items():
         if (
             is_seed_key(key)
             or key in BOOKKEEPING_KEYS
@@ -75,7 +102,7 @@ def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """Sorted result-changing keys whose value is not the same in every config."""
     flat = [settings(c) for c in configs]
     keys = set().union(*flat) if flat else set()
-    return sorted(k for k in keys if len({f.get(k, "<unset>") for f in flat}) > 1)
+    return sorted(k for k in keys if len({f.get(k, "unset") for f in flat}) > 1)
 
 
 def variant_names(
@@ -83,19 +110,24 @@ def variant_names(
     config_of: Callable[[T], Mapping[str, Any]],
     group_of: Callable[[T], Hashable],
 ) -> list[str]:
-    """For each item, the keys on which it differs from the other items of its group
-    (``group_of``: e.g. env and core), as ``"key=value, ..."``; ``""`` where a group's configs
-    agree. Items with the same name are seeds of one experiment."""
+    """For each item, what sets its config apart within its group (``group_of``: e.g. env and
+    core): ``"key=value, ..."`` for each key whose value differs from the group's most common
+    one; ``"-"`` for an item with the most common value everywhere, ``""`` where the
+    group's configs agree. Items with the same name are seeds of one experiment (two
+    different configs never get the same name: they differ in a key where at least one of
+    them is not the most common)."""
     groups: dict[Hashable, list[int]] = {}
     for i, item in enumerate(items):
         groups.setdefault(group_of(item), []).append(i)
     names = [""] * len(items)
     for members in groups.values():
-        configs = [config_of(items[i]) for i in members]
-        keys = differing_keys(configs)
-        for i, config in zip(members, configs, strict=True):
-            flat = flatten(config)
-            names[i] = ", ".join(f"{k}={_text(k, flat.get(k))}" for k in keys)
+        flat = [settings(config_of(items[i])) for i in members]
+        keys = differing_keys([config_of(items[i]) for i in members])
+        common = {k: Counter(f.get(k, "unset") for f in flat).most_common(1)[0][0] for k in keys}
+        for i, values in zip(members, flat, strict=True):
+            own = [k for k in keys if values.get(k, "unset") != common[k]]
+            names[i] = ", ".join(f"{k}={_text(k, values.get(k))}" for k in own) if keys else ""
+            names[i] = names[i] or ("-" if keys else "")
     return names
 
 
@@ -105,9 +137,8 @@ def seed_count(seeds: Sequence[Any]) -> str:
     return str(distinct) if distinct == len(seeds) else f"{distinct} ({len(seeds)} runs)"
 
 
-def _text(key: str, value: Any) -> str:
-    if key in PATH_KEYS:
-        return "set" if value else "unset"
+def _text(key: str, value: str | None) -> str:
+    """A settings value (``repr`` text) as a reader writes it: ``0.001``, ``adjacent``."""
     if value is None:
         return "unset"
-    return str(value)
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] == "'" else value

@@ -39,10 +39,11 @@ def test_comparison_rows_pair_the_cores_per_env_and_skip_unshared_pairs():
         comparison_rows(points, "lstm", "rel_lstm", "eval")
 
 
-@pytest.mark.parametrize("text", ["lstm", "lstm,", "lstm,lstm", "a,b,c"])
-def test_parse_compare_refuses_anything_but_two_cores(text):
+@pytest.mark.parametrize("text", ["lstm", "lstm,", "lstm,lstm", "a,b,a"])
+def test_parse_compare_refuses_fewer_than_two_or_repeated_cores(text):
     with pytest.raises(ValueError, match="BASE,OTHER"):
         parse_compare(text)
+    assert parse_compare("lstm, ur_lstm,fast_lstm") == ("lstm", "ur_lstm", "fast_lstm")
 
 
 def _transfer_records(results, tmp_path):
