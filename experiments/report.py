@@ -266,13 +266,13 @@ def load_trials(sweep_dir: Path) -> list[TrialInfo]:
                 trials[folder] = TrialInfo(folder.name, folder, BROKEN, {}, message=str(err))
                 continue
             trials[folder] = _trial(folder, "ok", seconds)
+    for folder in half_written_records(sweep_dir, trials):
+        message = f"no {RECORD_FILE} in {folder} (a record is complete once it is written)"
+        trials[folder] = TrialInfo(folder.name, folder, BROKEN, {}, message=message)
     for config_path in sorted(sweep_dir.glob("*/config.yaml")):
         folder = config_path.parent
         if folder not in trials and not folder.name.startswith("."):
             trials[folder] = _trial(folder, "ok")
-    for folder in half_written_records(sweep_dir, trials):
-        message = f"no {RECORD_FILE} in {folder} (a record is complete once it is written)"
-        trials[folder] = TrialInfo(folder.name, folder, BROKEN, {}, message=message)
     if not trials:
         raise FileNotFoundError(
             f"{sweep_dir} holds no trials (no */{TRIAL_FILE}, */config.yaml or {RECORD_FILE}); "

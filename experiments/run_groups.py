@@ -98,9 +98,9 @@ def settings(config: Mapping[str, Any], ignore: Sequence[str] = ()) -> dict[str,
     return out
 
 
-def differing_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+def differing_keys(configs: Sequence[Mapping[str, Any]], ignore: Sequence[str] = ()) -> list[str]:
     """Sorted result-changing keys whose value is not the same in every config."""
-    flat = [settings(c) for c in configs]
+    flat = [settings(c, ignore) for c in configs]
     keys = set().union(*flat) if flat else set()
     return sorted(k for k in keys if len({f.get(k, "unset") for f in flat}) > 1)
 
@@ -109,26 +109,32 @@ def variant_names(
     items: Sequence[T],
     config_of: Callable[[T], Mapping[str, Any]],
     group_of: Callable[[T], Hashable],
+    ignore: Sequence[str] = (),
 ) -> list[str]:
     """For each item, what sets its config apart within its group (``group_of``: e.g. env and
     core): ``"key=value, ..."`` for each key whose value differs from the group's most common
     one; ``"-"`` for an item with the most common value everywhere, ``""`` where the
     group's configs agree. Items with the same name are seeds of one experiment (two
     different configs never get the same name: they differ in a key where at least one of
-    them is not the most common)."""
+    them is not the most common). ``ignore``: keys a caller varies on purpose (a plot's x axis)."""
     groups: dict[Hashable, list[int]] = {}
     for i, item in enumerate(items):
         groups.setdefault(group_of(item), []).append(i)
     names = [""] * len(items)
     for members in groups.values():
-        flat = [settings(config_of(items[i])) for i in members]
-        keys = differing_keys([config_of(items[i]) for i in members])
+        flat = [settings(config_of(items[i]), ignore) for i in members]
+        keys = differing_keys([config_of(items[i]) for i in members], ignore)
         common = {k: Counter(f.get(k, "unset") for f in flat).most_common(1)[0][0] for k in keys}
         for i, values in zip(members, flat, strict=True):
             own = [k for k in keys if values.get(k, "unset") != common[k]]
             names[i] = ", ".join(f"{k}={_text(k, values.get(k))}" for k in own) if keys else ""
             names[i] = names[i] or ("-" if keys else "")
     return names
+
+
+def label_with_variant(label: str, variant: str) -> str:
+    """``"lstm"`` and ``"agent.n_epochs=4"`` -> ``"lstm [agent.n_epochs=4]"``."""
+    return f"{label} [{variant}]" if variant not in ("", "-") else label
 
 
 def seed_count(seeds: Sequence[Any]) -> str:
