@@ -594,7 +594,16 @@ def transfer_points(trials: Sequence[TrialInfo], quantity: str = "return") -> li
         point.train.append(train)
         point.test.append(test)
         point.seeds.append(seed)
+    for point in points.values():  # runs in seed order (seed=10 after seed=2)
+        order = sorted(range(len(point.seeds)), key=lambda i: _seed_rank(point.seeds[i]))
+        point.train, point.test = [point.train[i] for i in order], [point.test[i] for i in order]
+        point.seeds = [point.seeds[i] for i in order]
     return list(points.values())
+
+
+def _seed_rank(seed: str) -> tuple[float, str]:
+    number = _number(seed)
+    return (math.inf if number is None else number, seed)
 
 
 def order_rank(order: Sequence[str]) -> Callable[[str], int]:
@@ -749,11 +758,12 @@ def header_lines(title: str, ctx: ReportContext) -> list[str]:
         f"- {label}: {len(runs)} ({len(ok_runs)} ok, {not_ok} not ok{cut}){records}{budget}",
         "",
     ]
-    lines += [
-        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
-        "value of each run; `steps` is the step of the last logged value.",
-        "",
-    ]
+    if "metrics" in ctx.sections:
+        lines += [
+            "Tables: mean ± sample std over seeds of the last logged value (final) and of the "
+            "best value of each run; `steps` is the step of the last logged value.",
+            "",
+        ]
     return lines
 
 
@@ -795,6 +805,7 @@ class ReportContext:
     compare: tuple[str, ...] = ()
     quantity: str = "return"
     retention: bool = False
+    sections: Sequence[str] = SECTIONS
 
     @property
     def grid(self) -> dict[str, Sequence[Any]]:
@@ -896,7 +907,8 @@ def comparison_sections(ctx: ReportContext, points: Sequence[TransferPoint]) -> 
             "",
         ]
         if ctx.plots and rows:
-            png = plot_retention(points, [base, *others], ctx.png(f"retention_{q}"), q)
+            # one retention figure per report: it takes the report's own name
+            png = plot_retention(points, [base, *others], ctx.out.with_suffix(".png"), q)
             lines += [f"![train and test {q} per run]({png.name})", ""]
         return lines
     lines = []
@@ -1020,6 +1032,7 @@ def build_report(
         compare=tuple(compare or ()),
         quantity=quantity,
         retention=retention,
+        sections=tuple(sections),
     )
     # read once: checked before anything is written, tabulated at the end
     points = transfer_points(ctx.trials, quantity) if compare else []

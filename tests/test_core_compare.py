@@ -194,7 +194,7 @@ def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys):
     rows = [line for line in text.splitlines() if line.startswith("| PassiveVisualMatch ->")]
     assert [r.split("|")[2].strip() for r in rows] == ["lstm", "fast_lstm"]
     assert "| 0.80 / 1.00 | 0.900 ± 0.141 |" in rows[1]
-    png = out.parent / "r_retention_success.png"
+    png = out.parent / "r.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and f"]({png.name})" in text
     capsys.readouterr()
     with pytest.raises(SystemExit):  # argparse names the choices
