@@ -650,24 +650,9 @@ def transfer_table(
         return None
     for block, names in (env_order or {}).items():
         envs[block].sort(key=order_rank(names))
-    ours = [c for c in cores if any(c in v for v in cells.values())]
     ref = reference or {}
-    ref_cores: list[str] = []
-    for block in ("train", "test"):
-        for env in envs[block]:
-            for core in (ref.get(block) or {}).get(env, {}):
-                if core not in ref_cores:
-                    ref_cores.append(core)
-    ref_name = ref.get("label", "ref")
-    header = ["Environment"]
-    columns: list[tuple[str, str]] = []  # (core, "ours"|"ref")
-    for core in [*ours, *(c for c in ref_cores if c not in ours)]:
-        if core in ours:
-            columns.append((core, "ours"))
-            header.append(core)
-        if core in ref_cores:
-            columns.append((core, "ref"))
-            header.append(f"{core} ({ref_name})")
+    ours = [c for c in cores if any(c in v for v in cells.values())]
+    header, columns = transfer_columns(ours, ref, envs)
     rows: list[list[Any]] = []
     for block in ("train", "test"):
         rows.append([f"**{block.capitalize()}**", *([""] * len(columns))])
@@ -681,6 +666,30 @@ def transfer_table(
                     row.append("-" if value is None else f"{value:g}")
             rows.append(row)
     return markdown_table(header, rows)
+
+
+def transfer_columns(
+    ours: Sequence[str], ref: dict[str, Any], envs: dict[str, list[str]]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Header and ``(core, "ours" | "ref")`` columns of the transfer table: each core of ours,
+    the reference's column beside it where the reference has that core, then the reference's
+    other cores."""
+    ref_cores: list[str] = []
+    for block in ("train", "test"):
+        for env in envs[block]:
+            for core in (ref.get(block) or {}).get(env, {}):
+                if core not in ref_cores:
+                    ref_cores.append(core)
+    header = ["Environment"]
+    columns: list[tuple[str, str]] = []
+    for core in [*ours, *(c for c in ref_cores if c not in ours)]:
+        if core in ours:
+            columns.append((core, "ours"))
+            header.append(core)
+        if core in ref_cores:
+            columns.append((core, "ref"))
+            header.append(f"{core} ({ref.get('label', 'ref')})")
+    return header, columns
 
 
 def display_path(path: str) -> str:
@@ -1023,24 +1032,14 @@ def build_report(
     check_choice("section", sections, SECTIONS)
     check_choice("quantity", [quantity], TRANSFER_QUANTITIES)
     sweep_dir, out = Path(sweep_dir), Path(out)
-    ctx = load_context(
-        sweep_dir,
-        out,
-        reference,
-        plots=plots,
-        spread=spread,
-        compare=tuple(compare or ()),
-        quantity=quantity,
-        retention=retention,
-        sections=tuple(sections),
-    )
+    options = dict(plots=plots, spread=spread, compare=tuple(compare or ()), quantity=quantity)
+    ctx = load_context(sweep_dir, out, reference, retention=retention, **options)
+    ctx.sections = tuple(sections)
     # read once: checked before anything is written, tabulated at the end
     points = transfer_points(ctx.trials, quantity) if compare else []
     if compare:
         check_cores(points, ctx.compare)
     metrics = choose_metrics(ctx.runs, metrics) if "metrics" in sections else []
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines = header_lines(title or f"Sweep report: {sweep_dir.name}", ctx)
     parts = {
         "metrics": lambda: metric_sections(ctx, metrics),
         "transfer": lambda: transfer_sections(ctx),
@@ -1048,9 +1047,9 @@ def build_report(
         "tables": lambda: table_sections(ctx),
         "failures": lambda: failure_sections(ctx),
     }
-    for name in SECTIONS:
-        if name in sections:
-            lines += parts[name]()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = header_lines(title or f"Sweep report: {sweep_dir.name}", ctx)
+    lines += [line for name in SECTIONS if name in sections for line in parts[name]()]
     text = "\n".join(lines)
     out.write_text(text)
     return text

@@ -161,10 +161,7 @@ def plot_retention(
         ax.grid(axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(pairs) :]:
         ax.set_visible(False)
-    fig.suptitle(
-        f"train and test {quantity} per run (mean as bars; mean retention test/train above)",
-        fontsize=10,
-    )
+    fig.suptitle(f"train and test {quantity} per run (bars: means; above: mean test/train)")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
