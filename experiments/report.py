@@ -33,6 +33,7 @@ from experiments.records import (
     find_runs,
     get_dotted,
     is_incomplete,
+    open_csv_text,
     read_config,
     read_record,
     read_rows,
@@ -458,7 +459,7 @@ def result_tables(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInfo, Path
         if trial.status != "ok":
             continue
         for path in result_csvs(trial):
-            with path.open(newline="") as handle:
+            with open_csv_text(path) as handle:
                 rows = list(csv.DictReader(handle))
             if rows:
                 yield trial, path, rows
@@ -740,6 +741,8 @@ def header_lines(title: str, ctx: ReportContext) -> list[str]:
     """Title, what was swept (from ``sweep.json``), the trial count and how to read tables."""
     lines = [f"# {title}", ""]
     meta, trials = ctx.meta, ctx.trials
+    if ctx.command:
+        lines.append(f"- made by: `{ctx.command}`")
     ok = [t for t in trials if t.status == "ok"]
     if meta:
         grid = ", ".join(
@@ -815,6 +818,8 @@ class ReportContext:
     quantity: str = "return"
     retention: bool = False
     sections: Sequence[str] = SECTIONS
+    command: str = ""
+    """The ``memcores report`` command that writes the report, shown in its header."""
 
     @property
     def grid(self) -> dict[str, Sequence[Any]]:
@@ -1014,6 +1019,7 @@ def build_report(
     quantity: str = "return",
     retention: bool = False,
     sections: Sequence[str] = SECTIONS,
+    command: str = "",
 ) -> str:
     """Write the markdown report ``out`` (plots as PNGs beside it) and return its text.
 
@@ -1026,6 +1032,7 @@ def build_report(
         :data:`TRANSFER_QUANTITIES`); ``retention``: one table of train, test and test / train
         per run instead, with its figure.
     :param sections: which of :data:`SECTIONS` to write, in their order.
+    :param command: the command line that makes the report, to print in its header.
     :raises ValueError: an unknown section or quantity, a compared core without transfer
         runs, a metric no run logged (nothing is written then).
     """
@@ -1034,7 +1041,7 @@ def build_report(
     sweep_dir, out = Path(sweep_dir), Path(out)
     options = dict(plots=plots, spread=spread, compare=tuple(compare or ()), quantity=quantity)
     ctx = load_context(sweep_dir, out, reference, retention=retention, **options)
-    ctx.sections = tuple(sections)
+    ctx.sections, ctx.command = tuple(sections), command
     # read once: checked before anything is written, tabulated at the end
     points = transfer_points(ctx.trials, quantity) if compare else []
     if compare:

@@ -176,7 +176,7 @@ def _success_records(results, tmp_path):
         )
 
 
-def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys):
+def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys, monkeypatch):
     results = tmp_path / "results"
     _success_records(results, tmp_path)
     out = tmp_path / "rep" / "r.md"
@@ -188,8 +188,10 @@ def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys):
     assert "## `fast_lstm` against `lstm`, test success per run" in text and row in text
     # the paired view alone, as one table and one figure
     retention_args = [*args, "--quantity", "success", "--retention", "--sections", "comparison"]
+    monkeypatch.setattr("sys.argv", ["memcores", *retention_args])  # as typed in a shell
     assert main(retention_args) == 0
     text = out.read_text()
+    assert f"- made by: `memcores report {results} --out {out} --compare lstm,fast_lstm" in text
     assert "## rollout/ep_rew_mean" not in text and "## Train/test" not in text
     rows = [line for line in text.splitlines() if line.startswith("| PassiveVisualMatch ->")]
     assert [r.split("|")[2].strip() for r in rows] == ["lstm", "fast_lstm"]

@@ -8,6 +8,8 @@ rewards) are averaged over seeds too. Plots are written as PNGs beside the repor
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 
 from experiments.core_compare import parse_compare
 from experiments.plotting import SPREADS
@@ -63,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def command_line(argv: list[str]) -> str:
+    """``memcores report ...`` as typed (quoted where needed), for the report's header."""
+    return "memcores " + shlex.join(argv)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.retention and not args.compare:
         raise ValueError("--retention needs --compare BASE,OTHER[,OTHER...]")
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         quantity=args.quantity,
         retention=args.retention,
         sections=[name.strip() for name in args.sections.split(",") if name.strip()],
+        command=command_line(sys.argv[1:]) if sys.argv[1:2] == ["report"] else "",
     )
     print(text)
     print(f"\nwrote {args.out}")
