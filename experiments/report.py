@@ -393,16 +393,19 @@ def metric_table(
     metric: str,
     keys: Sequence[str],
     grid: dict[str, Sequence[Any]] | None = None,
+    threshold: float | None = None,
 ) -> str | None:
     """Final and best value of ``metric`` per row (mean ± std over seeds); None if unlogged.
 
     A row pools the runs that share ``keys`` and every other setting (their ``variant``, shown
     in a ``config`` column when some row has one, :data:`VARIANT_NOTE`); ``seeds`` counts
     distinct seeds. The best value is the record's own (from its full curve) where it keeps
-    one.
+    one. ``threshold``: one more column, each run's first step at which ``metric`` reached it
+    (:func:`first_crossing`).
     """
     lower = bool(LOWER_IS_BETTER.search(metric))
     groups: dict[tuple[str, ...], list[tuple[float, float, float, Any]]] = {}
+    crossings: dict[tuple[str, ...], list[tuple[Any, str]]] = {}
     for run in runs:
         points = read_progress(run).get(metric)
         if not points:
@@ -413,11 +416,16 @@ def metric_table(
             best = min(values) if lower else max(values)
         key = (*(str(run.get(k, "-")) for k in keys), run.variant)
         groups.setdefault(key, []).append((points[-1][1], best, points[-1][0], seed_of(run)))
+        if threshold is not None:
+            crossings.setdefault(key, []).append(
+                (seed_of(run), first_crossing(run, metric, threshold))
+            )
     if not groups:
         return None
     variants = any(key[-1] for key in groups)
     header = [*keys, *(["config"] if variants else [])]
     header += ["seeds", "final", f"best ({'min' if lower else 'max'})", "steps"]
+    header += [f"first ≥ {threshold:g} (per run)"] if threshold is not None else []
     rows = []
     for key, items in sorted(groups.items(), key=lambda kv: order_key(kv[0], keys, grid or {})):
         finals, bests, steps, seeds = zip(*items, strict=True)
@@ -425,9 +433,36 @@ def metric_table(
             f"-{int(max(steps))}" if min(steps) != max(steps) else ""
         )
         cells = [seed_count(seeds), mean_std(finals), mean_std(bests), step_text]
+        if threshold is not None:
+            ordered = sorted(crossings[key], key=lambda c: _seed_rank(str(c[0])))
+            cells.append(" / ".join(text for _, text in ordered))
         rows.append([*key[:-1], *([key[-1] or "-"] if variants else []), *cells])
-    table = markdown_table(header, rows)
-    return f"{table}\n\n{VARIANT_NOTE}" if variants else table
+    notes = [VARIANT_NOTE] if variants else []
+    if threshold is not None:
+        notes.append(THRESHOLD_NOTE.format(t=threshold, m=metric))
+    return "\n\n".join([markdown_table(header, rows), *notes])
+
+
+THRESHOLD_NOTE = (
+    "`first ≥ {t:g}`: each run's first logged step with `{m}` ≥ {t:g}, in seed order (`never`: "
+    "not reached), from the full curve: a run folder's `progress.csv` or the number its record "
+    "computed from it; `*`: from the record's thinned `curve.csv` (the record keeps no such "
+    "number), which can show a crossing later than the run had it."
+)
+
+
+def first_crossing(run: RunInfo, metric: str, threshold: float) -> str:
+    """The first step at which ``metric`` reached ``threshold`` (``"never"``), read from the
+    record's derived numbers where it has them for this level, else from the curve (marked
+    ``*`` when that curve is a record's thinned one)."""
+    record = run.run.record if run.run is not None else {}
+    recorded = (record.get("derived") or {}).get("first_at_least", {}).get(metric, {})
+    if f"{threshold:g}" in recorded:
+        step = recorded[f"{threshold:g}"]
+        return "never" if step is None else str(int(step))
+    step = next((s for s, v in read_progress(run).get(metric, []) if v >= threshold), None)
+    mark = "*" if record else ""
+    return f"never{mark}" if step is None else f"{int(step)}{mark}"
 
 
 VARIANT_NOTE = (
@@ -820,6 +855,8 @@ class ReportContext:
     sections: Sequence[str] = SECTIONS
     command: str = ""
     """The ``memcores report`` command that writes the report, shown in its header."""
+    threshold: float | None = None
+    """A level whose first crossing per run the metric tables show (``--threshold``)."""
 
     @property
     def grid(self) -> dict[str, Sequence[Any]]:
@@ -848,7 +885,7 @@ def metric_sections(ctx: ReportContext, metrics: Sequence[str]) -> list[str]:
     group_by = [k for k in ctx.keys if k not in LABEL_KEYS]
     axis = numeric_axis(ctx.grid)
     for metric in metrics:
-        table = metric_table(ctx.runs, metric, ctx.keys, ctx.grid)
+        table = metric_table(ctx.runs, metric, ctx.keys, ctx.grid, ctx.threshold)
         if table is None:
             continue
         lines += [f"## {metric}", "", table, ""]
@@ -1020,6 +1057,7 @@ def build_report(
     retention: bool = False,
     sections: Sequence[str] = SECTIONS,
     command: str = "",
+    threshold: float | None = None,
 ) -> str:
     """Write the markdown report ``out`` (plots as PNGs beside it) and return its text.
 
@@ -1033,6 +1071,8 @@ def build_report(
         per run instead, with its figure.
     :param sections: which of :data:`SECTIONS` to write, in their order.
     :param command: the command line that makes the report, to print in its header.
+    :param threshold: add each run's first step with the metric at or above it to the metric
+        tables (:func:`first_crossing`).
     :raises ValueError: an unknown section or quantity, a compared core without transfer
         runs, a metric no run logged (nothing is written then).
     """
@@ -1041,7 +1081,7 @@ def build_report(
     sweep_dir, out = Path(sweep_dir), Path(out)
     options = dict(plots=plots, spread=spread, compare=tuple(compare or ()), quantity=quantity)
     ctx = load_context(sweep_dir, out, reference, retention=retention, **options)
-    ctx.sections, ctx.command = tuple(sections), command
+    ctx.sections, ctx.command, ctx.threshold = tuple(sections), command, threshold
     # read once: checked before anything is written, tabulated at the end
     points = transfer_points(ctx.trials, quantity) if compare else []
     if compare:

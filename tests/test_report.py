@@ -470,3 +470,27 @@ def test_plot_defaults_for_supervised_runs_and_says_where_it_wrote(tmp_path, mon
     out = capsys.readouterr().out
     assert f"wrote {tmp_path / 'curves.png'}" in out
     assert (tmp_path / "curves.png").is_file()
+
+
+def test_threshold_crossings_come_from_the_record_or_are_marked(tmp_path):
+    """`--threshold 0.9`: each run's first step at 0.9, from the record's full-curve number; a
+    record without one falls back to its thinned curve, marked `*`."""
+    import json
+
+    results = tmp_path / "results" / "s7"
+    values = [0.1] * 1000
+    values[402] = 0.93  # dropped by the 300-row thinning: the full curve crosses at 40300
+    values[700:] = [0.95] * 300
+    _record(results, tmp_path, "s0", _s7(0, steps=100_000), values)
+    _record(results, tmp_path, "s1", _s7(1, steps=100_000), [0.1] * 1000)
+    old = results / "s2"
+    _record(results, tmp_path, "s2", _s7(2, steps=100_000), values)
+    record = json.loads((old / "record.json").read_text())
+    del record["derived"]  # a record made before derived numbers existed
+    (old / "record.json").write_text(json.dumps(record))
+    args = ["report", str(results), "--out", str(tmp_path / "r.md"), "--no-plots"]
+    assert main([*args, "--threshold", "0.9"]) == 0
+    text = (tmp_path / "r.md").read_text()
+    (row,) = table_rows(text, "rollout/ep_rew_mean")
+    assert row[-1] == "40300 / never / 70300*"  # the thinned curve: later than 40300
+    assert "`*`: from the record's thinned `curve.csv`" in text

@@ -59,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run) per core with Welch's p against BASE, and its figure",
     )
     parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="also give each run's first step at which the metric reached this level (from "
+        "the record's full-curve numbers where it keeps them: 0.5, 0.8, 0.9, 0.95, 0.99)",
+    )
+    parser.add_argument(
         "--sections",
         default=",".join(SECTIONS),
         help=f"comma-separated parts to write, in this order (default all): {', '.join(SECTIONS)}",
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         retention=args.retention,
         sections=[name.strip() for name in args.sections.split(",") if name.strip()],
         command=command_line(sys.argv[1:]) if sys.argv[1:2] == ["report"] else "",
+        threshold=args.threshold,
     )
     print(text)
     print(f"\nwrote {args.out}")
