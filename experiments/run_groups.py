@@ -28,6 +28,8 @@ BOOKKEEPING_KEYS = frozenset(
         "train.threads",
         "train.update_threads",
         "train.max_skipped_updates",
+        "train.log_every",
+        "train.histogram_every",
         "env.vector",
         "env.workers",
         "agent.bptt_check",
