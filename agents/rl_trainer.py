@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from agents.checkpoint import (
-    CHECKPOINT_FORMAT,
     CHECKPOINT_NAME,
     CheckpointError,
     load_rl_checkpoint,
@@ -57,22 +56,10 @@ from agents.run import RunLayout, RunSession
 from cores.diagnostics import timescales
 from envs.vector import VectorEnv
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
+__all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
 
-RUN_FILES = ("config.yaml", "progress.csv", "progress.csv.tmp", "events.out.tfevents.*")
-RUN_FILES += ("checkpoints", ".config.yaml.*.tmp")
-"""Globs of what a run writes into its folder (what ``run.overwrite`` deletes)."""
-
-LAYOUT = RunLayout(
-    command="memcores train",
-    checkpoint=CHECKPOINT_NAME,
-    files=RUN_FILES,
-    checkpoint_format=CHECKPOINT_FORMAT,
-    budget_key="train.total_steps",
-    step_key="global_step",
-    model_key="policy",
-)
-"""The RL trainer's run folder and checkpoint (:class:`agents.run.RunLayout`)."""
+LAYOUT = RunLayout("memcores train", trainer="rl", budget_key="train.total_steps")
+"""The RL trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
 
 RESET_SEED_STRIDE = 7919
 """Rollouts that start at update ``k`` (0, or a resumed run's update count) reset env ``i``

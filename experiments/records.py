@@ -352,11 +352,13 @@ def _write_policy(checkpoint: Path, dest: Path) -> str | None:
     state, and no reconstruction decoder (a training-only head, often most of the weights)."""
     import torch
 
+    from agents.checkpoint import load_checkpoint
+
     if not checkpoint.is_file():
         return None
-    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    payload = load_checkpoint(checkpoint)
     slim = {k: v for k, v in payload.items() if k not in ("optimizer", "rng")}
-    slim["policy"] = {k: v for k, v in payload["policy"].items() if not k.startswith("decoder.")}
+    slim["model"] = {k: v for k, v in payload["model"].items() if not k.startswith("decoder.")}
     buffer = io.BytesIO()
     torch.save(slim, buffer)
     if buffer.tell() >= MAX_POLICY_BYTES:
