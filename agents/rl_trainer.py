@@ -259,18 +259,8 @@ def train(
         updates were skipped (the last checkpoint is kept).
     """
     s = setup(config)  # validates env/core/device; writes nothing
-    session = RunSession(
-        LAYOUT,
-        run_dir,
-        config,
-        resume,
-        overwrite=config.run.overwrite,
-        tensorboard=config.run.tensorboard,
-        allow_changes=allow_changes,
-        on_log=on_log,
-    )
     try:
-        with session:
+        with RunSession(LAYOUT, run_dir, config, resume, allow_changes, on_log) as session:
             return _train_loop(s, session)
     finally:
         s.envs.close()

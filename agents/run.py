@@ -2,7 +2,7 @@
 
 A trainer describes what it writes (:class:`RunLayout`) and adds only its own loop::
 
-    with RunSession(layout, run_dir, config, resume, overwrite=..., tensorboard=...) as run:
+    with RunSession(layout, run_dir, config, resume) as run:
         if run.resumed:                       # the checkpoint, loaded onto the CPU and checked
             step = run.restore(model, optimizer)
         ...                                   # the loop: run.logger, run.progress_bar(...)
@@ -111,10 +111,10 @@ class RunSession:
 
     :param layout: what the trainer writes.
     :param run_dir: the run folder (created if missing).
-    :param config: the run's config (a dataclass tree); written to ``config.yaml``.
+    :param config: the run's config (a dataclass tree with a ``run`` section,
+        :class:`agents.run_config.RunConfig`: ``overwrite``, ``tensorboard``); written to
+        ``config.yaml``.
     :param resume: continue from ``checkpoints/last.pt``.
-    :param overwrite: start over in a folder that holds an earlier run's files.
-    :param tensorboard: write TensorBoard event files (``progress.csv`` always).
     :param allow_changes: dotted config keys that a resume may change besides
         :data:`RESUME_ALLOWED_CHANGES` (such a key's budget direction is not checked either).
     :param before_clear: called once the folder is claimed for a new run, before an earlier
@@ -129,15 +129,14 @@ class RunSession:
         run_dir: str | Path,
         config: Any,
         resume: bool = False,
-        *,
-        overwrite: bool = False,
-        tensorboard: bool = True,
         allow_changes: Iterable[str] = (),
-        before_clear: Callable[[], None] | None = None,
         on_log: Callable[[dict[str, float]], None] | None = None,
+        *,
+        before_clear: Callable[[], None] | None = None,
     ) -> None:
         self.layout, self.run_dir, self.config = layout, Path(run_dir), config
-        self.resume, self.overwrite, self.tensorboard = resume, overwrite, tensorboard
+        self.resume = resume
+        self.overwrite, self.tensorboard = config.run.overwrite, config.run.tensorboard
         self.allow_changes = frozenset(allow_changes)
         self.before_clear, self.on_log = before_clear, on_log
         self.checkpoint_path = self.run_dir / CHECKPOINT_NAME

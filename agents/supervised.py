@@ -364,15 +364,7 @@ def train(
             load_initial_weights(prep.model, config.train.init_from, config)
 
     session = RunSession(
-        LAYOUT,
-        prep.run_dir,
-        config,
-        resume,
-        overwrite=config.run.overwrite,
-        tensorboard=config.run.tensorboard,
-        allow_changes=allow_changes,
-        before_clear=load_init_from,
-        on_log=on_log,
+        LAYOUT, prep.run_dir, config, resume, allow_changes, on_log, before_clear=load_init_from
     )
     with session as run:
         start_step, best = 0, {}
