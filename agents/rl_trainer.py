@@ -182,17 +182,7 @@ def load_initial_policy(
         )
     weights = saved_policy_weights(payload)
     saved = payload["config"]
-    # The reconstruction decoder is an auxiliary head, indexed by lag position: it comes
-    # over only when it reads the same lags and target, and starts fresh otherwise.
-    had_decoder = float(saved["agent"].get("recon_coef") or 0) > 0
-    same_decoder = (
-        had_decoder
-        and policy.decoder is not None
-        and all(
-            saved["agent"].get(key) == getattr(config.agent, key)
-            for key in ("recon_lags", "recon_target")
-        )
-    )
+    same_decoder = _same_decoder(saved["agent"], config.agent, policy)
     if not same_decoder:
         weights = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
     network = (
@@ -213,6 +203,15 @@ def load_initial_policy(
             if keys
         )
     raise ValueError(f"{context} its network ({network}) does not fit this one: {problem}")
+
+
+def _same_decoder(saved: dict[str, Any], agent: AgentConfig, policy: RecurrentActorCritic) -> bool:
+    """Whether a source run's reconstruction decoder fits ``policy``'s: it is an auxiliary
+    head indexed by lag position, so it comes over only when it reads the same lags and
+    target (and starts fresh otherwise)."""
+    if not float(saved.get("recon_coef") or 0) > 0 or policy.decoder is None:
+        return False
+    return all(saved.get(key) == getattr(agent, key) for key in ("recon_lags", "recon_target"))
 
 
 # ---------------------------------------------------------------------------- training
