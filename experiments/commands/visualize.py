@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.argtypes import non_negative_int, output_file, positive_float, positive_int
+from experiments.argtypes import output_file, positive_float, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gif", required=True, type=output_file, help="output GIF path")
     parser.add_argument("--episodes", type=positive_int, default=3, help="episodes to record")
     parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
-    parser.add_argument("--seed", type=non_negative_int, default=10_000, help="env seed")
+    parser.add_argument("--seed", type=seed, default=10_000, help="env seed")
     parser.add_argument(
         "--fps", type=positive_float, default=8.0, help="frames per second of the GIF"
     )
