@@ -217,3 +217,22 @@ def test_bench_update_costs_prints_one_row_per_encoder(capsys):
     ceiling = next(x for x in lines if "the update alone allows at most" in x)
     assert collect > 0 and update_us > 0
     assert int(ceiling.split()[-4]) == pytest.approx(1e6 / update_us, rel=1e-3, abs=1)
+
+
+def test_overlap_resumed_after_an_odd_update_learns_from_collected_rollouts(tmp_path, monkeypatch):
+    """Resumed after update 3, the overlapped loop learns from the rollout it just collected
+    (every stored log-prob is a real one, < 0), not from the other, never-filled buffer."""
+    from agents import rl_trainer
+
+    run = tmp_path / "run"
+    train(tiny_config("train.overlap=true", "train.total_steps=192"), run)  # 3 updates
+    seen = []
+    real_update = rl_trainer.update
+
+    def update(policy, optimizer, buffer, *args, **kwargs):
+        seen.append(bool((buffer.logprobs < 0).all()))
+        return real_update(policy, optimizer, buffer, *args, **kwargs)
+
+    monkeypatch.setattr(rl_trainer, "update", update)
+    result = train(tiny_config("train.overlap=true", "train.total_steps=320"), run, resume=True)
+    assert result.updates == 5 and seen == [True, True]
