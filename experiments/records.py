@@ -484,11 +484,11 @@ def _slim_policy(checkpoint: Path) -> bytes | None:
         payload = load_checkpoint(checkpoint)
     except Exception as err:  # CheckpointError and whatever a foreign file raises
         raise ValueError(str(err).splitlines()[0]) from None
-    weights = payload.get("policy")
+    weights = payload.get("model")
     if not isinstance(weights, dict) or not all(isinstance(k, str) for k in weights):
         raise ValueError(f"{checkpoint} is not a memcores RL checkpoint (no policy weights)")
     slim = {k: v for k, v in payload.items() if k not in ("optimizer", "rng")}
-    slim["policy"] = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
+    slim["model"] = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
     buffer = io.BytesIO()
     torch.save(slim, buffer)
     return buffer.getvalue() if buffer.tell() < MAX_POLICY_BYTES else None

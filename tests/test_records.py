@@ -119,11 +119,11 @@ def test_record_policy_drops_the_reconstruction_decoder(tmp_path, capsys):
         "agent.recon_lags=[0,2]",
     )
     rl_trainer.train(config, run)
-    full = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["policy"]
+    full = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["model"]
     assert any(name.startswith("decoder.") for name in full)
     out = tmp_path / "results" / "exp" / "recon"
     record = json.loads(write_record(run, out, policy=True).read_text())
-    slim = torch.load(out / record["policy"], weights_only=True)["policy"]
+    slim = torch.load(out / record["policy"], weights_only=True)["model"]
     assert set(slim) == {name for name in full if not name.startswith("decoder.")}
     results = []
     for source in (run, out / "policy.pt"):
