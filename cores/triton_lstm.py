@@ -27,7 +27,6 @@ there. The maths is :meth:`cores.gated.GatedLSTM.cell`; ``tanh`` is ``2 sigmoid(
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -36,79 +35,10 @@ import triton.language as tl
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from cores import triton_gates as tg
+from cores.base import reset_where
 from cores.gates import ACTIVATIONS, FAST_CLAMP
-
-BLOCK_B = 16
-"""Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
-
-
-@triton.jit
-def _sigmoid(z):
-    return 1.0 / (1.0 + tl.exp(-z))
-
-
-@triton.jit
-def _tanh(z):
-    return 2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0
-
-
-@triton.jit
-def _sinh(z):
-    return 0.5 * (tl.exp(z) - tl.exp(-z))
-
-
-@triton.jit
-def _cosh(z):
-    return 0.5 * (tl.exp(z) + tl.exp(-z))
-
-
-@triton.jit
-def _gate(a, ACT: tl.constexpr, CLAMP: tl.constexpr):
-    """phi(a) of cores.gates: 0 sigmoid, 1 fast, 2 fast2, 3 softsign."""
-    if ACT == 0:
-        f = _sigmoid(a)
-    elif ACT == 1:
-        f = _sigmoid(_sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)))
-    elif ACT == 2:
-        s = _sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP))
-        f = _sigmoid(_sinh(tl.minimum(tl.maximum(s, -CLAMP), CLAMP)))
-    else:
-        f = 0.5 + 0.5 * a / (2.0 + tl.abs(a))
-    return f
-
-
-@triton.jit
-def _gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
-    """phi'(a) given f = phi(a), as cores.gates.gate_derivative (zero beyond the clamp)."""
-    if ACT == 0:
-        d = f * (1.0 - f)
-    elif ACT == 1:
-        inside = tl.abs(a) <= CLAMP
-        d = tl.where(inside, f * (1.0 - f) * _cosh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)), 0.0)
-    elif ACT == 2:
-        ac = tl.minimum(tl.maximum(a, -CLAMP), CLAMP)
-        s = _sinh(ac)
-        inside = (tl.abs(a) <= CLAMP) & (tl.abs(s) <= CLAMP)
-        sc = tl.minimum(tl.maximum(s, -CLAMP), CLAMP)
-        d = tl.where(inside, f * (1.0 - f) * _cosh(sc) * _cosh(ac), 0.0)
-    else:
-        q = 1.0 / (2.0 + tl.abs(a))
-        d = q * q
-    return d
-
-
-@triton.jit
-def _rec(h, w_ptr, g, rows_k, cols_j, H, mask_kj, PREC: tl.constexpr):
-    """h [BB, BH] @ W_g^T, with W_g = weight_hh[g H:(g+1) H, :] ([nH, H] row-major)."""
-    w = tl.load(w_ptr + (g * H + cols_j[None, :]) * H + rows_k[:, None], mask=mask_kj, other=0.0)
-    return tl.dot(h, w, input_precision=PREC)
-
-
-@triton.jit
-def _back(da, w_ptr, g, rows_j, cols_k, H, mask_jk, PREC: tl.constexpr):
-    """da_g [BB, BH] @ W_g: the gradient into h_{t-1} through gate block g."""
-    w = tl.load(w_ptr + (g * H + rows_j[:, None]) * H + cols_k[None, :], mask=mask_jk, other=0.0)
-    return tl.dot(da, w, input_precision=PREC)
+from cores.triton_gates import back, gate, gate_slope, rec, sigmoid, tanh
 
 
 @triton.jit
@@ -150,36 +80,36 @@ def forward_kernel(
             h = tl.where(start[:, None], 0.0, h)
             c = tl.where(start[:, None], 0.0, c)
         base = g_ptr + t * B * NG * H + gate_off
-        a_o = tl.load(base, mask=mask, other=0.0) + _rec(h, w_ptr, 0, cols, cols, H, mask_w, PREC)
-        a_f = tl.load(base + H, mask=mask, other=0.0) + _rec(
+        a_o = tl.load(base, mask=mask, other=0.0) + rec(h, w_ptr, 0, cols, cols, H, mask_w, PREC)
+        a_f = tl.load(base + H, mask=mask, other=0.0) + rec(
             h, w_ptr, 1, cols, cols, H, mask_w, PREC
         )
-        a_u = tl.load(base + (NG - 1) * H, mask=mask, other=0.0) + _rec(
+        a_u = tl.load(base + (NG - 1) * H, mask=mask, other=0.0) + rec(
             h, w_ptr, NG - 1, cols, cols, H, mask_w, PREC
         )
         tl.store(base, a_o, mask=mask)
         tl.store(base + H, a_f, mask=mask)
         tl.store(base + (NG - 1) * H, a_u, mask=mask)
-        f = _gate(a_f, ACT, CLAMP)
+        f = gate(a_f, ACT, CLAMP)
         if REFINE:
-            a_r = tl.load(base + R * H, mask=mask, other=0.0) + _rec(
+            a_r = tl.load(base + R * H, mask=mask, other=0.0) + rec(
                 h, w_ptr, R, cols, cols, H, mask_w, PREC
             )
             tl.store(base + R * H, a_r, mask=mask)
-            r = _sigmoid(a_r)
+            r = sigmoid(a_r)
             g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
         else:
             g = f
         if TIED:
             i = 1.0 - g
         else:
-            a_i = tl.load(base + 2 * H, mask=mask, other=0.0) + _rec(
+            a_i = tl.load(base + 2 * H, mask=mask, other=0.0) + rec(
                 h, w_ptr, 2, cols, cols, H, mask_w, PREC
             )
             tl.store(base + 2 * H, a_i, mask=mask)
-            i = _sigmoid(a_i)
-        c = g * c + i * _tanh(a_u)
-        h = _sigmoid(a_o) * _tanh(c)
+            i = sigmoid(a_i)
+        c = g * c + i * tanh(a_u)
+        h = sigmoid(a_o) * tanh(c)
         out = t * B * H + state_off
         tl.store(y_ptr + out, h, mask=mask)
         tl.store(c_ptr + out, c, mask=mask)
@@ -228,10 +158,10 @@ def backward_kernel(
         t = T - 1 - k
         dh += tl.load(dy_ptr + t * B * H + state_off, mask=mask, other=0.0)
         base = a_ptr + t * B * NG * H + gate_off
-        o = _sigmoid(tl.load(base, mask=mask, other=0.0))
+        o = sigmoid(tl.load(base, mask=mask, other=0.0))
         a_f = tl.load(base + H, mask=mask, other=0.0)
-        f = _gate(a_f, ACT, CLAMP)
-        u = _tanh(tl.load(base + (NG - 1) * H, mask=mask, other=0.0))
+        f = gate(a_f, ACT, CLAMP)
+        u = tanh(tl.load(base + (NG - 1) * H, mask=mask, other=0.0))
         c = tl.load(c_ptr + t * B * H + state_off, mask=mask, other=0.0)
         if t > 0:
             c_prev = tl.load(c_ptr + (t - 1) * B * H + state_off, mask=mask, other=0.0)
@@ -242,11 +172,11 @@ def backward_kernel(
             start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
             c_prev = tl.where(start[:, None], 0.0, c_prev)
         if REFINE:
-            r = _sigmoid(tl.load(base + R * H, mask=mask, other=0.0))
+            r = sigmoid(tl.load(base + R * H, mask=mask, other=0.0))
             g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
         else:
             g = f
-        tc = _tanh(c)
+        tc = tanh(c)
         da_o = dh * tc * o * (1.0 - o)
         dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
         dg = dcs * c_prev
@@ -254,7 +184,7 @@ def backward_kernel(
             dg -= dcs * u
             i = 1.0 - g
         else:
-            i = _sigmoid(tl.load(base + 2 * H, mask=mask, other=0.0))
+            i = sigmoid(tl.load(base + 2 * H, mask=mask, other=0.0))
             da_i = dcs * u * i * (1.0 - i)
             tl.store(da_ptr + t * B * NG * H + gate_off + 2 * H, da_i, mask=mask)
         da_u = dcs * i * (1.0 - u * u)
@@ -264,20 +194,20 @@ def backward_kernel(
             df = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
         else:
             df = dg
-        da_f = df * _gate_slope(a_f, f, ACT, CLAMP)
+        da_f = df * gate_slope(a_f, f, ACT, CLAMP)
         dbase = da_ptr + t * B * NG * H + gate_off
         tl.store(dbase, da_o, mask=mask)
         tl.store(dbase + H, da_f, mask=mask)
         tl.store(dbase + (NG - 1) * H, da_u, mask=mask)
         dc = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
         # gradient into h_{t-1} through the gates: sum over blocks of dA_g W_g
-        dh = _back(da_o, w_ptr, 0, cols, cols, H, mask_w, PREC)
-        dh += _back(da_f, w_ptr, 1, cols, cols, H, mask_w, PREC)
-        dh += _back(da_u, w_ptr, NG - 1, cols, cols, H, mask_w, PREC)
+        dh = back(da_o, w_ptr, 0, cols, cols, H, mask_w, PREC)
+        dh += back(da_f, w_ptr, 1, cols, cols, H, mask_w, PREC)
+        dh += back(da_u, w_ptr, NG - 1, cols, cols, H, mask_w, PREC)
         if not TIED:
-            dh += _back(da_i, w_ptr, 2, cols, cols, H, mask_w, PREC)
+            dh += back(da_i, w_ptr, 2, cols, cols, H, mask_w, PREC)
         if REFINE:
-            dh += _back(da_r, w_ptr, R, cols, cols, H, mask_w, PREC)
+            dh += back(da_r, w_ptr, R, cols, cols, H, mask_w, PREC)
         if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
             dh = tl.where(tl.load(detach_ptr + t) != 0, 0.0, dh)
         dh = tl.where(start[:, None], 0.0, dh)
@@ -285,12 +215,7 @@ def backward_kernel(
     tl.store(dc0_ptr + state_off, dc, mask=mask)
 
 
-def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
-    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here)."""
-    kernel[grid](*args, **meta)
-
-
-def _meta(spec: dict[str, Any], hidden: int, dtype: torch.dtype) -> dict[str, Any]:
+def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
     """Compile-time parameters of one preset."""
     return dict(
         NG=spec["n_gates"],
@@ -298,7 +223,7 @@ def _meta(spec: dict[str, Any], hidden: int, dtype: torch.dtype) -> dict[str, An
         TIED=spec["tied"],
         REFINE=spec["refine"],
         R=2 if spec["tied"] else 3,
-        BLOCK_B=BLOCK_B,
+        BLOCK_B=tg.BLOCK_B,
         BLOCK_H=max(16, triton.next_power_of_2(hidden)),
         # full float32 products (no TF32), so the kernel matches the reference loop
         PREC="ieee",
@@ -329,24 +254,13 @@ class _TritonLSTM(torch.autograd.Function):
         w = weight_hh.contiguous()
         h0c, c0c = h0.contiguous(), c0.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else h0c
-        meta = _meta(spec, H, x.dtype)
-        grid = (triton_cdiv(B, BLOCK_B),)
-        launch(
-            forward_kernel,
-            grid,
-            A,
-            w,
-            h0c,
-            c0c,
-            starts8,
-            Y,
-            C,
-            T,
-            B,
-            H,
+        meta = _meta(spec, H)
+        grid = (tg.cdiv(B, tg.BLOCK_B),)
+        tg.launch(
+            forward_kernel, grid, A, w, h0c, c0c, starts8, Y, C, T, B, H,
             HAS_STARTS=starts is not None,
             **meta,
-        )
+        )  # fmt: skip
         ctx.spec = spec
         ctx.has_starts = starts is not None
         ctx.has_detach = detach is not None
@@ -362,13 +276,13 @@ class _TritonLSTM(torch.autograd.Function):
         dY = torch.zeros_like(Y) if dY is None else dY.contiguous()
         dhT = torch.zeros_like(h0) if dhT is None else dhT.contiguous()
         dcT = torch.zeros_like(c0) if dcT is None else dcT.contiguous()
-        dA = torch.zeros_like(A)
+        dA = torch.empty_like(A)  # the kernel writes every gate block
         dh0, dc0 = torch.empty_like(h0), torch.empty_like(c0)
         detach8 = detach if detach is not None else starts8
-        meta = _meta(ctx.spec, H, x.dtype)
-        launch(
+        meta = _meta(ctx.spec, H)
+        tg.launch(
             backward_kernel,
-            (triton_cdiv(B, BLOCK_B),),
+            (tg.cdiv(B, tg.BLOCK_B),),
             A, w, c0, C, starts8, detach8, dY, dhT, dcT, dA, dh0, dc0, T, B, H,
             HAS_STARTS=ctx.has_starts,
             HAS_DETACH=ctx.has_detach,
@@ -377,7 +291,7 @@ class _TritonLSTM(torch.autograd.Function):
         # weight and input gradients: one matmul each over all steps
         h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)  # [T, B, H], as step t read it
         if ctx.has_starts:
-            h_prev = torch.where(starts8.bool().unsqueeze(-1), 0.0, h_prev)
+            (h_prev,) = reset_where((h_prev,), starts8.bool())
         dA_flat = dA.view(T * B, -1)
         d_weight_hh = dA_flat.t().mm(h_prev.reshape(T * B, H))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -385,20 +299,6 @@ class _TritonLSTM(torch.autograd.Function):
         d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
         d_bias = dA_flat.sum(0) if need_b else None
         return dx, d_weight_ih, d_bias, d_weight_hh, dh0, dc0, None, None, None
-
-
-def check_device(x: Tensor) -> None:
-    """Refuse CPU tensors unless Triton's interpreter is on (it compiles for GPUs only)."""
-    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError(
-            f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
-            "before triton is imported; valid impls on a CPU: fused, loop"
-        )
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for positive ints."""
-    return -(-a // b)
 
 
 def triton_lstm(
@@ -410,7 +310,7 @@ def triton_lstm(
     :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
     :return: ``y [T, B, H]`` and the final ``(h, c)``.
     """
-    check_device(x)
+    tg.check_device(x)
     spec = dict(
         n_gates=len(core.gate_names),
         activation=core.activation,

@@ -1,4 +1,5 @@
-"""The gated LSTM's Triton kernels (cores/triton_lstm.py) against the reference step loop.
+"""The fused Triton kernels of the gated LSTM and GRU families (cores/triton_lstm.py,
+cores/triton_gru.py) against the reference step loops.
 
 Without a GPU the kernels run under Triton's interpreter (``tests/conftest.py`` sets
 ``TRITON_INTERPRET=1``), so shapes stay tiny; with one they run compiled on CUDA.
@@ -12,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton", reason="triton is in the dev extra")
 
-from cores import make_core, triton_lstm  # noqa: E402
+from cores import make_core, triton_gates  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 T, B, D, H = 6, 3, 3, 12
@@ -29,8 +30,10 @@ PRESETS = [
     "c_lstm",
     "hdetach_lstm",
 ]
+GRU_PRESETS = ["gru", "fast_gru", "ur_gru"]
 # one preset per compiled specialisation (activation, tied, refine)
 KERNEL_VARIANTS = ["lstm", "tied_lstm", "fast_lstm", "fast2_lstm", "softsign_lstm", "ur_lstm"]
+KERNEL_VARIANTS += GRU_PRESETS
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-5)}
 
 
@@ -39,6 +42,9 @@ def _pair(name: str, dtype: torch.dtype, **options):
     torch.manual_seed(0)
     ref = make_core(name, D, H, impl="loop", **options).to(DEVICE, dtype).train()
     tri = make_core(name, D, H, impl="triton", **options).to(DEVICE, dtype).train()
+    if hasattr(ref, "bias_hn"):  # a GRU: a nonzero b_hn so its gradient path is exercised
+        with torch.no_grad():
+            ref.bias_hn.uniform_(-0.5, 0.5)
     tri.load_state_dict(ref.state_dict())
     return ref, tri
 
@@ -48,17 +54,17 @@ def _run(core, x, state, starts, seed: int = 5):
     x = x.clone().requires_grad_(True)
     state = tuple(s.clone().requires_grad_(True) for s in state)
     torch.manual_seed(seed)  # the same h-detach draws in both paths
-    y, (h, c) = core(x, state, starts)
-    (y.sin().sum() + h.cos().sum() + (c * c).sum()).backward()
+    y, final = core(x, state, starts)
+    (y.sin().sum() + sum((s * s.cos()).sum() for s in final)).backward()
     grads = [x.grad, *(s.grad for s in state)]
     grads += [p.grad for p in core.parameters()]
-    return [y, h, c], grads
+    return [y, *final], grads
 
 
-def _inputs(dtype: torch.dtype, steps: int = T):
+def _inputs(dtype: torch.dtype, steps: int = T, n_state: int = 2):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(steps, B, D, generator=gen, dtype=torch.float64)
-    state = tuple(torch.randn(B, H, generator=gen, dtype=torch.float64) for _ in range(2))
+    state = tuple(torch.randn(B, H, generator=gen, dtype=torch.float64) for _ in range(n_state))
     starts = torch.zeros(steps, B, dtype=torch.bool)
     starts[2, 1] = True  # a reset inside the sequence
     starts[steps - 2, 0] = True
@@ -72,7 +78,7 @@ def _inputs(dtype: torch.dtype, steps: int = T):
 
 def _assert_match(name: str, dtype: torch.dtype, starts_on: bool = True, **options) -> None:
     ref, tri = _pair(name, dtype, **options)
-    x, state, starts = _inputs(dtype)
+    x, state, starts = _inputs(dtype, n_state=ref.state_arity)
     starts = starts if starts_on else None
     values_ref, grads_ref = _run(ref, x, state, starts)
     values_tri, grads_tri = _run(tri, x, state, starts)
@@ -80,7 +86,7 @@ def _assert_match(name: str, dtype: torch.dtype, starts_on: bool = True, **optio
         torch.testing.assert_close(a, b, **TOL[dtype])
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", PRESETS + GRU_PRESETS)
 def test_kernel_matches_the_reference_loop_in_float64(name: str) -> None:
     """Outputs, final state and the gradients of inputs, state and every weight, with resets."""
     _assert_match(name, torch.float64)
@@ -91,12 +97,15 @@ def test_kernel_matches_the_reference_loop_in_float32(name: str) -> None:
     _assert_match(name, torch.float32)
 
 
-def test_kernel_without_starts_and_with_a_batch_over_one_tile() -> None:
-    ref, tri = _pair("ur_lstm", torch.float64)
+@pytest.mark.parametrize("name", ["ur_lstm", "ur_gru"])
+def test_kernel_without_starts_and_with_a_batch_over_one_tile(name: str) -> None:
+    ref, tri = _pair(name, torch.float64)
     gen = torch.Generator().manual_seed(2)
-    batch = triton_lstm.BLOCK_B + 2  # two programs, the second partly masked
+    batch = triton_gates.BLOCK_B + 2  # two programs, the second partly masked
     x = torch.randn(3, batch, D, generator=gen, dtype=torch.float64).to(DEVICE)
-    state = tuple(torch.randn(batch, H, generator=gen).double().to(DEVICE) for _ in "hc")
+    state = tuple(
+        torch.randn(batch, H, generator=gen).double().to(DEVICE) for _ in range(ref.state_arity)
+    )
     values_ref, grads_ref = _run(ref, x, state, None)
     values_tri, grads_tri = _run(tri, x, state, None)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
@@ -129,7 +138,7 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-_LAUNCH = triton_lstm.launch
+_LAUNCH = triton_gates.launch
 
 
 def _count(core, steps: int, monkeypatch) -> _OpCounter:
@@ -143,17 +152,20 @@ def _count(core, steps: int, monkeypatch) -> _OpCounter:
         finally:
             counter.paused = False
 
-    monkeypatch.setattr(triton_lstm, "launch", counting_launch)
-    x, state, starts = _inputs(torch.float64, steps)
+    monkeypatch.setattr(triton_gates, "launch", counting_launch)
+    x, state, starts = _inputs(torch.float64, steps, core.state_arity)
     with counter:
         _run(core, x, state, starts)
     return counter
 
 
-def test_launches_per_forward_backward_do_not_grow_with_sequence_length(monkeypatch) -> None:
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_launches_per_forward_backward_do_not_grow_with_sequence_length(
+    name: str, monkeypatch
+) -> None:
     """The fused path: two kernel launches and the same torch ops at T=4 and T=8; the
     reference loop's ops grow with T (the launch-bound pattern on a GPU)."""
-    ref, tri = _pair("lstm", torch.float64)
+    ref, tri = _pair(name, torch.float64)
     short, long = _count(tri, 4, monkeypatch), _count(tri, 8, monkeypatch)
     assert short.launches == long.launches == 2
     assert short.ops == long.ops
@@ -167,11 +179,15 @@ def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
     def no_launch(*args, **kwargs):
         raise AssertionError("the Triton kernel ran on CPU tensors by default")
 
-    monkeypatch.setattr(triton_lstm, "launch", no_launch)
+    monkeypatch.setattr(triton_gates, "launch", no_launch)
     core = make_core("lstm", D, H)
     assert core.has_fused
     x, state, starts = _inputs(torch.float32)
     y, _ = core(x, state, starts)
     assert y.shape == (T, B, H)
+    gru = make_core("gru", D, H)
+    assert gru.has_fused
+    assert gru(x, state[:1], starts)[0].shape == (T, B, H)
     assert not make_core("lstm", D, H, impl="loop").has_fused
     assert not make_core("power_lstm", D, H).has_fused
+    assert not make_core("power_gru", D, H).has_fused

@@ -1,0 +1,111 @@
+"""Triton pieces shared by the fused recurrent kernels (:mod:`cores.triton_lstm`,
+:mod:`cores.triton_gru`): the gate functions of :mod:`cores.gates` as ``@triton.jit``
+functions selected by a compile-time ``ACT`` (0 sigmoid, 1 fast, 2 fast2, 3 softsign), the
+per-gate-block recurrent products, and the one launcher every kernel starts through.
+
+Importing this module imports ``triton``; :mod:`cores` imports it only when a Triton path runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import triton
+import triton.language as tl
+from torch import Tensor
+
+BLOCK_B = 16
+"""Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
+
+
+@triton.jit
+def sigmoid(z):
+    """sigma(z)."""
+    return 1.0 / (1.0 + tl.exp(-z))
+
+
+@triton.jit
+def tanh(z):
+    """tanh z = 2 sigmoid(2 z) - 1."""
+    return 2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0
+
+
+@triton.jit
+def sinh(z):
+    """sinh z."""
+    return 0.5 * (tl.exp(z) - tl.exp(-z))
+
+
+@triton.jit
+def cosh(z):
+    """cosh z."""
+    return 0.5 * (tl.exp(z) + tl.exp(-z))
+
+
+@triton.jit
+def gate(a, ACT: tl.constexpr, CLAMP: tl.constexpr):
+    """phi(a) of cores.gates: 0 sigmoid, 1 fast, 2 fast2, 3 softsign."""
+    if ACT == 0:
+        f = sigmoid(a)
+    elif ACT == 1:
+        f = sigmoid(sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)))
+    elif ACT == 2:
+        s = sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP))
+        f = sigmoid(sinh(tl.minimum(tl.maximum(s, -CLAMP), CLAMP)))
+    else:
+        f = 0.5 + 0.5 * a / (2.0 + tl.abs(a))
+    return f
+
+
+@triton.jit
+def gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
+    """phi'(a) given f = phi(a), as cores.gates.gate_derivative (zero beyond the clamp)."""
+    if ACT == 0:
+        d = f * (1.0 - f)
+    elif ACT == 1:
+        inside = tl.abs(a) <= CLAMP
+        d = tl.where(inside, f * (1.0 - f) * cosh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)), 0.0)
+    elif ACT == 2:
+        ac = tl.minimum(tl.maximum(a, -CLAMP), CLAMP)
+        s = sinh(ac)
+        inside = (tl.abs(a) <= CLAMP) & (tl.abs(s) <= CLAMP)
+        sc = tl.minimum(tl.maximum(s, -CLAMP), CLAMP)
+        d = tl.where(inside, f * (1.0 - f) * cosh(sc) * cosh(ac), 0.0)
+    else:
+        q = 1.0 / (2.0 + tl.abs(a))
+        d = q * q
+    return d
+
+
+@triton.jit
+def rec(h, w_ptr, g, rows_k, cols_j, H, mask_kj, PREC: tl.constexpr):
+    """h [BB, BH] @ W_g^T, with W_g = weight_hh[g H:(g+1) H, :] ([nH, H] row-major)."""
+    w = tl.load(w_ptr + (g * H + cols_j[None, :]) * H + rows_k[:, None], mask=mask_kj, other=0.0)
+    return tl.dot(h, w, input_precision=PREC)
+
+
+@triton.jit
+def back(da, w_ptr, g, rows_j, cols_k, H, mask_jk, PREC: tl.constexpr):
+    """da_g [BB, BH] @ W_g: the gradient into h_{t-1} through gate block g."""
+    w = tl.load(w_ptr + (g * H + rows_j[:, None]) * H + cols_k[None, :], mask=mask_jk, other=0.0)
+    return tl.dot(da, w, input_precision=PREC)
+
+
+def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
+    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here)."""
+    kernel[grid](*args, **meta)
+
+
+def check_device(x: Tensor) -> None:
+    """Refuse CPU tensors unless Triton's interpreter is on (it compiles for GPUs only)."""
+    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
+            "before triton is imported; valid impls on a CPU: fused, loop"
+        )
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints."""
+    return -(-a // b)
