@@ -49,6 +49,11 @@ class EnvConfig:
             raise ValueError(f"env.workers must be >= 1, got {self.workers}")
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
+        from envs.suites import unavailable_reason
+
+        why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset
+        if why:
+            raise ValueError(f"env.id {self.id!r} is unavailable: {why}")
 
 
 @dataclass
@@ -93,7 +98,7 @@ class AgentConfig:
     vf_coef: float = 0.5
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
-    """Global gradient-norm clipping threshold (``<= 0`` disables it)."""
+    """Global gradient-norm clipping threshold (``0`` disables it)."""
     target_kl: float | None = None
     """PPO early stop: skip the remaining minibatches of an update once the approximate KL
     exceeds ``1.5 * target_kl`` (``None``: never stop early)."""
@@ -150,10 +155,14 @@ class AgentConfig:
                 f"agent.seq_len ({self.seq_len}): minibatches hold whole chunks"
             )
         check_learning_rate("agent.learning_rate", self.learning_rate)
-        for name in ("clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm"):
+        for name, (low, closed, nullable) in AGENT_RANGES.items():
             value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"agent.{name} must be a finite number, got {value}")
+            if value is None and nullable:
+                continue
+            if not (math.isfinite(value) and (value >= low if closed else value > low)):
+                bound = f">= {low:g}" if closed else f"> {low:g}"
+                null = " or null" if nullable else ""
+                raise ValueError(f"agent.{name} must be a finite number {bound}{null}, got {value}")
         if not math.isfinite(self.recon_coef) or self.recon_coef < 0:
             raise ValueError(f"agent.recon_coef must be finite and >= 0, got {self.recon_coef}")
         if not self.recon_lags or any(
@@ -163,8 +172,27 @@ class AgentConfig:
                 f"agent.recon_lags must be a non-empty list of ints in 0..seq_len-1 "
                 f"({self.seq_len - 1}), got {self.recon_lags}"
             )
-        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
-            raise ValueError("agent.gamma must be in (0, 1] and agent.gae_lambda in [0, 1]")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"agent.gamma must be in (0, 1], got {self.gamma}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ValueError(f"agent.gae_lambda must be in [0, 1], got {self.gae_lambda}")
+
+
+AGENT_RANGES: dict[str, tuple[float, bool, bool]] = {
+    "clip_range": (0.0, False, False),
+    "clip_range_vf": (0.0, False, True),
+    "target_kl": (0.0, False, True),
+    "ent_coef": (0.0, True, False),
+    "vf_coef": (0.0, True, False),
+    "max_grad_norm": (0.0, True, False),
+}
+"""``agent.<key>: (bound, bound allowed, null allowed)``: a negative clip range or KL target
+inverts what PPO does and a negative coefficient rewards the loss it should lower, and each
+would train without an error."""
+
+
+MAX_SEED = 2**32 - 1
+"""Largest ``train.seed``: NumPy's global generator takes seeds below ``2**32``."""
 
 
 @dataclass
@@ -211,8 +239,8 @@ class TrainConfig:
     parameters are the same. Ignored by ``--resume``, which restores its own checkpoint."""
 
     def validate(self) -> None:
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"train.seed must be in 0..{MAX_SEED}, got {self.seed}")
         if self.max_skipped_updates < 0:
             raise ValueError(
                 f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"

@@ -29,9 +29,14 @@ class TaskConfig:
     """Task options (any other key of this section): length, loss, data_dir, ..."""
 
     def validate(self) -> None:
-        from envs.sequences import check_task_options
+        from envs.datasets import DatasetMissingError
+        from envs.sequences import check_task_data, check_task_options
 
         check_task_options(self.name, self.options)
+        try:  # before a run folder exists, not when the task is built
+            check_task_data(self.name, self.options)
+        except DatasetMissingError as err:
+            raise ValueError(f"task.data_dir: {err}") from None
 
 
 @dataclass
@@ -79,6 +84,10 @@ class OptimConfig:
             raise ValueError("optim.warmup_steps must be >= 0 and optim.milestones positive")
 
 
+MAX_SEED = 2**32 - 1
+"""Largest ``train.seed`` (the same range as ``memcores train``'s: NumPy seeds below ``2**32``)."""
+
+
 @dataclass
 class TrainConfig:
     """Training length, batching, evaluation and reproducibility."""
@@ -114,8 +123,8 @@ class TrainConfig:
     the first training loss when that is larger) counts as exploding."""
 
     def validate(self) -> None:
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"train.seed must be in 0..{MAX_SEED}, got {self.seed}")
         if self.max_skipped_updates < 0:
             raise ValueError(
                 f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"

@@ -23,9 +23,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from agents.evaluation import record_gif
 
-    frames, returns = record_gif(
+    gif = record_gif(
         args.run, Path(args.gif), args.env, args.episodes, args.argmax, args.seed, args.fps
     )
-    shown = ", ".join(f"{r:.2f}" for r in returns)
-    print(f"wrote {args.gif}: {frames} frames, {len(returns)} episodes (returns {shown})")
+    shown = ", ".join(f"{r:.2f}" for r in gif.returns)
+    merged = (
+        f" ({gif.steps} steps; identical consecutive steps share one longer frame)"
+        if gif.frames != gif.steps
+        else ""
+    )
+    print(
+        f"wrote {args.gif}: {gif.frames} frames{merged} at {args.fps:g} steps/s, "
+        f"{len(gif.returns)} episodes (returns {shown})"
+    )
     return 0
