@@ -21,14 +21,17 @@ BLOCK_B = 16
 
 @triton.jit
 def sigmoid(z):
-    """sigma(z)."""
-    return 1.0 / (1.0 + tl.exp(-z))
+    """sigma(z), from exp(-|z|) so it never overflows."""
+    e = tl.exp(-tl.abs(z))
+    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 @triton.jit
 def tanh(z):
-    """tanh z = 2 sigmoid(2 z) - 1."""
-    return 2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0
+    """tanh z, from exp(-2|z|) so it never overflows (and keeps small |z| exact)."""
+    e = tl.exp(-2.0 * tl.abs(z))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(z >= 0, t, -t)
 
 
 @triton.jit

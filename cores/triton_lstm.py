@@ -22,7 +22,7 @@ per-step draws enter the backward as a ``[T]`` mask: where set, no gradient flow
 
 On a CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` in the
 environment before ``triton`` is imported): the tests compare them with the reference loop
-there. The maths is :meth:`cores.gated.GatedLSTM.cell`; ``tanh`` is ``2 sigmoid(2 z) - 1``.
+there. The maths is :meth:`cores.gated.GatedLSTM.cell`.
 """
 
 from __future__ import annotations
