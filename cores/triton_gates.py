@@ -19,6 +19,14 @@ BLOCK_B = 16
 """Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
 
 
+def block_meta(hidden: int) -> dict[str, int]:
+    """Tile sizes: ``BLOCK_B`` rows per program, units in chunks of ``BLOCK_N`` (outputs) and
+    ``BLOCK_K`` (inputs of the recurrent product), so a step's working set stays a few small
+    tiles whatever ``H`` is (``tl.dot`` needs 16 or more in every dimension)."""
+    chunk = 16 if hidden <= 16 else 32
+    return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk)
+
+
 @triton.jit
 def sigmoid(z):
     """sigma(z), from exp(-|z|) so it never overflows."""
@@ -82,17 +90,42 @@ def gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
 
 
 @triton.jit
-def rec(h, w_ptr, g, rows_k, cols_j, H, mask_kj, PREC: tl.constexpr):
-    """h [BB, BH] @ W_g^T, with W_g = weight_hh[g H:(g+1) H, :] ([nH, H] row-major)."""
-    w = tl.load(w_ptr + (g * H + cols_j[None, :]) * H + rows_k[:, None], mask=mask_kj, other=0.0)
+def rec(h, w_ptr, g, cols_k, k_ok, cols_n, n_ok, H, PREC: tl.constexpr):
+    """``h [BB, BK] @ W_g[cols_n, cols_k]^T``: gate block ``g``'s recurrent pre-activation for
+    output units ``cols_n`` from input units ``cols_k`` (``W = weight_hh [nH, H]``)."""
+    w = tl.load(
+        w_ptr + (g * H + cols_n[None, :]) * H + cols_k[:, None],
+        mask=k_ok[:, None] & n_ok[None, :],
+        other=0.0,
+    )
     return tl.dot(h, w, input_precision=PREC)
 
 
 @triton.jit
-def back(da, w_ptr, g, rows_j, cols_k, H, mask_jk, PREC: tl.constexpr):
-    """da_g [BB, BH] @ W_g: the gradient into h_{t-1} through gate block g."""
-    w = tl.load(w_ptr + (g * H + rows_j[:, None]) * H + cols_k[None, :], mask=mask_jk, other=0.0)
+def back(da, w_ptr, g, cols_n, n_ok, cols_k, k_ok, H, PREC: tl.constexpr):
+    """``da_g [BB, BN] @ W_g[cols_n, cols_k]``: the gradient into ``h_{t-1}[cols_k]`` through
+    gate block ``g``'s units ``cols_n``."""
+    w = tl.load(
+        w_ptr + (g * H + cols_n[:, None]) * H + cols_k[None, :],
+        mask=n_ok[:, None] & k_ok[None, :],
+        other=0.0,
+    )
     return tl.dot(da, w, input_precision=PREC)
+
+
+@triton.jit
+def tile(ptr, rows, row_ok, cols, col_ok, width):
+    """The ``[BB, BC]`` tile ``ptr[rows, cols]`` of a row-major matrix ``width`` wide (0
+    outside the matrix)."""
+    mask = row_ok[:, None] & col_ok[None, :]
+    return tl.load(ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def put(ptr, value, rows, row_ok, cols, col_ok, width):
+    """Store a ``[BB, BC]`` tile at ``ptr[rows, cols]`` (the inverse of :func:`tile`)."""
+    mask = row_ok[:, None] & col_ok[None, :]
+    tl.store(ptr + rows[:, None] * width + cols[None, :], value, mask=mask)
 
 
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:

@@ -38,18 +38,17 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.base import reset_where
 from cores.gates import ACTIVATIONS, FAST_CLAMP
-from cores.triton_gates import back, gate, gate_slope, rec, sigmoid, tanh
+from cores.triton_gates import back, gate, gate_slope, put, rec, sigmoid, tanh, tile
 
 
 @triton.jit
 def forward_kernel(
-    g_ptr,  # [T, B, NG*H] in: x W^T + b; out: the pre-activations a_t
+    g_ptr,  # [T, B, NG*H] x W^T + b
+    a_ptr,  # [T, B, NG*H] out: the pre-activations a_t
     w_ptr,  # [NG*H, H] weight_hh
-    h0_ptr,  # [B, H]
-    c0_ptr,  # [B, H]
     starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
-    y_ptr,  # [T, B, H] out: h_t
-    c_ptr,  # [T, B, H] out: c_t
+    y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
+    c_ptr,  # [T+1, B, H] in: c_0 at index 0; out: c_t at index t+1
     T,
     B,
     H,
@@ -60,75 +59,78 @@ def forward_kernel(
     R: tl.constexpr,  # the refine gate's block: 2 (tied) or 3
     HAS_STARTS: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    cols = tl.arange(0, BLOCK_H)
     row_ok = rows < B
-    col_ok = cols < H
-    mask = row_ok[:, None] & col_ok[None, :]
-    mask_w = col_ok[:, None] & col_ok[None, :]
-    state_off = rows[:, None] * H + cols[None, :]
-    h = tl.load(h0_ptr + state_off, mask=mask, other=0.0)
-    c = tl.load(c0_ptr + state_off, mask=mask, other=0.0)
-    gate_off = rows[:, None] * (NG * H) + cols[None, :]
+    GH = NG * H
     for t in range(T):
-        if HAS_STARTS:  # reset_where: restarting rows take the zero initial state
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
             start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
-            h = tl.where(start[:, None], 0.0, h)
-            c = tl.where(start[:, None], 0.0, c)
-        base = g_ptr + t * B * NG * H + gate_off
-        a_o = tl.load(base, mask=mask, other=0.0) + rec(h, w_ptr, 0, cols, cols, H, mask_w, PREC)
-        a_f = tl.load(base + H, mask=mask, other=0.0) + rec(
-            h, w_ptr, 1, cols, cols, H, mask_w, PREC
-        )
-        a_u = tl.load(base + (NG - 1) * H, mask=mask, other=0.0) + rec(
-            h, w_ptr, NG - 1, cols, cols, H, mask_w, PREC
-        )
-        tl.store(base, a_o, mask=mask)
-        tl.store(base + H, a_f, mask=mask)
-        tl.store(base + (NG - 1) * H, a_u, mask=mask)
-        f = gate(a_f, ACT, CLAMP)
-        if REFINE:
-            a_r = tl.load(base + R * H, mask=mask, other=0.0) + rec(
-                h, w_ptr, R, cols, cols, H, mask_w, PREC
+        h_prev_ptr = y_ptr + t * B * H
+        for j0 in range(0, H, BLOCK_N):  # a chunk of units: all its gates, then its cell
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            g_t = g_ptr + t * B * GH
+            a_o = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
+            a_f = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
+            a_u = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+            if not TIED:
+                a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
+            if REFINE:
+                a_r = tile(g_t + R * H, rows, row_ok, cols_n, n_ok, GH)
+            for k0 in range(0, H, BLOCK_K):  # the recurrent product, chunk by chunk of h_{t-1}
+                cols_k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = cols_k < H
+                h = tl.where(start[:, None], 0.0, tile(h_prev_ptr, rows, row_ok, cols_k, k_ok, H))
+                a_o += rec(h, w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_f += rec(h, w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_u += rec(h, w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                if not TIED:
+                    a_i += rec(h, w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                if REFINE:
+                    a_r += rec(h, w_ptr, R, cols_k, k_ok, cols_n, n_ok, H, PREC)
+            a_t = a_ptr + t * B * GH
+            put(a_t, a_o, rows, row_ok, cols_n, n_ok, GH)
+            put(a_t + H, a_f, rows, row_ok, cols_n, n_ok, GH)
+            put(a_t + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
+            f = gate(a_f, ACT, CLAMP)
+            if REFINE:
+                put(a_t + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
+                r = sigmoid(a_r)
+                g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+            else:
+                g = f
+            if TIED:
+                i = 1.0 - g
+            else:
+                put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
+                i = sigmoid(a_i)
+            c = tl.where(
+                start[:, None], 0.0, tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             )
-            tl.store(base + R * H, a_r, mask=mask)
-            r = sigmoid(a_r)
-            g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
-        else:
-            g = f
-        if TIED:
-            i = 1.0 - g
-        else:
-            a_i = tl.load(base + 2 * H, mask=mask, other=0.0) + rec(
-                h, w_ptr, 2, cols, cols, H, mask_w, PREC
-            )
-            tl.store(base + 2 * H, a_i, mask=mask)
-            i = sigmoid(a_i)
-        c = g * c + i * tanh(a_u)
-        h = sigmoid(a_o) * tanh(c)
-        out = t * B * H + state_off
-        tl.store(y_ptr + out, h, mask=mask)
-        tl.store(c_ptr + out, c, mask=mask)
+            c = g * c + i * tanh(a_u)
+            h_new = sigmoid(a_o) * tanh(c)
+            put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
+            put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # h_t is read by every thread of the program at the next step
 
 
 @triton.jit
 def backward_kernel(
     a_ptr,  # [T, B, NG*H] the forward's pre-activations
     w_ptr,  # [NG*H, H] weight_hh
-    c0_ptr,  # [B, H]
-    c_ptr,  # [T, B, H] the forward's c_t
+    c_ptr,  # [T+1, B, H] c_0 and the forward's c_t
     starts_ptr,  # [T, B] int8
     detach_ptr,  # [T] int8: h-detach stops the gradient into h_{t-1} at step t
     dy_ptr,  # [T, B, H] gradient of the outputs
-    dhT_ptr,  # [B, H] gradient of the final h
-    dcT_ptr,  # [B, H] gradient of the final c
+    dh_ptr,  # [T+1, B, H] in: the final h's gradient at index T; out: into h_t's at index t
+    dc_ptr,  # [T+1, B, H] in: the final c's gradient at index T; out: into c_t's at index t
     da_ptr,  # [T, B, NG*H] out: pre-activation gradients
-    dh0_ptr,  # [B, H] out
-    dc0_ptr,  # [B, H] out
     T,
     B,
     H,
@@ -136,83 +138,79 @@ def backward_kernel(
     ACT: tl.constexpr,
     TIED: tl.constexpr,
     REFINE: tl.constexpr,
-    R: tl.constexpr,  # the refine gate's block: 2 (tied) or 3
+    R: tl.constexpr,
     HAS_STARTS: tl.constexpr,
     HAS_DETACH: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    cols = tl.arange(0, BLOCK_H)
     row_ok = rows < B
-    col_ok = cols < H
-    mask = row_ok[:, None] & col_ok[None, :]
-    mask_w = col_ok[:, None] & col_ok[None, :]
-    state_off = rows[:, None] * H + cols[None, :]
-    gate_off = rows[:, None] * (NG * H) + cols[None, :]
-    dh = tl.load(dhT_ptr + state_off, mask=mask, other=0.0)
-    dc = tl.load(dcT_ptr + state_off, mask=mask, other=0.0)
+    GH = NG * H
     for k in range(T):
         t = T - 1 - k
-        dh += tl.load(dy_ptr + t * B * H + state_off, mask=mask, other=0.0)
-        base = a_ptr + t * B * NG * H + gate_off
-        o = sigmoid(tl.load(base, mask=mask, other=0.0))
-        a_f = tl.load(base + H, mask=mask, other=0.0)
-        f = gate(a_f, ACT, CLAMP)
-        u = tanh(tl.load(base + (NG - 1) * H, mask=mask, other=0.0))
-        c = tl.load(c_ptr + t * B * H + state_off, mask=mask, other=0.0)
-        if t > 0:
-            c_prev = tl.load(c_ptr + (t - 1) * B * H + state_off, mask=mask, other=0.0)
-        else:
-            c_prev = tl.load(c0_ptr + state_off, mask=mask, other=0.0)
         start = tl.zeros([BLOCK_B], dtype=tl.int1)
         if HAS_STARTS:
             start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        a_t = a_ptr + t * B * GH
+        da_t = da_ptr + t * B * GH
+        for j0 in range(0, H, BLOCK_N):  # the gate gradients of a chunk of units
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            dh = tile(dh_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            dc = tile(dc_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            o = sigmoid(tile(a_t, rows, row_ok, cols_n, n_ok, GH))
+            a_f = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
+            f = gate(a_f, ACT, CLAMP)
+            u = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+            c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             c_prev = tl.where(start[:, None], 0.0, c_prev)
-        if REFINE:
-            r = sigmoid(tl.load(base + R * H, mask=mask, other=0.0))
-            g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
-        else:
-            g = f
-        tc = tanh(c)
-        da_o = dh * tc * o * (1.0 - o)
-        dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
-        dg = dcs * c_prev
-        if TIED:
-            dg -= dcs * u
-            i = 1.0 - g
-        else:
-            i = sigmoid(tl.load(base + 2 * H, mask=mask, other=0.0))
-            da_i = dcs * u * i * (1.0 - i)
-            tl.store(da_ptr + t * B * NG * H + gate_off + 2 * H, da_i, mask=mask)
-        da_u = dcs * i * (1.0 - u * u)
-        if REFINE:
-            da_r = dg * 2.0 * f * (1.0 - f) * r * (1.0 - r)
-            tl.store(da_ptr + t * B * NG * H + gate_off + R * H, da_r, mask=mask)
-            df = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
-        else:
-            df = dg
-        da_f = df * gate_slope(a_f, f, ACT, CLAMP)
-        dbase = da_ptr + t * B * NG * H + gate_off
-        tl.store(dbase, da_o, mask=mask)
-        tl.store(dbase + H, da_f, mask=mask)
-        tl.store(dbase + (NG - 1) * H, da_u, mask=mask)
-        dc = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
-        # gradient into h_{t-1} through the gates: sum over blocks of dA_g W_g
-        dh = back(da_o, w_ptr, 0, cols, cols, H, mask_w, PREC)
-        dh += back(da_f, w_ptr, 1, cols, cols, H, mask_w, PREC)
-        dh += back(da_u, w_ptr, NG - 1, cols, cols, H, mask_w, PREC)
-        if not TIED:
-            dh += back(da_i, w_ptr, 2, cols, cols, H, mask_w, PREC)
-        if REFINE:
-            dh += back(da_r, w_ptr, R, cols, cols, H, mask_w, PREC)
+            if REFINE:
+                r = sigmoid(tile(a_t + R * H, rows, row_ok, cols_n, n_ok, GH))
+                g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+            else:
+                g = f
+            tc = tanh(c)
+            da_o = dh * tc * o * (1.0 - o)
+            dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
+            dg = dcs * c_prev
+            if TIED:
+                dg -= dcs * u
+                i = 1.0 - g
+            else:
+                i = sigmoid(tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, GH))
+                put(da_t + 2 * H, dcs * u * i * (1.0 - i), rows, row_ok, cols_n, n_ok, GH)
+            if REFINE:
+                da_r = dg * 2.0 * f * (1.0 - f) * r * (1.0 - r)
+                put(da_t + R * H, da_r, rows, row_ok, cols_n, n_ok, GH)
+                dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
+            put(da_t, da_o, rows, row_ok, cols_n, n_ok, GH)
+            put(da_t + H, dg * gate_slope(a_f, f, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
+            put(da_t + (NG - 1) * H, dcs * i * (1.0 - u * u), rows, row_ok, cols_n, n_ok, GH)
+            dc_prev = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
+            put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # dA_t is read across the program below
+        stop = False
         if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
-            dh = tl.where(tl.load(detach_ptr + t) != 0, 0.0, dh)
-        dh = tl.where(start[:, None], 0.0, dh)
-    tl.store(dh0_ptr + state_off, dh, mask=mask)
-    tl.store(dc0_ptr + state_off, dc, mask=mask)
+            stop = tl.load(detach_ptr + t) != 0
+        for k0 in range(0, H, BLOCK_K):  # gradient into h_{t-1}: sum over gates of dA_g W_g
+            cols_k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = cols_k < H
+            acc = tl.zeros([BLOCK_B, BLOCK_K], dtype=dy_ptr.dtype.element_ty)
+            for j0 in range(0, H, BLOCK_N):
+                cols_n = j0 + tl.arange(0, BLOCK_N)
+                n_ok = cols_n < H
+                for gi in tl.static_range(NG):
+                    da = tile(da_t + gi * H, rows, row_ok, cols_n, n_ok, GH)
+                    acc += back(da, w_ptr, gi, cols_n, n_ok, cols_k, k_ok, H, PREC)
+            acc = tl.where(start[:, None] | stop, 0.0, acc)
+            put(dh_ptr + t * B * H, acc, rows, row_ok, cols_k, k_ok, H)
+        tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
 
 
 def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
@@ -223,11 +221,10 @@ def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
         TIED=spec["tied"],
         REFINE=spec["refine"],
         R=2 if spec["tied"] else 3,
-        BLOCK_B=tg.BLOCK_B,
-        BLOCK_H=max(16, triton.next_power_of_2(hidden)),
         # full float32 products (no TF32), so the kernel matches the reference loop
         PREC="ieee",
         CLAMP=FAST_CLAMP,
+        **tg.block_meta(hidden),
     )
 
 
@@ -247,49 +244,48 @@ class _TritonLSTM(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor, Tensor]:
         T, B, _ = x.shape
         H = weight_hh.shape[1]
-        # every step's input projection in one matmul; the kernel adds h U^T in place
-        A = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1).contiguous()
-        Y = x.new_empty(T, B, H)
-        C = x.new_empty(T, B, H)
+        # every step's input projection in one matmul; the kernel adds h U^T
+        G = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+        A = torch.empty_like(G)
+        Y = x.new_empty(T + 1, B, H)  # h_0 and every h_t (the step reads h_{t-1} from here)
+        C = x.new_empty(T + 1, B, H)
+        Y[0], C[0] = h0, c0
         w = weight_hh.contiguous()
-        h0c, c0c = h0.contiguous(), c0.contiguous()
-        starts8 = starts.to(torch.int8).contiguous() if starts is not None else h0c
+        starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
         meta = _meta(spec, H)
-        grid = (tg.cdiv(B, tg.BLOCK_B),)
         tg.launch(
-            forward_kernel, grid, A, w, h0c, c0c, starts8, Y, C, T, B, H,
+            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, Y, C, T, B, H,
             HAS_STARTS=starts is not None,
             **meta,
         )  # fmt: skip
-        ctx.spec = spec
+        ctx.meta = meta
         ctx.has_starts = starts is not None
         ctx.has_detach = detach is not None
-        ctx.save_for_backward(x, weight_ih, w, h0c, c0c, starts8, detach, A, Y, C)
-        return Y, Y[-1].clone(), C[-1].clone()
+        ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, Y, C)
+        return Y[1:], Y[-1].clone(), C[-1].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
-        x, weight_ih, w, h0, c0, starts8, detach, A, Y, C = ctx.saved_tensors
+        x, weight_ih, w, starts8, detach, A, Y, C = ctx.saved_tensors
         T, B, _ = x.shape
         H = w.shape[1]
-        dY = torch.zeros_like(Y) if dY is None else dY.contiguous()
-        dhT = torch.zeros_like(h0) if dhT is None else dhT.contiguous()
-        dcT = torch.zeros_like(c0) if dcT is None else dcT.contiguous()
+        dY = torch.zeros_like(Y[1:]) if dY is None else dY.contiguous()
+        dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
+        dC = x.new_empty(T + 1, B, H)
+        dH[T] = 0.0 if dhT is None else dhT
+        dC[T] = 0.0 if dcT is None else dcT
         dA = torch.empty_like(A)  # the kernel writes every gate block
-        dh0, dc0 = torch.empty_like(h0), torch.empty_like(c0)
         detach8 = detach if detach is not None else starts8
-        meta = _meta(ctx.spec, H)
         tg.launch(
-            backward_kernel,
-            (tg.cdiv(B, tg.BLOCK_B),),
-            A, w, c0, C, starts8, detach8, dY, dhT, dcT, dA, dh0, dc0, T, B, H,
+            backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+            A, w, C, starts8, detach8, dY, dH, dC, dA, T, B, H,
             HAS_STARTS=ctx.has_starts,
             HAS_DETACH=ctx.has_detach,
-            **meta,
+            **ctx.meta,
         )  # fmt: skip
         # weight and input gradients: one matmul each over all steps
-        h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)  # [T, B, H], as step t read it
+        h_prev = Y[:-1]  # [T, B, H], as step t read it
         if ctx.has_starts:
             (h_prev,) = reset_where((h_prev,), starts8.bool())
         dA_flat = dA.view(T * B, -1)
@@ -298,7 +294,7 @@ class _TritonLSTM(torch.autograd.Function):
         dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
         d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
         d_bias = dA_flat.sum(0) if need_b else None
-        return dx, d_weight_ih, d_bias, d_weight_hh, dh0, dc0, None, None, None
+        return dx, d_weight_ih, d_bias, d_weight_hh, dH[0], dC[0], None, None, None
 
 
 def triton_lstm(
