@@ -7,6 +7,11 @@ Without a GPU the kernels run under Triton's interpreter (``tests/conftest.py`` 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -194,3 +199,18 @@ def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
     assert not make_core("lstm", D, H, impl="loop").has_fused
     assert not make_core("power_lstm", D, H).has_fused
     assert not make_core("power_gru", D, H).has_fused
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
+    """Every kernel compiles for an sm_90 GPU (the interpreter never runs Triton's compiler)
+    and, at H=128, needs well under the 227 KiB of shared memory a block may use."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("triton_compile.py")
+    env["PYTHONPATH"] = os.pathsep.join([str(script.parent.parent), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, str(script), "128"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    shared = dict(line.split() for line in out.splitlines())
+    assert len(shared) == 6
+    assert all(int(v) < 100 * 1024 for v in shared.values()), shared
