@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from cores import gates
+from cores import cudnn, gates
 from cores.base import State, autocast_enabled, check_sequence, reset_uniform_, triton_available
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
@@ -62,7 +62,8 @@ class GatedLSTM(BlockGatedCore):
     :param hdetach: stochastically detach the ``h_{t-1}`` entering the gates while training.
     :param p: probability of detaching at a time step (only with ``hdetach=True``).
     :param impl: ``fused`` (the whole sequence as one autograd function with a hand-written
-        backward: the Triton kernels of :mod:`cores.triton_lstm` on CUDA tensors, the
+        backward: cuDNN where the preset is ``nn.LSTM``'s maths (:mod:`cores.cudnn`), else the
+        Triton kernels of :mod:`cores.triton_lstm` on CUDA tensors, the
         :mod:`cores._fused_lstm` function on the CPU), ``triton`` (the Triton kernels on any
         device; a CPU needs ``TRITON_INTERPRET=1``) or ``loop`` (a plain per-step autograd
         loop; the reference).
@@ -189,6 +190,8 @@ class GatedLSTM(BlockGatedCore):
         # the fused paths write into preallocated buffers, which autocast's dtype changes
         # would break; under autocast (and with the power-law cell) the reference loop runs
         if self.has_fused and not autocast_enabled(x.device.type):
+            if x.is_cuda and self.impl == "fused" and cudnn.lstm_applies(self, starts):
+                return cudnn.lstm(self, x, state, starts)  # nn.LSTM's maths: its kernels
             if self.impl == "triton" or (x.is_cuda and triton_available()):
                 from cores.triton_lstm import triton_lstm
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cores import gates
+from cores import cudnn, gates
 from cores.base import State, autocast_enabled, check_sequence, reset_uniform_, triton_available
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
@@ -46,8 +46,9 @@ class GatedGRU(BlockGatedCore):
     :param init: update-gate bias initialiser: ``constant | uniform | chrono``.
     :param t_max: the largest decay period of the ``chrono`` initialiser.
     :param power: the power-law decay exponent ``r >= 0`` (0: the ordinary GRU).
-    :param impl: ``fused`` (the Triton kernels of :mod:`cores.triton_gru` on CUDA tensors, the
-        step loop on the CPU), ``triton`` (the kernels on any device; a CPU needs
+    :param impl: ``fused`` (on CUDA tensors cuDNN where the preset is ``nn.GRU``'s maths,
+        :mod:`cores.cudnn`, else the Triton kernels of :mod:`cores.triton_gru`; the step loop
+        on the CPU), ``triton`` (the kernels on any device; a CPU needs
         ``TRITON_INTERPRET=1``) or ``loop`` (the step loop everywhere; the reference).
 
     State: ``(h [B, H],)``, zero initially.
@@ -132,6 +133,8 @@ class GatedGRU(BlockGatedCore):
         # the kernels write into preallocated buffers, which autocast's dtype changes would
         # break; under autocast (and with the power-law rule) the step loop runs
         if self.has_fused and not autocast_enabled(x.device.type):
+            if x.is_cuda and self.impl == "fused" and cudnn.gru_applies(self, starts):
+                return cudnn.gru(self, x, state, starts)  # nn.GRU's maths: its kernels
             if self.impl == "triton" or (x.is_cuda and triton_available()):
                 from cores.triton_gru import triton_gru
 

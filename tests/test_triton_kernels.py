@@ -55,15 +55,19 @@ def _pair(name: str, dtype: torch.dtype, **options):
     return ref, tri
 
 
-def _run(core, x, state, starts, seed: int = 5):
-    """Forward+backward of a loss reading every output; returns values and all gradients."""
+def _run(core, x, state, starts, seed: int = 5, params=None):
+    """Forward+backward of a loss reading every output; returns values and all gradients
+    (of ``params``, by default the core's parameters)."""
+    params = list(core.parameters() if params is None else params)
+    for p in params:
+        p.grad = None
     x = x.clone().requires_grad_(True)
     state = tuple(s.clone().requires_grad_(True) for s in state)
     torch.manual_seed(seed)  # the same h-detach draws in both paths
     y, final = core(x, state, starts)
     (y.sin().sum() + sum((s * s.cos()).sum() for s in final)).backward()
     grads = [x.grad, *(s.grad for s in state)]
-    grads += [p.grad for p in core.parameters()]
+    grads += [p.grad for p in params]
     return [y, *final], grads
 
 
@@ -214,3 +218,26 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     shared = dict(line.split() for line in out.splitlines())
     assert len(shared) == 6
     assert all(int(v) < 100 * 1024 for v in shared.values()), shared
+
+
+@pytest.mark.parametrize("name", ["lstm", "u_lstm", "c_lstm", "hdetach_lstm", "gru"])
+def test_cudnn_route_matches_the_reference_loop(name: str) -> None:
+    """The presets that are nn.LSTM's / nn.GRU's maths give the reference's values and
+    gradients through PyTorch's RNN kernels (cuDNN on CUDA), a reset at step 0 included."""
+    from cores import cudnn
+
+    ref, _ = _pair(name, torch.float64)
+    ref.eval()  # hdetach_lstm is nn.LSTM's maths only outside training
+    x, state, starts = _inputs(torch.float64, n_state=ref.state_arity)
+    first_only = torch.zeros_like(starts)
+    first_only[0] = starts[0]
+    applies = cudnn.lstm_applies if ref.state_arity == 2 else cudnn.gru_applies
+    run = cudnn.lstm if ref.state_arity == 2 else cudnn.gru
+    assert applies(ref, first_only) and not applies(ref, starts)
+    values_ref, grads_ref = _run(ref, x, state, first_only)
+    via_dnn = lambda *args: run(ref, *args)  # noqa: E731
+    values_dnn, grads_dnn = _run(via_dnn, x, state, first_only, params=ref.parameters())
+    for a, b in zip(values_dnn + grads_dnn, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+    assert not cudnn.lstm_applies(make_core("ur_lstm", D, H), None)
+    assert not cudnn.gru_applies(make_core("fast_gru", D, H), None)
