@@ -19,6 +19,9 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """Call ``write(handle)`` on a temp file beside ``path``, fsync it, then rename it over
     ``path``: readers see the old file or the new one, never half a file. On any error the
     temp file is removed and ``path`` is untouched.
+
+    The file gets the permissions a plain ``open(path, "w")`` would give it (``0o666`` less
+    the user's umask), not the owner-only mode of a temp file, so run folders can be shared.
     """
     path = Path(path)
     try:
@@ -27,6 +30,7 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     except OSError as err:  # name the file asked for, not the temp file
         raise OSError(err.errno, err.strerror, str(path)) from err
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -38,6 +42,21 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
             raise DiskFullError(path) from err
         raise
     return path
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux reports it in
+    ``/proc/self/status``; elsewhere it is set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class DiskFullError(OSError):

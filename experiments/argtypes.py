@@ -8,6 +8,8 @@ import math
 import os
 from pathlib import Path
 
+from agents.run_config import MAX_SEED
+
 
 def _number(text: str, kind: type, lowest: float, strict: bool) -> int | float:
     try:
@@ -26,9 +28,12 @@ def positive_int(text: str) -> int:
     return int(_number(text, int, 1, strict=False))
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (seeds)."""
-    return int(_number(text, int, 0, strict=False))
+def seed(text: str) -> int:
+    """A seed: an integer in ``0..MAX_SEED``, the range of ``train.seed``."""
+    value = int(_number(text, int, 0, strict=False))
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {text}")
+    return value
 
 
 def positive_float(text: str) -> float:

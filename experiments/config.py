@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -134,6 +135,8 @@ def load_config(
     :param schema: a dataclass type whose fields may themselves be dataclasses.
     :param path: YAML file; ``None`` starts from the schema's defaults.
     :param overrides: strings ``dotted.key=value``; values are parsed as YAML scalars/lists.
+        A schema with a ``migrate(raw) -> (raw, notes)`` attribute has the keys of earlier
+        releases renamed, each note printed on stderr as one line.
     :raises ConfigError: unknown key, wrong type, value outside the allowed choices, missing
         or malformed file.
     """
@@ -143,6 +146,11 @@ def load_config(
     for item in overrides:
         key, value = parse_override(item)
         set_dotted(raw, key, value)
+    migrate = getattr(schema, "migrate", None)  # keys of earlier releases, renamed
+    if callable(migrate):
+        raw, notes = migrate(raw)
+        for note in notes:
+            print(f"memcores: {note}", file=sys.stderr)
     return build(schema, raw, prefix="")
 
 

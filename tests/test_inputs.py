@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import gc
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,22 @@ def test_a_closed_pipe_is_a_quiet_normal_end():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0
     assert err == b""
+
+
+def test_undecodable_csv_bytes_name_the_file(trained_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    (run / "progress.csv").write_bytes(b"step,rollout/ep_rew_mean\n64,\xff\xfe\n")
+    assert main(["plot", str(run), "--out", str(tmp_path / "curves.png")]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'progress.csv'} is not a UTF-8 text CSV file" in err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "visualize", "diagnose"])
+def test_a_seed_option_beyond_the_seed_range_names_the_range(command, capsys):
+    args = [command, "RUN", "--seed", "99999999999999999999"]
+    args += ["--gif", "x.gif"] if command == "visualize" else []
+    with pytest.raises(SystemExit) as caught:
+        main(args)
+    assert caught.value.code == 2
+    assert "--seed: must be in 0..4294967295, got 99999999999999999999" in capsys.readouterr().err

@@ -92,7 +92,7 @@ SUP_TINY = [
     "train.log_every=5",
     "train.target_accuracy=null",
     "train.device=cpu",
-    "run.progress_bar=false",
+    "train.progress=false",
     "run.overwrite=false",
 ]
 """20 updates of a hidden-16 LSTM on a copy task of length 5."""

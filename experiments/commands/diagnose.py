@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.argtypes import non_negative_int, output_file, positive_int
+from experiments.argtypes import output_file, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch", type=positive_int, default=64, help="sequences in the probe batch"
     )
-    parser.add_argument(
-        "--seed", type=non_negative_int, default=0, help="seed of the initial weights"
-    )
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the initial weights")
     parser.add_argument(
         "--before-after",
         action="store_true",
