@@ -207,7 +207,7 @@ def test_an_rl_run_updates_through_the_graphs_and_saves_the_eager_layout(
     rl_trainer.train(tiny_config(*config), tmp_path / "graphed")
     assert fake_capture and all(shape[0][0] == 8 for shape in fake_capture)  # seq_len steps
     eager, graphed = (
-        torch.load(tmp_path / run / "checkpoints/last.pt", weights_only=True)["policy"]
+        torch.load(tmp_path / run / "checkpoints/last.pt", weights_only=True)["model"]
         for run in ("eager", "graphed")
     )
     assert list(graphed) == list(eager)
