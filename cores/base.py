@@ -158,9 +158,7 @@ def reset_where(state: State, mask: Tensor, initial: State | None = None) -> Sta
     :return: the state with the masked rows replaced.
     """
     if initial is None:
-        return tuple(
-            torch.where(_expand_mask(mask, s), torch.zeros((), dtype=s.dtype), s) for s in state
-        )
+        return tuple(torch.where(_expand_mask(mask, s), s.new_zeros(()), s) for s in state)
     return tuple(
         torch.where(_expand_mask(mask, s), i.to(dtype=s.dtype, device=s.device), s)
         for s, i in zip(state, initial, strict=True)
