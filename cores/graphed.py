@@ -29,6 +29,7 @@ the ``core.cuda_graph`` setting (:data:`CUDA_GRAPH_CHOICES`) and the device say 
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -84,6 +85,8 @@ class GraphedCore(MemoryCore):
         self.graph_safe = True
         # not submodules: each holds the same parameters as `core` (no duplicate state_dict keys)
         self._graphs: OrderedDict[Hashable, Callable[..., tuple[Tensor, ...]]] = OrderedDict()
+        self.capture_error: str | None = None
+        """Why a capture failed, after which this core runs eagerly (None: none failed)."""
         self.register_load_state_dict_pre_hook(_keys_into_wrapped)
 
     # ------------------------------------------------------------ transparency
@@ -134,7 +137,7 @@ class GraphedCore(MemoryCore):
     ) -> tuple[Tensor, State]:
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step ``T``, as the
         wrapped core computes them."""
-        if not self.graphable(x):
+        if self.capture_error is not None or not self.graphable(x):
             return self.core(x, state, starts)
         args = (x,) if starts is None else (x, starts.to(device=x.device, dtype=torch.bool))
         args = (*args, *state)
@@ -145,7 +148,17 @@ class GraphedCore(MemoryCore):
         )
         graphed = self._graphs.get(key)
         if graphed is None:
-            graphed = self._capture(args, starts is not None)
+            try:
+                graphed = self._capture(args, starts is not None)
+            except RuntimeError as err:  # a training run goes on, eagerly, rather than stop
+                self.capture_error = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                warnings.warn(
+                    f"{type(self.core).__name__}: CUDA graph capture failed "
+                    f"({self.capture_error}); the core runs eagerly from now on",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return self.core(x, state, starts)
             self._graphs[key] = graphed
             while len(self._graphs) > MAX_GRAPHS:
                 self._graphs.popitem(last=False)

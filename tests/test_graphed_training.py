@@ -213,3 +213,29 @@ def test_an_rl_run_updates_through_the_graphs_and_saves_the_eager_layout(
     assert list(graphed) == list(eager)
     for key, value in eager.items():
         torch.testing.assert_close(graphed[key], value, msg=key)
+
+
+def test_a_failed_capture_warns_once_and_the_core_runs_eagerly(monkeypatch) -> None:
+    """A capture that fails on the GPU (an operation CUDA graphs refuse) does not stop a
+    training run: one warning names the core and the error, and every later call is eager."""
+    attempts = []
+
+    def failing(module, samples, allow_unused_input=False):
+        attempts.append(1)
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", failing)
+    monkeypatch.setattr(GraphedCore, "graphable", lambda self, x: True)
+    torch.manual_seed(0)
+    core = make_core("um_lstm", 4, 8)
+    wrapped = maybe_graphed(core, "cuda")
+    x = torch.randn(5, 3, 4)
+    with pytest.warns(
+        RuntimeWarning, match="OrderedLSTM: CUDA graph capture failed .*runs eagerly"
+    ):
+        y, _ = wrapped(x, wrapped.initial_state(3))
+    torch.testing.assert_close(y, core(x, core.initial_state(3))[0])
+    assert wrapped.capture_error.startswith("RuntimeError: CUDA error")
+    y.sum().backward()
+    wrapped(x[:2], wrapped.initial_state(3))  # another shape: not tried again
+    assert len(attempts) == 1

@@ -220,9 +220,17 @@ def core_runner(
         rnn = (torch.nn.LSTM if name == "nn.LSTM" else torch.nn.GRU)(D, H).to(device)
         return fwd_bwd(rnn, x, lambda xs: rnn(xs)[0])
     core = make_core(name, D, H).to(device).train()
-    if graph:
-        core = GraphedCore(core)
-    return fwd_bwd(core, x, lambda xs: core(xs, core.initial_state(xs.shape[1], xs.device))[0])
+    if not graph:
+        return fwd_bwd(core, x, lambda xs: core(xs, core.initial_state(xs.shape[1], xs.device))[0])
+    wrapped = GraphedCore(core)
+
+    def call(xs: torch.Tensor) -> torch.Tensor:
+        y = wrapped(xs, wrapped.initial_state(xs.shape[1], xs.device))[0]
+        if wrapped.capture_error is not None:  # it fell back to eager: not a graph's time
+            raise RuntimeError(wrapped.capture_error)
+        return y
+
+    return fwd_bwd(wrapped, x, call)
 
 
 def time_runner(run: Callable[[], None], device: torch.device, reps: int, clock: Clock) -> float:
