@@ -277,7 +277,18 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         "rows": rows,
         "errors": errors,
         "not_measured": not_measured,
+        "tile_cuts": _tile_cuts(),
     }
+
+
+def _tile_cuts() -> list[dict[str, Any]]:
+    """The tile cut the tuner kept for each fused kernel and shape (cores/triton_tune.py)."""
+    from cores import triton_tune
+
+    return [
+        {"kernel": key[0], "int_args": [a for a in key[2] if isinstance(a, int)], **cut}
+        for key, cut in triton_tune.chosen().items()
+    ]
 
 
 def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
