@@ -241,3 +241,24 @@ def test_cudnn_route_matches_the_reference_loop(name: str) -> None:
         torch.testing.assert_close(a, b, **TOL[torch.float64])
     assert not cudnn.lstm_applies(make_core("ur_lstm", D, H), None)
     assert not cudnn.gru_applies(make_core("fast_gru", D, H), None)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: compiled tile cuts")
+@pytest.mark.parametrize("name", ["fast_lstm", "ur_lstm", "tied_lstm", "fast_gru", "slstm"])
+def test_tuned_cuts_match_the_reference_loop_at_a_training_shape_on_cuda(name: str) -> None:
+    """At H=128 the tuner (cores/triton_tune.py) tries wider tile cuts than the tiny shapes
+    above can: whichever it keeps must give the reference loop's values and gradients."""
+    steps, batch, width, hidden = 24, 40, 16, 128
+    torch.manual_seed(0)
+    ref = make_core(name, width, hidden, impl="loop").to("cuda").train()
+    tri = make_core(name, width, hidden, impl="triton").to("cuda").train()
+    tri.load_state_dict(ref.state_dict())
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(steps, batch, width, generator=gen).cuda()
+    starts = (torch.rand(steps, batch, generator=gen) < 0.1).cuda()
+    with torch.no_grad():
+        _, state = ref(x.flip(0), ref.initial_state(batch, "cuda"))
+    values_ref, grads_ref = _run(ref, x, state, starts)
+    values_tri, grads_tri = _run(tri, x, state, starts)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-4)
