@@ -90,11 +90,11 @@ def test_capturable_cores_get_a_cuda_graph_column_and_the_better_time_counts(qui
             assert row["best_ms"] == min(row["ms"], row["ms_graphed"])
         else:
             assert row["ms_graphed"] is None and row["best_ms"] == row["ms"]
-    # the issue's H100 baseline covers every core; the 5x target checks the other cores
-    assert set(CORES) <= gpu.ISSUE_H100_MS.keys()
-    assert rows["janet"]["target"].endswith(">=5x faster than issue 53")
+    # the H100 baseline covers every core; the 5x target checks the other cores
+    assert set(CORES) <= gpu.H100_BASELINE_MS.keys()
+    assert rows["janet"]["target"].endswith(">=5x faster than the H100 baseline")
     assert rows["janet"]["x_faster"] == pytest.approx(
-        tuple(ms / rows["janet"]["best_ms"] for ms in gpu.ISSUE_H100_MS["janet"])
+        tuple(ms / rows["janet"]["best_ms"] for ms in gpu.H100_BASELINE_MS["janet"])
     )
     assert "| ms, CUDA graph |" in md and "| 79-88 |" in md
     scaling = {r["core"]: r for r in results["parts"]["scaling"]["rows"]}
@@ -103,7 +103,7 @@ def test_capturable_cores_get_a_cuda_graph_column_and_the_better_time_counts(qui
 
 
 def test_the_5x_target_against_a_baseline_range():
-    low, high = gpu.ISSUE_H100_MS["rel_lstm"]
+    low, high = gpu.H100_BASELINE_MS["rel_lstm"]
     assert gpu._target("rel_lstm", None, None, low / 5).startswith("ok")
     assert gpu._target("rel_lstm", None, None, (low + high) / 10).startswith("?")
     assert gpu._target("rel_lstm", None, None, high / 4).startswith("MISS")

@@ -11,7 +11,7 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    twice, eagerly and through :class:`cores.graphed.GraphedCore` (CUDA graphs), the better
    of the two counting. The targets (gated LSTM presets at most 2x ``nn.LSTM``, GRU presets
    at most 2x ``nn.GRU``, ``slstm`` at most 3x ``nn.LSTM``, every other core at least 5x
-   faster than the H100 baseline of issue 53, :data:`ISSUE_H100_MS`) marked ok or MISS.
+   faster than the step loops' H100 baseline, :data:`H100_BASELINE_MS`) marked ok or MISS.
 3. ``scaling``: forward+backward against the sequence length (B=16, hidden 128; T = 256, 1024,
    4096, 16384 for the scan cores, to 4096 for the step-loop cores, of which
    :data:`GRAPH_SCALING` also through CUDA graphs); target: a scan core's time at T=16384 at
@@ -72,8 +72,8 @@ the other cores' cells, so they never take the scan cores' time)."""
 GRAPHED = " (CUDA graph)"
 """Suffix of a scaling row timed through :class:`cores.graphed.GraphedCore`."""
 OTHER_SPEEDUP = 5.0
-"""The issue's target for the cores without a fused kernel or a scan: at least this many
-times faster than :data:`ISSUE_H100_MS`."""
+"""The target for the cores without a fused kernel or a scan: at least this many times
+faster than :data:`H100_BASELINE_MS`."""
 
 
 def _same(ms: float, *names: str) -> dict[str, tuple[float, float]]:
@@ -84,7 +84,7 @@ def _range(low: float, high: float, *names: str) -> dict[str, tuple[float, float
     return {name: (low, high) for name in names}
 
 
-ISSUE_H100_MS: dict[str, tuple[float, float]] = {
+H100_BASELINE_MS: dict[str, tuple[float, float]] = {
     **_same(42.5, "c_lstm"),
     **_same(46.8, "lstm"),
     **_same(47.0, "tied_lstm"),
@@ -105,9 +105,9 @@ ISSUE_H100_MS: dict[str, tuple[float, float]] = {
     **_same(24.0, "min_lstm"),
     **_same(26.2, "min_gru"),
 }
-"""Issue 53's H100 baseline (one H100, PyTorch 2.11, CUDA 13; forward+backward at T=256,
-B=64, input 64, hidden 128), ms per core as ``(low, high)``: the issue gives one number for
-some cores and one range for a group of others."""
+"""The plain step loops' forward+backward on one H100 (PyTorch 2.11, CUDA 13; T=256, B=64,
+input 64, hidden 128), ms per core as ``(low, high)``, as recorded in issue 53: one number for
+some cores, one range for a group of others. The reference of :data:`OTHER_SPEEDUP`."""
 GRU_PRESETS = ("gru", "fast_gru", "ur_gru")
 PARTS: dict[str, float] = {
     "tests": 70.0,
@@ -290,7 +290,7 @@ def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
 
 
 def _target(name: str, x_lstm: float | None, x_gru: float | None, ms: float) -> str:
-    """The issue's target for core ``name`` at its best time ``ms`` (ratios to cuDNN
+    """The target for core ``name`` at its best time ``ms`` (ratios to cuDNN
     ``x_lstm``/``x_gru``), marked ``ok`` or ``MISS``; against a baseline range, ``ok``
     only below the range's low end over 5 and ``MISS`` only above its high end over 5."""
     from experiments.bench.cores import LSTM_FAMILY
@@ -301,19 +301,19 @@ def _target(name: str, x_lstm: float | None, x_gru: float | None, ms: float) -> 
         return f"{'ok' if x_gru <= 2 else 'MISS'} <=2x nn.GRU"
     if name == "slstm" and x_lstm is not None:
         return f"{'ok' if x_lstm <= 3 else 'MISS'} <=3x nn.LSTM"
-    if name in ISSUE_H100_MS and name not in (*GRU_PRESETS, *SCAN_CORES):
-        low, high = ISSUE_H100_MS[name]
+    if name in H100_BASELINE_MS and name not in (*GRU_PRESETS, *SCAN_CORES):
+        low, high = H100_BASELINE_MS[name]
         verdict = (
             "ok" if ms <= low / OTHER_SPEEDUP else "MISS" if ms > high / OTHER_SPEEDUP else "?"
         )
-        return f"{verdict} >={OTHER_SPEEDUP:.0f}x faster than issue 53"
+        return f"{verdict} >={OTHER_SPEEDUP:.0f}x faster than the H100 baseline"
     return ""
 
 
 def _baseline(name: str) -> str:
-    if name not in ISSUE_H100_MS:
+    if name not in H100_BASELINE_MS:
         return "-"
-    low, high = ISSUE_H100_MS[name]
+    low, high = H100_BASELINE_MS[name]
     return f"{low:g}" if low == high else f"{low:g}-{high:g}"
 
 
@@ -357,7 +357,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         best = min(value, ms_graphed.get(name, math.inf))
         x_lstm = best / ms["nn.LSTM"] if "nn.LSTM" in ms else None
         x_gru = best / ms["nn.GRU"] if "nn.GRU" in ms else None
-        low_high = ISSUE_H100_MS.get(name)
+        low_high = H100_BASELINE_MS.get(name)
         rows.append(
             {
                 "core": name,
@@ -366,7 +366,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
                 "best_ms": best,
                 "x_nn_lstm": x_lstm,
                 "x_nn_gru": x_gru,
-                "issue_h100_ms": low_high,
+                "h100_baseline_ms": low_high,
                 "x_faster": None if low_high is None else (low_high[0] / best, low_high[1] / best),
                 "target": _target(name, x_lstm, x_gru, best),
             }
@@ -745,10 +745,10 @@ def markdown(results: dict[str, Any]) -> str:
             f"hidden {shape['H']}",
             "",
             "Capturable cores also through CUDA graphs; ratios and targets use the better "
-            "time. Issue 53's H100 baseline (PyTorch 2.11, CUDA 13) is the reference for "
-            "the 5x target; where the issue gives a group's range, so do the last columns.",
+            "time. The step loops' H100 baseline (PyTorch 2.11, CUDA 13) is the reference "
+            "for the 5x target; where it is a group's range, so are the last columns.",
             "",
-            "| core | ms | ms, CUDA graph | x nn.LSTM | x nn.GRU | issue 53 H100 ms "
+            "| core | ms | ms, CUDA graph | x nn.LSTM | x nn.GRU | H100 baseline ms "
             "| x faster | target |",
             "|---|---|---|---|---|---|---|---|",
         ]
