@@ -1,0 +1,123 @@
+"""Population Based Training members (``memcores sweep --scheduler pbt``).
+
+A member is one RL run (one grid point). Its hyperparameters (the config's ``search:`` keys)
+are first sampled, then, every ``--perturbation-interval`` frames, Tune's PBT scheduler lets a
+member in the bottom quarter copy the weights of one in the top quarter (exploit) and mutate
+the copied hyperparameters (explore). The exchange goes through Tune checkpoints holding the
+trainer's ``checkpoints/last.pt``, the ``progress.csv`` up to it and the member's
+hyperparameter schedule; a member restored from one resumes the trainer from that
+checkpoint with its new values, which take effect from the next update.
+
+The schedule (``pbt_schedule.json`` in the run folder, ``pbt_schedule`` in the record) lists
+``{"step": frames, "values": {key: value}}`` each time the values changed, the donor's history
+included, so the run that produced the final weights can be replayed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agents.files import write_text_atomic
+from experiments.search import round_params
+from experiments.trials import DONE, Trial, run_trial, trial_done
+
+SCHEDULE_FILE = "pbt_schedule.json"
+CHECKPOINT = "checkpoints/last.pt"
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The frame count stored in a trainer checkpoint."""
+    from agents.rl_trainer import load_rl_checkpoint
+
+    return int(load_rl_checkpoint(checkpoint)["global_step"])
+
+
+def save_member(run_dir: Path, schedule: list[dict[str, Any]], dest: Path) -> None:
+    """Write what another member needs to continue this one into folder ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(run_dir / CHECKPOINT, dest / "last.pt")
+    if (run_dir / "progress.csv").is_file():
+        shutil.copyfile(run_dir / "progress.csv", dest / "progress.csv")
+    (dest / SCHEDULE_FILE).write_text(json.dumps(schedule))
+
+
+def restore_member(source: Path, run_dir: Path) -> tuple[int, list[dict[str, Any]]]:
+    """Put the member saved in ``source`` (:func:`save_member`) into ``run_dir``, whose next
+    training resumes from it; returns its step and schedule."""
+    (run_dir / CHECKPOINT).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source / "last.pt", run_dir / CHECKPOINT)
+    if (source / "progress.csv").is_file():
+        shutil.copyfile(source / "progress.csv", run_dir / "progress.csv")
+    return checkpoint_step(run_dir / CHECKPOINT), json.loads((source / SCHEDULE_FILE).read_text())
+
+
+def run_member(
+    trial: Trial,
+    params: Mapping[str, Any],
+    source: Path | None,
+    report: Callable[[dict[str, float], Path | None], None],
+    command_line: str = "",
+) -> dict[str, float]:
+    """Train one PBT member with hyperparameters ``params``, from the saved member
+    ``source`` when given (an exploit, or this member paused and continued).
+
+    :param report: ``report(metrics, saved)``: every logged row, with a folder written by
+        :func:`save_member` after each new trainer checkpoint (deleted after the call).
+    :returns: the member's last metrics; its record holds ``pbt_schedule``.
+    """
+    values = round_params(params)
+    run_dir = Path(trial.run_dir)
+    schedule: list[dict[str, Any]] = []
+    step = 0
+    if source is not None:
+        step, schedule = restore_member(source, run_dir)
+    elif (run_dir / CHECKPOINT).is_file() and (run_dir / SCHEDULE_FILE).is_file():
+        step = checkpoint_step(run_dir / CHECKPOINT)  # a retry without a Tune checkpoint
+        schedule = json.loads((run_dir / SCHEDULE_FILE).read_text())
+    if not schedule or schedule[-1]["values"] != values:
+        schedule.append({"step": step, "values": values})
+    write_text_atomic(run_dir / SCHEDULE_FILE, json.dumps(schedule, indent=1))
+    member = dataclasses.replace(
+        trial, overrides=[*trial.overrides, *(f"{k}={v}" for k, v in values.items())]
+    )
+
+    def on_row(metrics: dict[str, float], ckpt_run: str | None) -> None:
+        if ckpt_run is None:
+            report(metrics, None)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            save_member(run_dir, schedule, Path(tmp))
+            report(metrics, Path(tmp))
+
+    extra = {"pbt_schedule": schedule}
+    return run_trial(member, on_row, command_line, extra=extra, allow_changes=list(values))
+
+
+def pbt_trainable(config: dict[str, Any]) -> None:
+    """Ray Tune function trainable of one PBT member (see :func:`run_member`)."""
+    from ray import tune
+
+    trial = Trial(**config["trial"])
+    if trial_done(trial):
+        tune.report({DONE: 1, "memcores_skipped": 1, "step": 0})
+        return
+
+    def report(metrics: dict[str, float], saved: Path | None) -> None:
+        checkpoint = tune.Checkpoint.from_directory(str(saved)) if saved else None
+        tune.report(metrics, checkpoint=checkpoint)
+
+    checkpoint = tune.get_checkpoint()
+    params = config.get("params", {})
+    with tempfile.TemporaryDirectory() as tmp:
+        source = None
+        if checkpoint is not None:  # copied: Tune may delete it once this member reports
+            checkpoint.to_directory(tmp)
+            source = Path(tmp)
+        final = run_member(trial, params, source, report, config.get("command_line", ""))
+    tune.report({**final, DONE: 1})
