@@ -63,12 +63,15 @@ def run_member(
     source: Path | None,
     report: Callable[[dict[str, float], Path | None], None],
     command_line: str = "",
+    interval: int = 1,
 ) -> dict[str, float]:
     """Train one PBT member with hyperparameters ``params``, from the saved member
     ``source`` when given (an exploit, or this member paused and continued).
 
     :param report: ``report(metrics, saved)``: every logged row, with a folder written by
-        :func:`save_member` after each new trainer checkpoint (deleted after the call).
+        :func:`save_member` (deleted after the call) on the first row at or past each
+        multiple of ``interval`` steps after a new trainer checkpoint: the rows at which
+        PBT exploits and explores, so only the checkpoints it can use are kept.
     :returns: the member's last metrics; its record holds ``pbt_schedule``.
     """
     values = round_params(params)
@@ -87,10 +90,16 @@ def run_member(
         trial, overrides=[*trial.overrides, *(f"{k}={v}" for k, v in values.items())]
     )
 
+    fresh = [False]  # a trainer checkpoint not yet handed to PBT
+    last_saved = [step // interval]
+
     def on_row(metrics: dict[str, float], ckpt_run: str | None) -> None:
-        if ckpt_run is None:
+        fresh[0] = fresh[0] or ckpt_run is not None
+        period = int(metrics.get("step", 0)) // interval
+        if not fresh[0] or period == last_saved[0]:
             report(metrics, None)
             return
+        fresh[0], last_saved[0] = False, period
         with tempfile.TemporaryDirectory() as tmp:
             save_member(run_dir, schedule, Path(tmp))
             report(metrics, Path(tmp))
@@ -119,5 +128,7 @@ def pbt_trainable(config: dict[str, Any]) -> None:
         if checkpoint is not None:  # copied: Tune may delete it once this member reports
             checkpoint.to_directory(tmp)
             source = Path(tmp)
-        final = run_member(trial, params, source, report, config.get("command_line", ""))
+        command_line = config.get("command_line", "")
+        interval = int(config.get("perturbation_interval", 1))
+        final = run_member(trial, params, source, report, command_line, interval)
     tune.report({**final, DONE: 1})

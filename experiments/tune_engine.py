@@ -185,7 +185,11 @@ def run_tune(
                 verbose=0,
                 stop={"time_total_s": o.timeout} if o.timeout else None,
                 failure_config=tune.FailureConfig(max_failures=o.retries),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                # PBT clones a member from a checkpoint that must outlive the donor's next
+                # ones (a member reports one per perturbation interval).
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=None if o.scheduler == "pbt" else 1
+                ),
                 callbacks=[trial_lines(echo, total)],
             ),
         )
@@ -268,6 +272,7 @@ def _experiment(
         param_space = {
             "trial": tune.grid_search(specs),
             "params": domains,
+            "perturbation_interval": o.perturbation_interval,
             "command_line": command_line,
         }
         search_alg = BasicVariantGenerator(random_state=o.search_seed)
