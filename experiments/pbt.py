@@ -112,7 +112,9 @@ def pbt_trainable(config: dict[str, Any]) -> None:
     """Ray Tune function trainable of one PBT member (see :func:`run_member`)."""
     from ray import tune
 
-    trial = Trial(**config["trial"])
+    # After an exploit, config is the clone's (mutated): only the Tune trial name says who
+    # this member is.
+    trial = Trial(**config["members"][tune.get_context().get_trial_name()])
     if trial_done(trial):
         tune.report({DONE: 1, "memcores_skipped": 1, "step": 0})
         return

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,11 +78,19 @@ def connect_ray(address: str | None, cpus: int) -> bool:
         return False
     threads = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if v not in os.environ}
     runtime_env = {"env_vars": threads}
+    # Workers log at WARNING: no line per Tune checkpoint and restore on the driver's console.
+    quiet = {"logging_level": "WARNING", "logging_config": ray.LoggingConfig(log_level="WARNING")}
     if address:
-        ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING")
+        ray.init(address=address, runtime_env=runtime_env, **quiet)
     else:
+        # "local": a new private instance even when `ray start` runs a cluster on this machine
+        # (ray.init() would join that one, whose CPUs it cannot set).
         ray.init(
-            num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, logging_level="WARNING"
+            address="local",
+            num_cpus=cpus,
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            **quiet,
         )
     return True
 
@@ -193,7 +202,10 @@ def run_tune(
                 callbacks=[trial_lines(echo, total)],
             ),
         )
-    grid = tuner.fit()
+    with warnings.catch_warnings():
+        # PBT's advice to reuse actors: a member's run is restarted from its checkpoint anyway
+        warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
+        grid = tuner.fit()
     return {r.name: r for r in map(tune_result(o), grid)}
 
 
@@ -235,7 +247,10 @@ def _experiment(
             sampler = optuna.samplers.TPESampler(seed=o.search_seed)
             search_alg = OptunaSearch(metric=o.metric, mode=o.mode, sampler=sampler)
         else:
-            search_alg = BasicVariantGenerator(random_state=o.search_seed)
+            # Tune's max_concurrent_trials takes no BasicVariantGenerator: it has its own.
+            search_alg = BasicVariantGenerator(
+                random_state=o.search_seed, max_concurrent=o.max_concurrent
+            )
         point_space = {
             "seeds": specs,
             "params": domains,
@@ -243,7 +258,7 @@ def _experiment(
             "command_line": command_line,
         }
         config = tune.TuneConfig(
-            max_concurrent_trials=o.max_concurrent,
+            max_concurrent_trials=None if o.search == "random" else o.max_concurrent,
             num_samples=o.samples,
             search_alg=search_alg,
             trial_name_creator=_point_name,
@@ -269,21 +284,30 @@ def _experiment(
             hyperparam_mutations={"params": domains},
             synch=True,  # members wait for each other: fair with fewer slots than members
         )
+        # PBT copies the whole config of the member it clones: a member's own trial is
+        # looked up by its Tune trial name (fixed when it is created), never read from it.
         param_space = {
-            "trial": tune.grid_search(specs),
+            "member": tune.grid_search([t["name"] for t in specs]),
+            "members": {t["name"]: t for t in specs},
             "params": domains,
             "perturbation_interval": o.perturbation_interval,
             "command_line": command_line,
         }
-        search_alg = BasicVariantGenerator(random_state=o.search_seed)
+        search_alg = BasicVariantGenerator(
+            random_state=o.search_seed, max_concurrent=o.max_concurrent
+        )
     config = tune.TuneConfig(
-        max_concurrent_trials=o.max_concurrent,
+        max_concurrent_trials=None if search_alg else o.max_concurrent,
         scheduler=scheduler,
         search_alg=search_alg,
-        trial_name_creator=lambda t: t.config["trial"]["name"],
-        trial_dirname_creator=lambda t: t.config["trial"]["name"],
+        trial_name_creator=_grid_name,
+        trial_dirname_creator=_grid_name,
     )
     return param_space, config
+
+
+def _grid_name(trial: Any) -> str:
+    return trial.config["member"] if "member" in trial.config else trial.config["trial"]["name"]
 
 
 def _point_name(trial: Any) -> str:
@@ -343,7 +367,9 @@ def tune_result(o: SweepOptions) -> Callable[[Any], TrialResult]:
     """A function turning one of Tune's results into a :class:`TrialResult`."""
 
     def convert(result: Any) -> TrialResult:
-        if "trial" in result.config:
+        if "members" in result.config:  # a PBT member, under its own name
+            name = Path(result.path).name
+        elif "trial" in result.config:
             name = result.config["trial"]["name"]
         else:  # a search point
             from experiments.search import point_name, round_params
