@@ -1,4 +1,14 @@
-"""Atomic checkpoints loadable with ``torch.load(weights_only=True)``."""
+"""Checkpoints: written atomically, read with ``torch.load(weights_only=True)`` onto the CPU.
+
+Every checkpoint loads onto the CPU whatever device wrote it (:func:`load_checkpoint`); the
+caller moves what belongs on its device there (``module.load_state_dict`` copies into the
+module's tensors, ``optimizer.load_state_dict`` casts to the parameters' device) while the
+RNG states stay CPU tensors, as :func:`set_rng_state` needs them.
+
+The RL trainer's checkpoints (:data:`CHECKPOINT_NAME` inside a run folder, format
+:data:`CHECKPOINT_FORMAT`) are read by :func:`load_rl_checkpoint` and turned back into a policy
+by :func:`policy_from_checkpoint`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,13 @@ import numpy as np
 import torch
 
 from agents.files import atomic_write
+from agents.policy import RecurrentActorCritic, build_policy
+from agents.rl_config import RLConfig, config_from_dict
+
+CHECKPOINT_FORMAT = "memcores-rl/1"
+"""``format`` field of every RL checkpoint."""
+CHECKPOINT_NAME = "checkpoints/last.pt"
+"""Where, inside a run folder, the latest checkpoint lives."""
 
 
 class CheckpointError(RuntimeError):
@@ -25,13 +42,18 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     return atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True``; a clear error if it is missing or corrupt."""
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint onto the CPU with ``weights_only=True``; a clear error if it is
+    missing or corrupt.
+
+    Tensors saved from a GPU (or any other device) come back as CPU tensors: loading never
+    needs the writer's device, and the RNG states in it stay usable by :func:`set_rng_state`.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for truncated/foreign files
         raise CheckpointError(
             f"checkpoint {path} is corrupt or not a memcores checkpoint ({_load_failure(err)})"
@@ -48,6 +70,59 @@ def _load_failure(err: Exception) -> str:
         return "it holds Python objects other than tensors and plain data; refused for safety"
     first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     return first.split(". ")[0].rstrip(".")  # torch appends paragraphs of advice
+
+
+def find_checkpoint(run: str | Path) -> Path:
+    """A run folder (or a checkpoint file) -> the checkpoint file."""
+    run = Path(run)
+    if run.is_dir():
+        path = run / CHECKPOINT_NAME
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no checkpoint in run folder {run} (expected {CHECKPOINT_NAME}); "
+                "was it trained with `memcores train`?"
+            )
+        return path
+    if not run.exists():
+        raise FileNotFoundError(f"run folder or checkpoint not found: {run}")
+    return run
+
+
+def load_rl_checkpoint(run: str | Path) -> dict[str, Any]:
+    """Load and check an RL checkpoint (a run folder or a ``.pt`` file), onto the CPU."""
+    path = find_checkpoint(run)
+    payload = load_checkpoint(path)
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{path} is not a memcores RL checkpoint (format {payload.get('format')!r}, "
+            f"expected {CHECKPOINT_FORMAT!r})"
+        )
+    return payload
+
+
+def saved_policy_weights(payload: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A checkpoint's policy weights, without the constants early versions also saved."""
+    weights = dict(payload["policy"])
+    for name in ("image.scale", "image.offsets"):
+        weights.pop(name, None)
+    return weights
+
+
+def policy_from_checkpoint(
+    payload: dict[str, Any], device: str | torch.device = "cpu"
+) -> tuple[RecurrentActorCritic, RLConfig]:
+    """Rebuild the trained policy (eval mode, on ``device``) and its config from a loaded
+    checkpoint.
+
+    A record's ``policy.pt`` keeps no reconstruction decoder (it only trains the core), so the
+    rebuilt policy has none either when the weights lack it."""
+    config = config_from_dict(payload["config"])
+    policy = build_policy(config, int(payload["n_actions"]), tuple(payload["image_shape"]))
+    weights = saved_policy_weights(payload)
+    if not any(name.startswith("decoder.") for name in weights):
+        policy.decoder = None
+    policy.load_state_dict(weights)
+    return policy.to(device).eval(), config
 
 
 def rng_state() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agents.checkpoint import load_rl_checkpoint, policy_from_checkpoint
 from agents.episodes import RunningEpisodes
 from agents.policy import (
     RecurrentActorCritic,
@@ -23,11 +24,7 @@ from agents.policy import (
     observation_shape,
     sample_actions,
 )
-from agents.rl_trainer import (
-    load_rl_checkpoint,
-    make_vector_env,
-    policy_from_checkpoint,
-)
+from agents.rl_trainer import make_vector_env
 
 
 @dataclass
@@ -176,7 +173,7 @@ def load_policy(
     run: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[RecurrentActorCritic, Any]:
     """A run folder or checkpoint file -> (policy in eval mode, its config)."""
-    payload = load_rl_checkpoint(run, device)
+    payload = load_rl_checkpoint(run)
     return policy_from_checkpoint(payload, device)
 
 
@@ -205,13 +202,11 @@ def record_gif(
     seed: int = 10_000,
     fps: float = 8.0,
     max_frames: int = 2_000,
-) -> tuple[int, list[float]]:
+) -> GifResult:
     """Play ``episodes`` episodes of a trained run and write them as one GIF (imageio).
 
-    :return: the number of frames written and each episode's return.
+    :return: the steps rendered, the frames in the written file and each episode's return.
     """
-    import imageio.v2 as imageio
-
     from envs import make_env
 
     policy, config = load_policy(run)
@@ -242,7 +237,44 @@ def record_gif(
             returns.append(total)
     finally:
         env.close()
-    gif_path = Path(gif_path)
-    gif_path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimsave(gif_path, frames, duration=1.0 / fps, loop=0)
-    return len(frames), returns
+    return GifResult(len(frames), write_gif(gif_path, frames, fps), returns)
+
+
+@dataclass(frozen=True)
+class GifResult:
+    """What :func:`record_gif` did: ``steps`` frames rendered, ``frames`` in the file (the GIF
+    encoder merges identical consecutive frames into one that is shown as long), and each
+    episode's return."""
+
+    steps: int
+    frames: int
+    returns: list[float]
+
+
+def write_gif(path: str | Path, frames: list[np.ndarray], fps: float) -> int:
+    """Write ``frames`` (each ``[H, W, 3]`` uint8) as a looping GIF shown at ``fps``, atomically.
+
+    imageio's Pillow plugin takes the frame duration in milliseconds (GIF stores hundredths
+    of a second). Pillow merges identical consecutive frames and adds up their durations, so
+    the timing is kept while the file holds fewer frames.
+
+    :return: the number of frames in the written file.
+    """
+    import imageio.v3 as iio
+
+    from agents.files import atomic_write
+
+    duration_ms = 1000.0 / fps
+
+    def write(handle) -> None:
+        iio.imwrite(
+            handle,
+            np.stack(frames),
+            extension=".gif",
+            plugin="pillow",
+            duration=duration_ms,
+            loop=0,
+        )
+
+    atomic_write(path, write)
+    return int(iio.improps(path, plugin="pillow", index=None).shape[0])

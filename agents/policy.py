@@ -192,7 +192,7 @@ class ActorCriticCores(MemoryCore):
             (self.actor_core, state[: self._split]),
             (self.critic_core, state[self._split :]),
         ):
-            if type(core).step is MemoryCore.step:
+            if not core.has_step:
                 y, new = core(x_t.unsqueeze(0), part)
                 y = y[0]
             else:
@@ -257,7 +257,7 @@ class RecurrentActorCritic(nn.Module):
         self.separate_critic = separate_critic
         self.hidden_size = hidden_size
         # cores that implement step() (all but those with only a sequence forward, e.g. lru)
-        self._has_step = type(self.core).step is not MemoryCore.step
+        self._has_step = self.core.has_step
         self.actor = nn.Sequential(
             layer_init(nn.Linear(hidden_size, 64)),
             nn.Tanh(),

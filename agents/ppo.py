@@ -13,6 +13,7 @@ counted in ``skipped_updates``, so one bad batch cannot corrupt the weights.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,8 @@ class LossTerms:
 
 @dataclass
 class UpdateStats:
-    """Means over the minibatches of one update (SB3's ``train/*`` values)."""
+    """What one update returns: means over its applied minibatches (SB3's ``train/*``
+    values), their count and the skipped ones."""
 
     policy_loss: float = 0.0
     value_loss: float = 0.0
@@ -84,6 +86,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     optimizer.load_state_dict(state)
     for group, choice in zip(optimizer.param_groups, kernels, strict=True):
         group.update(choice)
+
+
+LossFn = Callable[[Tensor, Tensor, Tensor, ChunkBatch, AgentConfig], LossTerms]
+"""``(new_logprobs, entropy, new_values, minibatch, agent) -> LossTerms``, all ``[L, M]``."""
 
 
 def ppo_loss(
@@ -144,16 +150,11 @@ def a2c_loss(
     return LossTerms(loss, pg_loss, v_loss, ent, approx_kl, torch.zeros(()))
 
 
-def evaluate_chunks(policy: RecurrentActorCritic, mb: ChunkBatch) -> tuple[Tensor, Tensor, Tensor]:
-    """Replay chunks with ONE core call: log-probs, entropy and values, each ``[L, M]``."""
-    logprobs, entropy, values, _ = evaluate_chunks_recon(policy, mb)
-    return logprobs, entropy, values
-
-
-def evaluate_chunks_recon(
+def replay_chunks(
     policy: RecurrentActorCritic, mb: ChunkBatch
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """:func:`evaluate_chunks` plus the reconstruction loss (``None`` without a decoder)."""
+    """Replay chunks with ONE core call: log-probs, entropy and values, each ``[L, M]``, and
+    the reconstruction loss (``None`` without a decoder)."""
     out = policy(mb.obs, mb.state, mb.starts)
     logprobs, entropy = log_prob_entropy(out.logits, mb.actions)
     decoder = policy.decoder
@@ -170,7 +171,11 @@ def update(
 ) -> UpdateStats:
     """One PPO or A2C update from a filled ``buffer`` (returns already computed).
 
+    PPO: ``n_epochs`` passes over minibatches of ``minibatch_size // seq_len`` chunks (stopping
+    early past ``1.5 * target_kl``); A2C: one gradient step on the whole rollout.
+
     :param generator: RNG for the minibatch permutation (``None``: torch's global RNG).
+    :return: the means over the applied minibatches, and how many were skipped.
     """
     batch = buffer.chunks()  # every tensor [L, K*N], states [K*N, ...]
     device = next(policy.parameters()).device
@@ -178,76 +183,112 @@ def update(
         batch = batch_to(batch, device)
     n_chunks = buffer.n_chunks
     if agent.algo == "ppo":
-        loss_fn = ppo_loss
-        n_epochs = agent.n_epochs
+        loss_fn, n_epochs = ppo_loss, agent.n_epochs
         chunks_per_mb = max(1, agent.minibatch_size // buffer.seq_len)
     else:  # a2c: one gradient step on the whole rollout
         loss_fn, n_epochs, chunks_per_mb = a2c_loss, 1, n_chunks
     params = [p for p in policy.parameters() if p.requires_grad]
-    stats = UpdateStats()
-    sums = {
-        k: 0.0
-        for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "recon")
-    }
-    sums.update(loss=0.0, grad_norm=0.0)
+    totals, skipped = LossTotals(), 0
     policy.train()
     for _epoch in range(n_epochs):
         perm = torch.randperm(n_chunks, generator=generator).to(device)
         for start in range(0, n_chunks, chunks_per_mb):
             mb = select_chunks(batch, perm[start : start + chunks_per_mb])
-            new_logprobs, entropy, new_values, recon = evaluate_chunks_recon(policy, mb)
-            terms = loss_fn(new_logprobs, entropy, new_values, mb, agent)
-            if recon is not None:
-                terms.loss = terms.loss + agent.recon_coef * recon
-                terms.recon_loss = recon
-            optimizer.zero_grad(set_to_none=True)
-            terms.loss.backward()
-            if agent.max_grad_norm > 0:
-                grad_norm = nn.utils.clip_grad_norm_(params, agent.max_grad_norm)
-            else:
-                grad_norm = torch.sqrt(
-                    sum(
-                        (p.grad.pow(2).sum() for p in params if p.grad is not None), torch.zeros(())
-                    )
-                )
+            terms = minibatch_loss(policy, mb, agent, loss_fn)
+            grad_norm = _backward(optimizer, terms.loss, params, agent.max_grad_norm)
             # One host sync per minibatch: skip the step rather than write NaN/inf weights.
-            loss_value, grad_value = float(terms.loss.detach()), float(grad_norm)
-            if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
+            if not totals.add(terms, grad_norm):
                 optimizer.zero_grad(set_to_none=True)
-                stats.skipped_updates += 1
+                skipped += 1
                 continue
             optimizer.step()
-            stats.n_minibatches += 1
-            sums["loss"] += loss_value
-            sums["grad_norm"] += grad_value
-            sums["policy_loss"] += float(terms.policy_loss.detach())
-            sums["value_loss"] += float(terms.value_loss.detach())
-            sums["entropy"] += float(terms.entropy.detach())
-            sums["approx_kl"] += float(terms.approx_kl)
-            sums["clip_fraction"] += float(terms.clip_fraction)
-            if terms.recon_loss is not None:
-                sums["recon"] += float(terms.recon_loss.detach())
-            if (
-                agent.algo == "ppo"
-                and agent.target_kl is not None
-                and float(terms.approx_kl) > 1.5 * agent.target_kl
-            ):
-                stats.early_stopped = True
-                break
-        if stats.early_stopped:
-            break
-    n = max(stats.n_minibatches, 1)
-    stats.policy_loss = sums["policy_loss"] / n
-    stats.value_loss = sums["value_loss"] / n
-    # SB3 logs the entropy *loss*: minus the mean entropy.
-    stats.entropy_loss = -sums["entropy"] / n
-    stats.approx_kl = sums["approx_kl"] / n
-    stats.clip_fraction = sums["clip_fraction"] / n
-    stats.recon_loss = sums["recon"] / n
-    stats.loss = sums["loss"] / n
-    stats.grad_norm = sums["grad_norm"] / n
-    stats.explained_variance = explained_variance(buffer.values, buffer.returns)
-    return stats
+            if _kl_too_large(terms, agent):
+                return totals.stats(buffer, skipped, early_stopped=True)
+    return totals.stats(buffer, skipped)
+
+
+def minibatch_loss(
+    policy: RecurrentActorCritic, mb: ChunkBatch, agent: AgentConfig, loss_fn: LossFn
+) -> LossTerms:
+    """``loss_fn``'s terms on minibatch ``mb``, plus the weighted reconstruction loss."""
+    new_logprobs, entropy, new_values, recon = replay_chunks(policy, mb)
+    terms = loss_fn(new_logprobs, entropy, new_values, mb, agent)
+    if recon is not None:
+        terms.loss = terms.loss + agent.recon_coef * recon
+        terms.recon_loss = recon
+    return terms
+
+
+def _backward(
+    optimizer: torch.optim.Optimizer, loss: Tensor, params: list[nn.Parameter], max_norm: float
+) -> Tensor:
+    """Gradients of ``loss``, clipped to ``max_norm`` (``<= 0``: not clipped); their norm."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_norm > 0:
+        return nn.utils.clip_grad_norm_(params, max_norm)
+    squares = (p.grad.pow(2).sum() for p in params if p.grad is not None)
+    return torch.sqrt(sum(squares, torch.zeros(())))
+
+
+def _kl_too_large(terms: LossTerms, agent: AgentConfig) -> bool:
+    """PPO's early stop: the minibatch's approximate KL passed ``1.5 * target_kl``."""
+    if agent.algo != "ppo" or agent.target_kl is None:
+        return False
+    return float(terms.approx_kl) > 1.5 * agent.target_kl
+
+
+@dataclass
+class LossTotals:
+    """Sums of the applied minibatches' loss terms, turned into :class:`UpdateStats`."""
+
+    n: int = 0
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    policy_loss: float = 0.0
+    value_loss: float = 0.0
+    entropy: float = 0.0
+    approx_kl: float = 0.0
+    clip_fraction: float = 0.0
+    recon: float = 0.0
+
+    def add(self, terms: LossTerms, grad_norm: Tensor) -> bool:
+        """Add one minibatch; ``False`` (and nothing added) when its loss or gradient is not
+        finite."""
+        loss_value, grad_value = float(terms.loss.detach()), float(grad_norm)
+        if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
+            return False
+        self.n += 1
+        self.loss += loss_value
+        self.grad_norm += grad_value
+        self.policy_loss += float(terms.policy_loss.detach())
+        self.value_loss += float(terms.value_loss.detach())
+        self.entropy += float(terms.entropy.detach())
+        self.approx_kl += float(terms.approx_kl)
+        self.clip_fraction += float(terms.clip_fraction)
+        if terms.recon_loss is not None:
+            self.recon += float(terms.recon_loss.detach())
+        return True
+
+    def stats(
+        self, buffer: RolloutBuffer, skipped: int, early_stopped: bool = False
+    ) -> UpdateStats:
+        """Means over the applied minibatches, and the rollout's explained variance."""
+        n = max(self.n, 1)
+        return UpdateStats(
+            policy_loss=self.policy_loss / n,
+            value_loss=self.value_loss / n,
+            entropy_loss=-self.entropy / n,  # SB3 logs the entropy *loss*: minus the entropy
+            approx_kl=self.approx_kl / n,
+            clip_fraction=self.clip_fraction / n,
+            recon_loss=self.recon / n,
+            loss=self.loss / n,
+            grad_norm=self.grad_norm / n,
+            explained_variance=explained_variance(buffer.values, buffer.returns),
+            n_minibatches=self.n,
+            skipped_updates=skipped,
+            early_stopped=early_stopped,
+        )
 
 
 def explained_variance(y_pred: Tensor, y_true: Tensor) -> float:

@@ -20,6 +20,13 @@ from typing import Any, Literal
 
 from agents.core_config import CoreConfig
 from agents.divergence import check_learning_rate
+from agents.run_config import (  # noqa: F401  (MAX_SEED: part of this schema's API)
+    MAX_SEED,
+    RunConfig,
+    TrainBase,
+    migrate_config,
+    migrate_saved_config,
+)
 
 
 @dataclass
@@ -49,6 +56,11 @@ class EnvConfig:
             raise ValueError(f"env.workers must be >= 1, got {self.workers}")
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
+        from envs.suites import unavailable_reason
+
+        why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset
+        if why:
+            raise ValueError(f"env.id {self.id!r} is unavailable: {why}")
 
 
 @dataclass
@@ -93,7 +105,7 @@ class AgentConfig:
     vf_coef: float = 0.5
     """Value loss coefficient."""
     max_grad_norm: float = 0.5
-    """Global gradient-norm clipping threshold (``<= 0`` disables it)."""
+    """Global gradient-norm clipping threshold (``0`` disables it)."""
     target_kl: float | None = None
     """PPO early stop: skip the remaining minibatches of an update once the approximate KL
     exceeds ``1.5 * target_kl`` (``None``: never stop early)."""
@@ -150,10 +162,14 @@ class AgentConfig:
                 f"agent.seq_len ({self.seq_len}): minibatches hold whole chunks"
             )
         check_learning_rate("agent.learning_rate", self.learning_rate)
-        for name in ("clip_range", "clip_range_vf", "ent_coef", "vf_coef", "max_grad_norm"):
+        for name, (low, closed, nullable) in AGENT_RANGES.items():
             value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"agent.{name} must be a finite number, got {value}")
+            if value is None and nullable:
+                continue
+            if not (math.isfinite(value) and (value >= low if closed else value > low)):
+                bound = f">= {low:g}" if closed else f"> {low:g}"
+                null = " or null" if nullable else ""
+                raise ValueError(f"agent.{name} must be a finite number {bound}{null}, got {value}")
         if not math.isfinite(self.recon_coef) or self.recon_coef < 0:
             raise ValueError(f"agent.recon_coef must be finite and >= 0, got {self.recon_coef}")
         if not self.recon_lags or any(
@@ -163,23 +179,32 @@ class AgentConfig:
                 f"agent.recon_lags must be a non-empty list of ints in 0..seq_len-1 "
                 f"({self.seq_len - 1}), got {self.recon_lags}"
             )
-        if not 0 < self.gamma <= 1 or not 0 <= self.gae_lambda <= 1:
-            raise ValueError("agent.gamma must be in (0, 1] and agent.gae_lambda in [0, 1]")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"agent.gamma must be in (0, 1], got {self.gamma}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ValueError(f"agent.gae_lambda must be in [0, 1], got {self.gae_lambda}")
+
+
+AGENT_RANGES: dict[str, tuple[float, bool, bool]] = {
+    "clip_range": (0.0, False, False),
+    "clip_range_vf": (0.0, False, True),
+    "target_kl": (0.0, False, True),
+    "ent_coef": (0.0, True, False),
+    "vf_coef": (0.0, True, False),
+    "max_grad_norm": (0.0, True, False),
+}
+"""``agent.<key>: (bound, bound allowed, null allowed)``: a negative clip range or KL target
+inverts what PPO does and a negative coefficient rewards the loss it should lower, and each
+would train without an error."""
 
 
 @dataclass
-class TrainConfig:
-    """How long to train, on what, and how often to log and checkpoint."""
+class TrainConfig(TrainBase):
+    """How long to train, on what, and how often to log and checkpoint (the keys shared with
+    the supervised trainer: :class:`agents.run_config.TrainBase`)."""
 
     total_steps: int = 200_000
     """Environment steps (frames) over all envs."""
-    seed: int = 0
-    """Seed of torch, NumPy, Python and the envs (env i gets ``seed + i``)."""
-    device: str = "auto"
-    """``auto`` (CUDA if present), ``cpu``, ``cuda`` or ``cuda:N``."""
-    threads: int = 1
-    """``torch.set_num_threads`` for this run (small recurrent nets are fastest on one thread;
-    ``0`` keeps torch's default)."""
     overlap: bool = False
     """Collect rollout k+1 (in a second thread, with a copy of the policy from before update k)
     while update k runs, so collection and learning use both CPU cores. The rollout a PPO
@@ -197,51 +222,15 @@ class TrainConfig:
     """Log scalars every this many updates."""
     histogram_every: int = 10
     """Log the core's gate time-scale histogram every this many updates (0 disables)."""
-    progress: bool = True
-    """Show a tqdm progress bar (frames, fps, return)."""
-    max_skipped_updates: int = 10
-    """Stop the run (exit code 3) when this many consecutive updates had every minibatch
-    skipped for a non-finite loss or gradient, i.e. the run has diverged (0: never stop)."""
-    init_from: str | None = None
-    """Start from another run's policy weights (a run folder or a checkpoint file), e.g. a
-    curriculum: train on Passive Visual Match, then ``env.id=memcores/ActiveVisualMatch-v0
-    train.init_from=RUN``. Only the weights come over: the optimiser, step counter and
-    learning-rate schedule start fresh. The network (core, hidden size, encoder, mission) and
-    the env's observation and action spaces must match; the core's name may differ when its
-    parameters are the same. Ignored by ``--resume``, which restores its own checkpoint."""
 
     def validate(self) -> None:
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
-        if self.max_skipped_updates < 0:
-            raise ValueError(
-                f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"
-            )
+        super().validate()
         if self.total_steps < 1:
             raise ValueError(f"train.total_steps must be >= 1, got {self.total_steps}")
         if self.checkpoint_every < 1 or self.log_every < 1:
             raise ValueError("train.checkpoint_every and train.log_every must be >= 1")
-        if self.threads < 0 or self.update_threads < 0:
-            raise ValueError(
-                f"train.threads and train.update_threads must be >= 0, got {self.threads}, "
-                f"{self.update_threads}"
-            )
-
-
-@dataclass
-class RunConfig:
-    """Where the run's outputs go."""
-
-    dir: str = ""
-    """Run folder (``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints/``).
-    Empty: ``runs/<config file stem>``."""
-    tensorboard: bool = True
-    """Write TensorBoard event files (``progress.csv`` is always written)."""
-    overwrite: bool = False
-    """Start over in a run folder that already holds a run, with or without a checkpoint (its
-    checkpoints, ``config.yaml``, ``progress.csv`` and event files are deleted once the new
-    config has been validated); without it, such a folder is an error unless ``--resume`` is
-    given."""
+        if self.update_threads < 0:
+            raise ValueError(f"train.update_threads must be >= 0, got {self.update_threads}")
 
 
 @dataclass
@@ -258,6 +247,9 @@ class RLConfig:
     """Budget, seed, device, logging."""
     run: RunConfig = field(default_factory=RunConfig)
     """Output location."""
+
+    migrate = staticmethod(migrate_config)
+    """Renames the keys of earlier releases (``experiments.config.load_config`` calls it)."""
 
     def validate(self) -> None:
         batch = self.env.n_envs * self.agent.n_steps
@@ -319,7 +311,8 @@ def config_to_dict(config: RLConfig) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any]) -> RLConfig:
     """Rebuild a config saved by :func:`config_to_dict` (keys a newer schema added keep their
-    defaults; keys it no longer knows are an error)."""
+    defaults, keys of earlier releases are renamed; keys it no longer knows are an error)."""
+    data = migrate_saved_config(data)
     sections = dict(env=EnvConfig, core=CoreConfig, agent=AgentConfig, train=TrainConfig)
     sections["run"] = RunConfig
     try:

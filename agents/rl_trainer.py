@@ -1,8 +1,8 @@
 """``memcores train``: recurrent PPO/A2C for any memory core, CleanRL-style top to bottom.
 
-    setup (validate everything, write nothing) -> run dir + config.yaml -> loop:
-        rollout: n_steps x n_envs, core stepped with T=1 under no_grad, chunk-start states
-        stored -> GAE -> update (:func:`agents.ppo.update`) -> log -> checkpoint
+    setup (validate everything, write nothing) -> run folder claimed (agents.run) -> loop:
+        collect (agents.rollout: n_steps x n_envs, core stepped with T=1 under no_grad,
+        chunk-start states stored, GAE) -> update (agents.ppo) -> log -> checkpoint
 
 Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints/last.pt``
 (every ``train.checkpoint_every`` updates and at the end; atomic; loadable with
@@ -10,11 +10,12 @@ Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints
 
 Resume (``--resume``): policy, optimiser, step/update counters and the Python/NumPy/torch RNGs
 come back from ``checkpoints/last.pt``; ``progress.csv`` rows and TensorBoard events after
-that step are dropped. The folder is locked while a run writes into it (``agents/run_lock.py``)
-and a diverged run stops (``agents/divergence.py``); docs/rl.md "Guarantees".
+that step are dropped; a config that differs from the checkpoint's outside
+:data:`agents.run.RESUME_ALLOWED_CHANGES` is refused. The folder is locked while a run writes
+into it and a diverged run stops (:mod:`agents.run`); docs/rl.md "Guarantees".
 Episodes in flight are not saved: the envs are reset with seeds
-``train.seed + 7919 * updates + i`` and the core state starts fresh, so a resumed run is
-reproducible but not bit-identical to an uninterrupted one.
+``train.seed + RESET_SEED_STRIDE * updates + i`` and the core state starts fresh, so a
+resumed run is reproducible but not bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import copy
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,37 +33,51 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import yaml
 
 from agents.checkpoint import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_NAME,
     CheckpointError,
-    load_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
+    load_rl_checkpoint,
+    saved_policy_weights,
 )
 from agents.device import resolve_device
 from agents.divergence import DivergenceGuard
 from agents.episodes import EpisodeStats
-from agents.files import write_text_atomic
-from agents.logger import RunLogger
-from agents.policy import (
-    RecurrentActorCritic,
-    build_policy,
-    obs_to_tensors,
-    observation_shape,
-    sample_actions,
+from agents.policy import RecurrentActorCritic, build_policy, observation_shape
+from agents.ppo import UpdateStats, make_optimizer, update
+from agents.rl_config import AgentConfig, RLConfig
+from agents.rollout import (
+    RolloutBuffer,
+    collect_with_returns,
+    obs_shapes,
+    start_rollouts,
 )
-from agents.ppo import load_optimizer_state, make_optimizer, update
-from agents.rl_config import AgentConfig, RLConfig, config_from_dict, config_to_dict
-from agents.rollout import RolloutBuffer
-from agents.run_lock import RunLock, refuse_earlier_run, run_files
+from agents.run import RunLayout, RunSession
+from cores.diagnostics import timescales
 from envs.vector import VectorEnv
 
-CHECKPOINT_FORMAT = "memcores-rl/1"
-"""``format`` field of every RL checkpoint."""
-CHECKPOINT_NAME = "checkpoints/last.pt"
-"""Where, inside a run folder, the latest checkpoint lives."""
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
+
+RUN_FILES = ("config.yaml", "progress.csv", "progress.csv.tmp", "events.out.tfevents.*")
+RUN_FILES += ("checkpoints", ".config.yaml.*.tmp")
+"""Globs of what a run writes into its folder (what ``run.overwrite`` deletes)."""
+
+LAYOUT = RunLayout(
+    command="memcores train",
+    checkpoint=CHECKPOINT_NAME,
+    files=RUN_FILES,
+    checkpoint_format=CHECKPOINT_FORMAT,
+    budget_key="train.total_steps",
+    step_key="global_step",
+    model_key="policy",
+)
+"""The RL trainer's run folder and checkpoint (:class:`agents.run.RunLayout`)."""
+
+RESET_SEED_STRIDE = 7919
+"""Rollouts that start at update ``k`` (0, or a resumed run's update count) reset env ``i``
+with seed ``train.seed + RESET_SEED_STRIDE * k + i``: a prime larger than any ``n_envs``, so a
+resumed run's envs do not replay the episodes its first start already saw."""
 
 
 # ---------------------------------------------------------------------------- environments
@@ -86,15 +101,6 @@ def make_vector_env(
     if vector == "async":
         return VectorEnv(env_id, n_envs, seed, env_kwargs, workers=workers, groups=2)
     return VectorEnv(env_id, n_envs, seed, env_kwargs)
-
-
-def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Per-env observation shapes/dtypes of a (single-env) Dict space, as torch dtypes."""
-    out = {}
-    for key, sub in space.spaces.items():
-        dtype = torch.from_numpy(np.zeros(0, dtype=sub.dtype)).dtype
-        out[key] = (tuple(sub.shape), dtype)
-    return out
 
 
 # ---------------------------------------------------------------------------- setup
@@ -222,163 +228,6 @@ def load_initial_policy(
     raise ValueError(f"{context} its network ({network}) does not fit this one: {problem}")
 
 
-# ---------------------------------------------------------------------------- checkpoints
-def checkpoint_payload(
-    s: Setup, global_step: int, updates: int, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """What a checkpoint holds (only ``weights_only``-safe types)."""
-    return {
-        "format": CHECKPOINT_FORMAT,
-        "config": config_to_dict(s.config),
-        "policy": s.policy.state_dict(),
-        "optimizer": s.optimizer.state_dict(),
-        "global_step": int(global_step),
-        "updates": int(updates),
-        "rng": rng_state(),
-        "n_actions": s.n_actions,
-        "image_shape": list(s.image_shape),
-        **(extra or {}),
-    }
-
-
-def find_checkpoint(run: str | Path) -> Path:
-    """A run folder (or a checkpoint file) -> the checkpoint file."""
-    run = Path(run)
-    if run.is_dir():
-        path = run / CHECKPOINT_NAME
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"no checkpoint in run folder {run} (expected {CHECKPOINT_NAME}); "
-                "was it trained with `memcores train`?"
-            )
-        return path
-    if not run.exists():
-        raise FileNotFoundError(f"run folder or checkpoint not found: {run}")
-    return run
-
-
-def load_rl_checkpoint(run: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and check an RL checkpoint (a run folder or a ``.pt`` file)."""
-    path = find_checkpoint(run)
-    payload = load_checkpoint(path, map_location=device)
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(
-            f"{path} is not a memcores RL checkpoint (format {payload.get('format')!r}, "
-            f"expected {CHECKPOINT_FORMAT!r})"
-        )
-    return payload
-
-
-def saved_policy_weights(payload: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """A checkpoint's policy weights, without the constants early versions also saved."""
-    weights = dict(payload["policy"])
-    for name in ("image.scale", "image.offsets"):
-        weights.pop(name, None)
-    return weights
-
-
-def policy_from_checkpoint(
-    payload: dict[str, Any], device: str | torch.device = "cpu"
-) -> tuple[RecurrentActorCritic, RLConfig]:
-    """Rebuild the trained policy (eval mode) and its config from a loaded checkpoint.
-
-    A record's ``policy.pt`` keeps no reconstruction decoder (it only trains the core), so the
-    rebuilt policy has none either when the weights lack it."""
-    config = config_from_dict(payload["config"])
-    policy = build_policy(config, int(payload["n_actions"]), tuple(payload["image_shape"]))
-    weights = saved_policy_weights(payload)
-    if not any(name.startswith("decoder.") for name in weights):
-        policy.decoder = None
-    policy.load_state_dict(weights)
-    return policy.to(device).eval(), config
-
-
-# ---------------------------------------------------------------------------- rollouts
-@dataclass
-class RolloutCarry:
-    """What one rollout hands to the next: the current observation, starts and core state."""
-
-    obs: dict[str, np.ndarray]  # the vector env's batched observation, [N, ...] each
-    starts: torch.Tensor  # [N] bool: obs is the first of an episode
-    state: tuple[torch.Tensor, ...]  # core state before reading obs, [N, ...] each
-
-
-def start_rollouts(
-    policy: RecurrentActorCritic, envs: VectorEnv, seed: int, device: torch.device
-) -> RolloutCarry:
-    """Reset the envs (env ``i`` seeded ``seed + i``) and the core state."""
-    obs = envs.reset(seed=seed)
-    n = envs.num_envs
-    state = tuple(s.clone() for s in policy.initial_state(n, device))  # written row-wise
-    return RolloutCarry(obs, torch.ones(n, dtype=torch.bool, device=device), state)
-
-
-def collect_rollout(
-    policy: RecurrentActorCritic,
-    envs: VectorEnv,
-    buffer: RolloutBuffer,
-    carry: RolloutCarry,
-    episodes: EpisodeStats | None = None,
-) -> RolloutCarry:
-    """Fill ``buffer`` with ``n_steps`` steps of every env, the core stepping with ``T = 1``.
-
-    The envs come in groups (:attr:`envs.vector.VectorEnv.groups`): at each step the policy
-    acts on group 0 and hands its actions to the envs, then acts on group 1 while group 0
-    steps (in a worker process when there are workers), and so on; a group's results are
-    collected just before the policy acts on it again. The core is called with ``starts`` so
-    it resets the rows of envs whose episode just began; the state *before* that reset is what
-    :meth:`RolloutBuffer.add` stores at chunk starts, which is exactly what the update replays
-    (with the same ``starts``).
-    """
-    device = buffer.device
-    starts, state = carry.starts, carry.state
-    groups = envs.groups
-    policy.eval()  # deterministic cores while acting (h-detach/online rules are training-only)
-
-    def collect(t: int, g: int, rows: slice) -> None:
-        """The results of step ``t`` of group ``g`` -> rewards, starts, episode stats."""
-        _, reward, done, success = envs.step_wait(g)
-        buffer.rewards[t, rows] = torch.from_numpy(reward).to(device, torch.float32)
-        starts[rows] = torch.from_numpy(done).to(device)
-        if episodes is not None:
-            episodes.step(reward, done, success, rows)
-
-    for t in range(buffer.n_steps):
-        for g, rows in enumerate(groups):
-            if t > 0:
-                collect(t - 1, g, rows)
-            obs = obs_to_tensors({k: v[rows] for k, v in envs.obs.items()}, device)
-            state_g = tuple(s[rows] for s in state)  # views: [R, ...]
-            starts_g = starts[rows]
-            with torch.no_grad():
-                out = policy(obs, state_g, starts_g.unsqueeze(0))
-                actions, logprobs = sample_actions(out.logits[0])  # [R], [R]
-            buffer.add(t, obs, starts_g, state_g, actions, logprobs, out.values[0], rows)
-            for s, new in zip(state, out.state, strict=True):
-                s[rows] = new
-            envs.step_async(g, actions.cpu().numpy())
-    for g, rows in enumerate(groups):
-        collect(buffer.n_steps - 1, g, rows)
-    return RolloutCarry(envs.obs, starts, state)
-
-
-def collect_with_returns(
-    policy: RecurrentActorCritic,
-    envs: VectorEnv,
-    buffer: RolloutBuffer,
-    carry: RolloutCarry,
-    agent: AgentConfig,
-    episodes: EpisodeStats | None = None,
-) -> RolloutCarry:
-    """:func:`collect_rollout`, then GAE from ``policy``'s value of the observation after it."""
-    carry = collect_rollout(policy, envs, buffer, carry, episodes)
-    with torch.no_grad():
-        obs = obs_to_tensors(carry.obs, buffer.device)
-        last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]
-    buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
-    return carry
-
-
 # ---------------------------------------------------------------------------- training
 @dataclass
 class TrainResult:
@@ -403,238 +252,267 @@ def train(
     run_dir: str | Path,
     resume: bool = False,
     on_log: Callable[[dict[str, float]], None] | None = None,
+    allow_changes: Iterable[str] = (),
 ) -> TrainResult:
     """Train an agent as ``config`` says; write everything into ``run_dir``.
 
-    The run folder is locked (:class:`agents.run_lock.RunLock`) while the run writes into it.
+    The run folder is locked and claimed by :class:`agents.run.RunSession`.
 
     :param resume: continue from ``run_dir/checkpoints/last.pt``.
     :param on_log: called with every logged row (``{"step": frames, tag: value, ...}``).
-    :raises ValueError: bad config values, or ``run_dir`` already holds a run (files of one,
-        with or without a checkpoint) and neither ``resume`` nor ``run.overwrite`` is set
-        (nothing is written in either case).
+    :param allow_changes: with ``resume``, dotted config keys that may differ from the
+        checkpoint's besides :data:`agents.run.RESUME_ALLOWED_CHANGES` (e.g.
+        ``("agent.learning_rate", "agent.ent_coef")`` for Population Based Training).
+    :raises ValueError: bad config values; ``run_dir`` already holds a run (files of one,
+        with or without a checkpoint) and neither ``resume`` nor ``run.overwrite`` is set; or
+        ``resume`` with a config that differs from the checkpoint's in a key not allowed
+        (nothing is written in any of these cases).
     :raises agents.run_lock.RunFolderBusy: another process is writing into ``run_dir``.
     :raises agents.divergence.TrainingDiverged: ``train.max_skipped_updates`` consecutive
         updates were skipped (the last checkpoint is kept).
     """
-    run_dir = Path(run_dir)
     s = setup(config)  # validates env/core/device; writes nothing
+    session = RunSession(
+        LAYOUT,
+        run_dir,
+        config,
+        resume,
+        overwrite=config.run.overwrite,
+        tensorboard=config.run.tensorboard,
+        allow_changes=allow_changes,
+        on_log=on_log,
+    )
     try:
-        with RunLock(run_dir, "memcores train"):
-            resume_payload = _claim_run_dir(run_dir, config, resume)
-            return _train_loop(s, run_dir, resume_payload, on_log)
+        with session:
+            return _train_loop(s, session)
     finally:
         s.envs.close()
 
 
-RUN_FILES = ("config.yaml", "progress.csv", "progress.csv.tmp", "events.out.tfevents.*")
-RUN_FILES += ("checkpoints", ".config.yaml.*.tmp")
-"""Globs of what a run writes into its folder (what ``run.overwrite`` deletes)."""
+# ---------------------------------------------------------------------------- rollouts
+class SerialRollouts:
+    """Collect rollout k with the current policy, then learn from it: the default."""
+
+    def __init__(
+        self,
+        collect: Callable[[RolloutBuffer], None],
+        learn: Callable[[RolloutBuffer], UpdateStats],
+        buffer: RolloutBuffer,
+        update_threads: int,
+    ) -> None:
+        self.collect, self.learn, self.buffer = collect, learn, buffer
+        self.update_threads = update_threads
+
+    def next_update(self, more: bool) -> UpdateStats:
+        """One rollout and the update on it (``more`` is unused: nothing runs ahead)."""
+        self.collect(self.buffer)
+        with _threads(self.update_threads):
+            return self.learn(self.buffer)
 
 
-def _claim_run_dir(run_dir: Path, config: RLConfig, resume: bool) -> dict[str, Any] | None:
-    """With the folder locked: the checkpoint to resume from, or a clean folder.
-
-    :raises ValueError: ``resume`` without a checkpoint, or an earlier run's files in the
-        folder without ``resume`` or ``run.overwrite``.
+class OverlappedRollouts:
+    """``train.overlap``: collect rollout k+1 in a second thread, with the acting copy of the
+    policy from before update k, while update k learns from rollout k (two buffers in turn).
     """
-    ckpt_path = run_dir / CHECKPOINT_NAME
-    if resume:
-        payload = load_rl_checkpoint(ckpt_path)  # clear error if missing/corrupt
-        for tmp in ckpt_path.parent.glob(f".{ckpt_path.name}.*.tmp"):  # a kill mid-write
-            tmp.unlink()
-        return payload
-    refuse_earlier_run(run_dir, RUN_FILES, ckpt_path, config.run.overwrite)
-    _clear_run(run_dir)
-    return None
+
+    def __init__(
+        self,
+        collect: Callable[[RolloutBuffer], None],
+        learn: Callable[[RolloutBuffer], UpdateStats],
+        buffers: tuple[RolloutBuffer, RolloutBuffer],
+    ) -> None:
+        self.collect, self.learn, self.buffers = collect, learn, buffers
+        self.k = 0  # updates done by this object
+
+    def next_update(self, more: bool) -> UpdateStats:
+        """Update k on rollout k, collecting rollout k+1 meanwhile when ``more`` follow."""
+        current, following = self.buffers[self.k % 2], self.buffers[(self.k + 1) % 2]
+        if self.k == 0:
+            self.collect(current)  # the first rollout has nothing to overlap with
+        collector = _InThread(self.collect, following) if more else None
+        try:
+            return self.learn(current)
+        finally:
+            if collector is not None:
+                collector.join()
+            self.k += 1
 
 
-def _check_same_network(saved: dict[str, Any], config: RLConfig) -> None:
-    """``--resume`` needs the network the checkpoint was trained with."""
-    now = config_to_dict(config)
-    keys = [("core", k) for k in ("name", "hidden_size", "options")]
-    keys += [("agent", "image_encoder"), ("agent", "mission")]
-    diff = [
-        f"{a}.{b}: checkpoint {saved[a].get(b)!r}, config {now[a][b]!r}"
-        for a, b in keys
-        if saved.get(a, {}).get(b) != now[a][b]
-    ]
-    if diff:
-        raise ValueError(
-            "cannot resume: the network differs from the checkpoint's (" + "; ".join(diff) + ")"
-        )
+def _rollouts(
+    s: Setup, acting: RecurrentActorCritic, episodes: EpisodeStats, updates: int
+) -> SerialRollouts | OverlappedRollouts:
+    """The rollout schedule of ``train.overlap``, starting at update ``updates``."""
+    cfg, agent, envs = s.config, s.config.agent, s.envs
+    act_device = torch.device("cpu") if acting is not s.policy else s.device
+    seed = cfg.train.seed + RESET_SEED_STRIDE * updates
+    carry = [start_rollouts(acting, envs, seed, act_device)]
+
+    def collect(buffer: RolloutBuffer) -> None:
+        carry[0] = collect_with_returns(acting, envs, buffer, carry[0], agent, episodes)
+
+    def make_buffer() -> RolloutBuffer:
+        n = cfg.env.n_envs
+        state = acting.initial_state(n, act_device)
+        space = obs_shapes(envs.single_observation_space)
+        return RolloutBuffer(space, agent.n_steps, n, agent.seq_len, state, act_device)
+
+    if not cfg.train.overlap:
+        learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent)  # noqa: E731
+        return SerialRollouts(collect, learn, make_buffer(), cfg.train.update_threads)
+    # The learner draws its minibatch order from its own generator while the collector
+    # samples actions from torch's global one, so an overlapped run stays reproducible.
+    generator = torch.Generator().manual_seed(seed)
+    learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, generator)  # noqa: E731
+    return OverlappedRollouts(collect, learn, (make_buffer(), make_buffer()))
 
 
-def _clear_run(run_dir: Path) -> None:
-    """Delete what an earlier run wrote into ``run_dir`` (only the files a run writes)."""
-    for path in reversed(run_files(run_dir, (*RUN_FILES, "checkpoints/*"))):
-        if path.is_dir():  # emptied first: reversed, the sorted list has files before folders
-            if not any(path.iterdir()):
-                path.rmdir()
-        else:
-            path.unlink()
+# ---------------------------------------------------------------------------- the loop
+@dataclass
+class _Loop:
+    """What the training loop carries from one update to the next."""
+
+    s: Setup
+    run: RunSession
+    total_updates: int
+    global_step: int
+    updates: int
+    acting: RecurrentActorCritic
+    episodes: EpisodeStats
+    rollouts: SerialRollouts | OverlappedRollouts
+    guard: DivergenceGuard
+    bar: Any
+    history: list[dict[str, float]] = field(default_factory=list)
+    start: tuple[float, float, int] = (0.0, 0.0, 0)
+    """``perf_counter``, ``process_time`` and the frame count when the loop started."""
+
+    @property
+    def frames_per_update(self) -> int:
+        return self.s.config.env.n_envs * self.s.config.agent.n_steps
+
+    def fps(self) -> float:
+        return (self.global_step - self.start[2]) / max(time.perf_counter() - self.start[0], 1e-9)
 
 
-def _train_loop(
-    s: Setup,
-    run_dir: Path,
-    resume: dict[str, Any] | None,
-    on_log: Callable[[dict[str, float]], None] | None = None,
-) -> TrainResult:
-    cfg, agent, device = s.config, s.config.agent, s.device
-    policy, optimizer, envs = s.policy, s.optimizer, s.envs
-    N, S = cfg.env.n_envs, agent.n_steps
-    frames_per_update = N * S
+def _begin(s: Setup, run: RunSession) -> _Loop:
+    """Restore a resumed run (or seed a new one) and build what the loop carries."""
+    cfg = s.config
+    frames_per_update = cfg.env.n_envs * cfg.agent.n_steps
     total_updates = max(1, math.ceil(cfg.train.total_steps / frames_per_update))
-
     global_step, updates = 0, 0
-    if resume is not None:
-        _check_same_network(resume["config"], cfg)
-        policy.load_state_dict(resume["policy"])
-        load_optimizer_state(optimizer, resume["optimizer"])
-        global_step, updates = int(resume["global_step"]), int(resume["updates"])
-        set_rng_state(resume["rng"])
+    if run.resumed:
+        global_step = run.restore(s.policy, s.optimizer)
+        updates = int(run.payload["updates"])
     else:
         np.random.seed(cfg.train.seed)  # noqa: NPY002  (third-party code draws from it)
         torch.manual_seed(cfg.train.seed)
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-    logger = RunLogger(run_dir, tensorboard=cfg.run.tensorboard, on_dump=on_log)
-    if resume is not None:
-        logger.truncate_after(global_step)
-
     # Acting (batch of N, T = 1) is latency-bound: on a GPU learner it stays on the CPU with a
     # copy of the policy, refreshed after every update; the rollout is stored on the CPU and
-    # each update moves it to the learner's device once.
-    # With train.overlap the acting copy also lets rollout k+1 be collected (by the policy from
-    # before update k) while update k runs: two rollout buffers, used in turn.
-    overlap = cfg.train.overlap
-    acting = acting_policy(policy, device, separate=overlap)
-    act_device = torch.device("cpu") if acting is not policy else device
-    buffers = [
-        RolloutBuffer(
-            obs_shapes(envs.single_observation_space),
-            S,
-            N,
-            agent.seq_len,
-            acting.initial_state(N, act_device),
-            act_device,
-        )
-        for _ in range(2 if overlap else 1)
-    ]
-    episodes = EpisodeStats(N)
-    history: list[dict[str, float]] = []
-    carry = start_rollouts(acting, envs, cfg.train.seed + 7919 * updates, act_device)
-    # Overlapped, the learner draws its minibatch order from its own generator while the
-    # collector samples actions from torch's global one, so a run stays reproducible.
-    learner_rng = (
-        torch.Generator().manual_seed(cfg.train.seed + 7919 * updates) if overlap else None
-    )
+    # each update moves it to the learner's device once. Overlapped, the copy is what lets
+    # the next rollout be collected while the learner updates.
+    acting = acting_policy(s.policy, s.device, separate=cfg.train.overlap)
+    episodes = EpisodeStats(cfg.env.n_envs)
+    rollouts = _rollouts(s, acting, episodes, updates)
+    guard = run.guard(cfg.train.max_skipped_updates, global_step, "frame")
+    desc = f"{cfg.core.name} {cfg.agent.algo} {cfg.env.id}"
+    bar = run.progress_bar(cfg.train.progress, cfg.train.total_steps, global_step, desc, "frames")
+    start = (time.perf_counter(), time.process_time(), global_step)
+    return _Loop(
+        s, run, total_updates, global_step, updates, acting, episodes, rollouts, guard, bar,
+        start=start,
+    )  # fmt: skip
 
-    def collect_into(buffer: RolloutBuffer) -> None:
-        nonlocal carry
-        carry = collect_with_returns(acting, envs, buffer, carry, agent, episodes)
 
-    skipped_before = int((resume or {}).get("skipped_updates", 0))
-    guard = DivergenceGuard(cfg.train.max_skipped_updates, global_step, "frame", skipped_before)
-    progress = _progress_bar(cfg, global_step)
-    start_time, start_step = time.perf_counter(), global_step
-    start_cpu = time.process_time()
-    try:
-        if overlap:
-            collect_into(buffers[0])  # the first rollout has nothing to overlap with
-        while updates < total_updates:
-            # Linear LR annealing to 0 over the whole budget (CleanRL).
-            lr = agent.learning_rate
-            if agent.anneal_lr:
-                lr *= 1.0 - updates / total_updates
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+def _train_loop(s: Setup, run: RunSession) -> TrainResult:
+    """Collect, update, log, checkpoint: once per update until the budget is spent."""
+    loop = _begin(s, run)
+    train_cfg = s.config.train
+    while loop.updates < loop.total_updates:
+        lr = _set_learning_rate(s.optimizer, s.config.agent, loop.updates, loop.total_updates)
+        stats = loop.rollouts.next_update(more=loop.updates + 1 < loop.total_updates)
+        loop.global_step += loop.frames_per_update
+        if loop.acting is not s.policy:
+            loop.acting.load_state_dict(s.policy.state_dict())
+        loop.updates += 1
+        last = loop.updates == loop.total_updates
 
-            if not overlap:
-                # ---------------- rollout (T = 1 core steps, state carried per env), GAE
-                collect_into(buffers[0])
-                # ---------------- update
-                with _threads(cfg.train.update_threads):
-                    stats = update(policy, optimizer, buffers[0], agent)
-            else:
-                # ---------------- update k on rollout k while rollout k+1 is collected
-                collector = None
-                if updates + 1 < total_updates:
-                    collector = _InThread(collect_into, buffers[(updates + 1) % 2])
-                try:
-                    stats = update(policy, optimizer, buffers[updates % 2], agent, learner_rng)
-                finally:
-                    if collector is not None:
-                        collector.join()
-            global_step += frames_per_update
-            if acting is not policy:
-                acting.load_state_dict(policy.state_dict())
-            updates += 1
-
-            # ---------------- logging
-            fps = (global_step - start_step) / max(time.perf_counter() - start_time, 1e-9)
-            ep_rew = episodes.mean_return
-            if updates % cfg.train.log_every == 0 or updates == total_updates:
-                row = {
-                    "rollout/ep_rew_mean": ep_rew,
-                    "rollout/ep_len_mean": episodes.mean_length,
-                    "rollout/success_rate": episodes.success_rate,
-                    "train/policy_loss": stats.policy_loss,
-                    "train/value_loss": stats.value_loss,
-                    "train/entropy_loss": stats.entropy_loss,
-                    "train/approx_kl": stats.approx_kl,
-                    "train/clip_fraction": stats.clip_fraction,
-                    "train/explained_variance": stats.explained_variance,
-                    "train/learning_rate": lr,
-                    "train/loss": stats.loss,
-                    "train/grad_norm": stats.grad_norm,
-                    "train/n_updates": updates,
-                    "train/skipped_updates": guard.skipped + stats.skipped_updates,
-                    "time/fps": fps,
-                    "time/iterations": updates,
-                    "time/total_timesteps": global_step,
-                }
-                if cfg.agent.recon_coef > 0:
-                    row["train/recon_loss"] = stats.recon_loss
-                for tag, value in row.items():
-                    logger.record(tag, value)
-                logger.dump(global_step)
-                history.append({"step": global_step, **row})
-            every = cfg.train.histogram_every
-            if every > 0 and (updates % every == 0 or updates == 1):
-                _log_timescales(logger, policy, global_step)
-            if progress is not None:
-                progress.update(frames_per_update)
-                progress.set_postfix(fps=f"{fps:.0f}", ret=f"{ep_rew:.2f}", refresh=False)
-
-            all_skipped = stats.n_minibatches == 0 and stats.skipped_updates > 0
-            guard.observe(
-                global_step, all_skipped, stats.skipped_updates, "non-finite loss or gradient"
-            )
-
-            # ---------------- checkpoint (atomic; the last one always)
-            if updates % cfg.train.checkpoint_every == 0 or updates == total_updates:
-                extra = {"skipped_updates": guard.skipped}
-                save_checkpoint(
-                    run_dir / CHECKPOINT_NAME, checkpoint_payload(s, global_step, updates, extra)
-                )
-    finally:
-        if progress is not None:
-            progress.close()
-        logger.close()
+        _log_update(loop, stats, lr, last)
+        all_skipped = stats.n_minibatches == 0 and stats.skipped_updates > 0
+        why = "non-finite loss or gradient"
+        loop.guard.observe(loop.global_step, all_skipped, stats.skipped_updates, why)
+        if loop.updates % train_cfg.checkpoint_every == 0 or last:
+            _save_checkpoint(loop)
     return TrainResult(
-        run_dir=run_dir,
-        global_step=global_step,
-        updates=updates,
-        loop_seconds=time.perf_counter() - start_time,
-        loop_cpu_seconds=time.process_time() - start_cpu,
-        ep_rew_mean=episodes.mean_return,
-        success_rate=episodes.success_rate,
-        history=history,
-        skipped_updates=guard.skipped,
+        run_dir=run.run_dir,
+        global_step=loop.global_step,
+        updates=loop.updates,
+        loop_seconds=time.perf_counter() - loop.start[0],
+        loop_cpu_seconds=time.process_time() - loop.start[1],
+        ep_rew_mean=loop.episodes.mean_return,
+        success_rate=loop.episodes.success_rate,
+        history=loop.history,
+        skipped_updates=loop.guard.skipped,
     )
+
+
+def _set_learning_rate(
+    optimizer: torch.optim.Optimizer, agent: AgentConfig, updates: int, total_updates: int
+) -> float:
+    """Linear annealing to 0 over the whole budget (CleanRL) when ``agent.anneal_lr``."""
+    lr = agent.learning_rate
+    if agent.anneal_lr:
+        lr *= 1.0 - updates / total_updates
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def _log_update(loop: _Loop, stats: UpdateStats, lr: float, last: bool) -> None:
+    """The ``train.log_every`` row (SB3's tags), the time-scale histogram, the progress bar."""
+    cfg, logger, fps = loop.s.config, loop.run.logger, loop.fps()
+    episodes, updates = loop.episodes, loop.updates
+    if updates % cfg.train.log_every == 0 or last:
+        row = {
+            "rollout/ep_rew_mean": episodes.mean_return,
+            "rollout/ep_len_mean": episodes.mean_length,
+            "rollout/success_rate": episodes.success_rate,
+            "train/policy_loss": stats.policy_loss,
+            "train/value_loss": stats.value_loss,
+            "train/entropy_loss": stats.entropy_loss,
+            "train/approx_kl": stats.approx_kl,
+            "train/clip_fraction": stats.clip_fraction,
+            "train/explained_variance": stats.explained_variance,
+            "train/learning_rate": lr,
+            "train/loss": stats.loss,
+            "train/grad_norm": stats.grad_norm,
+            "train/n_updates": updates,
+            "train/skipped_updates": loop.guard.skipped + stats.skipped_updates,
+            "time/fps": fps,
+            "time/iterations": updates,
+            "time/total_timesteps": loop.global_step,
+        }
+        if cfg.agent.recon_coef > 0:
+            row["train/recon_loss"] = stats.recon_loss
+        for tag, value in row.items():
+            logger.record(tag, value)
+        logger.dump(loop.global_step)
+        loop.history.append({"step": loop.global_step, **row})
+    every = cfg.train.histogram_every
+    if every > 0 and (updates % every == 0 or updates == 1):
+        _log_timescales(loop.run, loop.s.policy, loop.global_step)
+    loop.bar.update(loop.frames_per_update)
+    loop.bar.set_postfix(fps=f"{fps:.0f}", ret=f"{episodes.mean_return:.2f}", refresh=False)
+
+
+def _save_checkpoint(loop: _Loop) -> None:
+    """``checkpoints/last.pt`` (atomic) with what acting and resuming need."""
+    s = loop.s
+    extra = {
+        "updates": loop.updates,
+        "n_actions": s.n_actions,
+        "image_shape": list(s.image_shape),
+        "skipped_updates": loop.guard.skipped,
+    }
+    loop.run.save_checkpoint(loop.global_step, s.policy, s.optimizer, extra)
 
 
 @contextlib.contextmanager
@@ -683,29 +561,10 @@ class _InThread(threading.Thread):
             raise self._error
 
 
-def _progress_bar(cfg: RLConfig, initial: int) -> Any:
-    if not cfg.train.progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=cfg.train.total_steps,
-        initial=min(initial, cfg.train.total_steps),
-        unit="frames",
-        unit_scale=True,
-        desc=f"{cfg.core.name} {cfg.agent.algo} {cfg.env.id}",
-        dynamic_ncols=True,
-    )
-
-
-def _log_timescales(logger: RunLogger, policy: RecurrentActorCritic, step: int) -> None:
+def _log_timescales(run: RunSession, policy: RecurrentActorCritic, step: int) -> None:
     """The core's forget-gate characteristic time scales, when it has a forget gate."""
-    try:
-        from cores.diagnostics import timescales
-    except ImportError:
-        return
     try:
         values = timescales(getattr(policy.core, "actor_core", policy.core))
     except (ValueError, NotImplementedError, AttributeError):
         return  # cores without a forget gate (cores.diagnostics raises ValueError)
-    logger.histogram("core/gate_timescales", values, step)
+    run.logger.histogram("core/gate_timescales", values, step)

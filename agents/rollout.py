@@ -1,4 +1,10 @@
-"""Rollout storage for recurrent agents, cut into truncated-BPTT chunks.
+"""Rollouts of recurrent agents: collection from a vector env and storage in truncated-BPTT
+chunks.
+
+:func:`start_rollouts` resets the envs and the core state; :func:`collect_rollout` fills a
+:class:`RolloutBuffer` with ``n_steps`` steps of every env (the core stepping with ``T = 1``
+under ``torch.no_grad()``) and hands a :class:`RolloutCarry` to the next rollout;
+:func:`collect_with_returns` adds GAE.
 
 The buffer holds ``n_steps`` steps of ``n_envs`` envs, time-major (``[S, N, ...]``). Each env's
 rollout is cut into ``K = n_steps // seq_len`` chunks of ``seq_len`` steps; the core state at
@@ -10,13 +16,19 @@ from exactly the state the policy acted with. Chunk ``c = k * N + e`` is steps
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor
 
-from agents.policy import Obs
+from agents.episodes import EpisodeStats
+from agents.policy import Obs, RecurrentActorCritic, obs_to_tensors, sample_actions
+from agents.rl_config import AgentConfig
 from cores import State
+from envs.vector import VectorEnv
 
 
 class ChunkBatch(NamedTuple):
@@ -178,3 +190,98 @@ def batch_to(batch: ChunkBatch, device: torch.device) -> ChunkBatch:
         returns=batch.returns.to(device),
         state=tuple(s.to(device) for s in batch.state),
     )
+
+
+def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Per-env observation shapes/dtypes of a (single-env) Dict space, as torch dtypes."""
+    out = {}
+    for key, sub in space.spaces.items():
+        dtype = torch.from_numpy(np.zeros(0, dtype=sub.dtype)).dtype
+        out[key] = (tuple(sub.shape), dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------- collection
+@dataclass
+class RolloutCarry:
+    """What one rollout hands to the next: the current observation, starts and core state."""
+
+    obs: dict[str, np.ndarray]  # the vector env's batched observation, [N, ...] each
+    starts: Tensor  # [N] bool: obs is the first of an episode
+    state: State  # core state before reading obs, [N, ...] each
+
+
+def start_rollouts(
+    policy: RecurrentActorCritic, envs: VectorEnv, seed: int, device: torch.device
+) -> RolloutCarry:
+    """Reset the envs (env ``i`` seeded ``seed + i``) and the core state."""
+    obs = envs.reset(seed=seed)
+    n = envs.num_envs
+    state = tuple(s.clone() for s in policy.initial_state(n, device))  # written row-wise
+    return RolloutCarry(obs, torch.ones(n, dtype=torch.bool, device=device), state)
+
+
+def collect_rollout(
+    policy: RecurrentActorCritic,
+    envs: VectorEnv,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    episodes: EpisodeStats | None = None,
+) -> RolloutCarry:
+    """Fill ``buffer`` with ``n_steps`` steps of every env, the core stepping with ``T = 1``.
+
+    The envs come in groups (:attr:`envs.vector.VectorEnv.groups`): at each step the policy
+    acts on group 0 and hands its actions to the envs, then acts on group 1 while group 0
+    steps (in a worker process when there are workers), and so on; a group's results are
+    collected just before the policy acts on it again. The core is called with ``starts`` so
+    it resets the rows of envs whose episode just began; the state *before* that reset is what
+    :meth:`RolloutBuffer.add` stores at chunk starts, which is exactly what the update replays
+    (with the same ``starts``).
+    """
+    device = buffer.device
+    starts, state = carry.starts, carry.state
+    groups = envs.groups
+    policy.eval()  # deterministic cores while acting (h-detach/online rules are training-only)
+
+    def collect(t: int, g: int, rows: slice) -> None:
+        """The results of step ``t`` of group ``g`` -> rewards, starts, episode stats."""
+        _, reward, done, success = envs.step_wait(g)
+        buffer.rewards[t, rows] = torch.from_numpy(reward).to(device, torch.float32)
+        starts[rows] = torch.from_numpy(done).to(device)
+        if episodes is not None:
+            episodes.step(reward, done, success, rows)
+
+    for t in range(buffer.n_steps):
+        for g, rows in enumerate(groups):
+            if t > 0:
+                collect(t - 1, g, rows)
+            obs = obs_to_tensors({k: v[rows] for k, v in envs.obs.items()}, device)
+            state_g = tuple(s[rows] for s in state)  # views: [R, ...]
+            starts_g = starts[rows]
+            with torch.no_grad():
+                out = policy(obs, state_g, starts_g.unsqueeze(0))
+                actions, logprobs = sample_actions(out.logits[0])  # [R], [R]
+            buffer.add(t, obs, starts_g, state_g, actions, logprobs, out.values[0], rows)
+            for s, new in zip(state, out.state, strict=True):
+                s[rows] = new
+            envs.step_async(g, actions.cpu().numpy())
+    for g, rows in enumerate(groups):
+        collect(buffer.n_steps - 1, g, rows)
+    return RolloutCarry(envs.obs, starts, state)
+
+
+def collect_with_returns(
+    policy: RecurrentActorCritic,
+    envs: VectorEnv,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    agent: AgentConfig,
+    episodes: EpisodeStats | None = None,
+) -> RolloutCarry:
+    """:func:`collect_rollout`, then GAE from ``policy``'s value of the observation after it."""
+    carry = collect_rollout(policy, envs, buffer, carry, episodes)
+    with torch.no_grad():
+        obs = obs_to_tensors(carry.obs, buffer.device)
+        last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]
+    buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
+    return carry

@@ -4,11 +4,12 @@ One run, top to bottom (:func:`train`):
 
 1. :func:`prepare` builds the config's task (reading any dataset), core, readout, optimiser
    and device, so every mistake surfaces before anything is written;
-2. :func:`claim_run_dir`, with the run directory locked for this process: the checkpoint to
-   resume, or a directory without an earlier run's files (``run.overwrite`` deletes them);
-   :func:`open_run` then writes ``config.yaml``, ``init.pt`` (weights at step 0, for
-   before/after diagnostics), TensorBoard events and ``progress.csv``
-   (:class:`agents.logger.RunLogger`);
+2. the run life cycle shared with the RL trainer (:class:`agents.run.RunSession`) locks the
+   run directory and claims it: the checkpoint to resume (its config checked against this
+   one), or a directory without an earlier run's files (``run.overwrite`` deletes them;
+   ``train.init_from`` is loaded first); it writes ``config.yaml`` and opens TensorBoard
+   events and ``progress.csv``; a new run also saves ``init.pt`` (weights at step 0, for
+   before/after diagnostics);
 3. each update (:func:`train_step`) draws a batch that is a pure function of
    ``(seed, step)``, so ``--resume`` replays exactly the data an uninterrupted run would have
    seen; an update with a non-finite or exploding loss is skipped, and
@@ -29,31 +30,24 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import Tensor, nn
 
-from agents.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from agents.device import resolve_device
-from agents.divergence import DivergenceGuard
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
-from agents.run_lock import RunLock, refuse_earlier_run, run_files
+from agents.run import RunLayout, RunSession
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
+from cores.diagnostics import log_timescales
 from envs.sequences import (
     ClassificationTask,
     SequenceBatch,
@@ -66,8 +60,6 @@ CHECKPOINT = "checkpoint.pt"
 INIT_CHECKPOINT = "init.pt"
 FORMAT = "memcores-supervised-v1"
 EVAL_SEED = 2_718_281  # one fixed evaluation set per task, shared by every seed and core
-# Sections that define the model and the data; they must match when resuming a run.
-MODEL_SECTIONS = ("task", "core", "model")
 
 
 # =========================================================================== model
@@ -290,7 +282,7 @@ def prepare(config: SupervisedConfig) -> Prepared:
     :raises FileNotFoundError: a dataset file is missing from ``task.data_dir``.
     """
     device = resolve_device(config.train.device)
-    if config.train.threads:
+    if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     task = build_task(config)
     torch.manual_seed(config.train.seed)
@@ -304,10 +296,6 @@ def prepare(config: SupervisedConfig) -> Prepared:
 def forget_log_timescales(core: MemoryCore) -> Tensor | None:
     """Natural logs of the per-unit forget-gate time scales ``[H]`` (float64, finite for
     saturated gates), or None for cores without a forget gate."""
-    try:
-        from cores.diagnostics import log_timescales
-    except ImportError:  # diagnostics module not installed in this checkout
-        return None
     try:
         return log_timescales(core)
     except ValueError:
@@ -346,104 +334,71 @@ RUN_FILES = (
 )
 """Globs of what a run writes into its directory (what ``run.overwrite`` deletes)."""
 
+LAYOUT = RunLayout(
+    command="memcores supervised",
+    checkpoint=CHECKPOINT,
+    files=RUN_FILES,
+    checkpoint_format=FORMAT,
+    budget_key="train.steps",
+)
+"""The supervised trainer's run folder and checkpoint (:class:`agents.run.RunLayout`)."""
+
 
 def train(
     config: SupervisedConfig,
     resume: bool = False,
     on_log: Callable[[dict[str, float]], None] | None = None,
+    allow_changes: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Train (or resume) one run; returns the final metrics (also in ``results.json``).
 
-    The run directory is locked (:class:`agents.run_lock.RunLock`) while the run writes.
+    The run directory is locked and claimed by :class:`agents.run.RunSession`.
 
     :param on_log: called with every logged row (``{"step": updates, tag: value, ...}``).
-
-    :raises ValueError: bad config, or the directory holds a run and neither ``resume`` nor
-        ``run.overwrite`` is set (nothing is written).
+    :param allow_changes: with ``resume``, dotted config keys that may differ from the
+        checkpoint's besides :data:`agents.run.RESUME_ALLOWED_CHANGES`.
+    :raises ValueError: bad config; the directory holds a run and neither ``resume`` nor
+        ``run.overwrite`` is set; a resume whose config differs from the checkpoint's in a key
+        not allowed; an unusable ``train.init_from`` (nothing is written in these cases).
+    :raises agents.checkpoint.CheckpointError: ``resume`` without a readable checkpoint.
     :raises agents.run_lock.RunFolderBusy: another process is writing into the directory.
     :raises agents.divergence.TrainingDiverged: ``train.max_skipped_updates`` consecutive bad
         updates (the last checkpoint is kept; ``results.json`` is not written).
     """
     prep = prepare(config)
-    with RunLock(prep.run_dir, "memcores supervised"):
-        payload = claim_run_dir(prep, resume)
-        logger, start_step, best = open_run(prep, payload)
-        logger.on_dump = on_log
-        try:
-            t0 = time.perf_counter()
-            skipped = int((payload or {}).get("skipped_updates", 0))
-            step, stopped_early, skipped = training_loop(prep, logger, start_step, best, skipped)
-            results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
-            results["skipped_updates"] = skipped
-            for key, value in results.get("final", {}).items():
-                logger.record(key, value)
-            logger.dump(step)
-        finally:
-            logger.close()
+
+    def load_init_from() -> None:  # before an earlier run's files are deleted
+        if config.train.init_from:
+            load_initial_weights(prep.model, config.train.init_from, config)
+
+    session = RunSession(
+        LAYOUT,
+        prep.run_dir,
+        config,
+        resume,
+        overwrite=config.run.overwrite,
+        tensorboard=config.run.tensorboard,
+        allow_changes=allow_changes,
+        before_clear=load_init_from,
+        on_log=on_log,
+    )
+    with session as run:
+        start_step, best = 0, {}
+        if run.resumed:
+            start_step = run.restore(prep.model, prep.optimizer)
+            best = dict(run.payload.get("best", {}))
+        else:  # the weights at step 0, for before/after diagnostics
+            init = {"format": FORMAT, "step": 0, "model": prep.model.state_dict()}
+            save_checkpoint(run.run_dir / INIT_CHECKPOINT, {**init, "config": asdict(config)})
+        t0 = time.perf_counter()
+        step, stopped_early, skipped = training_loop(prep, run, start_step, best)
+        results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
+        results["skipped_updates"] = skipped
+        for key, value in results.get("final", {}).items():
+            run.logger.record(key, value)
+        run.logger.dump(step)
         write_text_atomic(prep.run_dir / "results.json", json.dumps(results, indent=2))
     return results
-
-
-def claim_run_dir(prep: Prepared, resume: bool) -> dict[str, Any] | None:
-    """With the directory locked: the checkpoint to resume from, or a clean directory.
-
-    ``train.init_from`` is loaded into the model here, before anything is deleted.
-
-    :raises ValueError: an earlier run's files without ``resume`` or ``run.overwrite``, a
-        checkpoint of another task/core/model, or an unusable ``train.init_from``.
-    :raises agents.checkpoint.CheckpointError: ``resume`` without a readable checkpoint.
-    """
-    config, run_dir = prep.config, prep.run_dir
-    ckpt_path = run_dir / CHECKPOINT
-    if resume:
-        payload = load_checkpoint(ckpt_path, map_location=prep.device)
-        check_resumable(payload, config)
-        for tmp in run_files(run_dir, (f".{CHECKPOINT}.*.tmp",)):  # a kill mid-write
-            tmp.unlink()
-        return payload
-    refuse_earlier_run(run_dir, RUN_FILES, ckpt_path, config.run.overwrite)
-    if config.train.init_from:  # checked before anything is deleted or written
-        load_initial_weights(prep.model, config.train.init_from, config, prep.device)
-    clear_run(run_dir)
-    return None
-
-
-def open_run(
-    prep: Prepared, payload: dict[str, Any] | None
-) -> tuple[RunLogger, int, dict[str, float]]:
-    """Write ``config.yaml`` (and ``init.pt`` for a new run), open the logger and restore a
-    resumed run's state; returns the logger, the first step and the best metrics so far."""
-    config, run_dir, model = prep.config, prep.run_dir, prep.model
-    write_text_atomic(
-        run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
-    )
-    logger = RunLogger(run_dir, tensorboard=config.run.tensorboard)
-    if payload is None:
-        init = {"format": FORMAT, "step": 0, "model": model.state_dict()}
-        save_checkpoint(run_dir / INIT_CHECKPOINT, {**init, "config": dataclasses.asdict(config)})
-        return logger, 0, {}
-    model.load_state_dict(payload["model"])
-    prep.optimizer.load_state_dict(payload["optimizer"])
-    set_rng_state(payload["rng"])
-    start_step = int(payload["step"])
-    logger.truncate_after(start_step)
-    return logger, start_step, dict(payload.get("best", {}))
-
-
-def save_run_checkpoint(prep: Prepared, step: int, best: dict[str, float], skipped: int) -> None:
-    """The atomic ``checkpoint.pt``: model, optimiser, RNG states, config, best metrics and
-    the number of skipped updates."""
-    payload = {
-        "format": FORMAT,
-        "step": step,
-        "model": prep.model.state_dict(),
-        "optimizer": prep.optimizer.state_dict(),
-        "rng": rng_state(),
-        "config": dataclasses.asdict(prep.config),
-        "best": best,
-        "skipped_updates": skipped,
-    }
-    save_checkpoint(prep.run_dir / CHECKPOINT, payload)
 
 
 def run_eval(prep: Prepared, logger: RunLogger, best: dict[str, float], step: int) -> dict:
@@ -536,71 +491,54 @@ class LogWindow:
 
 
 def training_loop(
-    prep: Prepared, logger: RunLogger, start_step: int, best: dict[str, float], skipped: int = 0
+    prep: Prepared, run: RunSession, start_step: int, best: dict[str, float]
 ) -> tuple[int, bool, int]:
     """Update from ``start_step`` to ``train.steps`` (or the target accuracy), logging every
     ``log_every`` and evaluating and checkpointing every ``eval_every`` updates.
 
-    :param skipped: updates skipped before ``start_step`` (a resumed run's count).
     :return: the last step, whether the target accuracy stopped the run early, and how many
-        updates were skipped in all.
+        updates were skipped in all (a resumed run's earlier ones included).
     :raises agents.divergence.TrainingDiverged: too many consecutive bad updates.
     """
-    config, tcfg, task = prep.config, prep.config.train, prep.task
+    config, tcfg, task, logger = prep.config, prep.config.train, prep.task, run.logger
     data = TaskData(task, tcfg.batch_size, tcfg.seed)
-    guard = DivergenceGuard(tcfg.max_skipped_updates, start_step, skipped=skipped)
+    guard = run.guard(tcfg.max_skipped_updates, start_step)
     max_loss = math.inf  # set from the first training loss
     window = LogWindow()
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=tcfg.steps,
-        initial=start_step,
-        disable=not config.run.progress_bar,
-        dynamic_ncols=True,
-        mininterval=1.0,
-        desc=f"{config.task.name}/{config.core.name}",
-    )
+    desc = f"{config.task.name}/{config.core.name}"
+    bar = run.progress_bar(tcfg.progress, tcfg.steps, start_step, desc)
     prep.model.train()
     step, stopped_early = start_step, False
-    try:
-        if start_step == 0:
-            run_eval(prep, logger, best, 0)
-            logger.dump(0)
-        while step < tcfg.steps:
-            lr = learning_rate(config, step)
-            sums, norm, why = train_step(prep, data.train_batch(step), lr, max_loss)
-            step += 1
-            window.add(sums, norm, applied=not why)
-            bar.update(1)
-            if not why and math.isinf(max_loss):
-                first = sums["loss_sum"] / max(sums["n_loss"], 1.0)
-                max_loss = tcfg.max_loss_ratio * max(task.baseline or 0.0, first)
+    if start_step == 0:
+        run_eval(prep, logger, best, 0)
+        logger.dump(0)
+    while step < tcfg.steps:
+        lr = learning_rate(config, step)
+        sums, norm, why = train_step(prep, data.train_batch(step), lr, max_loss)
+        step += 1
+        window.add(sums, norm, applied=not why)
+        bar.update(1)
+        if not why and math.isinf(max_loss):
+            first = sums["loss_sum"] / max(sums["n_loss"], 1.0)
+            max_loss = tcfg.max_loss_ratio * max(task.baseline or 0.0, first)
 
-            if step % tcfg.log_every == 0 or step == tcfg.steps:
-                stats = window.log(logger, prep, data, step, lr)
-                logger.record("train/skipped_updates", guard.skipped + bool(why))
-                bar.set_postfix({k: f"{v:.4g}" for k, v in stats.items()}, refresh=False)
-            if step % tcfg.eval_every == 0 or step == tcfg.steps:
-                acc = run_eval(prep, logger, best, step).get("accuracy")
-                save_run_checkpoint(prep, step, best, guard.skipped + bool(why))
-                if tcfg.target_accuracy is not None and acc is not None:
-                    stopped_early = acc >= tcfg.target_accuracy and step < tcfg.steps
-            last = step == tcfg.steps or stopped_early
-            if (step % tcfg.log_every == 0 or step % tcfg.eval_every == 0) and not last:
-                logger.dump(step)  # the last row is written with the final metrics
-            guard.observe(step, bool(why), why=why)
-            if stopped_early:
-                break
-    finally:
-        bar.close()
+        if step % tcfg.log_every == 0 or step == tcfg.steps:
+            stats = window.log(logger, prep, data, step, lr)
+            logger.record("train/skipped_updates", guard.skipped + bool(why))
+            bar.set_postfix({k: f"{v:.4g}" for k, v in stats.items()}, refresh=False)
+        if step % tcfg.eval_every == 0 or step == tcfg.steps:
+            acc = run_eval(prep, logger, best, step).get("accuracy")
+            extra = {"best": best, "skipped_updates": guard.skipped + bool(why)}
+            run.save_checkpoint(step, prep.model, prep.optimizer, extra)
+            if tcfg.target_accuracy is not None and acc is not None:
+                stopped_early = acc >= tcfg.target_accuracy and step < tcfg.steps
+        last = step == tcfg.steps or stopped_early
+        if (step % tcfg.log_every == 0 or step % tcfg.eval_every == 0) and not last:
+            logger.dump(step)  # the last row is written with the final metrics
+        guard.observe(step, bool(why), why=why)
+        if stopped_early:
+            break
     return step, stopped_early, guard.skipped
-
-
-def clear_run(run_dir: Path) -> None:
-    """Delete the files a previous run wrote in ``run_dir`` (and nothing else)."""
-    for path in run_files(run_dir, RUN_FILES):
-        path.unlink()
 
 
 def final_report(
@@ -632,9 +570,7 @@ def final_report(
     }
 
 
-def load_initial_weights(
-    model: torch.nn.Module, source: str, config: SupervisedConfig, device: torch.device
-) -> None:
+def load_initial_weights(model: torch.nn.Module, source: str, config: SupervisedConfig) -> None:
     """Load ``train.init_from`` (a run directory or a checkpoint file) into ``model``.
 
     The core may change when its parameters are the same (e.g. ``lstm`` weights fine-tuned as
@@ -649,7 +585,7 @@ def load_initial_weights(
     if path.is_dir():
         path = path / CHECKPOINT
     try:
-        payload = load_checkpoint(path, map_location=device)
+        payload = load_checkpoint(path)
     except CheckpointError as err:
         raise ValueError(f"train.init_from: {err}") from err
     context = f"train.init_from: {path}:"
@@ -680,22 +616,13 @@ def check_same_sections(
         raise ValueError(
             f"{context} not a memcores supervised checkpoint (format {payload.get('format')!r})"
         )
-    saved, current = payload["config"], dataclasses.asdict(config)
+    saved, current = payload["config"], asdict(config)
     for section in sections:
         if saved.get(section) != current.get(section):
             raise ValueError(
                 f"{context} config section {section!r} differs from the checkpoint's "
                 f"({saved.get(section)} vs {current.get(section)})"
             )
-
-
-def check_resumable(payload: dict[str, Any], config: SupervisedConfig) -> None:
-    """A checkpoint can be resumed only under the same task, core and model sections."""
-    check_same_sections(payload, config, MODEL_SECTIONS, "cannot resume:")
-    if int(payload["step"]) > config.train.steps:
-        raise ValueError(
-            f"checkpoint is at step {payload['step']} > train.steps={config.train.steps}"
-        )
 
 
 # =========================================================================== evaluation only

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents.core_config import CoreConfig
-from agents.device import DEVICE_CHOICES
 from agents.divergence import check_learning_rate
+from agents.run_config import RunConfig, TrainBase, migrate_config
 
 
 @dataclass
@@ -29,9 +29,14 @@ class TaskConfig:
     """Task options (any other key of this section): length, loss, data_dir, ..."""
 
     def validate(self) -> None:
-        from envs.sequences import check_task_options
+        from envs.datasets import DatasetMissingError
+        from envs.sequences import check_task_data, check_task_options
 
         check_task_options(self.name, self.options)
+        try:  # before a run folder exists, not when the task is built
+            check_task_data(self.name, self.options)
+        except DatasetMissingError as err:
+            raise ValueError(f"task.data_dir: {err}") from None
 
 
 @dataclass
@@ -80,9 +85,12 @@ class OptimConfig:
 
 
 @dataclass
-class TrainConfig:
-    """Training length, batching, evaluation and reproducibility."""
+class TrainConfig(TrainBase):
+    """Training length, batching and evaluation (the keys shared with the RL trainer:
+    :class:`agents.run_config.TrainBase`)."""
 
+    threads: int = 0
+    """torch CPU threads (``0``: torch's default); 1 is polite on a shared machine."""
     steps: int = 2000
     """Number of optimiser updates."""
     batch_size: int = 64
@@ -95,31 +103,12 @@ class TrainConfig:
     """Write training scalars every this many updates."""
     target_accuracy: float | None = None
     """Stop early once the evaluation accuracy reaches this value (0..1); null: never."""
-    seed: int = 0
-    device: str = "auto"
-    """``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``."""
-    threads: int | None = None
-    """torch CPU threads (null: torch's default); 1 is polite on a shared machine."""
-    init_from: str | None = None
-    """Start a new run from the weights of another run (its directory or a ``.pt`` file),
-    e.g. a curriculum: train at T=100, then ``task.length=1000 train.init_from=RUN``. The
-    optimizer, step count and RNG start afresh; the model section and hidden size must match,
-    and the core may change only to one with the same parameters (``lstm`` -> ``hdetach_lstm``)."""
-    max_skipped_updates: int = 10
-    """Stop the run (exit code 3) after this many consecutive bad updates: a non-finite loss or
-    gradient, or a loss above ``max_loss_ratio`` times the reference (such updates are never
-    applied). 0: never stop; bad updates are still skipped and counted."""
     max_loss_ratio: float = 1e4
     """A training loss above this many times the reference (the task's chance-level loss, or
     the first training loss when that is larger) counts as exploding."""
 
     def validate(self) -> None:
-        if self.seed < 0:
-            raise ValueError(f"train.seed must be >= 0, got {self.seed}")
-        if self.max_skipped_updates < 0:
-            raise ValueError(
-                f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"
-            )
+        super().validate()
         if not (math.isfinite(self.max_loss_ratio) and self.max_loss_ratio > 1):
             raise ValueError(f"train.max_loss_ratio must be > 1, got {self.max_loss_ratio}")
         for name in ("steps", "batch_size", "eval_every", "eval_size", "eval_batch_size"):
@@ -129,27 +118,6 @@ class TrainConfig:
             raise ValueError(f"train.log_every must be positive, got {self.log_every}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"train.target_accuracy must be in (0, 1], got {self.target_accuracy}")
-        if not (self.device in DEVICE_CHOICES or self.device.startswith("cuda:")):
-            raise ValueError(
-                f"invalid value {self.device!r} for 'train.device'; allowed: "
-                f"{', '.join(DEVICE_CHOICES)}, cuda:N"
-            )
-        if self.threads is not None and self.threads <= 0:
-            raise ValueError(f"train.threads must be positive or null, got {self.threads}")
-
-
-@dataclass
-class RunConfig:
-    """Where the run writes (config.yaml, TensorBoard events, progress.csv, checkpoints)."""
-
-    dir: str | None = None
-    """Run directory; null: ``runs/supervised/<task>_<core>_s<seed>``."""
-    tensorboard: bool = True
-    progress_bar: bool = True
-    overwrite: bool = False
-    """Start afresh in a directory that holds a run's files, with or without a checkpoint
-    (deletes those files, and only those); without it, such a directory is an error unless
-    ``--resume`` is given."""
 
 
 @dataclass
@@ -162,3 +130,6 @@ class SupervisedConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+
+    migrate = staticmethod(migrate_config)
+    """Renames the keys of earlier releases (``experiments.config.load_config`` calls it)."""

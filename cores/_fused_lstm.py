@@ -22,6 +22,9 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from cores import fast_tanh
+from cores.base import reset_where, steps_with_starts
+
 
 @dataclass(frozen=True)
 class _Spec:
@@ -71,11 +74,6 @@ def _cols(x: Tensor, cols: slice | None = None) -> list[Tensor]:
 
 _LOG2_E = 1.0 / math.log(2.0)
 
-# tanh of c: ATen's tanh is slow where it dispatches AVX2 (~10x a sigmoid), so there it is
-# computed as 2 sigmoid(2 z) - 1; elsewhere torch.tanh is faster. Fixed per CPU, never timed at
-# run time, so a CPU always runs the same arithmetic (`memcores bench cores` measures both)
-_CPU_TANH_VIA_SIGMOID = torch.backends.cpu.get_cpu_capability() == "AVX2"
-
 # Backward chunk length: the whole-sequence gate factors are computed for this many steps at
 # once, so each factor op is large enough for ATen to split across threads (more than its
 # 32768-element grain at B=64, H=128) while a chunk's factors (a few MiB) stay in cache for the
@@ -93,7 +91,7 @@ class _FusedLSTM(torch.autograd.Function):
         weight_hh: Tensor,
         h0: Tensor,
         c0: Tensor,
-        keep: Tensor | None,
+        starts: Tensor | None,
         spec: _Spec,
         resets: frozenset[int],
         detached: frozenset[int],
@@ -106,7 +104,7 @@ class _FusedLSTM(torch.autograd.Function):
         # the u block's tanh is computed as tanh z = 2 sigmoid(2 z) - 1: its weights and bias
         # are doubled once, so the buffer holds 2 a_u and the u block shares the other gates'
         # sigmoid call (one op over the row, then one addcmul), which stays no slower where
-        # ATen's tanh is fast (`memcores bench cores`). The tanh of c: see _CPU_TANH_VIA_SIGMOID
+        # ATen's tanh is fast (`memcores bench cores`). The tanh of c: cores.fast_tanh.via_sigmoid
         w_ih2, bias2, w_hh2 = (_double_u_block(w, spec) for w in (weight_ih, bias, weight_hh))
         if spec.fast:
             # sinh a = e - 1 / (4 e) with e = exp(a) / 2 = 2^(a log2(e) - 1). ATen's sinh is
@@ -140,15 +138,15 @@ class _FusedLSTM(torch.autograd.Function):
         if act == "softsign" and spec.n_gates > 3:
             G_ir = _cols(G, slice(2 * H, spec.sig.stop))
         Gg = Geff.unbind(0) if refine else None
-        keeps = None if keep is None else keep.unbind(0)
-        tanh_via_sigmoid = _CPU_TANH_VIA_SIGMOID and x.device.type == "cpu"
+        masks = None if starts is None else starts.unbind(0)
+        tanh_via_sigmoid = fast_tanh.via_sigmoid(x.device, B * H)  # the rule for one step's c
         # U^T laid out row-major once: MKL's small per-step GEMM takes ~15 % longer at 1 thread
         # from the transposed view
         w_t = w_hh2.t().contiguous()
         h, c = h0, c0
         for t in range(T):
             if t in resets:  # rows starting an episode restart from the zero initial state
-                h, c = h * keeps[t], c * keeps[t]
+                h, c = reset_where((h, c), masks[t])
             Gs[t].addmm_(h, w_t)
             f = G_f[t]
             if act == "sigmoid":  # every gate's sigmoid in one op over the whole row
@@ -185,13 +183,13 @@ class _FusedLSTM(torch.autograd.Function):
                 tc = torch.tanh(c, out=TCs[t])
             h = torch.mul(G_o[t], tc, out=Ys[t])
         ctx.spec, ctx.resets, ctx.detached = spec, resets, detached
-        ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, Geff)
+        ctx.save_for_backward(x, weight_ih, weight_hh, h0, c0, starts, A_f, G, Y, C, TC, Geff)
         return Y, Y[-1].clone(), C[-1].clone()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
-        x, weight_ih, weight_hh, h0, c0, keep, A_f, G, Y, C, TC, Geff = ctx.saved_tensors
+        x, weight_ih, weight_hh, h0, c0, starts, A_f, G, Y, C, TC, Geff = ctx.saved_tensors
         spec: _Spec = ctx.spec
         resets, detached = ctx.resets, ctx.detached
         T, B, _ = x.shape
@@ -214,10 +212,10 @@ class _FusedLSTM(torch.autograd.Function):
         P_cs = P_c.unbind(0)
         gs = (Geff if spec.refine else G[:, :, spec.f]).unbind(0)
         dYs = None if dY is None else dY.unbind(0)
-        keeps = None if keep is None else keep.unbind(0)
+        masks = None if starts is None else starts.unbind(0)
         for stop in range(T, 0, -_CHUNK):
             steps = slice(max(stop - _CHUNK, 0), stop)
-            _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, keep, dA, P_c, quarter, ones)
+            _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, starts, dA, P_c, quarter, ones)
             for t in range(steps.stop - 1, steps.start - 1, -1):
                 dA_o[t].mul_(dh)
                 dcs = torch.addcmul(dc, dh, P_cs[t])  # gradient into c_t
@@ -227,20 +225,20 @@ class _FusedLSTM(torch.autograd.Function):
                 dy_prev = dYs[t - 1] if dYs is not None and t > 0 else None
                 if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
                     dh = torch.zeros_like(dh) if dy_prev is None else dy_prev
-                elif t in resets:
-                    dh = torch.mm(dAs[t], weight_hh).mul_(keeps[t])
+                elif t in resets:  # no gradient into the state a restarting row dropped
+                    (dh,) = reset_where((torch.mm(dAs[t], weight_hh),), masks[t])
                     dh = dh if dy_prev is None else dh.add_(dy_prev)
                 elif dy_prev is None:
                     dh = torch.mm(dAs[t], weight_hh)
                 else:
                     dh = torch.addmm(dy_prev, dAs[t], weight_hh)
                 if t in resets:
-                    dc = dc * keeps[t]
+                    (dc,) = reset_where((dc,), masks[t])
         # the weight gradients sum over all steps: one large matmul each instead of T small
         # ones; dU = sum_t dA_t^T h_{t-1}, dW = sum_t dA_t^T x_t, db = sum_t dA_t
         h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
-        if keep is not None:
-            h_prev = h_prev * keep
+        if starts is not None:
+            (h_prev,) = reset_where((h_prev,), starts)
         dA_flat = dA.flatten(0, 1)
         d_weight_hh = dA_flat.t().mm(h_prev.flatten(0, 1))
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -266,7 +264,7 @@ def _gate_factors(
     A_f: Tensor | None,
     Geff: Tensor | None,
     c0: Tensor,
-    keep: Tensor | None,
+    starts: Tensor | None,
     dA: Tensor,
     P_c: Tensor,
     quarter: Tensor | None,
@@ -296,8 +294,8 @@ def _gate_factors(
         c_prev = torch.cat([c0.unsqueeze(0), C[: steps.stop - 1]])
     else:
         c_prev = C[steps.start - 1 : steps.stop - 1]
-    if keep is not None:
-        c_prev = c_prev * keep[steps]
+    if starts is not None:
+        (c_prev,) = reset_where((c_prev,), starts[steps])
     a_f = None if A_f is None else A_f[steps]
     q = None if quarter is None else quarter[:n_steps]
     if not spec.tied:  # c = f c_prev + i u
@@ -312,7 +310,7 @@ def _gate_factors(
     g = Geff[steps] if spec.refine else f
     one_minus_u2 = torch.addcmul(ones[:n_steps], u, u, value=-1.0)
     torch.addcmul(one_minus_u2, g, one_minus_u2, value=-1.0, out=dA[:, :, spec.u])
-    dgdc = c_prev.sub_(u) if keep is not None or steps.start == 0 else torch.sub(c_prev, u)
+    dgdc = c_prev.sub_(u) if starts is not None or steps.start == 0 else torch.sub(c_prev, u)
     if not spec.refine:
         torch.mul(dgdc, _forget_slope(spec.activation, a_f, f, q), out=dA[:, :, spec.f])
         return
@@ -358,11 +356,11 @@ def _forget_slope(activation: str, a_f: Tensor | None, f: Tensor, quarter: Tenso
 
 
 def fused_lstm(
-    core, x: Tensor, state: tuple[Tensor, ...], keep: Tensor | None, detach: list[bool]
+    core, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, detach: list[bool]
 ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """Run :class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` with the fused function.
 
-    :param keep: ``[T, B, 1]`` 0/1 multipliers (0 where a row restarts) or ``None``.
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
     :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
     """
     spec = _Spec(
@@ -372,9 +370,9 @@ def fused_lstm(
         tied=core.tied,
         refine=core.refine,
     )
-    resets: frozenset[int] = frozenset()
-    if keep is not None:
-        resets = frozenset(torch.nonzero((keep == 0).any(dim=1).flatten()).flatten().tolist())
+    resets = frozenset(steps_with_starts(starts))
+    if starts is not None:
+        starts = starts.to(device=x.device, dtype=torch.bool)
     detached = frozenset(t for t, d in enumerate(detach) if d)
     h0, c0 = state
     y, h, c = _FusedLSTM.apply(
@@ -384,7 +382,7 @@ def fused_lstm(
         core.weight_hh,
         h0,
         c0,
-        keep,
+        starts,
         spec,
         resets,
         detached,

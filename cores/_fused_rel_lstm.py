@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from cores.base import reset_where
 from cores.rel_lstm import buffer_mask, relevant_mask
 
 
@@ -122,9 +123,9 @@ class _FusedRelLSTM(torch.autograd.Function):
             steps
         ):
             if t in resets:
-                m = starts[t].to(dev).unsqueeze(1)
-                c, s = c.masked_fill(m, 0.0), s.masked_fill(m, 0.0)
-                r_sc = r_sc.masked_fill(m, float("-inf"))
+                m = starts[t].to(dev)
+                c, s = reset_where((c, s), m)
+                (r_sc,) = reset_where((r_sc,), m, (r_sc.new_full((), float("-inf")),))
             c_p.copy_(c)
             s_p.copy_(s)
             torch.addmm(x_t, s, w_rec_t, out=g)
@@ -234,8 +235,7 @@ class _FusedRelLSTM(torch.autograd.Function):
             dc = dc * f
             ds = d_gq_t.mm(w_s)
             if t in resets:  # the state before step t was zeroed for these rows
-                m = starts[t].to(ds.device).unsqueeze(1)
-                ds, dc = ds.masked_fill(m, 0.0), dc.masked_fill(m, 0.0)
+                ds, dc = reset_where((ds, dc), starts[t].to(ds.device))
         d_gates = d_gq[..., : 4 * H]
         d_rec, d_query = d_gq.flatten(0, 1).t().mm(s_prev.flatten(0, 1)).split([4 * H, H])
         d_score = d_score.sum(0)

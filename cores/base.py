@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -27,10 +28,21 @@ class MemoryCore(nn.Module):
 
     Training-only behaviour (h-detach's stochastic detaching, the LRU's online gradient rule)
     follows ``self.training``; evaluation is deterministic.
+
+    Capabilities are declared, never probed: ``has_step`` (the core implements :meth:`step`,
+    which acting calls for ``T = 1``), ``has_fused`` (its :meth:`forward` runs a fused
+    whole-sequence kernel on CUDA tensors) and ``state_arity`` (how many tensors its state
+    holds; :func:`check_sequence` checks it).
     """
 
     input_size: int
     hidden_size: int
+    has_step: ClassVar[bool] = True
+    """Whether :meth:`step` is implemented (False: the core only runs whole sequences)."""
+    has_fused: bool = False
+    """Whether :meth:`forward` dispatches CUDA tensors to a fused whole-sequence kernel."""
+    state_arity: int | None = None
+    """The number of tensors in the state, checked by :func:`check_sequence` (None: any)."""
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
@@ -59,15 +71,7 @@ class MemoryCore(nn.Module):
         :return: ``y`` of shape ``[T, B, hidden_size]`` and the state after step ``T``.
         """
         check_sequence(self, x, state, starts)
-        reset_steps = steps_with_starts(starts)
-        outputs = []
-        # unbind once: indexing x[t] inside the loop makes backward quadratic in T.
-        for t, x_t in enumerate(x.unbind(0)):
-            if t in reset_steps:
-                state = self.reset_state(state, starts[t])
-            y_t, state = self.step(x_t, state)
-            outputs.append(y_t)
-        return torch.stack(outputs, 0), state
+        return step_loop(self.step, x, state, starts, self.reset_state)
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
         """One time step: ``x_t [B, input_size]`` -> ``y_t [B, hidden_size]`` and the new state."""
@@ -105,29 +109,12 @@ class MemoryCore(nn.Module):
         :param step: ``(xproj_t [B, n], state) -> (y_t [B, H], state)``.
         :return: ``y [T, B, H]`` and the state after step ``T``.
         """
-        reset_steps = steps_with_starts(starts)
-        outputs = []
-        # unbind once: indexing xproj[t] inside the loop makes backward quadratic in T
-        for t, x_t in enumerate(xproj.unbind(0)):
-            if t in reset_steps:
-                mask = starts[t].to(xproj.device)
-                state = tuple(
-                    torch.where(_expand_mask(mask, v), torch.zeros((), dtype=v.dtype), v)
-                    for v in state
-                )
-            y_t, state = step(x_t, state)
-            outputs.append(y_t)
-        return torch.stack(outputs, 0), state
+        return step_loop(step, xproj, state, starts, reset_where)
 
     def reset_state(self, state: State, mask: Tensor) -> State:
         """Replace the rows of ``state`` where ``mask [B]`` is true by the initial state."""
-        batch_size = mask.shape[0]
         device = state[0].device if state else mask.device
-        fresh = self.initial_state(batch_size, device)
-        return tuple(
-            torch.where(_expand_mask(mask, s), f.to(dtype=s.dtype), s)
-            for s, f in zip(state, fresh, strict=True)
-        )
+        return reset_where(state, mask, self.initial_state(mask.shape[0], device))
 
 
 def autocast_enabled(device_type: str) -> bool:
@@ -140,16 +127,66 @@ def autocast_enabled(device_type: str) -> bool:
 
 
 def _expand_mask(mask: Tensor, like: Tensor) -> Tensor:
-    """``mask [B]`` viewed so it broadcasts against ``like [B, ...]``."""
-    return mask.to(device=like.device).view(-1, *([1] * (like.dim() - 1)))
+    """``mask`` (``[B]`` or ``[T, B]``) viewed so it broadcasts against ``like`` (``[B, ...]`` or
+    ``[T, B, ...]``)."""
+    return mask.to(device=like.device).view(*mask.shape, *([1] * (like.dim() - mask.dim())))
 
 
-def reset_where(state: State, mask: Tensor, initial: State) -> State:
-    """Functional form of :meth:`MemoryCore.reset_state` for an explicit initial state."""
+def reset_where(state: State, mask: Tensor, initial: State | None = None) -> State:
+    """The episode reset, written once: rows where ``mask`` is true take the initial state.
+
+    Every core's step loop, every fused path and every kernel's reference resets through this
+    function (kernels apply the same rule inside their time loop, from the same ``starts``).
+
+    :param state: tensors ``[B, ...]`` (one step) or ``[T, B, ...]`` (whole sequences).
+    :param mask: bool ``[B]`` or ``[T, B]``, true where a row restarts.
+    :param initial: the initial state, broadcastable to ``state``'s tensors; ``None`` means
+        all zeros (a gradient flowing back into a reset row is zeroed the same way).
+    :return: the state with the masked rows replaced.
+    """
+    if initial is None:
+        return tuple(
+            torch.where(_expand_mask(mask, s), torch.zeros((), dtype=s.dtype), s) for s in state
+        )
     return tuple(
         torch.where(_expand_mask(mask, s), i.to(dtype=s.dtype, device=s.device), s)
         for s, i in zip(state, initial, strict=True)
     )
+
+
+def keep_mask(starts: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """``[T, B, 1]`` multipliers ``1 - starts`` (0 where a row restarts) for code that applies
+    :func:`reset_where`'s zero reset to whole-sequence buffers by a product; ``None`` without
+    starts."""
+    return None if starts is None else (~starts.bool()).to(dtype).unsqueeze(-1)
+
+
+def step_loop(
+    step: Callable[[Tensor, State], tuple[Tensor, State]],
+    inputs: Tensor,
+    state: State,
+    starts: Tensor | None,
+    reset: Callable[[State, Tensor], State],
+) -> tuple[Tensor, State]:
+    """The reference time loop: reset rows where ``starts``, then step, for every step.
+
+    :param step: ``(input_t [B, ...], state) -> (y_t [B, H], state)``.
+    :param inputs: ``[T, B, ...]`` per-step inputs (raw or already projected).
+    :param state: the state before step 0.
+    :param starts: optional ``[T, B]`` bool episode starts.
+    :param reset: ``(state, mask [B]) -> state``, e.g. :func:`reset_where` (zero initial state)
+        or :meth:`MemoryCore.reset_state`.
+    :return: ``y [T, B, H]`` and the state after step ``T``.
+    """
+    reset_steps = steps_with_starts(starts)
+    outputs = []
+    # unbind once: indexing inputs[t] inside the loop makes backward quadratic in T
+    for t, x_t in enumerate(inputs.unbind(0)):
+        if t in reset_steps:
+            state = reset(state, starts[t].to(inputs.device))
+        y_t, state = step(x_t, state)
+        outputs.append(y_t)
+    return torch.stack(outputs, 0), state
 
 
 def reset_uniform_(weight_ih: Tensor, weight_hh: Tensor, bias: Tensor) -> None:
@@ -182,6 +219,10 @@ def check_sequence(core: MemoryCore, x: Tensor, state: State, starts: Tensor | N
     if not isinstance(state, tuple):
         raise TypeError(f"state must be a tuple of tensors, got {type(state).__name__}")
     batch = x.shape[1]
+    if core.state_arity is not None and len(state) != core.state_arity:
+        raise ValueError(
+            f"{type(core).__name__} expects {core.state_arity} state tensors, got {len(state)}"
+        )
     for s in state:
         if s.shape[0] != batch:
             raise ValueError(

@@ -68,6 +68,8 @@ class GatedLSTM(BlockGatedCore):
     State: ``(h [B, H], c [B, H])``, both zero initially.
     """
 
+    state_arity = 2
+
     def __init__(
         self,
         input_size: int,
@@ -158,7 +160,7 @@ class GatedLSTM(BlockGatedCore):
     def _gate_input(self, h_prev: Tensor, detach: bool) -> Tensor:
         return h_prev.detach() if detach else h_prev
 
-    def _draw_detach(self, steps: int, device: torch.device) -> list[bool]:
+    def _draw_detach(self, steps: int) -> list[bool]:
         """One Bernoulli(p) draw per time step, shared by the batch, only while training."""
         if not (self.hdetach and self.training and self.p > 0.0):
             return [False] * steps
@@ -167,7 +169,7 @@ class GatedLSTM(BlockGatedCore):
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
         """Reference step: ``x_t [B, D]`` -> ``h [B, H]`` and ``(h, c)``."""
         h_prev, c_prev = state
-        detach = self._draw_detach(1, x_t.device)[0]
+        detach = self._draw_detach(1)[0]
         a = F.linear(x_t, self.weight_ih, self.bias) + F.linear(
             self._gate_input(h_prev, detach), self.weight_hh
         )
@@ -179,15 +181,14 @@ class GatedLSTM(BlockGatedCore):
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` and the final ``(h, c)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
-        detach = self._draw_detach(x.shape[0], x.device)
-        keep = None if starts is None else (~starts.bool()).to(x.dtype).unsqueeze(-1)  # [T,B,1]
+        detach = self._draw_detach(x.shape[0])
         # the fused function writes into preallocated buffers, which autocast's dtype changes
         # would break; under autocast the reference loop runs instead
         fused_ok = self.impl == "fused" and self.power == 0.0
         if fused_ok and not autocast_enabled(x.device.type):
             from cores._fused_lstm import fused_lstm
 
-            return fused_lstm(self, x, state, keep, detach)
+            return fused_lstm(self, x, state, starts, detach)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
         w_hh_t = self.weight_hh.t()
         draws = iter(detach)  # one h-detach draw per step, consumed in order

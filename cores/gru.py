@@ -48,6 +48,8 @@ class GatedGRU(BlockGatedCore):
     State: ``(h [B, H],)``, zero initially.
     """
 
+    state_arity = 1
+
     def __init__(
         self,
         input_size: int,

@@ -379,6 +379,13 @@ class LRUCore(MemoryCore):
         """The gradient mode in effect: ``self.grad`` in training, ``"eval"`` otherwise."""
         return self.grad if self.training else "eval"
 
+    has_step = False  # whole sequences only: acting calls forward with T = 1
+
+    @property
+    def state_arity(self) -> int:  # type: ignore[override]
+        """One state tensor per block."""
+        return len(self.blocks)
+
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """One zero ``[B, N, 2]`` tensor (real/imaginary parts) per layer."""
         dtype = self.encoder.weight.dtype
@@ -393,8 +400,6 @@ class LRUCore(MemoryCore):
     ) -> tuple[Tensor, State]:
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step T."""
         check_sequence(self, x, state, starts)
-        if len(state) != len(self.blocks):
-            raise ValueError(f"LRUCore expects {len(self.blocks)} state tensors, got {len(state)}")
         if x.shape[0] == 1 and not torch.is_grad_enabled():
             return self._act(x, state, starts)
         keep = None if starts is None else (~starts.bool()).to(x.dtype)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from cores.base import MemoryCore, State, check_sequence
+from cores.base import MemoryCore, State, check_sequence, keep_mask
 from cores.scan import METHODS, scan_adjoint, scan_values
 
 
@@ -207,6 +207,11 @@ class _MinRNN(MemoryCore):
         )
         self.norms = nn.ModuleList(nn.LayerNorm(hidden_size) for _ in range(layers - 1))
 
+    @property
+    def state_arity(self) -> int:  # type: ignore[override]
+        """One state tensor per cell."""
+        return len(self.cells)
+
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """One zero ``[B, H]`` tensor per layer."""
         return self.zero_state(batch_size, device, self.cells[0].proj.weight, len(self.cells))
@@ -222,11 +227,9 @@ class _MinRNN(MemoryCore):
     ) -> tuple[Tensor, State]:
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the per-layer ``[B, H]`` states."""
         check_sequence(self, x, state, starts)
-        if len(state) != len(self.cells):
-            raise ValueError(f"{type(self).__name__} expects {len(self.cells)} state tensors")
         keep = None
         if starts is not None and bool(starts.any()):
-            keep = (~starts.bool()).to(x.dtype).unsqueeze(-1)  # [T, B, 1]
+            keep = keep_mask(starts, x.dtype)  # [T, B, 1]
         y, new_state = x, []
         for i, (cell, h0) in enumerate(zip(self.cells, state, strict=True)):
             k = cell.proj(self._layer_input(i, y))  # [T, B, G*H]

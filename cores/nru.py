@@ -138,19 +138,12 @@ class NRU(MemoryCore):
         """``x [T, B, D]`` -> ``y [T, B, H]`` and ``(h, m)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, H], one matmul for all steps
-        keeps = (
-            [None] * x.shape[0]
-            if starts is None
-            else (~starts.bool()).to(x.dtype).unsqueeze(-1).unbind(0)
-        )
-        h, m = state
-        outputs = []
-        for a_x, keep in zip(xproj.unbind(0), keeps, strict=True):
-            if keep is not None:  # reset rows to the zero initial state
-                h, m = h * keep, m * keep
-            h, m = self.cell(a_x, h, m)
-            outputs.append(h)
-        return torch.stack(outputs, 0), (h, m)
+
+        def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:
+            h, m = self.cell(a_x, *s)
+            return h, (h, m)
+
+        return self.scan_zero_reset(xproj, state, starts, step)
 
     def extra_repr(self) -> str:
         return (

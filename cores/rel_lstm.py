@@ -66,7 +66,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores import fast_tanh
-from cores.base import MemoryCore, State, autocast_enabled, check_sequence, steps_with_starts
+from cores.base import (
+    MemoryCore,
+    State,
+    autocast_enabled,
+    check_sequence,
+    reset_where,
+    steps_with_starts,
+)
 
 ON_FULL = ("drop", "error")
 
@@ -525,8 +532,7 @@ class MemLSTM(_AttentiveLSTM):
         for t, xp_t in enumerate(xp.unbind(0)):
             if t in reset_steps:
                 mask = starts[t].to(h.device)
-                c = torch.where(mask.unsqueeze(1), torch.zeros_like(c), c)
-                s = torch.where(mask.unsqueeze(1), torch.zeros_like(s), s)
+                c, s = reset_where((c, s), mask)
                 first = torch.where(mask, values.shape[1], first)
             h, c = self._lstm(xp_t, s, c)
             values = torch.cat([values, h.unsqueeze(1)], dim=1)

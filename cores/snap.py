@@ -277,6 +277,13 @@ class _BlockStack(MemoryCore):
         """The gradient mode in effect: ``self.grad`` in training, ``"eval"`` otherwise."""
         return self.grad if self.training else "eval"
 
+    has_step = False  # whole sequences only: acting calls forward with T = 1
+
+    @property
+    def state_arity(self) -> int:  # type: ignore[override]
+        """One state tensor per block."""
+        return len(self.blocks)
+
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """One zero ``[B, N]`` tensor per layer."""
         w = self.encoder.weight
@@ -291,10 +298,6 @@ class _BlockStack(MemoryCore):
     ) -> tuple[Tensor, State]:
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step T."""
         check_sequence(self, x, state, starts)
-        if len(state) != len(self.blocks):
-            raise ValueError(
-                f"{type(self).__name__} expects {len(self.blocks)} state tensors, got {len(state)}"
-            )
         keep = None if starts is None else (~starts.bool()).to(x.dtype)
         z = self.encoder(x)
         new_state = []

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cores.base import MemoryCore, State, check_sequence, steps_with_starts
+from cores.base import MemoryCore, State, check_sequence, reset_where, step_loop
 
 _EPS = 1e-6  # floor of the sLSTM normaliser: n is 0 only when every i' underflowed
 
@@ -68,6 +68,8 @@ class SLSTM(MemoryCore):
     :param heads: recurrent blocks (``hidden_size / heads`` units each); default: the largest
         of 4, 2, 1 dividing ``hidden_size``.
     """
+
+    state_arity = 4
 
     def __init__(self, input_size: int, hidden_size: int, *, heads: int | None = None) -> None:
         super().__init__(input_size, hidden_size)
@@ -106,14 +108,7 @@ class SLSTM(MemoryCore):
         steps, the recurrence step by step (its gates read ``h_{t-1}``)."""
         check_sequence(self, x, state, starts)
         pre = self.input(x).view(x.shape[0], x.shape[1], 4, -1)  # [T, B, 4, H]
-        reset_steps = steps_with_starts(starts)
-        outputs = []
-        for t, pre_t in enumerate(pre.unbind(0)):
-            if t in reset_steps:
-                state = self.reset_state(state, starts[t])
-            y_t, state = self._cell(pre_t, state)
-            outputs.append(y_t)
-        return torch.stack(outputs, 0), state
+        return step_loop(self._cell, pre, state, starts, reset_where)  # zero initial state
 
 
 class MLSTM(MemoryCore):

@@ -87,6 +87,18 @@ def read_mnist(data_dir: str | Path) -> ArrayDataset:
 
     Returns 784-step sequences of one pixel scaled to 0..1, in row-major order.
     """
+    paths = mnist_paths(data_dir)
+    x_train = read_idx(paths["train_images"]).reshape(-1, 784, 1).astype(np.float32) / 255.0
+    x_test = read_idx(paths["test_images"]).reshape(-1, 784, 1).astype(np.float32) / 255.0
+    y_train = read_idx(paths["train_labels"]).astype(np.int64)
+    y_test = read_idx(paths["test_labels"]).astype(np.int64)
+    _check_lengths("MNIST", x_train, y_train, x_test, y_test)
+    return ArrayDataset(x_train, y_train, x_test, y_test, n_classes=10)
+
+
+def mnist_paths(data_dir: str | Path) -> dict[str, Path]:
+    """The four MNIST idx files under ``data_dir`` (checked, not read), keyed as
+    :data:`MNIST_FILES`. :raises DatasetMissingError: one is missing."""
     root = _find_root(data_dir, ("", "mnist", "MNIST", "MNIST/raw"), MNIST_FILES["train_images"])
     paths = {}
     for key, name in MNIST_FILES.items():
@@ -98,12 +110,7 @@ def read_mnist(data_dir: str | Path) -> ArrayDataset:
                 f"(or data_dir/mnist); get them from {MNIST_URL}"
             )
         paths[key] = path
-    x_train = read_idx(paths["train_images"]).reshape(-1, 784, 1).astype(np.float32) / 255.0
-    x_test = read_idx(paths["test_images"]).reshape(-1, 784, 1).astype(np.float32) / 255.0
-    y_train = read_idx(paths["train_labels"]).astype(np.int64)
-    y_test = read_idx(paths["test_labels"]).astype(np.int64)
-    _check_lengths("MNIST", x_train, y_train, x_test, y_test)
-    return ArrayDataset(x_train, y_train, x_test, y_test, n_classes=10)
+    return paths
 
 
 def _idx_path(root: Path, name: str) -> Path | None:
@@ -139,21 +146,27 @@ def read_cifar10(data_dir: str | Path) -> ArrayDataset:
     Looks for ``data_batch_1..5`` and ``test_batch`` in ``data_dir`` or
     ``data_dir/cifar-10-batches-py``. Pixels are read row by row, the 3 channels per step.
     """
-    root = _find_root(data_dir, ("", CIFAR_FOLDER), CIFAR_TEST_FILE)
-    names = (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE)
-    missing = [n for n in names if root is None or not (root / n).is_file()]
-    if missing:
-        raise DatasetMissingError(
-            f"CIFAR-10 file(s) {', '.join(missing)} not found under {data_dir}; expected "
-            f"{', '.join(names)} in data_dir or data_dir/{CIFAR_FOLDER}; get {CIFAR_URL}"
-        )
-    assert root is not None
+    root = cifar10_root(data_dir)
     train = [_cifar_batch(root / n) for n in CIFAR_TRAIN_FILES]
     x_test, y_test = _cifar_batch(root / CIFAR_TEST_FILE)
     x_train = np.concatenate([x for x, _ in train])
     y_train = np.concatenate([y for _, y in train])
     _check_lengths("CIFAR-10", x_train, y_train, x_test, y_test)
     return ArrayDataset(x_train, y_train, x_test, y_test, n_classes=10)
+
+
+def cifar10_root(data_dir: str | Path) -> Path:
+    """The folder under ``data_dir`` that holds every CIFAR-10 batch file (checked, not read).
+    :raises DatasetMissingError: a file is missing."""
+    root = _find_root(data_dir, ("", CIFAR_FOLDER), CIFAR_TEST_FILE)
+    names = (*CIFAR_TRAIN_FILES, CIFAR_TEST_FILE)
+    missing = [n for n in names if root is None or not (root / n).is_file()]
+    if missing or root is None:
+        raise DatasetMissingError(
+            f"CIFAR-10 file(s) {', '.join(missing)} not found under {data_dir}; expected "
+            f"{', '.join(names)} in data_dir or data_dir/{CIFAR_FOLDER}; get {CIFAR_URL}"
+        )
+    return root
 
 
 def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -188,22 +201,7 @@ def read_har(data_dir: str | Path, binary: bool = False, normalize: bool = True)
         walking upstairs} -> 0, {standing, walking, walking downstairs} -> 1.
     :param normalize: per-channel zero mean / unit variance with the training split's stats.
     """
-    root = _find_root(data_dir, ("", HAR_FOLDER), "train")
-    expected = [
-        f"{split}/Inertial Signals/{sig}_{split}.txt"
-        for split in ("train", "test")
-        for sig in HAR_SIGNALS
-    ] + [f"{split}/y_{split}.txt" for split in ("train", "test")]
-    missing = [e for e in expected if root is None or not (root / e).is_file()]
-    if missing:
-        raise DatasetMissingError(
-            f"UCI HAR file(s) missing under {data_dir} (looked in data_dir and "
-            f"data_dir/{HAR_FOLDER}): {', '.join(missing[:3])}"
-            f"{' ...' if len(missing) > 3 else ''}; expected {{train,test}}/Inertial Signals/"
-            f"{{{','.join(HAR_SIGNALS)}}}_{{train,test}}.txt and "
-            f"{{train,test}}/y_{{train,test}}.txt; get them from {HAR_URL}"
-        )
-    assert root is not None
+    root = har_root(data_dir)
     splits = {}
     for split in ("train", "test"):
         paths = [root / split / "Inertial Signals" / f"{sig}_{split}.txt" for sig in HAR_SIGNALS]
@@ -234,6 +232,27 @@ def read_har(data_dir: str | Path, binary: bool = False, normalize: bool = True)
     return ArrayDataset(
         x_train.astype(np.float32), y_train, x_test.astype(np.float32), y_test, n_classes
     )
+
+
+def har_root(data_dir: str | Path) -> Path:
+    """The folder under ``data_dir`` that holds every UCI HAR file (checked, not read).
+    :raises DatasetMissingError: a file is missing."""
+    root = _find_root(data_dir, ("", HAR_FOLDER), "train")
+    expected = [
+        f"{split}/Inertial Signals/{sig}_{split}.txt"
+        for split in ("train", "test")
+        for sig in HAR_SIGNALS
+    ] + [f"{split}/y_{split}.txt" for split in ("train", "test")]
+    missing = [e for e in expected if root is None or not (root / e).is_file()]
+    if missing or root is None:
+        raise DatasetMissingError(
+            f"UCI HAR file(s) missing under {data_dir} (looked in data_dir and "
+            f"data_dir/{HAR_FOLDER}): {', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''}; expected {{train,test}}/Inertial Signals/"
+            f"{{{','.join(HAR_SIGNALS)}}}_{{train,test}}.txt and "
+            f"{{train,test}}/y_{{train,test}}.txt; get them from {HAR_URL}"
+        )
+    return root
 
 
 # --------------------------------------------------------------------------- helpers

@@ -70,6 +70,7 @@ from __future__ import annotations
 from typing import Any
 
 from minigrid.core.actions import Actions
+from minigrid.core.constants import DIR_TO_VEC
 from minigrid.core.grid import Grid
 from minigrid.core.mission import MissionSpace
 from minigrid.core.world_object import Ball, Goal
@@ -82,6 +83,9 @@ MISSION = "remember the cue object and go to the matching one"
 """Mission string (names no colour)."""
 
 PHASE_CUE, PHASE_DISTRACTOR, PHASE_REWARD = 1, 2, 3
+
+_DIRS: tuple[tuple[int, int], ...] = tuple((int(dx), int(dy)) for dx, dy in DIR_TO_VEC)
+"""(dx, dy) of one step forward for each MiniGrid heading 0..3 (right, down, left, up)."""
 
 REWARD_LAYOUTS: tuple[str, ...] = ("row", "adjacent", "random")
 """Phase-3 layouts: the balls in a row facing the agent, on the cells beside and in front of
@@ -219,7 +223,7 @@ class VisualMatchEnv(MiniGridEnv):
             # Agent on a random cell and heading with the cue cell (cue_distance ahead) inside.
             while True:
                 (ax, ay), d = self._random_cells(1)[0], int(self.np_random.integers(4))
-                dx, dy = ((1, 0), (0, 1), (-1, 0), (0, -1))[d]
+                dx, dy = _DIRS[d]
                 bx, by = ax + self.cue_distance * dx, ay + self.cue_distance * dy
                 if 1 <= bx < self.room_size - 1 and 1 <= by < self.room_size - 1:
                     break
@@ -374,9 +378,6 @@ class VisualMatchEnv(MiniGridEnv):
         return obs, reward, terminated, truncated, info
 
 
-_DIRS = ((1, 0), (0, 1), (-1, 0), (0, -1))
-
-
 def _all_reachable(grid: Grid, start: tuple[int, int], targets: list[tuple[int, int]]) -> bool:
     """True if every target cell is next to a free cell reachable from ``start``."""
     seen = {tuple(start)}
@@ -389,40 +390,6 @@ def _all_reachable(grid: Grid, start: tuple[int, int], targets: list[tuple[int, 
                 seen.add(c)
                 stack.append(c)
     return all(any((x + dx, y + dy) in seen for dx, dy in _DIRS) for x, y in targets)
-
-
-def plan_to_face(
-    grid: Grid, pos: tuple[int, int], direction: int, target: tuple[int, int]
-) -> list[int] | None:
-    """Shortest list of left/right/forward actions after which the agent faces ``target``.
-
-    Breadth-first search over (x, y, direction); the agent may enter empty cells and cells it
-    can overlap (apples); every other object blocks. Used by oracle policies in tests and
-    benchmarks (privileged: it reads the grid). Returns None if ``target`` cannot be faced.
-    """
-    from collections import deque
-
-    start = (int(pos[0]), int(pos[1]), int(direction))
-    parent: dict[tuple[int, int, int], tuple[tuple[int, int, int], int] | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        x, y, d = state = queue.popleft()
-        if (x + _DIRS[d][0], y + _DIRS[d][1]) == tuple(target):
-            actions: list[int] = []
-            while parent[state] is not None:
-                state, a = parent[state]  # type: ignore[misc]
-                actions.append(a)
-            return actions[::-1]
-        fx, fy = x + _DIRS[d][0], y + _DIRS[d][1]
-        nxt = [((x, y, (d - 1) % 4), int(Actions.left)), ((x, y, (d + 1) % 4), int(Actions.right))]
-        cell = grid.get(fx, fy) if 0 <= fx < grid.width and 0 <= fy < grid.height else Ball()
-        if cell is None or cell.can_overlap():
-            nxt.append(((fx, fy, d), int(Actions.forward)))
-        for s, a in nxt:
-            if s not in parent:
-                parent[s] = (state, a)
-                queue.append(s)
-    return None
 
 
 class PassiveVisualMatchEnv(VisualMatchEnv):

@@ -415,6 +415,9 @@ class TaskSpec:
     factory: Callable[..., SequenceTask]
     description: str
     needs_data: bool = field(default=False)
+    check_data: Callable[[str], object] | None = None
+    """Checks that the files in ``data_dir`` are there without reading them (raises
+    :class:`datasets.DatasetMissingError`), so a config is refused before a run starts."""
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -435,15 +438,29 @@ TASKS: dict[str, TaskSpec] = {
     ),
     "digits": TaskSpec(_digits, "scikit-learn 8x8 digits as 64-step pixel sequences (bundled)"),
     "pdigits": TaskSpec(_pdigits, "digits with a fixed random permutation of the 64 pixels"),
-    "smnist": TaskSpec(_smnist, "sequential MNIST, 784 steps (idx files in data_dir)", True),
+    "smnist": TaskSpec(
+        _smnist,
+        "sequential MNIST, 784 steps (idx files in data_dir)",
+        True,
+        datasets.mnist_paths,
+    ),
     "psmnist": TaskSpec(
-        _psmnist, "MNIST with the bit-reversal pixel permutation (idx files in data_dir)", True
+        _psmnist,
+        "MNIST with the bit-reversal pixel permutation (idx files in data_dir)",
+        True,
+        datasets.mnist_paths,
     ),
     "scifar": TaskSpec(
-        _scifar, "sequential CIFAR-10, 1024 RGB steps (python batches in data_dir)", True
+        _scifar,
+        "sequential CIFAR-10, 1024 RGB steps (python batches in data_dir)",
+        True,
+        datasets.cifar10_root,
     ),
     "har": TaskSpec(
-        _har, "UCI HAR inertial signals, 9 x 128, 6 classes (binary=true: HAR-2)", True
+        _har,
+        "UCI HAR inertial signals, 9 x 128, 6 classes (binary=true: HAR-2)",
+        True,
+        datasets.har_root,
     ),
 }
 
@@ -469,6 +486,16 @@ def check_task_options(name: str, options: dict[str, Any]) -> None:
                 f"unknown option {key!r} for task {name!r}; valid options: "
                 f"{', '.join(sorted(allowed)) or '(none)'}"
             )
+
+
+def check_task_data(name: str, options: dict[str, Any]) -> None:
+    """For a task that reads files: check they are in its ``data_dir`` (not read here).
+
+    :raises datasets.DatasetMissingError: a file is missing; the message names it.
+    """
+    check = TASKS[name].check_data if name in TASKS else None
+    if check is not None:
+        check(str(options.get("data_dir", task_options(name).get("data_dir"))))
 
 
 def make_task(name: str, **options: Any) -> SequenceTask:

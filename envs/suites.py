@@ -118,6 +118,14 @@ def _wfc_available() -> bool:
     return (Path(minigrid.__file__).parent / "envs" / "wfc" / "patterns").is_dir()
 
 
+def unavailable_reason(env_id: str) -> str | None:
+    """Why a registered env cannot be built on this install (``memcores list envs`` marks
+    it), or ``None``. Unknown ids are :func:`envs.make_env`'s to report."""
+    if env_id.startswith("MiniGrid-") and "WFC" in env_id and not _wfc_available():
+        return "minigrid's WFC pattern files are not installed"
+    return None
+
+
 def list_envs() -> list[tuple[str, str]]:
     """``(env_id, one-line description)`` of every env :func:`envs.make_env` accepts.
 
@@ -136,7 +144,6 @@ def list_envs() -> list[tuple[str, str]]:
         return f" [suite: {', '.join(in_suite[env_id])}]" if env_id in in_suite else ""
 
     rows = [(i, _memory_match_description(i) + mark(i)) for i in envs.MEMORY_MATCH_IDS]
-    wfc_ok = _wfc_available()
     n_babyai = 0
     for env_id in supported_env_ids():
         if env_id.startswith("BabyAI-"):
@@ -148,8 +155,9 @@ def list_envs() -> list[tuple[str, str]]:
         cls = str(spec.entry_point).rsplit(":", 1)[-1]
         opts = ", ".join(f"{k}={v}" for k, v in spec.kwargs.items())
         text = f"MiniGrid {cls}" + (f" ({opts})" if opts else "")
-        if "WFC" in env_id and not wfc_ok:
-            text += " - unavailable: minigrid's WFC pattern files are not installed"
+        why = unavailable_reason(env_id)
+        if why:
+            text += f" - unavailable: {why}"
         rows.append((env_id, text + mark(env_id)))
     rows.append(("BabyAI-*", f"{n_babyai} BabyAI levels (MiniGrid API; make_env accepts them)"))
     rows += [(i, describe_popgym(i) + mark(i)) for i in POPGYM_IDS]

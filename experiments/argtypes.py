@@ -26,9 +26,16 @@ def positive_int(text: str) -> int:
     return int(_number(text, int, 1, strict=False))
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (seeds)."""
-    return int(_number(text, int, 0, strict=False))
+MAX_SEED = 2**32 - 1
+"""Largest seed: NumPy's global generator takes seeds below ``2**32`` (``train.seed`` too)."""
+
+
+def seed(text: str) -> int:
+    """A seed: an integer in ``0..MAX_SEED``."""
+    value = int(_number(text, int, 0, strict=False))
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {text}")
+    return value
 
 
 def positive_float(text: str) -> float:

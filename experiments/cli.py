@@ -72,7 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError:  # a command that passes its arguments on (nargs=REMAINDER) as they are
         args = parser.parse_args(rest)
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # The reader of our output left (`memcores list envs | head -2`): a normal end.
+        # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except BAD_INPUT as err:
         # Bad input gets one line, not a traceback; any other exception is a bug and keeps it.
         if debug:
@@ -102,14 +109,25 @@ def _debug_hint(err: BaseException) -> str:
     return " (memcores --debug shows the traceback)"
 
 
+MESSAGE_LIMIT = 600
+"""Most characters of an error message that are printed. memcores' own messages cut the
+values they echo; a library's message may hold a whole value (gymnasium echoes every
+constructor option of an env)."""
+
+
 def one_line(err: BaseException) -> str:
-    """The message of ``err`` on one line; an ``OSError`` as ``strerror: filename``."""
+    """The message of ``err`` on one line, cut to :data:`MESSAGE_LIMIT` characters; an
+    ``OSError`` as ``strerror: filename``."""
     text = str(err)
     if isinstance(err, OSError) and err.filename and err.strerror:  # not "[Errno 13] ..."
         text = f"{err.strerror}: {err.filename}"
     if not text:
         text = type(err).__name__
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    if len(text) > MESSAGE_LIMIT:
+        cut = len(text) - MESSAGE_LIMIT
+        text = f"{text[:MESSAGE_LIMIT]}... ({cut:,} more characters cut)"
+    return text
 
 
 if __name__ == "__main__":

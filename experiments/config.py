@@ -14,6 +14,8 @@ the component that consumes them validates them (e.g. :func:`cores.make_core`).
 from __future__ import annotations
 
 import dataclasses
+import reprlib
+import sys
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -29,6 +31,102 @@ class ConfigError(ValueError):
     """A config key or value is wrong; the message names it and the valid choices."""
 
 
+MAX_YAML_VALUES = 10_000
+"""Most values (scalars, lists and mappings, each alias counted as the values it stands for)
+that one YAML document may expand to; a config holds a few hundred. A few hundred bytes of
+nested aliases (a "billion laughs" document) would otherwise expand to gigabytes."""
+
+ECHO_LIMIT = 200
+"""Most characters of a value that an error message shows."""
+
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel, _ECHO.maxdict, _ECHO.maxlist, _ECHO.maxtuple = 3, 8, 8, 8
+_ECHO.maxstring, _ECHO.maxother, _ECHO.maxlong = 80, 80, 80
+
+
+def shorten(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to :data:`ECHO_LIMIT` characters (``...``
+    marks a cut): a message must stay one readable line whatever the user wrote."""
+    text = _ECHO.repr(value)
+    return text if len(text) <= ECHO_LIMIT else text[: ECHO_LIMIT - 3] + "..."
+
+
+class _Refused(yaml.YAMLError):
+    """A YAML document that parses but that a config must not be: duplicate keys, aliases
+    that expand beyond :data:`MAX_YAML_VALUES`."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None) -> None:
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (the
+    last one would silently win), and so is a document whose aliases expand to more than
+    :data:`MAX_YAML_VALUES` values."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expanded_size(node)
+        return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # `<<: *base` merges may repeat keys on purpose
+            key = self.construct_object(key_node)
+            if key in first:
+                raise _Refused(
+                    f"duplicate key {shorten(key)} (first given on line "
+                    f"{first[key].line + 1}); give each key once",
+                    key_node.start_mark,
+                )
+            first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Raise :class:`_Refused` when ``root``'s aliases make it expand to more than
+    :data:`MAX_YAML_VALUES` values. An alias is the same node object as its anchor, so sizes
+    are memoised by node: the check costs one visit per node of the text, not of the expansion.
+    """
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise _Refused("a YAML alias refers to a value that contains it", node.start_mark)
+        open_.add(key)
+        if isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        else:
+            total = 1
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    # Without aliases the size is bounded by the text itself; with them it can be 10**9.
+    if size(root) > MAX_YAML_VALUES and size(root) > len(sizes):
+        raise _Refused(
+            f"its aliases expand to more than {MAX_YAML_VALUES:,} values; write the values "
+            "out instead",
+            root.start_mark,
+        )
+
+
+def parse_yaml(text: str) -> Any:
+    """``text`` parsed by :class:`ConfigLoader` (safe types only, no duplicate keys, no
+    alias bombs). :raises yaml.YAMLError: malformed or refused."""
+    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506  (ConfigLoader is a SafeLoader)
+
+
 def load_config(
     schema: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()
 ) -> T:
@@ -37,6 +135,8 @@ def load_config(
     :param schema: a dataclass type whose fields may themselves be dataclasses.
     :param path: YAML file; ``None`` starts from the schema's defaults.
     :param overrides: strings ``dotted.key=value``; values are parsed as YAML scalars/lists.
+        A schema with a ``migrate(raw) -> (raw, notes)`` attribute has the keys of earlier
+        releases renamed, each note printed on stderr as one line.
     :raises ConfigError: unknown key, wrong type, value outside the allowed choices, missing
         or malformed file.
     """
@@ -47,6 +147,11 @@ def load_config(
     for item in overrides:
         key, value = parse_override(item)
         set_dotted(raw, key, value)
+    migrate = getattr(schema, "migrate", None)  # keys of earlier releases, renamed
+    if callable(migrate):
+        raw, notes = migrate(raw)
+        for note in notes:
+            print(f"memcores: {note}", file=sys.stderr)
     return build(schema, raw, prefix="")
 
 
@@ -63,7 +168,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = parse_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not a text (UTF-8 YAML) file") from None
     except OSError as err:
@@ -72,7 +177,8 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
         where = getattr(err, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
         problem = getattr(err, "problem", None) or "malformed"
-        raise ConfigError(f"config file {path} is not valid YAML{at}: {problem}") from err
+        what = "is refused" if isinstance(err, _Refused) else "is not valid YAML"
+        raise ConfigError(f"config file {path} {what}{at}: {problem}") from None
     if data is None:
         raise ConfigError(
             f"config file {path} is empty; write the keys to change (e.g. `core: {{name: lstm}}`)"
@@ -86,9 +192,11 @@ def parse_override(item: str) -> tuple[str, Any]:
     """``"agent.seq_len=64"`` -> ``("agent.seq_len", 64)``."""
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"override {item!r} must look like key.subkey=value")
+        raise ConfigError(f"override {shorten(item)} must look like key.subkey=value")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = parse_yaml(text) if text.strip() else ""
+    except _Refused as err:
+        raise ConfigError(f"override {key.strip()!r}: {err.problem}") from None
     except yaml.YAMLError:
         value = text
     return key.strip(), value
@@ -110,7 +218,7 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
 def build(schema: type[T], raw: Mapping[str, Any], prefix: str) -> T:
     """Recursively build dataclass ``schema`` from a mapping, validating every key and value."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {raw!r}")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'} must be a mapping, got {shorten(raw)}")
     hints = typing.get_type_hints(schema)
     fields = {f.name: f for f in dataclasses.fields(schema) if f.init}
     extras_field = getattr(schema, "__extras__", None)
@@ -124,7 +232,8 @@ def build(schema: type[T], raw: Mapping[str, Any], prefix: str) -> T:
                 continue
             section = f" in {prefix.rstrip('.')!r}" if prefix else ""
             raise ConfigError(
-                f"unknown config key {where!r}; valid keys{section}: {', '.join(sorted(fields))}"
+                f"unknown config key {shorten(where)}; valid keys{section}: "
+                f"{', '.join(sorted(fields))}"
             )
         kwargs[key] = coerce(value, hints[key], where)
     if extras_field:
@@ -169,7 +278,8 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(
-                f"invalid value {value!r} for {where!r}; allowed: {', '.join(map(repr, args))}"
+                f"invalid value {shorten(value)} for {where!r}; allowed: "
+                f"{', '.join(map(repr, args))}"
             )
         return value
     if origin in (typing.Union, types.UnionType):
@@ -184,30 +294,30 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(
-            errors[0] if len(errors) == 1 else f"invalid value {value!r} for {where!r}"
+            errors[0] if len(errors) == 1 else f"invalid value {shorten(value)} for {where!r}"
         )
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where!r} must be a list, got {value!r}")
+            raise ConfigError(f"{where!r} must be a list, got {shorten(value)}")
         item = args[0] if args else Any
         return [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict or hint is dict:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where!r} must be a mapping, got {value!r}")
+            raise ConfigError(f"{where!r} must be a mapping, got {shorten(value)}")
         return dict(value)
     if hint is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where!r} must be true or false, got {value!r}")
+        raise ConfigError(f"{where!r} must be true or false, got {shorten(value)}")
     if hint is int:
         if isinstance(value, bool):
-            raise ConfigError(f"{where!r} must be an integer, got {value!r}")
+            raise ConfigError(f"{where!r} must be an integer, got {shorten(value)}")
         if isinstance(value, int):
             return value
         try:
@@ -216,17 +326,17 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
             as_float = None
         if as_float is not None and as_float.is_integer():
             return int(as_float)
-        raise ConfigError(f"{where!r} must be an integer, got {value!r}")
+        raise ConfigError(f"{where!r} must be an integer, got {shorten(value)}")
     if hint is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where!r} must be a number, got {value!r}")
+            raise ConfigError(f"{where!r} must be a number, got {shorten(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where!r} must be a number, got {value!r}") from None
+            raise ConfigError(f"{where!r} must be a number, got {shorten(value)}") from None
     if hint is str:
         if isinstance(value, (dict, list)) or value is None:
-            raise ConfigError(f"{where!r} must be a string, got {value!r}")
+            raise ConfigError(f"{where!r} must be a string, got {shorten(value)}")
         return str(value)
     return value
 

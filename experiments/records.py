@@ -103,13 +103,27 @@ def get_dotted(tree: dict[str, Any], key: str, default: Any = None) -> Any:
     return node
 
 
+def open_csv_text(path: Path) -> io.StringIO:
+    """The text of a CSV file, ready for :mod:`csv` (newlines kept as written).
+
+    :raises ValueError: the file is not UTF-8 text; the message names it (a bare codec error
+        would not say which of a sweep's files is broken).
+    """
+    try:
+        return io.StringIO(path.read_bytes().decode("utf-8"), newline="")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path} is not a UTF-8 text CSV file ({err.reason} at byte {err.start})"
+        ) from None
+
+
 def read_rows(path: Path) -> list[dict[str, float]]:
     """Rows of a ``progress.csv``/``curve.csv`` as ``{column: value}``; empty, non-numeric and
     non-finite cells are left out. A step logged twice (a resumed run) keeps its later row."""
     if not path.is_file():
         return []
     by_step: dict[float, dict[str, float]] = {}
-    with path.open(newline="") as handle:
+    with open_csv_text(path) as handle:
         for row in csv.DictReader(handle):
             values: dict[str, float] = {}
             for key, text in row.items():

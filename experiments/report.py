@@ -30,6 +30,7 @@ from experiments.records import (
     Run,
     find_runs,
     get_dotted,
+    open_csv_text,
     read_config,
     read_record,
 )
@@ -324,7 +325,7 @@ def result_tables(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInfo, Path
         if trial.status != "ok":
             continue
         for path in result_csvs(trial):
-            with path.open(newline="") as handle:
+            with open_csv_text(path) as handle:
                 rows = list(csv.DictReader(handle))
             if rows:
                 yield trial, path, rows

@@ -101,7 +101,9 @@ def trial_name(assignment: dict[str, str]) -> str:
     last = [k.rsplit(".", 1)[-1] for k in assignment]
     parts = []
     for key, short in zip(assignment, last, strict=True):
-        value = re.sub(r"[^\w.+-]+", "-", str(assignment[key])).strip("-") or "_"
+        text = str(assignment[key])
+        value = re.sub(r"[^\w.+-]+", "-", text).strip("-")
+        value = ("-" if text.startswith("-") else "") + value or "_"  # -1 stays -1, not 1
         parts.append(f"{short if last.count(short) == 1 else key}={value}")
     return ",".join(parts) or "trial"
 

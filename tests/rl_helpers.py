@@ -6,7 +6,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
+from agents.policy import RecurrentActorCritic
+from agents.ppo import replay_chunks
 from agents.rl_config import RLConfig
+from agents.rollout import ChunkBatch
 from experiments.config import load_config
 
 TINY = [
@@ -77,3 +82,9 @@ def documented_grid(config: str | Path) -> list[tuple[str, list[str]]]:
     """The ``--grid KEY=v1,v2`` options of the sweep command in a config's header comment."""
     header = Path(config).read_text().split("\nenv:")[0]
     return [(k, v.split(",")) for k, v in re.findall(r"--grid ([\w.]+)=(\S+)", header)]
+
+
+def evaluate_chunks(policy: RecurrentActorCritic, mb: ChunkBatch) -> tuple[Tensor, Tensor, Tensor]:
+    """Replay chunks with ONE core call: log-probs, entropy and values, each ``[L, M]``."""
+    logprobs, entropy, values, _ = replay_chunks(policy, mb)
+    return logprobs, entropy, values

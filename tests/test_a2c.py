@@ -15,11 +15,12 @@ from gymnasium import spaces
 from rl_helpers import tiny_config
 from stable_baselines3.common.buffers import RolloutBuffer as SB3RolloutBuffer
 
+from agents.episodes import EpisodeStats
 from agents.policy import log_prob_entropy
 from agents.ppo import make_optimizer, update
 from agents.rl_config import ALGO_DEFAULTS, RLConfig, algo_switch_overrides
-from agents.rl_trainer import EpisodeStats, collect_rollout, obs_shapes, setup, start_rollouts
-from agents.rollout import RolloutBuffer
+from agents.rl_trainer import setup
+from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from experiments.cli import main
 from experiments.config import ConfigError, load_config
 

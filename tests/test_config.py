@@ -101,3 +101,59 @@ def test_dump_round_trips(tmp_path):
     path = tmp_path / "saved.yaml"
     path.write_text(dump_yaml(cfg))
     assert load_config(Schema, path) == cfg
+
+
+def test_a_key_given_twice_is_an_error_naming_it_and_both_lines(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("core:\n  name: lstm\n  hidden_size: 8\n  name: ur_lstm\n")
+    with pytest.raises(ConfigError, match=r"line 4.*duplicate key 'name' \(first given on line 2"):
+        load_config(Schema, path)
+    merged = tmp_path / "merged.yaml"  # a `<<:` merge may repeat a key on purpose
+    merged.write_text("base: &b {name: lstm, hidden_size: 8}\ncore:\n  <<: *b\n  name: gru\n")
+    with pytest.raises(ConfigError, match="unknown config key 'base'"):  # the merge is fine
+        load_config(Schema, merged)
+
+
+def test_an_alias_bomb_is_refused_fast_with_a_short_message(tmp_path):
+    lines = ["core:", "  name: lstm", "  a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")  # under 600 bytes; 10**9 values expanded
+    with pytest.raises(ConfigError) as caught:
+        load_config(Schema, path)
+    message = str(caught.value)
+    assert "aliases expand to more than 10,000 values" in message and len(message) < 300
+    with pytest.raises(ConfigError, match="aliases expand"):  # the same on the command line
+        load_config(
+            Schema,
+            None,
+            [
+                "core.x=[&a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "
+                + ", ".join(["&b [" + ", ".join(["*a"] * 10) + "]"] + ["*b"] * 200)
+                + "]"
+            ],
+        )
+
+
+def test_an_alias_that_contains_itself_is_refused(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("core: &c\n  name: lstm\n  me: *c\n")
+    with pytest.raises(ConfigError, match="refers to a value that contains it"):
+        load_config(Schema, path)
+
+
+def test_small_anchors_still_load(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("tags: &t [a, b]\ncore:\n  name: lstm\n  extra: *t\n")
+    assert load_config(Schema, path).core.options == {"extra": ["a", "b"]}
+
+
+def test_error_messages_cut_long_values():
+    long = "x" * 100_000
+    with pytest.raises(ConfigError) as caught:
+        load_config(Schema, None, [f"agent.algo={long}"])
+    assert "'agent.algo'" in str(caught.value) and len(str(caught.value)) < 300
+    with pytest.raises(ConfigError) as caught:
+        load_config(Schema, None, [f"agent.seq_len=[{', '.join(['1'] * 5_000)}]"])
+    assert "'agent.seq_len' must be an integer" in str(caught.value)
+    assert len(str(caught.value)) < 300

@@ -90,6 +90,43 @@ def test_starts_reset_rows(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ALL_CORES)
+def test_declared_capabilities_match_the_core(name: str) -> None:
+    """``has_step`` is declared exactly by the cores that implement ``step``, and a declared
+    ``state_arity`` is the length of the initial state."""
+    core = build(name)
+    assert core.has_step == (type(core).step is not MemoryCore.step)
+    if core.state_arity is not None:
+        assert core.state_arity == len(core.initial_state(B))
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_CORES if build(n).state_arity is not None])
+def test_wrong_state_count_names_the_expected_count(name: str) -> None:
+    core = build(name)
+    state = core.initial_state(B)
+    for wrong in (state[:-1], (*state, state[0])):
+        with pytest.raises(ValueError, match=f"expects {len(state)} state tensors, got"):
+            core(inputs(), wrong)
+
+
+def test_reset_where_resets_steps_and_sequences_to_zero_or_an_initial_state() -> None:
+    from cores.base import reset_where
+
+    state = (torch.ones(3, 2), torch.ones(3, 2, 4, dtype=torch.float64))
+    mask = torch.tensor([True, False, True])
+    zeroed = reset_where(state, mask)
+    assert zeroed[0][:, 0].tolist() == [0.0, 1.0, 0.0]
+    assert zeroed[1].sum(dim=(1, 2)).tolist() == [0.0, 8.0, 0.0]
+    assert zeroed[1].dtype == torch.float64
+    (fresh,) = reset_where(state[:1], mask, (torch.full((3, 2), 5.0),))
+    assert fresh[:, 1].tolist() == [5.0, 1.0, 5.0]
+    seq = torch.ones(4, 3, 2)  # [T, B, H] with a [T, B] mask
+    starts = torch.zeros(4, 3, dtype=torch.bool)
+    starts[2, 1] = True
+    (masked,) = reset_where((seq,), starts)
+    assert masked.sum().item() == 4 * 3 * 2 - 2 and masked[2, 1].abs().sum().item() == 0.0
+
+
+@pytest.mark.parametrize("name", ALL_CORES)
 def test_finite_gradients(name: str) -> None:
     core = build(name).train()
     x = inputs().requires_grad_(True)

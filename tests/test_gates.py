@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cores import _fused_lstm, gates, make_core
+from cores import fast_tanh, gates, make_core
 from cores.gated import GatedLSTM
 
 ACTS = gates.ACTIVATIONS
@@ -198,8 +198,8 @@ def _refined(activation: str):  # a refine gate on a non-sigmoid forget gate: no
 @pytest.fixture(params=[False, True], ids=["native_tanh", "tanh_via_sigmoid"])
 def tanh_path(request, monkeypatch) -> bool:
     """Run a test through both ways the fused forward takes a tanh on CPU (the machine's vector
-    ISA picks one; see ``cores._fused_lstm._CPU_TANH_VIA_SIGMOID``)."""
-    monkeypatch.setattr(_fused_lstm, "_CPU_TANH_VIA_SIGMOID", request.param)
+    ISA and the size pick one; see ``cores.fast_tanh.via_sigmoid``)."""
+    monkeypatch.setattr(fast_tanh, "via_sigmoid", lambda device, numel: request.param)
     return request.param
 
 
@@ -549,12 +549,12 @@ def test_fused_fast_gate_slope_paths_agree(threads: int) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("numel", [64, 4 * 8192])  # below and above the sigmoid threshold
 def test_fast_tanh_matches_torch_tanh_in_value_and_gradient(dtype, numel: int) -> None:
-    from cores import fast_tanh
-
     torch.manual_seed(0)
     z = (torch.randn(numel, dtype=dtype) * 4).requires_grad_(True)
     y = fast_tanh.tanh(z)
-    assert (y.grad_fn.name() == "_TanhViaSigmoidBackward") == (numel >= fast_tanh.SIGMOID_FROM)
+    via = fast_tanh.via_sigmoid(z.device, numel)
+    assert via == (fast_tanh._AVX2 or numel >= fast_tanh.SIGMOID_FROM)
+    assert (y.grad_fn.name() == "_TanhViaSigmoidBackward") == via
     grad = torch.randn(numel, dtype=dtype)
     (dz,) = torch.autograd.grad(y, z, grad)
     z_ref = z.detach().clone().requires_grad_(True)

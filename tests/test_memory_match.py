@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from memory_match_helpers import plan_to_face
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 
 import envs  # noqa: F401  (registers memcores/* ids)
@@ -18,7 +19,6 @@ from envs.memory_match import (
     PHASE_DISTRACTOR,
     PHASE_REWARD,
     Apple,
-    plan_to_face,
 )
 from envs.observation import WORD_TO_ID, make_env
 

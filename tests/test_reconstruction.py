@@ -6,10 +6,11 @@ import pytest
 import torch
 from rl_helpers import tiny_config
 
+from agents.episodes import EpisodeStats
 from agents.ppo import update
 from agents.reconstruction import ObservationDecoder, lag_mask
-from agents.rl_trainer import EpisodeStats, collect_rollout, obs_shapes, setup, start_rollouts
-from agents.rollout import RolloutBuffer
+from agents.rl_trainer import setup
+from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from experiments.config import ConfigError
 
 

@@ -51,7 +51,7 @@ def sup_run(tmp_path_factory) -> tuple[Path, list[dict]]:
             "train.log_every=1",
             "train.eval_every=2",
             "train.eval_size=20",
-            "run.progress_bar=false",
+            "train.progress=false",
             "run.tensorboard=false",
             f"run.dir={run}",
         ],

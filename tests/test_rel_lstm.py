@@ -275,7 +275,7 @@ def _isolated_core(rho: int, nu: int = 3, attract: bool = True) -> RelLSTM:
     torch.manual_seed(0)
     # screen=exit: every state is screened with its complete score (with Algorithm 2's
     # screen=rho and rho=1, h_0 enters first with the full attention it got alone, see
-    # tests/test_paper_models_b.py)
+    # tests/test_rel_rnn.py)
     core = RelLSTM(1, 4, nu=nu, rho=rho, screen="exit").double()
     with torch.no_grad():
         core.recurrent.weight.zero_()

@@ -92,7 +92,7 @@ SUP_TINY = [
     "train.log_every=5",
     "train.target_accuracy=null",
     "train.device=cpu",
-    "run.progress_bar=false",
+    "train.progress=false",
     "run.overwrite=false",
 ]
 """20 updates of a hidden-16 LSTM on a copy task of length 5."""
@@ -276,14 +276,14 @@ def test_summary_says_how_many_updates_were_skipped(
 @pytest.mark.parametrize(
     ("command", "override", "message"),
     [
-        ("train", "train.seed=-1", "train.seed must be >= 0"),
+        ("train", "train.seed=-1", r"train.seed must be in 0\.\.4294967295"),
         ("train", "agent.learning_rate=1e38", r"agent.learning_rate must be a number in \(0, 10\]"),
         ("train", "agent.learning_rate=1e30", "agent.learning_rate"),
         ("train", "agent.learning_rate=.nan", "agent.learning_rate"),
         ("train", "agent.learning_rate=0", "agent.learning_rate"),
         ("train", "agent.vf_coef=.inf", "agent.vf_coef must be a finite number"),
         ("train", "train.max_skipped_updates=-1", "train.max_skipped_updates must be >= 0"),
-        ("supervised", "train.seed=-1", "train.seed must be >= 0"),
+        ("supervised", "train.seed=-1", r"train.seed must be in 0\.\.4294967295"),
         ("supervised", "optim.lr=1e30", r"optim.lr must be a number in \(0, 10\]"),
         ("supervised", "optim.lr=.inf", "optim.lr"),
         ("supervised", "optim.clip_grad_norm=.nan", "optim.clip_grad_norm"),

@@ -5,18 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rl_helpers import tiny_config
+from rl_helpers import evaluate_chunks, tiny_config
 
+from agents.episodes import EpisodeStats
 from agents.policy import log_prob_entropy
-from agents.ppo import evaluate_chunks, update
-from agents.rl_trainer import (
-    EpisodeStats,
-    collect_rollout,
-    obs_shapes,
-    setup,
-    start_rollouts,
-)
-from agents.rollout import RolloutBuffer
+from agents.ppo import update
+from agents.rl_trainer import setup
+from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from cores import CORES
 
 

@@ -191,7 +191,7 @@ def test_init_from_a_missing_or_corrupt_source_is_a_one_line_error(tmp_path, cap
         ("core.name=hdetach_lstm", None),
         ("env.id=MiniGrid-Nope-v0", "unknown env id 'MiniGrid-Nope-v0'"),
         ("agent.seq_len=7", "multiple of agent.seq_len"),
-        ("train.device=tpu", "unknown device 'tpu'"),
+        ("train.device=tpu", "invalid value 'tpu' for 'train.device'"),
         pytest.param(
             "train.device=cuda",
             "no CUDA GPU is available",

@@ -31,7 +31,7 @@ SHORT_COPY = [
     "train.batch_size=64",
     "train.eval_size=200",
     "train.threads=1",
-    "run.progress_bar=false",
+    "train.progress=false",
     "run.tensorboard=false",
 ]
 
@@ -114,7 +114,7 @@ def test_overwrite_starts_afresh(tmp_path: Path) -> None:
 def test_resume_rejects_a_different_core(tmp_path: Path) -> None:
     _run_steps(tmp_path, 2)
     config = _config(tmp_path, "train.steps=4", "train.eval_every=3", "core.name=gru")
-    with pytest.raises(ValueError, match="section 'core' differs"):
+    with pytest.raises(ValueError, match="core.name is 'gru'"):
         supervised.train(config, resume=True)
 
 
@@ -202,7 +202,7 @@ def test_every_loss_kind_trains(tmp_path: Path, task: str, metric: str) -> None:
     config = load_config(
         SupervisedConfig,
         None,
-        [*overrides, "core.hidden_size=8", "run.progress_bar=false", "run.tensorboard=false"]
+        [*overrides, "core.hidden_size=8", "train.progress=false", "run.tensorboard=false"]
         + [f"run.dir={tmp_path}"],
     )
     results = supervised.train(config)
@@ -215,7 +215,7 @@ def test_digits_reports_test_split(tmp_path: Path) -> None:
         SupervisedConfig,
         "experiments/configs/digits.yaml",
         ["train.steps=2", "train.eval_every=2", "core.hidden_size=8", "core.name=power_rnn"]
-        + ["run.progress_bar=false", "run.tensorboard=false", f"run.dir={tmp_path}"],
+        + ["train.progress=false", "run.tensorboard=false", f"run.dir={tmp_path}"],
     )
     results = supervised.train(config)
     accuracy = results["final"]["test/accuracy"]

@@ -41,7 +41,7 @@ TINY_COPY = (
     "train.eval_every=10",
     "train.eval_size=64",
     "core.hidden_size=16",
-    "run.progress_bar=false",
+    "train.progress=false",
     "run.tensorboard=false",
 )
 
@@ -397,7 +397,7 @@ def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
     resumes the interrupted trial from its checkpoint instead of restarting it."""
     args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
     args += ["--backend", "local", "train.steps=100", "train.eval_every=25"]
-    args += ["train.eval_size=16", "core.hidden_size=8", "run.progress_bar=false"]
+    args += ["train.eval_size=16", "core.hidden_size=8", "train.progress=false"]
     args += ["run.tensorboard=false"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = subprocess.Popen(

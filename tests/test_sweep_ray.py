@@ -31,7 +31,7 @@ TINY = [
     "train.eval_every=10",
     "train.eval_size=32",
     "core.hidden_size=8",
-    "run.progress_bar=false",
+    "train.progress=false",
     "run.tensorboard=false",
 ]
 

@@ -163,10 +163,10 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
     """train.overlap: rollout 0 is collected by theta_0, and rollout k >= 1 (collected while
     update k-1 runs) by theta_{k-1}, the policy from before that update; two runs with one
     seed end with identical weights."""
-    from agents import rl_trainer
+    from agents import rl_trainer, rollout
 
     acted, learned = [], []
-    real_collect, real_update = rl_trainer.collect_rollout, rl_trainer.update
+    real_collect, real_update = rollout.collect_rollout, rl_trainer.update
 
     def fingerprint(module: torch.nn.Module) -> float:
         return float(sum(p.detach().double().sum() for p in module.parameters()))
@@ -179,7 +179,7 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
         learned.append(fingerprint(policy))  # the weights this update starts from
         return real_update(policy, *args, **kwargs)
 
-    monkeypatch.setattr(rl_trainer, "collect_rollout", collect)
+    monkeypatch.setattr(rollout, "collect_rollout", collect)
     monkeypatch.setattr(rl_trainer, "update", update)
     result = train(tiny_config("train.overlap=true", "train.total_steps=256"), tmp_path / "a")
     assert result.updates == 4 and result.global_step == 256

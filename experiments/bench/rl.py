@@ -200,8 +200,8 @@ def update_cost(encoder: str, minibatch: int, n_envs: int, n_steps: int, rounds:
     best of ``rounds`` after a warm-up update."""
     from agents.ppo import update
     from agents.rl_config import RLConfig
-    from agents.rl_trainer import collect_rollout, obs_shapes, setup, start_rollouts
-    from agents.rollout import RolloutBuffer
+    from agents.rl_trainer import setup
+    from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
     from experiments.config import load_config
 
     overrides = [f"env.id={ENV_ID}", f"env.n_envs={n_envs}", f"agent.n_steps={n_steps}"]
@@ -247,8 +247,8 @@ def recipe_costs(config_path: str, rounds: int, quick: bool = False) -> tuple[fl
     rollout+update pairs after a warm-up pair. One torch thread, envs in this process."""
     from agents.ppo import update
     from agents.rl_config import RLConfig
-    from agents.rl_trainer import collect_with_returns, obs_shapes, setup, start_rollouts
-    from agents.rollout import RolloutBuffer
+    from agents.rl_trainer import setup
+    from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
     from experiments.config import load_config
 
     overrides = ["train.device=cpu", "train.threads=0", "env.vector=sync"]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.argtypes import non_negative_int, output_file, positive_int
+from experiments.argtypes import output_file, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch", type=positive_int, default=64, help="sequences in the probe batch"
     )
-    parser.add_argument(
-        "--seed", type=non_negative_int, default=0, help="seed of the initial weights"
-    )
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the initial weights")
     parser.add_argument(
         "--before-after",
         action="store_true",
@@ -119,6 +117,7 @@ def _probe_config(path: Path, overrides: list[str], cores: list[str], args) -> l
     from cores import core_options
     from experiments.config import load_config
 
+    _require_supervised(path)
     config = load_config(SupervisedConfig, path, overrides)
     task = supervised.build_task(config)
     probes = []
@@ -145,6 +144,7 @@ def _probe_run(run_dir: Path, overrides: list[str], args) -> list[Probe]:
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    _require_supervised(config_path, run_dir)
     config = load_config(SupervisedConfig, config_path, overrides)
     task = supervised.build_task(config)
     name = config.core.name
@@ -158,6 +158,24 @@ def _probe_run(run_dir: Path, overrides: list[str], args) -> list[Probe]:
         when = "init" if filename == supervised.INIT_CHECKPOINT else f"step {payload['step']}"
         probes.append(_probe(model, task, f"{name} ({when})", args))
     return probes
+
+
+RL_SECTIONS = ("env", "agent")
+"""Sections of a ``memcores train`` config that a supervised config does not have."""
+
+
+def _require_supervised(config_path: Path, run_dir: Path | None = None) -> None:
+    """Refuse an RL config or run (``memcores train``) with a message that says what
+    ``diagnose`` takes, instead of an unknown-key error about its ``env`` section."""
+    from experiments.config import read_yaml_mapping
+
+    raw = read_yaml_mapping(config_path)
+    if "task" not in raw and any(section in raw for section in RL_SECTIONS):
+        what = f"{run_dir} is an RL run" if run_dir else f"{config_path} is an RL config"
+        raise ValueError(
+            f"{what} (memcores train); memcores diagnose takes supervised configs and runs "
+            "(memcores supervised)"
+        )
 
 
 def _probe(model, task, label: str, args) -> Probe:

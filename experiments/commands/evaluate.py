@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from experiments.argtypes import non_negative_int, positive_int
+from experiments.argtypes import positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default=None, help="env id (default: the training env)")
     parser.add_argument("--episodes", type=positive_int, default=100, help="episodes (default 100)")
     parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
-    parser.add_argument(
-        "--seed", type=non_negative_int, default=10_000, help="env seed (default 10000)"
-    )
+    parser.add_argument("--seed", type=seed, default=10_000, help="env seed (default 10000)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument(

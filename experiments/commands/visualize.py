@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.argtypes import non_negative_int, output_file, positive_float, positive_int
+from experiments.argtypes import output_file, positive_float, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gif", required=True, type=output_file, help="output GIF path")
     parser.add_argument("--episodes", type=positive_int, default=3, help="episodes to record")
     parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
-    parser.add_argument("--seed", type=non_negative_int, default=10_000, help="env seed")
+    parser.add_argument("--seed", type=seed, default=10_000, help="env seed")
     parser.add_argument(
         "--fps", type=positive_float, default=8.0, help="frames per second of the GIF"
     )
@@ -23,9 +23,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from agents.evaluation import record_gif
 
-    frames, returns = record_gif(
+    gif = record_gif(
         args.run, Path(args.gif), args.env, args.episodes, args.argmax, args.seed, args.fps
     )
-    shown = ", ".join(f"{r:.2f}" for r in returns)
-    print(f"wrote {args.gif}: {frames} frames, {len(returns)} episodes (returns {shown})")
+    shown = ", ".join(f"{r:.2f}" for r in gif.returns)
+    merged = (
+        f" ({gif.steps} steps; identical consecutive steps share one longer frame)"
+        if gif.frames != gif.steps
+        else ""
+    )
+    print(
+        f"wrote {args.gif}: {gif.frames} frames{merged} at {args.fps:g} steps/s, "
+        f"{len(gif.returns)} episodes (returns {shown})"
+    )
     return 0

@@ -1,0 +1,342 @@
+"""One run life cycle, shared by ``memcores train`` (RL) and ``memcores supervised``.
+
+A trainer describes what it writes (:class:`RunLayout`) and adds only its own loop::
+
+    with RunSession(layout, run_dir, config, resume, overwrite=..., tensorboard=...) as run:
+        if run.resumed:                       # the checkpoint, loaded onto the CPU and checked
+            step = run.restore(model, optimizer)
+        ...                                   # the loop: run.logger, run.progress_bar(...)
+        run.save_checkpoint(step, model, optimizer, extra)
+
+Entering a session:
+
+1. locks the folder (:class:`agents.run_lock.RunLock`: one writer, never stale);
+2. claims it: with ``resume``, loads ``layout.checkpoint`` and refuses a config that differs
+   from the checkpoint's in any key outside :data:`RESUME_ALLOWED_CHANGES` (plus the caller's
+   ``allow_changes``), naming the key; without it, refuses a folder that holds an earlier
+   run's files unless ``overwrite`` (then deletes those files, and only those);
+3. writes ``config.yaml`` and opens the logger (``progress.csv``, TensorBoard events; a resumed
+   run drops the rows after its checkpoint).
+
+Every refusal happens before anything is written or deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+import yaml
+
+from agents.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from agents.divergence import DivergenceGuard
+from agents.files import write_text_atomic
+from agents.logger import RunLogger
+from agents.run_config import migrate_saved_config
+from agents.run_lock import RunLock, refuse_earlier_run, run_files
+
+RESUME_ALLOWED_CHANGES: frozenset[str] = frozenset(
+    {
+        "train.total_steps",  # RL budget: only longer (see RunLayout.budget_key)
+        "train.steps",  # supervised budget: only longer
+        "train.device",
+        "train.threads",
+        "train.update_threads",
+        "train.progress",
+        "train.log_every",
+        "train.checkpoint_every",
+        "train.histogram_every",
+        "train.eval_every",
+        "train.max_skipped_updates",
+        "train.init_from",  # ignored by a resume, which restores its own checkpoint
+        "run.dir",
+        "run.tensorboard",
+        "run.overwrite",
+    }
+)
+"""Config keys (dotted) that ``--resume`` lets differ from the checkpoint's config: where and
+how the run computes and reports, never what it learns. The budget may only grow. Any other
+difference is refused, naming the key; a caller that means to change more (e.g. Population
+Based Training mutating ``agent.learning_rate``) passes those keys as ``allow_changes``."""
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """What a trainer writes into its run folder and how its checkpoints are tagged."""
+
+    command: str
+    """Shown to a second writer that finds the folder locked (``"memcores train"``)."""
+    checkpoint: str
+    """The latest checkpoint, relative to the run folder."""
+    files: tuple[str, ...]
+    """Globs of everything a run writes (what ``run.overwrite`` deletes)."""
+    checkpoint_format: str
+    """The ``format`` tag of this trainer's checkpoints."""
+    budget_key: str
+    """The dotted config key of the run's length, which a resume may only raise."""
+    step_key: str = "step"
+    """The checkpoint field that counts progress (logger rows are keyed by it)."""
+    model_key: str = "model"
+    """The checkpoint field that holds the model's ``state_dict``."""
+
+
+class RunSession:
+    """One run folder, locked and claimed for the duration of a ``with`` block.
+
+    :param layout: what the trainer writes.
+    :param run_dir: the run folder (created if missing).
+    :param config: the run's config (a dataclass tree); written to ``config.yaml``.
+    :param resume: continue from ``layout.checkpoint``.
+    :param overwrite: start over in a folder that holds an earlier run's files.
+    :param tensorboard: write TensorBoard event files (``progress.csv`` always).
+    :param allow_changes: dotted config keys that a resume may change besides
+        :data:`RESUME_ALLOWED_CHANGES` (such a key's budget direction is not checked either).
+    :param before_clear: called once the folder is claimed for a new run, before an earlier
+        run's files are deleted (a trainer loads ``train.init_from`` there, so a bad source is
+        refused with the folder untouched).
+    :param on_log: called with every logged row.
+    """
+
+    def __init__(
+        self,
+        layout: RunLayout,
+        run_dir: str | Path,
+        config: Any,
+        resume: bool = False,
+        *,
+        overwrite: bool = False,
+        tensorboard: bool = True,
+        allow_changes: Iterable[str] = (),
+        before_clear: Callable[[], None] | None = None,
+        on_log: Callable[[dict[str, float]], None] | None = None,
+    ) -> None:
+        self.layout, self.run_dir, self.config = layout, Path(run_dir), config
+        self.resume, self.overwrite, self.tensorboard = resume, overwrite, tensorboard
+        self.allow_changes = frozenset(allow_changes)
+        self.before_clear, self.on_log = before_clear, on_log
+        self.checkpoint_path = self.run_dir / layout.checkpoint
+        self.payload: dict[str, Any] | None = None
+        self.logger: RunLogger | None = None
+        self._lock = RunLock(self.run_dir, layout.command)
+        self._bars: list[Any] = []
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this session continues a checkpoint."""
+        return self.payload is not None
+
+    # ------------------------------------------------------------------ enter/exit
+    def __enter__(self) -> RunSession:
+        self._lock.acquire()
+        try:
+            self.payload = self._claim()
+            write_text_atomic(
+                self.run_dir / "config.yaml",
+                yaml.safe_dump(dataclasses.asdict(self.config), sort_keys=False),
+            )
+            self.logger = RunLogger(self.run_dir, self.tensorboard, on_dump=self.on_log)
+            if self.payload is not None:
+                self.logger.truncate_after(int(self.payload[self.layout.step_key]))
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            for bar in self._bars:
+                bar.close()
+            if self.logger is not None:
+                self.logger.close()
+        finally:
+            self._lock.release()
+
+    def _claim(self) -> dict[str, Any] | None:
+        """The checkpoint to resume from (checked against the config), or a clean folder."""
+        if self.resume:
+            payload = load_own_checkpoint(self.checkpoint_path, self.layout.checkpoint_format)
+            check_resume_config(
+                payload["config"], self.config, self.layout.budget_key, self.allow_changes
+            )
+            ckpt = self.checkpoint_path
+            for tmp in ckpt.parent.glob(f".{ckpt.name}.*.tmp"):  # a kill mid-write
+                tmp.unlink()
+            return payload
+        refuse_earlier_run(self.run_dir, self.layout.files, self.checkpoint_path, self.overwrite)
+        if self.before_clear is not None:
+            self.before_clear()
+        clear_run(self.run_dir, self.layout.files)
+        return None
+
+    # ------------------------------------------------------------------ the trainer's tools
+    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+        """Load the resumed checkpoint's model, optimiser and RNG states; returns its step.
+
+        The checkpoint was loaded onto the CPU: ``load_state_dict`` copies the weights into
+        ``model`` wherever it lives, the optimiser state follows its parameters' device, and
+        the RNG states stay on the CPU.
+        """
+        from agents.ppo import load_optimizer_state
+
+        assert self.payload is not None, "restore() needs a resumed session"
+        model.load_state_dict(self.payload[self.layout.model_key])
+        load_optimizer_state(optimizer, self.payload["optimizer"])
+        set_rng_state(self.payload["rng"])
+        return int(self.payload[self.layout.step_key])
+
+    def guard(self, patience: int, start_step: int, unit: str = "step") -> DivergenceGuard:
+        """The divergence guard, counting on from the resumed checkpoint's skipped updates."""
+        skipped = int((self.payload or {}).get("skipped_updates", 0))
+        return DivergenceGuard(patience, start_step, unit, skipped)
+
+    def progress_bar(
+        self, enabled: bool, total: int, initial: int, desc: str, unit: str = "it"
+    ) -> Any:
+        """A tqdm bar (a disabled one when not ``enabled``), closed with the session."""
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=total,
+            initial=min(initial, total),
+            disable=not enabled,
+            unit=unit,
+            unit_scale=unit != "it",
+            desc=desc,
+            dynamic_ncols=True,
+            mininterval=1.0,
+        )
+        self._bars.append(bar)
+        return bar
+
+    def save_checkpoint(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        extra: dict[str, Any] | None = None,
+        path: str | None = None,
+    ) -> Path:
+        """Write a checkpoint atomically: format tag, config, model, optimiser, RNG states,
+        ``step`` and ``extra`` (``weights_only``-safe values only).
+
+        :param path: relative to the run folder; default ``layout.checkpoint``.
+        """
+        payload = {
+            "format": self.layout.checkpoint_format,
+            "config": dataclasses.asdict(self.config),
+            self.layout.model_key: model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            self.layout.step_key: int(step),
+            "rng": rng_state(),
+            **(extra or {}),
+        }
+        target = self.run_dir / path if path else self.checkpoint_path
+        return save_checkpoint(target, payload)
+
+
+# ---------------------------------------------------------------------------- helpers
+def load_own_checkpoint(path: Path, checkpoint_format: str) -> dict[str, Any]:
+    """Load a checkpoint onto the CPU and check its format tag.
+
+    :raises CheckpointError: missing, corrupt, or another trainer's checkpoint.
+    """
+    payload = load_checkpoint(path)
+    if payload.get("format") != checkpoint_format:
+        raise CheckpointError(
+            f"{path} is not a {checkpoint_format!r} checkpoint (format {payload.get('format')!r})"
+        )
+    return payload
+
+
+def clear_run(run_dir: Path, patterns: tuple[str, ...]) -> None:
+    """Delete what an earlier run wrote into ``run_dir`` (only what ``patterns`` match; a
+    matched folder is emptied of matched files first and removed once empty)."""
+    found = run_files(run_dir, patterns)
+    for folder in [p for p in found if p.is_dir()]:
+        found += [p for p in run_files(folder, ("*",)) if p.is_file() and p not in found]
+    for path in sorted(set(found), reverse=True):  # a folder's files come after it: reversed
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+        else:
+            path.unlink()
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": {}}`` -> ``{"a.b": 1}`` (an empty mapping has no leaves)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_resume_config(
+    saved: dict[str, Any], config: Any, budget_key: str, allow_changes: frozenset[str] = frozenset()
+) -> None:
+    """Refuse a resume whose config differs from the checkpoint's outside the allowed keys.
+
+    :param saved: the checkpoint's config (plain dicts, possibly of an older schema).
+    :param config: the config the resume runs with (a dataclass tree).
+    :param budget_key: the run length's key; it may only grow unless in ``allow_changes``.
+    :raises ValueError: one line naming the first key that differs, both values, and the
+        keys a resume may change.
+    """
+    now = flatten(dataclasses.asdict(config))
+    before = flatten(_normalised(type(config), saved))
+    allowed = RESUME_ALLOWED_CHANGES | allow_changes
+    named = sorted(key for key in allowed if key in now)  # this trainer's keys, for messages
+    for key in sorted(set(now) | set(before)):
+        old, new = before.get(key), now.get(key)
+        if old == new:
+            continue
+        if key == budget_key and key not in allow_changes and new < old:
+            raise ValueError(
+                f"cannot resume: {key}={new} is shorter than the checkpoint's run ({old}); a "
+                "resume may only lengthen it"
+            )
+        if key not in allowed:
+            raise ValueError(
+                f"cannot resume: {key} is {_short(new)}, the checkpoint's run has "
+                f"{_short(old)}; a resume may change only {', '.join(named)} "
+                "(start a new run.dir, or set train.init_from to start from its weights)"
+            )
+
+
+def _normalised(schema: type, saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config as the current schema writes it: deprecated keys renamed and keys a
+    newer schema added at their defaults, so only real differences remain."""
+    data = migrate_saved_config(saved)
+    hints = typing.get_type_hints(schema)
+    try:
+        sections = {
+            f.name: hints[f.name](**dict(data.get(f.name) or {}))
+            for f in dataclasses.fields(schema)
+        }
+        return dataclasses.asdict(schema(**sections))
+    except (TypeError, ValueError):  # a key this schema does not know: compare as saved
+        return data
