@@ -105,7 +105,10 @@ def run_member(
             report(metrics, Path(tmp))
 
     extra = {"pbt_schedule": schedule}
-    return run_trial(member, on_row, command_line, extra=extra, allow_changes=list(values))
+    # A clone continues the donor's checkpoint, trained with the donor's seed; the member
+    # keeps its own seed for the environments it resets from now on.
+    allowed = [*values, "train.seed"]
+    return run_trial(member, on_row, command_line, extra=extra, allow_changes=allowed)
 
 
 def pbt_trainable(config: dict[str, Any]) -> None:
