@@ -557,10 +557,13 @@ def test_sampled_points_run_on_the_same_seeds_and_report_their_mean(tmp_path):
     """Two points of a search: each runs every seed of the grid (the same seeds), each seed
     with the point's sampled value; the point's value is the mean over its seeds, and a
     re-run reads the seeds' values back from their records."""
+    from experiments.report import records_grid
     from experiments.search_trials import run_point, seed_trials
 
+    config = write_search_config(tmp_path, {"optim.lr": {"loguniform": [0.0001, 0.1]}})
+    line = f"memcores sweep {config} --search random --samples 2 --grid train.seed=0,1"
     _, templates = make_trials(
-        DEMO_COPY,
+        config,
         parse_grid(["train.seed=0,1"]),
         tmp_path / "s",
         overrides=TINY_COPY,
@@ -570,7 +573,7 @@ def test_sampled_points_run_on_the_same_seeds_and_report_their_mean(tmp_path):
     seeds_of = {}
     for params in points:
         rows: list[dict] = []
-        result = run_point(templates, params, "eval/accuracy", rows.append)
+        result = run_point(templates, params, "eval/accuracy", rows.append, line)
         trials = seed_trials(templates, {"optim.lr": round(params["optim.lr"], 6)})
         records = [json.loads((Path(t.record_dir) / "record.json").read_text()) for t in trials]
         seeds_of[trials[0].name.rsplit(",", 1)[0]] = sorted(r["seed"] for r in records)
@@ -588,6 +591,11 @@ def test_sampled_points_run_on_the_same_seeds_and_report_their_mean(tmp_path):
         assert again["memcores_skipped"] == 1
         assert again["eval/accuracy"] == result["eval/accuracy"]
     assert seeds_of == {"lr=0.01235": [0, 1], "lr=0.0005": [0, 1]}
+    # the report makes one row per point: the sampled key is a grid key of the records
+    assert records_grid(tmp_path / "r") == {
+        "train.seed": ["0", "1"],
+        "optim.lr": ["0.0005", "0.01235"],
+    }
 
 
 # --------------------------------------------------------------------------- PBT
