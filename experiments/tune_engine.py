@@ -293,9 +293,10 @@ def _experiment(
             "perturbation_interval": o.perturbation_interval,
             "command_line": command_line,
         }
-        search_alg = BasicVariantGenerator(
-            random_state=o.search_seed, max_concurrent=o.max_concurrent
-        )
+        # The whole population exists from the start (a generator limited to N live trials
+        # would hold members back until others end): trials at once are limited by the
+        # CPUs each reserves (a private local instance has max_concurrent x cpus).
+        search_alg = BasicVariantGenerator(random_state=o.search_seed)
     config = tune.TuneConfig(
         max_concurrent_trials=None if search_alg else o.max_concurrent,
         scheduler=scheduler,
