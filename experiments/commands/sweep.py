@@ -162,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
     # every sampled value is checked too, at the ends of each range and each choice
     validate_trials([t for v in space_corners(space) for t in seed_trials(trials[:1], v)])
     if args.dry_run:
+        if space:
+            what = f"{args.samples} points" if args.search != "grid" else "each member"
+            print(f"{what} of `search:` ({', '.join(space)}) added to:")
         for trial in trials:
             print(f"{trial.name}: {trial.cli()}")
         return 0
