@@ -322,8 +322,13 @@ def trial_lines(echo: Callable[[str], None], total: int) -> Any:
     from ray.tune import Callback
 
     class TrialLines(Callback):
-        def __init__(self) -> None:
-            self.done = 0
+        def __init__(self, echo: Callable[[str], None], total: int) -> None:
+            self.done, self.total = 0, total
+            self.echo: Callable[[str], None] | None = echo
+
+        def __getstate__(self) -> dict[str, Any]:
+            # Tune pickles its callbacks with the experiment; the console is not kept.
+            return {**self.__dict__, "echo": None}
 
         def _line(self, trial: Any, status: str) -> None:
             self.done += 1
@@ -333,7 +338,8 @@ def trial_lines(echo: Callable[[str], None], total: int) -> Any:
                 status = "skipped (its record exists)"
             elif status == "ok" and not result.get(DONE):
                 status = "stopped"
-            echo(f"[{self.done}/{total}] {trial}: {status} ({seconds:.1f}s)")
+            line = f"[{self.done}/{self.total}] {trial}: {status} ({seconds:.1f}s)"
+            (self.echo or print)(line)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             self._line(trial, "ok")
@@ -341,7 +347,7 @@ def trial_lines(echo: Callable[[str], None], total: int) -> Any:
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             self._line(trial, "failed")
 
-    return TrialLines()
+    return TrialLines(echo, total)
 
 
 def tune_settings(o: SweepOptions) -> dict[str, Any]:
