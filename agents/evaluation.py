@@ -82,7 +82,6 @@ def play_episodes(
     episodes: int,
     argmax: bool = False,
     seed: int = 10_000,
-    device: str | torch.device = "cpu",
     observe: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Play ``policy`` (in eval mode) on the vector env ``envs`` until ``episodes`` episodes
@@ -92,13 +91,14 @@ def play_episodes(
     idles), so short episodes are not over-counted the way "first N to finish" would be. The
     policy's state is carried per env and reset at episode starts as in training. Sampled
     actions draw from torch's generator seeded with ``seed`` (the caller's generator state is
-    restored afterwards), so one seed gives the same episodes every time.
+    restored afterwards), so one seed gives the same episodes every time. Observations,
+    state and starts are made on the policy's device.
 
     :param observe: called with each observation batch before the policy acts on it.
     :return: an iterator over steps of ``(reward, done, counted, success)``, each ``[N]``:
         ``counted`` marks the envs whose ended episode is one of the ``episodes``.
     """
-    device = torch.device(device)
+    device = policy.device
     n_envs = envs.num_envs
     quota = np.full(n_envs, episodes // n_envs)
     quota[: episodes % n_envs] += 1
@@ -132,9 +132,9 @@ def evaluate_policy(
     seed: int = 10_000,
     n_envs: int = 8,
     env_kwargs: dict[str, Any] | None = None,
-    device: str | torch.device = "cpu",
 ) -> EvalResult:
-    """Run ``episodes`` episodes of ``policy`` on ``env_id`` (:func:`play_episodes`).
+    """Run ``episodes`` episodes of ``policy`` on ``env_id`` (:func:`play_episodes`), on the
+    policy's device.
 
     :param argmax: take the most likely action instead of sampling.
     :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
@@ -145,9 +145,7 @@ def evaluate_policy(
         check_observations(policy, envs, env_id)
         running = RunningEpisodes(envs.num_envs)
         result = EvalResult(env_id, [], [], [])
-        for reward, done, counted, success in play_episodes(
-            policy, envs, episodes, argmax, seed, device
-        ):
+        for reward, done, counted, success in play_episodes(policy, envs, episodes, argmax, seed):
             finished = running.step(reward, done)
             for i, ret, length in zip(*finished, strict=True):
                 if counted[i]:
@@ -185,11 +183,12 @@ def evaluate_run(
     seed: int = 10_000,
     device: str | torch.device = "cpu",
 ) -> EvalResult:
-    """Load ``run``'s checkpoint and evaluate it on ``env_id`` (default: its training env)."""
+    """Load ``run``'s checkpoint onto ``device`` and evaluate it on ``env_id`` (default: its
+    training env)."""
     policy, config = load_policy(run, device)
     env_id = env_id or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
-    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs, device=device)
+    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs)
 
 
 @torch.no_grad()
@@ -202,14 +201,17 @@ def record_gif(
     seed: int = 10_000,
     fps: float = 8.0,
     max_frames: int = 2_000,
+    device: str | torch.device = "cpu",
 ) -> GifResult:
-    """Play ``episodes`` episodes of a trained run and write them as one GIF (imageio).
+    """Play ``episodes`` episodes of a trained run (its policy on ``device``) and write them as
+    one GIF (imageio).
 
     :return: the steps rendered, the frames in the written file and each episode's return.
     """
     from envs import make_env
 
-    policy, config = load_policy(run)
+    policy, config = load_policy(run, device)
+    device = policy.device
     env_id = env_id or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
     env = make_env(env_id, seed=seed, render_mode="rgb_array", **kwargs)
@@ -219,17 +221,17 @@ def record_gif(
         for _ in range(episodes):
             obs, _ = env.reset()
             state = policy.initial_state(1)
-            start = torch.ones(1, 1, dtype=torch.bool)
+            start = torch.ones(1, 1, dtype=torch.bool, device=device)
             total, done = 0.0, False
             frames.append(env.render())
             while not done and len(frames) < max_frames:
                 batch = {
-                    k: torch.as_tensor(np.asarray(v)).view(1, 1, *np.shape(v))
+                    k: torch.as_tensor(np.asarray(v), device=device).view(1, 1, *np.shape(v))
                     for k, v in obs.items()
                 }
                 out = policy(batch, state, start)
                 action, _ = sample_actions(out.logits[0], argmax=argmax)
-                state, start = out.state, torch.zeros(1, 1, dtype=torch.bool)
+                state, start = out.state, torch.zeros(1, 1, dtype=torch.bool, device=device)
                 obs, reward, terminated, truncated, _ = env.step(int(action[0]))
                 total += float(reward)
                 done = terminated or truncated

@@ -74,9 +74,9 @@ def phase_breakdown(
     seed: int = 10_000,
     n_envs: int = 8,
     env_kwargs: dict[str, Any] | None = None,
-    device: str | torch.device = "cpu",
 ) -> PhaseBreakdown:
-    """Play ``episodes`` episodes of ``policy`` on a memory-match env and classify each.
+    """Play ``episodes`` episodes of ``policy`` (on its device) on a memory-match env and
+    classify each.
 
     The envs step in this process, so each one's phase is read before the policy acts on its
     observation (auto-reset happens inside the step). The cue counts as seen when a ball is in
@@ -110,7 +110,7 @@ def phase_breakdown(
 
         result = PhaseBreakdown(env_id)
         for _, done, counted, success in play_episodes(
-            policy, envs, episodes, argmax, seed, device, observe
+            policy, envs, episodes, argmax, seed, observe
         ):
             for i in np.flatnonzero(counted):
                 timeout = not success[i] and steps[i] >= budget[i]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from agents.device import to_device
 from agents.reconstruction import ObservationDecoder
 from agents.vector_encoder import VectorEncoder
 from cores import MemoryCore, State, make_core
@@ -273,10 +274,19 @@ class RecurrentActorCritic(nn.Module):
             if recon_lags
             else None
         )
+        # One layer whose weight tells the policy's device, read on every acting step: a plain
+        # attribute (not registered twice as a submodule), cheaper than indexing the Sequential.
+        object.__setattr__(self, "_device_probe", self.critic[0])
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        """The core's initial state for ``batch_size`` envs/sequences."""
-        return self.core.initial_state(batch_size, device)
+        """The core's initial state for ``batch_size`` envs/sequences (default: on the
+        policy's device)."""
+        return self.core.initial_state(batch_size, self.device if device is None else device)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy's weights; what enters :meth:`forward` is moved here."""
+        return self._device_probe.weight.device
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -305,13 +315,21 @@ class RecurrentActorCritic(nn.Module):
         :param obs: observations with leading dims ``[T, B]``.
         :param state: core state before step 0 (rows are reset where ``starts`` is true).
         :param starts: ``[T, B]`` bool, true on the first step of an episode.
+
+        A policy off the CPU moves observations, state and starts to its device (a no-op
+        where they already are), so a caller with CPU tensors need not know where it lives.
         """
+        device = self.device
+        if device.type != "cpu":  # a GPU policy fed CPU tensors (on the CPU nothing moves)
+            obs, state, starts = to_device((obs, state, starts), device)
         x = self.encode(obs)  # [T, B, D]
         if x.shape[0] == 1 and self._has_step and not torch.is_grad_enabled():
             # Acting (T = 1, no grad): the core's own step() skips the sequence machinery of
             # forward() (4x cheaper for the fused LSTM). Same contract: reset rows where
-            # starts, then step; tests check it matches forward() for every core.
-            if bool(starts.any()):
+            # starts, then step; tests check it matches forward() for every core. Off the CPU
+            # the masked reset runs unconditionally: reading starts.any() would make the host
+            # wait for the device on every acting step.
+            if device.type != "cpu" or bool(starts.any()):
                 state = self.core.reset_state(state, starts[0])
             y_t, state = self.core.step(x[0], state)
             y = y_t.unsqueeze(0)  # [1, B, H]

@@ -41,7 +41,7 @@ from agents.checkpoint import (
     load_rl_checkpoint,
     saved_policy_weights,
 )
-from agents.device import resolve_device
+from agents.device import acting_device, module_device, resolve_device
 from agents.divergence import DivergenceGuard
 from agents.episodes import EpisodeStats
 from agents.policy import RecurrentActorCritic, build_policy, observation_shape
@@ -343,7 +343,7 @@ def _rollouts(
 ) -> SerialRollouts | OverlappedRollouts:
     """The rollout schedule of ``train.overlap``, starting at update ``updates``."""
     cfg, agent, envs = s.config, s.config.agent, s.envs
-    act_device = torch.device("cpu") if acting is not s.policy else s.device
+    act_device = module_device(acting)
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 
@@ -405,11 +405,12 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
     else:
         np.random.seed(cfg.train.seed)  # noqa: NPY002  (third-party code draws from it)
         torch.manual_seed(cfg.train.seed)
-    # Acting (batch of N, T = 1) is latency-bound: on a GPU learner it stays on the CPU with a
-    # copy of the policy, refreshed after every update; the rollout is stored on the CPU and
-    # each update moves it to the learner's device once. Overlapped, the copy is what lets
-    # the next rollout be collected while the learner updates.
-    acting = acting_policy(s.policy, s.device, separate=cfg.train.overlap)
+    # Acting (batch of N, T = 1) is latency-bound: on a GPU learner with few envs it stays on
+    # the CPU with a copy of the policy, refreshed after every update (agents.device.
+    # acting_device); the rollout is stored where the policy acts and each update moves it to
+    # the learner's device once. Overlapped, the copy is what lets the next rollout be
+    # collected while the learner updates.
+    acting = acting_policy(s.policy, s.device, separate=cfg.train.overlap, n_envs=cfg.env.n_envs)
     episodes = EpisodeStats(cfg.env.n_envs)
     rollouts = _rollouts(s, acting, episodes, updates)
     guard = run.guard(cfg.train.max_skipped_updates, global_step, "frame")
@@ -530,14 +531,16 @@ def _threads(n: int) -> Iterator[None]:
 
 
 def acting_policy(
-    policy: RecurrentActorCritic, device: torch.device, separate: bool = False
+    policy: RecurrentActorCritic, device: torch.device, separate: bool = False, n_envs: int = 1
 ) -> RecurrentActorCritic:
-    """The policy that acts in the envs: ``policy`` itself on a CPU learner, else a CPU copy
-    (one env step is a batch of ``n_envs`` rows, too small to gain from a GPU round trip);
-    always a copy when ``separate`` (acting while the learner updates)."""
-    if device.type == "cpu" and not separate:
+    """The policy that acts in the envs: ``policy`` itself where it acts on the learner's
+    device, else a copy on the acting device (:func:`agents.device.acting_device`: the CPU for
+    a CPU learner, and for a GPU learner with few envs); always a copy when ``separate``
+    (acting while the learner updates)."""
+    act = acting_device(device, n_envs)
+    if act == device and not separate:
         return policy
-    return copy.deepcopy(policy).to("cpu")
+    return copy.deepcopy(policy).to(act)
 
 
 class _InThread(threading.Thread):

@@ -8,6 +8,8 @@ import math
 import os
 from pathlib import Path
 
+from agents.run_config import MAX_SEED
+
 
 def _number(text: str, kind: type, lowest: float, strict: bool) -> int | float:
     try:
@@ -26,12 +28,8 @@ def positive_int(text: str) -> int:
     return int(_number(text, int, 1, strict=False))
 
 
-MAX_SEED = 2**32 - 1
-"""Largest seed: NumPy's global generator takes seeds below ``2**32`` (``train.seed`` too)."""
-
-
 def seed(text: str) -> int:
-    """A seed: an integer in ``0..MAX_SEED``."""
+    """A seed: an integer in ``0..MAX_SEED``, the range of ``train.seed``."""
     value = int(_number(text, int, 0, strict=False))
     if value > MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {text}")

@@ -1,7 +1,47 @@
-"""Shared pytest settings."""
+"""Shared pytest settings and fixtures.
 
+- ``device``: every test that takes it runs once per available device: ``"cpu"`` always,
+  ``"cuda"`` where a GPU is present (``pytest -k cuda`` selects the GPU cases).
+- ``@pytest.mark.needs_ray``: a test of the Ray Tune engine; skipped, with that reason, where
+  Ray (the ``ray`` extra) is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
 import os
+
+import pytest
+import torch
 
 # Tests must not depend on a display or a GPU.
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+# Without a GPU, Triton kernels run on CPU tensors under Triton's interpreter; the variable
+# must be set before triton is first imported (cores import it only where a kernel is used).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+"""The devices the ``device`` fixture runs a test on."""
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    """Each available device in turn (``"cpu"``, and ``"cuda"`` where a GPU is present)."""
+    return request.param
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs_ray: needs Ray (pip install 'memcores[ray]'); skipped without it"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if importlib.util.find_spec("ray") is not None:
+        return
+    skip = pytest.mark.skip(reason="needs Ray: pip install 'memcores[ray]'")
+    for item in items:
+        if "needs_ray" in item.keywords:
+            item.add_marker(skip)

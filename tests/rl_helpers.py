@@ -44,10 +44,11 @@ def sb3_recurrent_ppo(
     hidden_size: int = 16,
     core_options: dict[str, Any] | None = None,
     max_steps: int = 20,
+    device: str = "auto",
 ) -> Any:
     """sb3-contrib ``RecurrentPPO`` with memcores' ``CorePolicy`` (one shared core) on two
     flattened MiniGrid-Empty-5x5 envs, one epoch per ``n_steps`` rollout, seed 0; the vector
-    env is ``model.get_env()``."""
+    env is ``model.get_env()``; the policy on ``device``."""
     import gymnasium as gym
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
@@ -75,6 +76,7 @@ def sb3_recurrent_ppo(
             enable_critic_lstm=False,
         ),
         seed=0,
+        device=device,
     )
 
 

@@ -134,7 +134,7 @@ def test_separate_acting_policy_gives_the_same_run(tmp_path, monkeypatch):
 
     plain = train(tiny_config(), tmp_path / "plain")
     monkeypatch.setattr(
-        rl_trainer, "acting_policy", lambda policy, device, separate=False: copy.deepcopy(policy)
+        rl_trainer, "acting_policy", lambda policy, device, **_: copy.deepcopy(policy)
     )
     split = train(tiny_config(), tmp_path / "split")
     a = torch.load(tmp_path / "plain/checkpoints/last.pt", weights_only=True)["policy"]

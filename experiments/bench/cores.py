@@ -47,6 +47,7 @@ from collections.abc import Callable
 import torch
 import yaml
 
+from agents.device import resolve_device, sync
 from cores import CORES, make_core
 from experiments.argtypes import positive_int
 from experiments.malloc import ENV_VAR, keep_freed_memory
@@ -106,7 +107,7 @@ def _runner(module: torch.nn.Module, x: torch.Tensor, call: Callable) -> Callabl
 
 
 def _matmul_runner(
-    T: int, B: int, D: int, H: int, blocks: int, gen: torch.Generator
+    T: int, B: int, D: int, H: int, blocks: int, gen: torch.Generator, device: torch.device
 ) -> Callable[[], None]:
     """The matrix products of the fused LSTM's forward+backward with ``blocks`` gate blocks and
     no gate arithmetic: ``x [T*B, D] @ W_ih^T`` once, ``h_{t-1} @ W_hh^T`` added into the gate
@@ -116,10 +117,11 @@ def _matmul_runner(
     x, y = torch.randn(T * B, D, generator=gen), torch.randn(T, B, H, generator=gen)
     w_ih, w_hh = torch.randn(n, D, generator=gen), torch.randn(n, H, generator=gen)
     bias, d_gates = torch.randn(n, generator=gen), torch.randn(T, B, n, generator=gen)
+    x, y, w_ih, w_hh, bias, d_gates = (t.to(device) for t in (x, y, w_ih, w_hh, bias, d_gates))
 
     def run() -> None:
         gates = torch.addmm(bias, x, w_ih.t()).view(T, B, n)
-        w_t, h = w_hh.t().contiguous(), torch.zeros(B, H)  # as the fused forward lays it out
+        w_t, h = w_hh.t().contiguous(), torch.zeros(B, H, device=device)  # as the fused path
         for gate_row, y_t in zip(gates.unbind(0), y.unbind(0), strict=True):
             gate_row.addmm_(h, w_t)
             h = y_t
@@ -135,27 +137,37 @@ def _matmul_runner(
 
 
 def build_runs(
-    names: list[str], T: int, B: int, D: int, H: int, seed: int
+    names: list[str],
+    T: int,
+    B: int,
+    D: int,
+    H: int,
+    seed: int,
+    device: torch.device | str = "cpu",
 ) -> tuple[dict[str, Callable[[], None]], dict[str, str]]:
-    """One forward+backward closure per core (plus the anchor, and the ``MATMUL_RUNS`` when
-    ``ur_lstm`` and ``tied_lstm`` both run); errors are reported, not raised."""
+    """One forward+backward closure per core on ``device`` (plus the anchor, and the
+    ``MATMUL_RUNS`` when ``ur_lstm`` and ``tied_lstm`` both run); errors are reported, not
+    raised. Inputs and weights are drawn on the CPU, so every device sees the same values."""
+    device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(T, B, D, generator=gen)
+    x = torch.randn(T, B, D, generator=gen).to(device)
     torch.manual_seed(seed)
-    anchor = torch.nn.LSTM(D, H)
+    anchor = torch.nn.LSTM(D, H).to(device)
     runs = {ANCHOR: _runner(anchor, x, lambda xs: anchor(xs)[0])}
     errors: dict[str, str] = {}
     for name in names:
         try:
             base, options = parse_core_spec(name)
-            core = make_core(base, D, H, **options).train()
+            core = make_core(base, D, H, **options).to(device).train()
         except Exception as err:  # a core under construction must not stop the benchmark
             errors[name] = f"{type(err).__name__}: {err}"
             continue
-        runs[name] = _runner(core, x, lambda xs, c=core: c(xs, c.initial_state(xs.shape[1]))[0])
+        runs[name] = _runner(
+            core, x, lambda xs, c=core: c(xs, c.initial_state(xs.shape[1], xs.device))[0]
+        )
     if {"ur_lstm", "tied_lstm"} <= runs.keys():
         for label, blocks in MATMUL_RUNS.items():
-            runs[label] = _matmul_runner(T, B, D, H, blocks, gen)
+            runs[label] = _matmul_runner(T, B, D, H, blocks, gen, device)
     return runs, errors
 
 
@@ -175,17 +187,22 @@ def run_order(names: list[str]) -> list[str]:
     return order + [n for n in names if n not in order]
 
 
-def measure(runs: dict[str, Callable[[], None]], reps: int) -> Samples:
+def measure(
+    runs: dict[str, Callable[[], None]], reps: int, device: torch.device | str = "cpu"
+) -> Samples:
     """Time every run once per round. A core runs right after its twin and the order reverses
-    every other round (A B B A ...), so slow drifts of a shared machine cancel in the ratios."""
+    every other round (A B B A ...), so slow drifts of a shared machine cancel in the ratios.
+    On a GPU each run is timed to the end of its queued kernels (:func:`agents.device.sync`)."""
     order = run_order(list(runs))
     samples: Samples = {k: [] for k in order}
-    for fn in runs.values():  # warm-up: allocator, first-call dispatch
+    for fn in runs.values():  # warm-up: allocator, first-call dispatch, kernel compilation
         fn()
+    sync(device)
     for rep in range(reps):
         for name in order if rep % 2 == 0 else order[::-1]:
             w0, c0 = time.perf_counter(), time.process_time()
             runs[name]()
+            sync(device)
             samples[name].append((time.perf_counter() - w0, time.process_time() - c0))
     return samples
 
@@ -416,6 +433,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and inputs")
     parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda, cuda:N or auto (default cpu); on a GPU "
+        "the times are to the end of the queued kernels",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="smoke mode: T=16 B=4 D=H=16, 1 thread, 1 round"
     )
     parser.add_argument(
@@ -429,6 +452,7 @@ def main(argv: list[str]) -> int:
         help="time torch.tanh against the sigmoid route of cores/fast_tanh.py instead of cores",
     )
     args = parser.parse_args(argv)
+    device = resolve_device(args.device)
     if args.tanh:
         print(tanh_routes(1 if args.quick else args.reps))
         return 0
@@ -446,14 +470,14 @@ def main(argv: list[str]) -> int:
     print(
         f"bench cores: forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, "
         f"{args.reps} interleaved rounds (A B B A), {STATS[args.stat]}; "
-        f"torch {torch.__version__}; "
+        f"device {device}; torch {torch.__version__}; "
         f"malloc keeps freed memory: {'yes' if keep_freed_memory() else 'no'} ({ENV_VAR})"
     )
     try:
         for n in threads:
             torch.set_num_threads(n)
-            runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed)
-            samples = measure(runs, args.reps)
+            runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed, device)
+            samples = measure(runs, args.reps, device)
             print()
             print(format_table(samples, n, args.stat))
             split = format_refine_split(samples, args.stat)

@@ -53,21 +53,23 @@ def decode(policy: RecurrentActorCritic, env: Any, episodes: int) -> list[float]
     from sklearn.model_selection import cross_val_score
 
     base = env.unwrapped
+    device = policy.device
     states: dict[int, list[np.ndarray]] = {}
     labels = []
     for _ in range(episodes):
         obs, _ = env.reset()
         labels.append(base.colors.index(base.cue_color))
-        state = policy.initial_state(1)
-        starts = torch.ones(1, 1, dtype=torch.bool)
+        state = policy.initial_state(1, device)
+        starts = torch.ones(1, 1, dtype=torch.bool, device=device)
         t = 0
         while True:
-            out = policy(obs_to_tensors({k: [v] for k, v in obs.items()}, "cpu"), state, starts)
-            states.setdefault(t, []).append(torch.cat([s.flatten() for s in out.state]).numpy())
+            out = policy(obs_to_tensors({k: [v] for k, v in obs.items()}, device), state, starts)
+            flat = torch.cat([s.flatten().float() for s in out.state])
+            states.setdefault(t, []).append(flat.cpu().numpy())
             if base.phase == 3:
                 break
             action, _ = sample_actions(out.logits[0])
-            state, starts = out.state, torch.zeros(1, 1, dtype=torch.bool)
+            state, starts = out.state, torch.zeros(1, 1, dtype=torch.bool, device=device)
             obs, *_ = env.step(int(action[0]))
             t += 1
     y = np.array(labels)
@@ -81,8 +83,10 @@ def decode(policy: RecurrentActorCritic, env: Any, episodes: int) -> list[float]
 
 def supervised(policy: RecurrentActorCritic, env: Any, episodes: int, updates: int) -> list[float]:
     """Train ``policy``'s encoder and core (plus a linear readout) to report the cue colour at
-    the first reward-room step; held-out accuracy every 50 updates."""
+    the first reward-room step; held-out accuracy every 50 updates. Runs on ``policy``'s
+    device."""
     base = env.unwrapped
+    device = policy.device
     rng = np.random.default_rng(0)
     runs = []
     for _ in range(episodes):
@@ -92,19 +96,22 @@ def supervised(policy: RecurrentActorCritic, env: Any, episodes: int, updates: i
             obs, *_ = env.step(int(rng.integers(0, 3)))
             seq.append(obs)
         runs.append((seq, base.colors.index(base.cue_color)))
-    batch = {k: torch.as_tensor(np.stack([[o[k] for o in s] for s, _ in runs], 1)) for k in seq[0]}
-    labels = torch.tensor([c for _, c in runs])
+    batch = {
+        k: torch.as_tensor(np.stack([[o[k] for o in s] for s, _ in runs], 1), device=device)
+        for k in seq[0]
+    }  # each [steps, episodes, ...]
+    labels = torch.tensor([c for _, c in runs], device=device)
     steps, n = batch["image"].shape[:2]
     held = n // 4
     policy.train()
-    readout = torch.nn.Linear(policy.actor[0].in_features, base.n_colors)
+    readout = torch.nn.Linear(policy.actor[0].in_features, base.n_colors).to(device)
     optimiser = torch.optim.Adam([*policy.parameters(), *readout.parameters()], 1e-3)
 
     def last_output(idx: torch.Tensor) -> torch.Tensor:
-        starts = torch.zeros(steps, len(idx), dtype=torch.bool)
+        starts = torch.zeros(steps, len(idx), dtype=torch.bool, device=device)
         starts[0] = True
         x = policy.encode({k: v[:, idx] for k, v in batch.items()})
-        y, _ = policy.core(x, policy.initial_state(len(idx)), starts)
+        y, _ = policy.core(x, policy.initial_state(len(idx), device), starts)
         return readout(y[-1, :, : readout.in_features])
 
     accuracies = []
@@ -112,11 +119,11 @@ def supervised(policy: RecurrentActorCritic, env: Any, episodes: int, updates: i
     for update in range(updates + 1):
         if update % 50 == 0:
             with torch.no_grad():
-                test = torch.arange(n - held, n)
+                test = torch.arange(n - held, n, device=device)
                 accuracies.append(
                     float((last_output(test).argmax(-1) == labels[test]).float().mean())
                 )
-        idx = torch.randint(0, n - held, (64,), generator=generator)
+        idx = torch.randint(0, n - held, (64,), generator=generator).to(device)
         loss = torch.nn.functional.cross_entropy(last_output(idx), labels[idx])
         optimiser.zero_grad()
         loss.backward()

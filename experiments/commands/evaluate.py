@@ -66,7 +66,7 @@ def _phases(args: argparse.Namespace, device) -> int:  # noqa: ANN001
     env_id = args.env or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
     result = phase_breakdown(
-        policy, env_id, args.episodes, args.argmax, args.seed, env_kwargs=kwargs, device=device
+        policy, env_id, args.episodes, args.argmax, args.seed, env_kwargs=kwargs
     )
     if args.json:
         print(json.dumps(dict(env=result.env_id, groups=dict(result.groups()))))

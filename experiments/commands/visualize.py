@@ -18,13 +18,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fps", type=positive_float, default=8.0, help="frames per second of the GIF"
     )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from agents.device import resolve_device
     from agents.evaluation import record_gif
 
     gif = record_gif(
-        args.run, Path(args.gif), args.env, args.episodes, args.argmax, args.seed, args.fps
+        args.run,
+        Path(args.gif),
+        args.env,
+        args.episodes,
+        args.argmax,
+        args.seed,
+        args.fps,
+        device=resolve_device(args.device),
     )
     shown = ", ".join(f"{r:.2f}" for r in gif.returns)
     merged = (

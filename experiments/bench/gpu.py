@@ -1,0 +1,770 @@
+"""``memcores bench gpu --out DIR``: everything GPU-side, measured in one prepared run.
+
+On a machine with a CUDA GPU, in one run of a few minutes (each part has a time budget,
+325 s in all; what a part cannot fit is listed as not measured):
+
+1. ``tests``: the CUDA cases of the test suite (``pytest -k cuda``: every test on the
+   ``device`` fixture, and the kernel tests that name CUDA).
+2. ``cores``: forward+backward of every core at T=256, B=64, input 64, hidden 128, beside
+   cuDNN's ``nn.LSTM`` and ``nn.GRU`` measured in the same run; the targets (gated LSTM presets
+   at most 2x ``nn.LSTM``, GRU presets at most 2x ``nn.GRU``, ``slstm`` at most 3x
+   ``nn.LSTM``) marked ok or MISS.
+3. ``scaling``: forward+backward against the sequence length (B=16, hidden 128; T = 256, 1024,
+   4096, 16384 for the scan cores, to 4096 for the step-loop cores); target: a scan core's
+   time at T=16384 at most 8x its time at T=256.
+4. ``acting``: one acting step of the MemoryS7 policy (observations from NumPy, T=1 forward,
+   sampled actions back to NumPy) on the CPU, on the GPU, and on the GPU as one CUDA graph
+   replay (:func:`graphed_acting_step`) per ``n_envs``, beside the rule the trainer applies
+   (:func:`agents.device.acting_device`), and where CPU and GPU cross.
+5. ``rl``: PPO frames/s on the GPU against the same machine's CPU: MemoryS7
+   (``experiments/configs/memory_s7.yaml``) at 8 and 64 envs, and POPGym's settings
+   (``experiments/configs/sweep_popgym.yaml``) for ``gru``, ``lstm``, ``ur_lstm`` and
+   ``min_gru``. One rollout is collected and timed; the update is timed over ``E`` of its
+   epochs (all 8 of MemoryS7's, 1 of POPGym's 30; on the GPU after a warm-up epoch) and
+   scaled to the whole update: frames/s = frames / (collection + update). Each side runs
+   with the config's own ``train.threads``, as ``memcores train`` would.
+6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
+   batch 256, seconds per update on the GPU against the CPU.
+
+The results go to ``DIR/bench_gpu.json`` and ``DIR/bench_gpu.md`` (rewritten after each
+part, so a run cut short keeps what it measured). Without a GPU it stops with exit code 2;
+``--device cpu --quick`` runs every part at tiny sizes on the CPU (a check that the script
+works, as the tests do; its numbers mean nothing). Timings on a GPU wait for the queued
+kernels before reading the clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.device import acting_device, describe_acting, info, resolve_device, sync
+
+REPO = Path(__file__).resolve().parents[2]
+MEMORY_S7 = "experiments/configs/memory_s7.yaml"
+POPGYM = "experiments/configs/sweep_popgym.yaml"
+COPY = "experiments/configs/copy.yaml"
+POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
+SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
+LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
+GRU_PRESETS = ("gru", "fast_gru", "ur_gru")
+PARTS: dict[str, float] = {
+    "tests": 70.0,
+    "cores": 55.0,
+    "scaling": 40.0,
+    "acting": 15.0,
+    "rl": 115.0,
+    "supervised": 30.0,
+}
+"""Each part's time budget in seconds (325 in all); time a part leaves goes to the next. A
+part checks its clock between measurements, so one measurement can overrun it by its own
+length (the longest: one POPGym update epoch on the CPU)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The shapes of one run: the documented ones, or tiny ones with ``--quick``."""
+
+    cores: tuple[int, int, int, int] = (256, 64, 64, 128)  # T, B, D, H
+    scaling_b_h: tuple[int, int] = (16, 128)
+    scan_lengths: tuple[int, ...] = (256, 1024, 4096, 16384)
+    loop_lengths: tuple[int, ...] = (256, 1024, 4096)
+    reps: int = 3
+    acting_envs: tuple[int, ...] = (8, 64, 256, 1024)
+    acting_steps: int = 50
+    rl_overrides: tuple[str, ...] = ()
+    popgym_overrides: tuple[str, ...] = ()
+    supervised_overrides: tuple[str, ...] = ("core.hidden_size=128", "train.batch_size=256")
+    supervised_updates: int = 20
+
+
+QUICK = Sizes(
+    cores=(8, 2, 8, 8),
+    scaling_b_h=(2, 8),
+    scan_lengths=(16, 64),
+    loop_lengths=(16,),
+    reps=1,
+    acting_envs=(2, 4),
+    acting_steps=3,
+    rl_overrides=(
+        "agent.n_steps=16",
+        "agent.seq_len=16",
+        "agent.minibatch_size=32",
+        "core.hidden_size=8",
+    ),
+    popgym_overrides=(
+        "env.n_envs=2",
+        "agent.n_steps=16",
+        "agent.seq_len=16",
+        "agent.minibatch_size=16",
+        "core.hidden_size=8",
+    ),
+    supervised_overrides=(
+        "task.length=10",
+        "core.hidden_size=8",
+        "train.batch_size=8",
+        "train.eval_size=8",
+    ),
+    supervised_updates=2,
+)
+
+
+class Clock:
+    """A part's deadline (``time.perf_counter`` seconds)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.budget = seconds
+        self.start = time.perf_counter()
+
+    def left(self) -> float:
+        return self.budget - (time.perf_counter() - self.start)
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> float:
+    """Seconds of one call of ``fn``, to the end of the kernels it queued on ``device``."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, call: Callable) -> Callable[[], None]:
+    """One forward+backward of ``call(x)`` through ``module`` (gradients reset first)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+
+    def run() -> None:
+        for p in params:
+            p.grad = None
+        call(x).float().sum().backward()
+
+    return run
+
+
+def core_runner(name: str, T: int, B: int, D: int, H: int, device: torch.device) -> Callable:
+    """Forward+backward of core ``name`` (or ``nn.LSTM``/``nn.GRU``) on a fixed ``[T, B, D]``
+    input drawn on the CPU with seed 0 (every device sees the same values)."""
+    from cores import make_core
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(T, B, D, generator=gen).to(device)
+    torch.manual_seed(0)
+    if name in ("nn.LSTM", "nn.GRU"):
+        rnn = (torch.nn.LSTM if name == "nn.LSTM" else torch.nn.GRU)(D, H).to(device)
+        return fwd_bwd(rnn, x, lambda xs: rnn(xs)[0])
+    core = make_core(name, D, H).to(device).train()
+    return fwd_bwd(core, x, lambda xs: core(xs, core.initial_state(xs.shape[1], xs.device))[0])
+
+
+def time_runner(run: Callable[[], None], device: torch.device, reps: int, clock: Clock) -> float:
+    """Median seconds of ``run`` after a warm-up call (compilation, allocator); fewer rounds
+    when one round would not fit the part's time left."""
+    first = timed(run, device)
+    times = []
+    for _ in range(reps):
+        if times and clock.left() < 2 * first:
+            break
+        times.append(timed(run, device))
+    return statistics.median(times) if times else first
+
+
+# ------------------------------------------------------------------------------ parts
+def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """Run the CUDA cases of the test suite in a subprocess (``--quick``: only collect those
+    of ``tests/test_devices.py``)."""
+    command = [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider"]
+    if quick:  # collect one file's cases: the subprocess and the parsing, in seconds
+        command += ["--collect-only", "tests/test_devices.py"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("TRITON_INTERPRET", None)  # the GPU cases run the compiled kernels
+    try:
+        done = subprocess.run(
+            command,
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=max(clock.left(), 5.0),
+        )
+        output, rc = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as err:
+        text = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        return {
+            "command": " ".join(command[2:]),
+            "returncode": None,
+            "summary": f"stopped by the time budget after {clock.budget:.0f} s",
+            "failed": [line for line in text.splitlines() if line.startswith("FAILED")],
+        }
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return {
+        "command": " ".join(command[2:]),
+        "returncode": rc,
+        "summary": lines[-1].strip("= ") if lines else "",
+        "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))],
+    }
+
+
+def _target(name: str, x_lstm: float | None, x_gru: float | None) -> str:
+    from experiments.bench.cores import LSTM_FAMILY
+
+    if name in LSTM_FAMILY and x_lstm is not None:
+        return f"{'ok' if x_lstm <= 2 else 'MISS'} <=2x nn.LSTM"
+    if name in GRU_PRESETS and x_gru is not None:
+        return f"{'ok' if x_gru <= 2 else 'MISS'} <=2x nn.GRU"
+    if name == "slstm" and x_lstm is not None:
+        return f"{'ok' if x_lstm <= 3 else 'MISS'} <=3x nn.LSTM"
+    return ""
+
+
+def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """Forward+backward ms of every core beside ``nn.LSTM`` and ``nn.GRU``."""
+    from cores import CORES
+
+    T, B, D, H = sizes.cores
+    ms: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    not_measured = []
+    for name in ["nn.LSTM", "nn.GRU", *sorted(CORES)]:
+        if clock.left() <= 0:
+            not_measured.append(name)
+            continue
+        try:
+            run = core_runner(name, T, B, D, H, device)
+            ms[name] = 1e3 * time_runner(run, device, sizes.reps, clock)
+        except Exception as err:  # one broken core must not stop the run
+            errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    rows = []
+    for name, value in ms.items():
+        x_lstm = value / ms["nn.LSTM"] if "nn.LSTM" in ms else None
+        x_gru = value / ms["nn.GRU"] if "nn.GRU" in ms else None
+        rows.append(
+            {
+                "core": name,
+                "ms": value,
+                "x_nn_lstm": x_lstm,
+                "x_nn_gru": x_gru,
+                "target": _target(name, x_lstm, x_gru),
+            }
+        )
+    return {
+        "shape": dict(T=T, B=B, D=D, H=H),
+        "rows": rows,
+        "errors": errors,
+        "not_measured": not_measured,
+    }
+
+
+def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """Forward+backward ms against T; cells in order of T, so the budget cuts the longest."""
+    B, H = sizes.scaling_b_h
+    names = ["nn.LSTM", *SCAN_CORES, *LOOP_CORES]
+    cells = sorted(
+        (T, name)
+        for name in names
+        for T in (sizes.scan_lengths if name in (*SCAN_CORES, "nn.LSTM") else sizes.loop_lengths)
+    )
+    ms: dict[str, dict[int, float]] = {name: {} for name in names}
+    errors: dict[str, str] = {}
+    not_measured = []
+    for T, name in cells:
+        if name in errors:
+            continue
+        if clock.left() <= 0:
+            not_measured.append(f"{name} T={T}")
+            continue
+        try:
+            run = core_runner(name, T, B, 64 if not quick else 8, H, device)
+            ms[name][T] = 1e3 * time_runner(run, device, max(1, sizes.reps - 1), clock)
+        except Exception as err:
+            errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+        finally:
+            run = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    first, last = sizes.scan_lengths[0], sizes.scan_lengths[-1]
+    rows = []
+    for name in names:
+        growth = ms[name][last] / ms[name][first] if {first, last} <= ms[name].keys() else None
+        target = ""
+        if name in SCAN_CORES and growth is not None:
+            target = f"{'ok' if growth <= 8 else 'MISS'} <=8x"
+        rows.append({"core": name, "ms": ms[name], "growth": growth, "target": target})
+    return {
+        "B": B,
+        "H": H,
+        "lengths": list(sizes.scan_lengths),
+        "rows": rows,
+        "errors": errors,
+        "not_measured": not_measured,
+    }
+
+
+def _rl_config(path: str, overrides: list[str]) -> Any:
+    from agents.rl_config import RLConfig
+    from experiments.config import load_config
+
+    fixed = ["train.progress=false", "train.histogram_every=0", "run.tensorboard=false"]
+    return load_config(RLConfig, path, [*overrides, *fixed])
+
+
+def part_acting(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """Microseconds per acting step of the MemoryS7 policy on the CPU and on ``device``, with
+    the config's torch threads (as the trainer acts)."""
+    config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
+    threads = torch.get_num_threads()
+    if config.train.threads > 0:
+        torch.set_num_threads(config.train.threads)
+    try:
+        return _acting_rows(device, sizes, clock, config)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def graphed_acting_step(
+    policy: torch.nn.Module, obs: dict[str, np.ndarray], device: torch.device
+) -> Callable[[], np.ndarray]:
+    """One acting step of ``policy`` (on a CUDA ``device``) captured as a CUDA graph: the
+    observations are copied into fixed input tensors, the graph replays the forward, the
+    action sampling and the state update in one launch, and the actions come back to NumPy.
+    The returned step reads the arrays of ``obs`` each call (refill them in place).
+
+    :raises ValueError: ``device`` is not a CUDA device.
+    :raises RuntimeError: the step cannot be captured (e.g. it reads a tensor on the host).
+    """
+    from agents.policy import obs_to_tensors, sample_actions
+
+    if device.type != "cuda":
+        raise ValueError(f"a CUDA graph needs a CUDA device, got {device}")
+    n = len(next(iter(obs.values())))
+    static_obs = obs_to_tensors(obs, device)  # each [1, n, ...]
+    state = tuple(s.clone() for s in policy.initial_state(n, device))
+    starts = torch.zeros(1, n, dtype=torch.bool, device=device)
+
+    def body() -> torch.Tensor:
+        out = policy(static_obs, state, starts)
+        actions, _ = sample_actions(out.logits[0])
+        for s, new in zip(state, out.state, strict=True):
+            s.copy_(new)
+        return actions
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), torch.no_grad():  # warm-up off the capture, as CUDA asks
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        actions = body()
+
+    def step() -> np.ndarray:
+        """Read ``obs`` (the same dict, refilled by the caller), act: actions ``[n]``."""
+        for key, value in obs.items():
+            static_obs[key][0].copy_(torch.from_numpy(np.asarray(value)), non_blocking=True)
+        graph.replay()
+        return actions.cpu().numpy()
+
+    return step
+
+
+def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) -> dict:
+    from agents.policy import build_policy, obs_to_tensors, sample_actions
+
+    rows, not_measured = [], []
+    torch.manual_seed(0)  # MemoryS7: 7 actions, a 7x7x3 view (its mission is not read)
+    cpu_policy = build_policy(config, 7, (7, 7, 3)).eval()
+    policies = {"cpu": cpu_policy}
+    if device.type != "cpu":
+        policies[str(device)] = build_policy(config, 7, (7, 7, 3)).to(device).eval()
+    rng = np.random.default_rng(0)
+    for n in sizes.acting_envs:
+        if clock.left() <= 0:
+            not_measured.append(n)
+            continue
+        obs = {
+            "image": rng.integers(0, 6, (n, 7, 7, 3), dtype=np.uint8),
+            "direction": rng.integers(0, 4, n),
+        }
+        row: dict[str, Any] = {"n_envs": n}
+        for where, policy in policies.items():
+            dev = torch.device(where)
+            state = policy.initial_state(n, dev)
+            starts = torch.zeros(1, n, dtype=torch.bool, device=dev)
+
+            def step(policy=policy, dev=dev, state=state, starts=starts, obs=obs) -> None:
+                with torch.no_grad():
+                    out = policy(obs_to_tensors(obs, dev), state, starts)
+                    sample_actions(out.logits[0])[0].cpu().numpy()
+
+            step()  # warm-up
+            start = time.perf_counter()
+            for _ in range(sizes.acting_steps):
+                step()
+            row[f"us_{'cpu' if where == 'cpu' else 'device'}"] = (
+                1e6 * (time.perf_counter() - start) / sizes.acting_steps
+            )
+        if device.type == "cuda":  # the same step on the GPU as one CUDA graph replay
+            try:
+                step = graphed_acting_step(policies[str(device)], obs, device)
+                step()
+                start = time.perf_counter()
+                for _ in range(sizes.acting_steps):
+                    step()
+                row["us_graphed"] = 1e6 * (time.perf_counter() - start) / sizes.acting_steps
+            except Exception as err:  # a step that cannot be captured is a result too
+                row["graphed_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+        row["rule"] = str(acting_device(device, n))
+        if "us_device" in row:
+            row["faster"] = "cpu" if row["us_cpu"] <= row["us_device"] else str(device)
+        rows.append(row)
+    crossover = next((r["n_envs"] for r in rows if r.get("faster", "cpu") != "cpu"), None)
+    return {"rows": rows, "crossover_n_envs": crossover, "not_measured": not_measured}
+
+
+def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
+    """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout (the trainer's
+    acting rule), the update timed over ``epochs`` of its epochs (after a warm-up epoch off the
+    CPU) and scaled to all of them."""
+    from agents.ppo import update
+    from agents.rl_trainer import (
+        acting_policy,
+        collect_with_returns,
+        obs_shapes,
+        setup,
+        start_rollouts,
+    )
+    from agents.rollout import RolloutBuffer
+
+    s = setup(_rl_config(path, [*overrides, f"train.device={device}"]))
+    cfg, agent = s.config, s.config.agent
+    n_envs, n_steps = cfg.env.n_envs, agent.n_steps
+    try:
+        acting = acting_policy(s.policy, s.device, n_envs=n_envs)
+        act_device = next(acting.parameters()).device
+        buffer = RolloutBuffer(
+            obs_shapes(s.envs.single_observation_space),
+            n_steps,
+            n_envs,
+            agent.seq_len,
+            acting.initial_state(n_envs, act_device),
+            act_device,
+        )
+        carry = start_rollouts(acting, s.envs, cfg.train.seed, act_device)
+        collect = timed(
+            lambda: collect_with_returns(acting, s.envs, buffer, carry, agent), s.device
+        )
+        timed_epochs = agent.n_epochs if epochs is None else min(epochs, agent.n_epochs)
+        if s.device.type != "cpu":  # kernel compilation and autotuning on first use
+            one = dataclasses.replace(agent, n_epochs=1)
+            timed(lambda: update(s.policy, s.optimizer, buffer, one), s.device)
+        part = dataclasses.replace(agent, n_epochs=timed_epochs)
+        upd = timed(lambda: update(s.policy, s.optimizer, buffer, part), s.device)
+        upd *= agent.n_epochs / timed_epochs
+    finally:
+        s.envs.close()
+    frames = n_envs * n_steps
+    return {
+        "fps": frames / (collect + upd),
+        "collect_s": collect,
+        "update_s": upd,
+        "epochs_timed": f"{timed_epochs}/{agent.n_epochs}",
+        "acting": describe_acting(s.device, n_envs),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """RL frames/s on ``device`` against the CPU, per setting."""
+    settings: list[tuple[str, str, list[str], int | None]] = [
+        (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
+        for n in ((8, 64) if not quick else (2,))
+    ]
+    settings += [
+        (
+            f"POPGym RepeatPreviousEasy {core}",
+            POPGYM,
+            [f"core.name={core}", *sizes.popgym_overrides],
+            1,
+        )
+        for core in POPGYM_CORES
+    ]
+    rows, not_measured = [], []
+    threads = torch.get_num_threads()
+    for label, path, overrides, epochs in settings:
+        if clock.left() <= 0:
+            not_measured.append(label)
+            continue
+        row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
+        try:
+            for side, where in (("cpu", "cpu"), ("device", str(device))):
+                row[side] = rl_rate(path, overrides, where, epochs)
+                if device.type == "cpu":
+                    row["device"] = row["cpu"]
+                    break
+            row["x_cpu"] = row["device"]["fps"] / row["cpu"]["fps"]
+        except Exception as err:
+            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        finally:
+            torch.set_num_threads(threads)  # setup() applies each config's train.threads
+        rows.append(row)
+    return {"rows": rows, "not_measured": not_measured}
+
+
+def supervised_rate(overrides: list[str], device: str, updates: int, clock: Clock) -> dict:
+    """Seconds per update of the copy task on ``device`` (after two warm-up updates)."""
+    from agents.supervised import TaskData, prepare, train_step
+    from agents.supervised_config import SupervisedConfig
+    from experiments.config import load_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load_config(
+            SupervisedConfig, COPY, [*overrides, f"train.device={device}", f"run.dir={tmp}"]
+        )
+        prep = prepare(config)
+        data = TaskData(prep.task, config.train.batch_size, config.train.seed)
+        lr = config.optim.lr
+
+        def one(step: int) -> None:
+            train_step(prep, data.train_batch(step), lr, math.inf)
+
+        for step in range(2):
+            one(step)
+        done, start = 0, time.perf_counter()
+        sync(prep.device)
+        while done < updates and (done == 0 or clock.left() > 0):
+            one(2 + done)
+            done += 1
+        sync(prep.device)
+        seconds = (time.perf_counter() - start) / done
+    return {
+        "s_per_update": seconds,
+        "updates": done,
+        "core": config.core.name,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """Copy T=200, hidden 128, batch 256: seconds per update on the CPU and on ``device``."""
+    overrides = list(sizes.supervised_overrides)
+    threads = torch.get_num_threads()
+    try:
+        half = Clock(max(clock.left() / 2, 1.0))
+        cpu = supervised_rate(overrides, "cpu", sizes.supervised_updates, half)
+        dev = (
+            cpu
+            if device.type == "cpu"
+            else supervised_rate(overrides, str(device), sizes.supervised_updates, clock)
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "config": COPY,
+        "overrides": overrides,
+        "cpu": cpu,
+        "device": dev,
+        "x_cpu": cpu["s_per_update"] / dev["s_per_update"],
+    }
+
+
+RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, bool], dict]] = {
+    "tests": part_tests,
+    "cores": part_cores,
+    "scaling": part_scaling,
+    "acting": part_acting,
+    "rl": part_rl,
+    "supervised": part_supervised,
+}
+
+
+# ------------------------------------------------------------------------------ output
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as markdown: the hardware, then one section per part that ran."""
+    hw = results["hardware"]
+    lines = [
+        "# memcores bench gpu",
+        "",
+        f"Device {hw['device']}"
+        + (f" ({hw['gpu']}, CUDA {hw['cuda']})" if "gpu" in hw else "")
+        + f"; CPU {hw['cpu']} x {hw['cpu_count']}; torch {hw['torch']}; triton {hw['triton']}.",
+        f"Command: `{results['command']}`.",
+    ]
+    parts = results["parts"]
+    if "tests" in parts:
+        t = parts["tests"]
+        lines += ["", "## CUDA tests", "", f"`{t['command']}`: {t['summary']}"]
+        lines += [f"- {line}" for line in t["failed"]]
+    if "cores" in parts:
+        c = parts["cores"]
+        shape = c["shape"]
+        lines += [
+            "",
+            f"## Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
+            f"hidden {shape['H']}",
+            "",
+            "| core | ms | x nn.LSTM | x nn.GRU | target |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['core']} | {r['ms']:.2f} | {_x(r['x_nn_lstm'])} | {_x(r['x_nn_gru'])} "
+            f"| {r['target']} |"
+            for r in c["rows"]
+        ]
+    if "scaling" in parts:
+        s = parts["scaling"]
+        head = " | ".join(f"T={T}" for T in s["lengths"])
+        lines += [
+            "",
+            f"## Cost against T, forward+backward ms, B={s['B']} hidden {s['H']}",
+            "",
+            f"| core | {head} | T={s['lengths'][-1]} / T={s['lengths'][0]} | target |",
+            "|---|" + "---|" * (len(s["lengths"]) + 2),
+        ]
+        for r in s["rows"]:
+            cells = " | ".join(f"{r['ms'][T]:.2f}" if T in r["ms"] else "-" for T in s["lengths"])
+            lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
+    if "acting" in parts:
+        a = parts["acting"]
+        lines += [
+            "",
+            "## Acting step (MemoryS7 policy), microseconds",
+            "",
+            "| n_envs | CPU | device | device, CUDA graph | faster | trainer's rule |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in a["rows"]:
+            dev = f"{r['us_device']:.0f}" if "us_device" in r else "-"
+            graphed = f"{r['us_graphed']:.0f}" if "us_graphed" in r else "-"
+            if "graphed_error" in r:
+                graphed = f"not captured ({r['graphed_error']})"
+            lines.append(
+                f"| {r['n_envs']} | {r['us_cpu']:.0f} | {dev} | {graphed} "
+                f"| {r.get('faster', '-')} | {r['rule']} |"
+            )
+        lines.append(f"\nFirst n_envs where the device is faster: {a['crossover_n_envs']}.")
+    if "rl" in parts:
+        lines += [
+            "",
+            "## RL frames/s, device against the same machine's CPU",
+            "",
+            "| setting | CPU frames/s | device frames/s | x CPU | device: collect s / update s "
+            "| epochs timed | acting |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in parts["rl"]["rows"]:
+            if "error" in r:
+                lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
+                continue
+            d = r["device"]
+            lines.append(
+                f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
+                f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
+                f"| {d['acting']} |"
+            )
+    if "supervised" in parts:
+        s = parts["supervised"]
+        lines += [
+            "",
+            f"## Supervised copy ({s['config']} {' '.join(s['overrides'])}), core "
+            f"{s['cpu']['core']}",
+            "",
+            "| | s per update | updates timed |",
+            "|---|---|---|",
+            f"| CPU ({s['cpu']['threads']} threads) | {s['cpu']['s_per_update']:.3f} "
+            f"| {s['cpu']['updates']} |",
+            f"| device | {s['device']['s_per_update']:.3f} | {s['device']['updates']} |",
+            f"\nDevice against CPU: {_x(s['x_cpu'])}.",
+        ]
+    skipped = {k: v["not_measured"] for k, v in parts.items() if v.get("not_measured")}
+    errors = {k: v["errors"] for k, v in parts.items() if v.get("errors")}
+    if skipped or errors:
+        lines += ["", "## Not measured", ""]
+        lines += [f"- {k} (time budget): {', '.join(map(str, v))}" for k, v in skipped.items()]
+        lines += [f"- {k}: {n}: {e}" for k, v in errors.items() for n, e in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _quiet_warnings() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="memcores bench gpu", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="runs/bench_gpu", help="folder for the JSON and markdown")
+    parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes (a check that every part runs)"
+    )
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run (default all: {','.join(PARTS)})",
+    )
+    args = parser.parse_args(argv)
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"unknown part(s) {', '.join(unknown)}; valid: {', '.join(PARTS)}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            "bench gpu needs a CUDA GPU and none is available "
+            "(--device cpu --quick checks the script on the CPU)"
+        )
+    device = resolve_device(args.device)
+    sizes = QUICK if args.quick else Sizes()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "command": "memcores bench gpu " + " ".join(argv),
+        "hardware": info(device),
+        "budgets_s": {p: PARTS[p] for p in parts},
+        "parts": {},
+    }
+    print(f"bench gpu: device {device}, parts {', '.join(parts)}; writing {out}", flush=True)
+    carry = 0.0
+    with _quiet_warnings():
+        for name in parts:
+            clock = Clock(PARTS[name] + carry)
+            result = RUNNERS[name](device, sizes, clock, args.quick)
+            result["seconds"] = clock.spent()
+            carry = max(clock.left(), 0.0)
+            results["parts"][name] = result
+            (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+            (out / "bench_gpu.md").write_text(markdown(results))
+            print(f"  {name}: {result['seconds']:.1f} s", flush=True)
+    print()
+    print(markdown(results))
+    print(f"wrote {out / 'bench_gpu.json'} and {out / 'bench_gpu.md'}")
+    tests = results["parts"].get("tests")
+    # pytest's 5: no test selected (a machine where no test names CUDA)
+    return 1 if tests and tests.get("returncode") not in (0, 5, None) else 0

@@ -1,0 +1,117 @@
+"""``memcores bench gpu``: every part runs on the CPU at tiny sizes (``--device cpu --quick``),
+its results land in JSON and markdown, the budgets cut what does not fit, and without a GPU
+the GPU run stops with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cores import CORES
+from experiments.bench import gpu
+from experiments.cli import main
+
+
+def test_without_a_gpu_it_stops_with_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "bench"
+    assert main(["bench", "gpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs a CUDA GPU" in err and "--device cpu" in err
+    assert not out.exists()
+
+
+def test_an_unknown_part_is_named_with_the_valid_ones(tmp_path, capsys):
+    args = ["bench", "gpu", "--device", "cpu", "--quick", "--parts", "cores,speed"]
+    assert main([*args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown part(s) speed" in err and "scaling" in err and "supervised" in err
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_gpu")
+    assert main(["bench", "gpu", "--device", "cpu", "--quick", "--out", str(out)]) == 0
+    return json.loads((out / "bench_gpu.json").read_text()), (out / "bench_gpu.md").read_text()
+
+
+def test_quick_run_on_cpu_measures_every_part(quick_run):
+    results, md = quick_run
+    parts = results["parts"]
+    assert list(parts) == list(gpu.PARTS)
+    assert results["hardware"]["device"] == "cpu"
+    assert parts["tests"]["returncode"] == 0 and "collected" in parts["tests"]["summary"]
+
+    cores = {r["core"]: r for r in parts["cores"]["rows"]}
+    assert {"nn.LSTM", "nn.GRU"} <= cores.keys()
+    assert set(CORES) <= cores.keys() | parts["cores"]["errors"].keys()
+    assert cores["nn.LSTM"]["x_nn_lstm"] == 1.0 and cores["nn.GRU"]["x_nn_gru"] == 1.0
+    assert all(r["ms"] > 0 for r in cores.values())
+    assert cores["lstm"]["target"].endswith("<=2x nn.LSTM")
+    assert cores["gru"]["target"].endswith("<=2x nn.GRU")
+    assert cores["slstm"]["target"].endswith("<=3x nn.LSTM")
+
+    scaling = {r["core"]: r for r in parts["scaling"]["rows"]}
+    lengths = parts["scaling"]["lengths"]
+    for name in gpu.SCAN_CORES:
+        ms = {int(t): v for t, v in scaling[name]["ms"].items()}
+        assert set(ms) == set(lengths)
+        assert scaling[name]["growth"] == pytest.approx(ms[lengths[-1]] / ms[lengths[0]])
+
+    assert [r["n_envs"] for r in parts["acting"]["rows"]] == list(gpu.QUICK.acting_envs)
+    assert all(r["rule"] == "cpu" and r["us_cpu"] > 0 for r in parts["acting"]["rows"])
+
+    rl = parts["rl"]["rows"]
+    assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] + ["POPGym"] * 4
+    for row in rl:
+        assert "error" not in row, row
+        assert row["cpu"]["fps"] > 0 and row["x_cpu"] == 1.0  # the CPU against itself
+    assert rl[1]["cpu"]["epochs_timed"] == "1/30"  # POPGym's 30 epochs, one timed
+
+    sup = parts["supervised"]
+    assert sup["cpu"]["s_per_update"] > 0 and sup["cpu"]["updates"] == gpu.QUICK.supervised_updates
+
+    for title in ("CUDA tests", "Cores, forward+backward", "Cost against T", "Acting step"):
+        assert f"## {title}" in md
+    assert "## RL frames/s" in md and "## Supervised copy" in md
+    assert "| nn.LSTM | " in md and "| min_gru | " in md
+
+
+def test_a_spent_budget_leaves_the_rest_listed_as_not_measured():
+    clock = gpu.Clock(0.0)
+    result = gpu.part_cores(torch.device("cpu"), gpu.QUICK, clock, True)
+    assert result["rows"] == [] and result["not_measured"][:2] == ["nn.LSTM", "nn.GRU"]
+    assert set(CORES) <= set(result["not_measured"])
+    scaling = gpu.part_scaling(torch.device("cpu"), gpu.QUICK, clock, True)
+    assert "min_gru T=64" in scaling["not_measured"]
+    md = gpu.markdown(
+        {
+            "command": "memcores bench gpu",
+            "hardware": {"device": "cpu", "cpu": "x", "cpu_count": 2, "torch": "t", "triton": None},
+            "parts": {"cores": result},
+        }
+    )
+    assert "## Not measured" in md and "cores (time budget): nn.LSTM, nn.GRU" in md
+
+
+def test_graphed_acting_step_needs_cuda_and_replays_there(device):
+    """The CUDA-graph column of the acting part: refused off CUDA with one clear error; on a
+    GPU the captured step replays with fresh observations and carries the state."""
+    import numpy as np
+
+    from agents.policy import build_policy
+
+    config = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides))
+    policy = build_policy(config, 7, (7, 7, 3)).to(device).eval()
+    obs = {"image": np.zeros((4, 7, 7, 3), np.uint8), "direction": np.zeros(4, np.int64)}
+    if device == "cpu":
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            gpu.graphed_acting_step(policy, obs, torch.device(device))
+        return
+    step = gpu.graphed_acting_step(policy, obs, torch.device(device))
+    obs["image"][:] = 3  # new values reach the graph through its input copy
+    for _ in range(3):
+        actions = step()
+        assert actions.shape == (4,) and ((actions >= 0) & (actions < 7)).all()
