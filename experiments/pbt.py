@@ -19,6 +19,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from experiments.search import round_params
 from experiments.trials import DONE, Trial, run_trial, trial_done
 
 SCHEDULE_FILE = "pbt_schedule.json"
+SECONDS_FILE = "pbt_seconds.txt"
+"""The member's own training seconds so far, over all its segments (not the donors')."""
 CHECKPOINT = "checkpoints/last.pt"
 
 
@@ -90,10 +93,19 @@ def run_member(
         trial, overrides=[*trial.overrides, *(f"{k}={v}" for k, v in values.items())]
     )
 
+    # A member trains in segments (paused, cloned); its record's wall time is their sum.
+    seconds_file = run_dir / SECONDS_FILE
+    before = float(seconds_file.read_text()) if seconds_file.is_file() else 0.0
+    start = time.perf_counter()
+
+    def seconds() -> float:
+        return round(before + time.perf_counter() - start, 1)
+
     fresh = [False]  # a trainer checkpoint not yet handed to PBT
     last_saved = [step // interval]
 
     def on_row(metrics: dict[str, float], ckpt_run: str | None) -> None:
+        seconds_file.write_text(str(seconds()))
         fresh[0] = fresh[0] or ckpt_run is not None
         period = int(metrics.get("step", 0)) // interval
         if not fresh[0] or period == last_saved[0]:
@@ -104,7 +116,9 @@ def run_member(
             save_member(run_dir, schedule, Path(tmp))
             report(metrics, Path(tmp))
 
-    extra = {"pbt_schedule": schedule}
+    def extra() -> dict[str, Any]:
+        return {"pbt_schedule": schedule, "wall_seconds": seconds()}
+
     # A clone continues the donor's checkpoint, trained with the donor's seed; the member
     # keeps its own seed for the environments it resets from now on.
     allowed = [*values, "train.seed"]

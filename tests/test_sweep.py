@@ -655,6 +655,9 @@ def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path)
         yaml.safe_load((Path(b.record_dir) / "config.yaml").read_text())["agent"]["learning_rate"]
         == 0.0004
     )
+    # its wall time is its own training time (kept across its segments), not the donor's
+    own = float((Path(b.run_dir) / "pbt_seconds.txt").read_text())
+    assert 0 < own <= record["wall_seconds"] < own + 60
 
 
 def test_pbt_needs_a_search_section_and_rl_trials(tmp_path, capsys):
