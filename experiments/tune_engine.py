@@ -83,7 +83,7 @@ def connect_ray(address: str | None, cpus: int) -> bool:
     if address:
         ray.init(address=address, runtime_env=runtime_env, **quiet)
     else:
-        # "local": a new private instance even when `ray start` runs a cluster on this machine
+        # "local": a new private instance even when `ray start` runs a cluster on the same host
         # (ray.init() would join that one, whose CPUs it cannot set).
         ray.init(
             address="local",
