@@ -8,6 +8,8 @@ knowing which core produced it.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 from collections.abc import Callable
 from typing import ClassVar
@@ -119,6 +121,13 @@ class MemoryCore(nn.Module):
         """Replace the rows of ``state`` where ``mask [B]`` is true by the initial state."""
         device = state[0].device if state else mask.device
         return reset_where(state, mask, self.initial_state(mask.shape[0], device))
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Whether ``triton`` is installed (CUDA builds of torch ship it); fused Triton paths run
+    on CUDA tensors only then. Checked without importing it: ``cores`` imports only torch."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def autocast_enabled(device_type: str) -> bool:

@@ -41,12 +41,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from cores import gates
-from cores.base import State, autocast_enabled, check_sequence, reset_uniform_
+from cores import cudnn, gates
+from cores.base import State, autocast_enabled, check_sequence, reset_uniform_, triton_available
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
 
-IMPLS = ("fused", "loop")
+IMPLS = ("fused", "triton", "loop")
 
 
 class GatedLSTM(BlockGatedCore):
@@ -61,8 +61,12 @@ class GatedLSTM(BlockGatedCore):
     :param t_max: the largest decay period of the ``chrono`` initialiser.
     :param hdetach: stochastically detach the ``h_{t-1}`` entering the gates while training.
     :param p: probability of detaching at a time step (only with ``hdetach=True``).
-    :param impl: ``fused`` (one autograd function over the whole sequence, hand-written
-        backward) or ``loop`` (a plain per-step autograd loop; the reference).
+    :param impl: ``fused`` (the whole sequence as one autograd function with a hand-written
+        backward: cuDNN where the preset is ``nn.LSTM``'s maths (:mod:`cores.cudnn`), else the
+        Triton kernels of :mod:`cores.triton_lstm` on CUDA tensors, the
+        :mod:`cores._fused_lstm` function on the CPU), ``triton`` (the Triton kernels on any
+        device; a CPU needs ``TRITON_INTERPRET=1``) or ``loop`` (a plain per-step autograd
+        loop; the reference).
     :param power: the power-law decay exponent ``r >= 0`` on the cell (0: the ordinary LSTM).
 
     State: ``(h [B, H], c [B, H])``, both zero initially.
@@ -101,6 +105,7 @@ class GatedLSTM(BlockGatedCore):
         self.hdetach = bool(hdetach)
         self.p = float(p)
         self.impl = impl
+        self.has_fused = impl != "loop" and self.power == 0.0
         # Gate blocks o, f, [i], [r], u: the sigmoid gates are contiguous (one sigmoid call) and
         # so are the gates whose gradient is a multiple of dc (the fused backward relies on it)
         names = ["o", "f"] + ([] if self.tied else ["i"]) + (["r"] if self.refine else []) + ["u"]
@@ -182,10 +187,15 @@ class GatedLSTM(BlockGatedCore):
         """``x [T, B, D]`` -> ``y [T, B, H]`` and the final ``(h, c)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
         detach = self._draw_detach(x.shape[0])
-        # the fused function writes into preallocated buffers, which autocast's dtype changes
-        # would break; under autocast the reference loop runs instead
-        fused_ok = self.impl == "fused" and self.power == 0.0
-        if fused_ok and not autocast_enabled(x.device.type):
+        # the fused paths write into preallocated buffers, which autocast's dtype changes
+        # would break; under autocast (and with the power-law cell) the reference loop runs
+        if self.has_fused and not autocast_enabled(x.device.type):
+            if x.is_cuda and self.impl == "fused" and cudnn.lstm_applies(self, starts):
+                return cudnn.lstm(self, x, state, starts)  # nn.LSTM's maths: its kernels
+            if self.impl == "triton" or (x.is_cuda and triton_available()):
+                from cores.triton_lstm import triton_lstm
+
+                return triton_lstm(self, x, state, starts, detach)
             from cores._fused_lstm import fused_lstm
 
             return fused_lstm(self, x, state, starts, detach)

@@ -28,10 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cores import gates
-from cores.base import State, check_sequence, reset_uniform_
+from cores import cudnn, gates
+from cores.base import State, autocast_enabled, check_sequence, reset_uniform_, triton_available
 from cores.blocks import BlockGatedCore
 from cores.power_rnn import power_decay
+
+IMPLS = ("fused", "triton", "loop")
 
 
 class GatedGRU(BlockGatedCore):
@@ -44,6 +46,10 @@ class GatedGRU(BlockGatedCore):
     :param init: update-gate bias initialiser: ``constant | uniform | chrono``.
     :param t_max: the largest decay period of the ``chrono`` initialiser.
     :param power: the power-law decay exponent ``r >= 0`` (0: the ordinary GRU).
+    :param impl: ``fused`` (on CUDA tensors cuDNN where the preset is ``nn.GRU``'s maths,
+        :mod:`cores.cudnn`, else the Triton kernels of :mod:`cores.triton_gru`; the step loop
+        on the CPU), ``triton`` (the kernels on any device; a CPU needs
+        ``TRITON_INTERPRET=1``) or ``loop`` (the step loop everywhere; the reference).
 
     State: ``(h [B, H],)``, zero initially.
     """
@@ -60,11 +66,16 @@ class GatedGRU(BlockGatedCore):
         init: str = "constant",
         t_max: float = 1000.0,
         power: float = 0.0,
+        impl: str = "fused",
     ) -> None:
         super().__init__(input_size, hidden_size)
         if power < 0:
             raise ValueError(f"power must be >= 0, got {power}")
+        if impl not in IMPLS:
+            raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
         self.power = float(power)
+        self.impl = impl
+        self.has_fused = impl != "loop" and self.power == 0.0
         self.activation = activation
         self.refine = bool(refine)
         self.init = init
@@ -119,6 +130,15 @@ class GatedGRU(BlockGatedCore):
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` and ``(h,)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
+        # the kernels write into preallocated buffers, which autocast's dtype changes would
+        # break; under autocast (and with the power-law rule) the step loop runs
+        if self.has_fused and not autocast_enabled(x.device.type):
+            if x.is_cuda and self.impl == "fused" and cudnn.gru_applies(self, starts):
+                return cudnn.gru(self, x, state, starts)  # nn.GRU's maths: its kernels
+            if self.impl == "triton" or (x.is_cuda and triton_available()):
+                from cores.triton_gru import triton_gru
+
+                return triton_gru(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH], one matmul for all steps
 
         def step(a_x: Tensor, s: State) -> tuple[Tensor, State]:

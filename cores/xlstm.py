@@ -49,10 +49,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cores.base import MemoryCore, State, check_sequence, reset_where, step_loop
+from cores.base import (
+    MemoryCore,
+    State,
+    autocast_enabled,
+    check_sequence,
+    reset_where,
+    step_loop,
+    triton_available,
+)
 from cores.scan import METHODS, linear_scan
 
 _EPS = 1e-6  # floor of the sLSTM normaliser: n is 0 only when every i' underflowed
+IMPLS = ("fused", "triton", "loop")
 
 
 def _heads(hidden_size: int, heads: int | None) -> int:
@@ -75,12 +84,21 @@ class SLSTM(MemoryCore):
 
     :param heads: recurrent blocks (``hidden_size / heads`` units each); default: the largest
         of 4, 2, 1 dividing ``hidden_size``.
+    :param impl: ``fused`` (the Triton kernels of :mod:`cores.triton_slstm` on CUDA tensors,
+        the step loop on the CPU), ``triton`` (the kernels on any device; a CPU needs
+        ``TRITON_INTERPRET=1``) or ``loop`` (the step loop everywhere; the reference).
     """
 
     state_arity = 4
 
-    def __init__(self, input_size: int, hidden_size: int, *, heads: int | None = None) -> None:
+    def __init__(
+        self, input_size: int, hidden_size: int, *, heads: int | None = None, impl: str = "fused"
+    ) -> None:
         super().__init__(input_size, hidden_size)
+        if impl not in IMPLS:
+            raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
+        self.impl = impl
+        self.has_fused = impl != "loop"
         self.heads = _heads(hidden_size, heads)
         d = hidden_size // self.heads
         self.input = nn.Linear(input_size, 4 * hidden_size)  # rows: z, i, f, o
@@ -115,6 +133,13 @@ class SLSTM(MemoryCore):
         """``x [T, B, input_size]`` -> ``y [T, B, H]``; the input projection runs once for all
         steps, the recurrence step by step (its gates read ``h_{t-1}``)."""
         check_sequence(self, x, state, starts)
+        # the kernels write into preallocated buffers, which autocast's dtype changes would
+        # break; under autocast the step loop runs
+        if self.has_fused and not autocast_enabled(x.device.type):
+            if self.impl == "triton" or (x.is_cuda and triton_available()):
+                from cores.triton_slstm import triton_slstm
+
+                return triton_slstm(self, x, state, starts, _EPS)
         pre = self.input(x).view(x.shape[0], x.shape[1], 4, -1)  # [T, B, 4, H]
         return step_loop(self._cell, pre, state, starts, reset_where)  # zero initial state
 

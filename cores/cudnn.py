@@ -1,0 +1,82 @@
+"""cuDNN for the presets whose maths is exactly ``torch.nn.LSTM``'s or ``torch.nn.GRU``'s.
+
+``lstm``, ``u_lstm`` and ``c_lstm`` (sigmoid gates, untied, no refine gate; differing only in
+their bias initialisation), ``hdetach_lstm`` outside training, and ``gru`` are the equations
+of PyTorch's own cells with the gate blocks in another order. On CUDA tensors, for a call
+without an episode start after its first step (cuDNN cannot reset inside a sequence), they run
+through PyTorch's cuDNN kernels: the weights are reordered with autograd on every call (a few
+small copies), so gradients reach this core's own parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cores.base import State, reset_where
+
+
+def lstm_applies(core: Any, starts: Tensor | None) -> bool:
+    """Whether :func:`lstm` computes exactly what ``core``'s reference loop computes."""
+    plain = core.activation == "sigmoid" and not core.tied and not core.refine
+    detaching = core.hdetach and core.training and core.p > 0.0
+    return plain and core.power == 0.0 and not detaching and _no_inner_starts(starts)
+
+
+def gru_applies(core: Any, starts: Tensor | None) -> bool:
+    """Whether :func:`gru` computes exactly what ``core``'s reference loop computes."""
+    plain = core.activation == "sigmoid" and not core.refine and core.power == 0.0
+    return plain and _no_inner_starts(starts)
+
+
+def _no_inner_starts(starts: Tensor | None) -> bool:
+    """No episode starts after the first step (a start at step 0 is a reset of the state)."""
+    return starts is None or not bool(starts[1:].any())
+
+
+def _start_state(state: State, starts: Tensor | None) -> State:
+    """The state the first step reads: rows starting an episode there take zeros."""
+    return state if starts is None else reset_where(state, starts[0].to(state[0].device))
+
+
+def lstm(core: Any, x: Tensor, state: State, starts: Tensor | None) -> tuple[Tensor, State]:
+    """``x [T, B, D]`` through ``torch._VF.lstm`` (cuDNN on CUDA) with ``core``'s weights.
+
+    The core's blocks are ``o, f, i, u``; PyTorch's are ``i, f, g, o``.
+    """
+    order = [core._block(name) for name in ("i", "f", "u", "o")]
+    w_ih = torch.cat([core.weight_ih[b] for b in order])
+    w_hh = torch.cat([core.weight_hh[b] for b in order])
+    b_ih = torch.cat([core.bias[b] for b in order])
+    h0, c0 = _start_state(state, starts)
+    y, h, c = torch._VF.lstm(
+        x,
+        (h0.unsqueeze(0), c0.unsqueeze(0)),
+        [w_ih, w_hh, b_ih, torch.zeros_like(b_ih)],
+        True,  # biases
+        1,  # layers
+        0.0,  # dropout
+        core.training,
+        False,  # bidirectional
+        False,  # batch_first
+    )
+    return y, (h[0], c[0])
+
+
+def gru(core: Any, x: Tensor, state: State, starts: Tensor | None) -> tuple[Tensor, State]:
+    """``x [T, B, D]`` through ``torch._VF.gru`` (cuDNN on CUDA) with ``core``'s weights.
+
+    The core's blocks are ``z, r, n`` and ``b_hn``; PyTorch's are ``r, z, n`` with ``b_hh``.
+    """
+    order = [core._block(name) for name in ("r", "z", "n")]
+    w_ih = torch.cat([core.weight_ih[b] for b in order])
+    w_hh = torch.cat([core.weight_hh[b] for b in order])
+    b_ih = torch.cat([core.bias[b] for b in order])
+    b_hh = torch.cat([core.bias_hn.new_zeros(2 * core.hidden_size), core.bias_hn])
+    (h0,) = _start_state(state, starts)
+    y, h = torch._VF.gru(
+        x, h0.unsqueeze(0), [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, core.training, False, False
+    )
+    return y, (h[0],)

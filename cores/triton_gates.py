@@ -1,0 +1,147 @@
+"""Triton pieces shared by the fused recurrent kernels (:mod:`cores.triton_lstm`,
+:mod:`cores.triton_gru`): the gate functions of :mod:`cores.gates` as ``@triton.jit``
+functions selected by a compile-time ``ACT`` (0 sigmoid, 1 fast, 2 fast2, 3 softsign), the
+per-gate-block recurrent products, and the one launcher every kernel starts through.
+
+Importing this module imports ``triton``; :mod:`cores` imports it only when a Triton path runs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import triton
+import triton.language as tl
+from torch import Tensor
+
+BLOCK_B = 16
+"""Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
+
+
+def block_meta(hidden: int) -> dict[str, int]:
+    """Tile sizes: ``BLOCK_B`` rows per program, units in chunks of ``BLOCK_N`` (outputs) and
+    ``BLOCK_K`` (inputs of the recurrent product), so a step's working set stays a few small
+    tiles whatever ``H`` is (``tl.dot`` needs 16 or more in every dimension)."""
+    chunk = 16 if hidden <= 16 else 32
+    return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk)
+
+
+@triton.jit
+def sigmoid(z):
+    """sigma(z), from exp(-|z|) so it never overflows."""
+    e = tl.exp(-tl.abs(z))
+    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def tanh(z):
+    """tanh z, from exp(-2|z|) so it never overflows (and keeps small |z| exact)."""
+    e = tl.exp(-2.0 * tl.abs(z))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(z >= 0, t, -t)
+
+
+@triton.jit
+def sinh(z):
+    """sinh z."""
+    return 0.5 * (tl.exp(z) - tl.exp(-z))
+
+
+@triton.jit
+def cosh(z):
+    """cosh z."""
+    return 0.5 * (tl.exp(z) + tl.exp(-z))
+
+
+@triton.jit
+def gate(a, ACT: tl.constexpr, CLAMP: tl.constexpr):
+    """phi(a) of cores.gates: 0 sigmoid, 1 fast, 2 fast2, 3 softsign."""
+    if ACT == 0:
+        f = sigmoid(a)
+    elif ACT == 1:
+        f = sigmoid(sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)))
+    elif ACT == 2:
+        s = sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP))
+        f = sigmoid(sinh(tl.minimum(tl.maximum(s, -CLAMP), CLAMP)))
+    else:
+        f = 0.5 + 0.5 * a / (2.0 + tl.abs(a))
+    return f
+
+
+@triton.jit
+def gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
+    """phi'(a) given f = phi(a), as cores.gates.gate_derivative (zero beyond the clamp)."""
+    if ACT == 0:
+        d = f * (1.0 - f)
+    elif ACT == 1:
+        inside = tl.abs(a) <= CLAMP
+        d = tl.where(inside, f * (1.0 - f) * cosh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)), 0.0)
+    elif ACT == 2:
+        ac = tl.minimum(tl.maximum(a, -CLAMP), CLAMP)
+        s = sinh(ac)
+        inside = (tl.abs(a) <= CLAMP) & (tl.abs(s) <= CLAMP)
+        sc = tl.minimum(tl.maximum(s, -CLAMP), CLAMP)
+        d = tl.where(inside, f * (1.0 - f) * cosh(sc) * cosh(ac), 0.0)
+    else:
+        q = 1.0 / (2.0 + tl.abs(a))
+        d = q * q
+    return d
+
+
+@triton.jit
+def rec(h, w_ptr, g, cols_k, k_ok, cols_n, n_ok, H, PREC: tl.constexpr):
+    """``h [BB, BK] @ W_g[cols_n, cols_k]^T``: gate block ``g``'s recurrent pre-activation for
+    output units ``cols_n`` from input units ``cols_k`` (``W = weight_hh [nH, H]``)."""
+    w = tl.load(
+        w_ptr + (g * H + cols_n[None, :]) * H + cols_k[:, None],
+        mask=k_ok[:, None] & n_ok[None, :],
+        other=0.0,
+    )
+    return tl.dot(h, w, input_precision=PREC)
+
+
+@triton.jit
+def back(da, w_ptr, g, cols_n, n_ok, cols_k, k_ok, H, PREC: tl.constexpr):
+    """``da_g [BB, BN] @ W_g[cols_n, cols_k]``: the gradient into ``h_{t-1}[cols_k]`` through
+    gate block ``g``'s units ``cols_n``."""
+    w = tl.load(
+        w_ptr + (g * H + cols_n[:, None]) * H + cols_k[None, :],
+        mask=n_ok[:, None] & k_ok[None, :],
+        other=0.0,
+    )
+    return tl.dot(da, w, input_precision=PREC)
+
+
+@triton.jit
+def tile(ptr, rows, row_ok, cols, col_ok, width):
+    """The ``[BB, BC]`` tile ``ptr[rows, cols]`` of a row-major matrix ``width`` wide (0
+    outside the matrix)."""
+    mask = row_ok[:, None] & col_ok[None, :]
+    return tl.load(ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def put(ptr, value, rows, row_ok, cols, col_ok, width):
+    """Store a ``[BB, BC]`` tile at ``ptr[rows, cols]`` (the inverse of :func:`tile`)."""
+    mask = row_ok[:, None] & col_ok[None, :]
+    tl.store(ptr + rows[:, None] * width + cols[None, :], value, mask=mask)
+
+
+def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
+    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here)."""
+    kernel[grid](*args, **meta)
+
+
+def check_device(x: Tensor) -> None:
+    """Refuse CPU tensors unless Triton's interpreter is on (it compiles for GPUs only)."""
+    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
+            "before triton is imported; valid impls on a CPU: fused, loop"
+        )
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints."""
+    return -(-a // b)

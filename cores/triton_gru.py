@@ -1,0 +1,276 @@
+"""The gated GRU family (:class:`cores.gru.GatedGRU`) as two Triton kernels, one launch each way.
+
+The same design as :mod:`cores.triton_lstm`: the input projection ``x W^T + b`` of every step
+is one matmul outside the kernel; one forward launch runs the whole time loop (a tile of
+``BLOCK_B`` batch rows per program, ``h`` in registers, ``h U_g^T`` per gate block by
+``tl.dot``) and stores the gate pre-activations; one reverse-time launch recomputes the gates
+from them and writes the pre-activation gradients, the weight and input gradients being
+matmuls over all steps outside it. The update gate's activation (``ACT``) and its refine gate
+(``REFINE``) are compile-time parameters. Gate blocks: ``z, [q], r, n``; the candidate reads
+``n = tanh(a_n + r (U_n h + b_hn))``, so the forward also keeps ``U_n h + b_hn``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from cores import triton_gates as tg
+from cores.base import reset_where
+from cores.gates import ACTIVATIONS, FAST_CLAMP
+from cores.triton_gates import back, gate, gate_slope, put, rec, sigmoid, tanh, tile
+
+
+@triton.jit
+def forward_kernel(
+    g_ptr,  # [T, B, NG*H] x W^T + b
+    a_ptr,  # [T, B, NG*H] out: pre-activations of z, [q], r and n (pre-tanh)
+    hn_ptr,  # [T, B, H] out: U_n h_{t-1} + b_hn
+    w_ptr,  # [NG*H, H] weight_hh
+    bhn_ptr,  # [H] bias_hn
+    starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
+    y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    REFINE: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    GH = NG * H
+    for t in range(T):
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        h_prev_ptr = y_ptr + t * B * H
+        g_t = g_ptr + t * B * GH
+        a_t = a_ptr + t * B * GH
+        for j0 in range(0, H, BLOCK_N):  # a chunk of units: all its gates, then its state
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            a_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
+            if REFINE:
+                a_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
+            a_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
+            b_hn = tl.load(bhn_ptr + cols_n, mask=n_ok, other=0.0)
+            hn = tl.zeros([BLOCK_B, BLOCK_N], dtype=y_ptr.dtype.element_ty) + b_hn[None, :]
+            for k0 in range(0, H, BLOCK_K):  # the recurrent product, chunk by chunk of h_{t-1}
+                cols_k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = cols_k < H
+                h = tl.where(start[:, None], 0.0, tile(h_prev_ptr, rows, row_ok, cols_k, k_ok, H))
+                a_z += rec(h, w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                if REFINE:
+                    a_q += rec(h, w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_r += rec(h, w_ptr, NG - 2, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                hn += rec(h, w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+            a_n = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH) + sigmoid(a_r) * hn
+            put(a_t, a_z, rows, row_ok, cols_n, n_ok, GH)
+            put(a_t + (NG - 2) * H, a_r, rows, row_ok, cols_n, n_ok, GH)
+            put(a_t + (NG - 1) * H, a_n, rows, row_ok, cols_n, n_ok, GH)
+            put(hn_ptr + t * B * H, hn, rows, row_ok, cols_n, n_ok, H)
+            z = gate(a_z, ACT, CLAMP)
+            if REFINE:
+                put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
+                q = sigmoid(a_q)
+                z = z * (2.0 * q + (1.0 - 2.0 * q) * z)
+            n = tanh(a_n)
+            h_prev = tile(h_prev_ptr, rows, row_ok, cols_n, n_ok, H)
+            h_new = n + z * (tl.where(start[:, None], 0.0, h_prev) - n)
+            put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # h_t is read by every thread of the program at the next step
+
+
+@triton.jit
+def backward_kernel(
+    a_ptr,  # [T, B, NG*H] the forward's pre-activations
+    hn_ptr,  # [T, B, H] the forward's U_n h_{t-1} + b_hn
+    w_ptr,  # [NG*H, H] weight_hh
+    y_ptr,  # [T+1, B, H] h_0 and the forward's h_t
+    starts_ptr,  # [T, B] int8
+    dy_ptr,  # [T, B, H] gradient of the outputs
+    dh_ptr,  # [T+1, B, H] in: the final h's gradient at index T; out: into h_t's at index t
+    direct_ptr,  # [B, H] scratch: the gradient into h_{t-1} through h_t = ... + z h_{t-1}
+    da_ptr,  # [T, B, NG*H] out: gradients of the input-side pre-activations
+    dhn_ptr,  # [T, B, H] out: gradient of U_n h_{t-1} + b_hn
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    REFINE: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    GH = NG * H
+    for k in range(T):
+        t = T - 1 - k
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        a_t = a_ptr + t * B * GH
+        da_t = da_ptr + t * B * GH
+        for j0 in range(0, H, BLOCK_N):  # the gate gradients of a chunk of units
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            dh = tile(dh_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            h_prev = tile(y_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            h_prev = tl.where(start[:, None], 0.0, h_prev)
+            a_z = tile(a_t, rows, row_ok, cols_n, n_ok, GH)
+            zf = gate(a_z, ACT, CLAMP)
+            z = zf
+            if REFINE:
+                q = sigmoid(tile(a_t + H, rows, row_ok, cols_n, n_ok, GH))
+                z = zf * (2.0 * q + (1.0 - 2.0 * q) * zf)
+            r = sigmoid(tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH))
+            n = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+            hn = tile(hn_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            # h_t = n + z (h_{t-1} - n)
+            da_n = dh * (1.0 - z) * (1.0 - n * n)
+            dz = dh * (h_prev - n)
+            if REFINE:
+                da_q = dz * 2.0 * zf * (1.0 - zf) * q * (1.0 - q)
+                put(da_t + H, da_q, rows, row_ok, cols_n, n_ok, GH)
+                dz = dz * (2.0 * q + 2.0 * (1.0 - 2.0 * q) * zf)
+            put(da_t, dz * gate_slope(a_z, zf, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
+            put(da_t + (NG - 2) * H, da_n * hn * r * (1.0 - r), rows, row_ok, cols_n, n_ok, GH)
+            put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
+            put(dhn_ptr + t * B * H, da_n * r, rows, row_ok, cols_n, n_ok, H)
+            put(direct_ptr, dh * z, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # dA_t is read across the program below
+        for k0 in range(0, H, BLOCK_K):  # gradient into h_{t-1}: z dh + sum_g dA_g W_g
+            cols_k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = cols_k < H
+            acc = tile(direct_ptr, rows, row_ok, cols_k, k_ok, H)
+            for j0 in range(0, H, BLOCK_N):
+                cols_n = j0 + tl.arange(0, BLOCK_N)
+                n_ok = cols_n < H
+                for gi in tl.static_range(NG - 1):  # z, [q], r: the input-side gradients
+                    da = tile(da_t + gi * H, rows, row_ok, cols_n, n_ok, GH)
+                    acc += back(da, w_ptr, gi, cols_n, n_ok, cols_k, k_ok, H, PREC)
+                dhn = tile(dhn_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)  # n: r dA_n
+                acc += back(dhn, w_ptr, NG - 1, cols_n, n_ok, cols_k, k_ok, H, PREC)
+            acc = tl.where(start[:, None], 0.0, acc)
+            put(dh_ptr + t * B * H, acc, rows, row_ok, cols_k, k_ok, H)
+        tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
+
+
+def _meta(core: Any) -> dict[str, Any]:
+    """Compile-time parameters of one preset."""
+    return dict(
+        NG=len(core.gate_names),
+        ACT=ACTIVATIONS.index(core.activation),
+        REFINE=core.refine,
+        PREC="ieee",  # full float32 products (no TF32): the kernel matches the reference loop
+        CLAMP=FAST_CLAMP,
+        **tg.block_meta(core.hidden_size),
+    )
+
+
+class _TritonGRU(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: Tensor,
+        weight_ih: Tensor,
+        bias: Tensor,
+        weight_hh: Tensor,
+        bias_hn: Tensor,
+        h0: Tensor,
+        starts: Tensor | None,
+        meta: dict[str, Any],
+    ) -> tuple[Tensor, Tensor]:
+        T, B, _ = x.shape
+        H = weight_hh.shape[1]
+        # every step's input projection in one matmul; the kernel adds the recurrent part
+        G = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+        A = torch.empty_like(G)
+        HN = x.new_empty(T, B, H)
+        Y = x.new_empty(T + 1, B, H)  # h_0 and every h_t (the step reads h_{t-1} from here)
+        Y[0] = h0
+        w = weight_hh.contiguous()
+        starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
+        tg.launch(
+            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+            G, A, HN, w, bias_hn.contiguous(), starts8, Y, T, B, H,
+            HAS_STARTS=starts is not None,
+            **meta,
+        )  # fmt: skip
+        ctx.meta, ctx.has_starts = meta, starts is not None
+        ctx.save_for_backward(x, weight_ih, w, starts8, A, HN, Y)
+        return Y[1:], Y[-1].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dY: Tensor | None, dhT: Tensor | None):
+        x, weight_ih, w, starts8, A, HN, Y = ctx.saved_tensors
+        T, B, _ = x.shape
+        H = w.shape[1]
+        dY = torch.zeros_like(HN) if dY is None else dY.contiguous()
+        dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
+        dH[T] = 0.0 if dhT is None else dhT
+        dA = torch.empty_like(A)  # the kernel writes every gate block
+        dHN = torch.empty_like(HN)
+        tg.launch(
+            backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+            A, HN, w, Y, starts8, dY, dH, x.new_empty(B, H), dA, dHN, T, B, H,
+            HAS_STARTS=ctx.has_starts,
+            **ctx.meta,
+        )  # fmt: skip
+        # the recurrent side's gradient is dA with its n block replaced by dHN
+        h_prev = Y[:-1]  # [T, B, H], as step t read it
+        if ctx.has_starts:
+            (h_prev,) = reset_where((h_prev,), starts8.bool())
+        dA_flat, h_flat = dA.view(T * B, -1), h_prev.reshape(T * B, H)
+        dA_rec = torch.cat([dA_flat[:, : w.shape[0] - H], dHN.view(T * B, H)], 1)
+        d_weight_hh = dA_rec.t().mm(h_flat)
+        d_bias_hn = dHN.sum((0, 1))
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
+        d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
+        d_bias = dA_flat.sum(0) if need_b else None
+        return dx, d_weight_ih, d_bias, d_weight_hh, d_bias_hn, dH[0], None, None
+
+
+def triton_gru(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None
+) -> tuple[Tensor, tuple[Tensor]]:
+    """Run :class:`~cores.gru.GatedGRU` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :return: ``y [T, B, H]`` and the final ``(h,)``.
+    """
+    tg.check_device(x)
+    if starts is not None:
+        starts = starts.to(device=x.device, dtype=torch.bool)
+    (h0,) = state
+    y, h = _TritonGRU.apply(
+        x.contiguous(),
+        core.weight_ih,
+        core.bias,
+        core.weight_hh,
+        core.bias_hn,
+        h0,
+        starts,
+        _meta(core),
+    )
+    return y, (h,)

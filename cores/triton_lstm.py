@@ -1,0 +1,325 @@
+"""The gated LSTM family as two Triton kernels: the whole time loop in one launch each way.
+
+Forward: the input projection of every step, ``G = x W^T + b`` (``[T, B, nH]``), is one matmul
+outside the kernel. One kernel launch then runs all ``T`` steps: each program owns a tile of
+``BLOCK_B`` batch rows and all ``H`` units, keeps ``h`` and ``c`` in registers, adds the
+recurrent product ``h_{t-1} U_g^T`` per gate block with ``tl.dot``, applies the gates and
+writes ``h_t``, ``c_t`` and the pre-activations ``a_t`` (what the backward needs).
+
+Backward: one reverse-time launch recomputes every gate from ``a_t`` and ``c_{t-1}`` (the
+pointwise work is recomputed, not stored), writes the pre-activation gradients ``dA_t`` and
+carries ``dh``/``dc`` to the previous step (``dh_{t-1} = dA_t U`` by ``tl.dot``). The weight
+and input gradients are matmuls over all steps outside the kernel: ``dU = dA^T h_prev``,
+``dW = dA^T x``, ``db = sum dA``, ``dx = dA W``.
+
+The gate functions are compile-time parameters of one kernel (``ACT``: sigmoid, fast,
+fast2, softsign; ``TIED``; ``REFINE``), so every preset of :class:`cores.gated.GatedLSTM`
+compiles its own specialisation of the same source. Episode starts reset ``h`` and ``c`` to
+the zero initial state inside the loop, exactly as :func:`cores.base.reset_where` does in the
+reference loop, and stop the gradient into the state a restarting row dropped. h-detach's
+per-step draws enter the backward as a ``[T]`` mask: where set, no gradient flows from
+``a_t`` into ``h_{t-1}`` (the reference's ``h_{t-1}.detach()``).
+
+On a CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` in the
+environment before ``triton`` is imported): the tests compare them with the reference loop
+there. The maths is :meth:`cores.gated.GatedLSTM.cell`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from cores import triton_gates as tg
+from cores.base import reset_where
+from cores.gates import ACTIVATIONS, FAST_CLAMP
+from cores.triton_gates import back, gate, gate_slope, put, rec, sigmoid, tanh, tile
+
+
+@triton.jit
+def forward_kernel(
+    g_ptr,  # [T, B, NG*H] x W^T + b
+    a_ptr,  # [T, B, NG*H] out: the pre-activations a_t
+    w_ptr,  # [NG*H, H] weight_hh
+    starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
+    y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
+    c_ptr,  # [T+1, B, H] in: c_0 at index 0; out: c_t at index t+1
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    TIED: tl.constexpr,
+    REFINE: tl.constexpr,
+    R: tl.constexpr,  # the refine gate's block: 2 (tied) or 3
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    GH = NG * H
+    for t in range(T):
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        h_prev_ptr = y_ptr + t * B * H
+        for j0 in range(0, H, BLOCK_N):  # a chunk of units: all its gates, then its cell
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            g_t = g_ptr + t * B * GH
+            a_o = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
+            a_f = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
+            a_u = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+            if not TIED:
+                a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
+            if REFINE:
+                a_r = tile(g_t + R * H, rows, row_ok, cols_n, n_ok, GH)
+            for k0 in range(0, H, BLOCK_K):  # the recurrent product, chunk by chunk of h_{t-1}
+                cols_k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = cols_k < H
+                h = tl.where(start[:, None], 0.0, tile(h_prev_ptr, rows, row_ok, cols_k, k_ok, H))
+                a_o += rec(h, w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_f += rec(h, w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_u += rec(h, w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                if not TIED:
+                    a_i += rec(h, w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                if REFINE:
+                    a_r += rec(h, w_ptr, R, cols_k, k_ok, cols_n, n_ok, H, PREC)
+            a_t = a_ptr + t * B * GH
+            put(a_t, a_o, rows, row_ok, cols_n, n_ok, GH)
+            put(a_t + H, a_f, rows, row_ok, cols_n, n_ok, GH)
+            put(a_t + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
+            f = gate(a_f, ACT, CLAMP)
+            if REFINE:
+                put(a_t + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
+                r = sigmoid(a_r)
+                g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+            else:
+                g = f
+            if TIED:
+                i = 1.0 - g
+            else:
+                put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
+                i = sigmoid(a_i)
+            c = tl.where(
+                start[:, None], 0.0, tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            )
+            c = g * c + i * tanh(a_u)
+            h_new = sigmoid(a_o) * tanh(c)
+            put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
+            put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # h_t is read by every thread of the program at the next step
+
+
+@triton.jit
+def backward_kernel(
+    a_ptr,  # [T, B, NG*H] the forward's pre-activations
+    w_ptr,  # [NG*H, H] weight_hh
+    c_ptr,  # [T+1, B, H] c_0 and the forward's c_t
+    starts_ptr,  # [T, B] int8
+    detach_ptr,  # [T] int8: h-detach stops the gradient into h_{t-1} at step t
+    dy_ptr,  # [T, B, H] gradient of the outputs
+    dh_ptr,  # [T+1, B, H] in: the final h's gradient at index T; out: into h_t's at index t
+    dc_ptr,  # [T+1, B, H] in: the final c's gradient at index T; out: into c_t's at index t
+    da_ptr,  # [T, B, NG*H] out: pre-activation gradients
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    TIED: tl.constexpr,
+    REFINE: tl.constexpr,
+    R: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    HAS_DETACH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    GH = NG * H
+    for k in range(T):
+        t = T - 1 - k
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        a_t = a_ptr + t * B * GH
+        da_t = da_ptr + t * B * GH
+        for j0 in range(0, H, BLOCK_N):  # the gate gradients of a chunk of units
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            dh = tile(dh_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            dc = tile(dc_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            o = sigmoid(tile(a_t, rows, row_ok, cols_n, n_ok, GH))
+            a_f = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
+            f = gate(a_f, ACT, CLAMP)
+            u = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+            c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            c_prev = tl.where(start[:, None], 0.0, c_prev)
+            if REFINE:
+                r = sigmoid(tile(a_t + R * H, rows, row_ok, cols_n, n_ok, GH))
+                g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+            else:
+                g = f
+            tc = tanh(c)
+            da_o = dh * tc * o * (1.0 - o)
+            dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
+            dg = dcs * c_prev
+            if TIED:
+                dg -= dcs * u
+                i = 1.0 - g
+            else:
+                i = sigmoid(tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, GH))
+                put(da_t + 2 * H, dcs * u * i * (1.0 - i), rows, row_ok, cols_n, n_ok, GH)
+            if REFINE:
+                da_r = dg * 2.0 * f * (1.0 - f) * r * (1.0 - r)
+                put(da_t + R * H, da_r, rows, row_ok, cols_n, n_ok, GH)
+                dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
+            put(da_t, da_o, rows, row_ok, cols_n, n_ok, GH)
+            put(da_t + H, dg * gate_slope(a_f, f, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
+            put(da_t + (NG - 1) * H, dcs * i * (1.0 - u * u), rows, row_ok, cols_n, n_ok, GH)
+            dc_prev = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
+            put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # dA_t is read across the program below
+        stop = False
+        if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
+            stop = tl.load(detach_ptr + t) != 0
+        for k0 in range(0, H, BLOCK_K):  # gradient into h_{t-1}: sum over gates of dA_g W_g
+            cols_k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = cols_k < H
+            acc = tl.zeros([BLOCK_B, BLOCK_K], dtype=dy_ptr.dtype.element_ty)
+            for j0 in range(0, H, BLOCK_N):
+                cols_n = j0 + tl.arange(0, BLOCK_N)
+                n_ok = cols_n < H
+                for gi in tl.static_range(NG):
+                    da = tile(da_t + gi * H, rows, row_ok, cols_n, n_ok, GH)
+                    acc += back(da, w_ptr, gi, cols_n, n_ok, cols_k, k_ok, H, PREC)
+            acc = tl.where(start[:, None] | stop, 0.0, acc)
+            put(dh_ptr + t * B * H, acc, rows, row_ok, cols_k, k_ok, H)
+        tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
+
+
+def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
+    """Compile-time parameters of one preset."""
+    return dict(
+        NG=spec["n_gates"],
+        ACT=ACTIVATIONS.index(spec["activation"]),
+        TIED=spec["tied"],
+        REFINE=spec["refine"],
+        R=2 if spec["tied"] else 3,
+        # full float32 products (no TF32), so the kernel matches the reference loop
+        PREC="ieee",
+        CLAMP=FAST_CLAMP,
+        **tg.block_meta(hidden),
+    )
+
+
+class _TritonLSTM(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: Tensor,
+        weight_ih: Tensor,
+        bias: Tensor,
+        weight_hh: Tensor,
+        h0: Tensor,
+        c0: Tensor,
+        starts: Tensor | None,
+        detach: Tensor | None,
+        spec: dict[str, Any],
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        T, B, _ = x.shape
+        H = weight_hh.shape[1]
+        # every step's input projection in one matmul; the kernel adds h U^T
+        G = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+        A = torch.empty_like(G)
+        Y = x.new_empty(T + 1, B, H)  # h_0 and every h_t (the step reads h_{t-1} from here)
+        C = x.new_empty(T + 1, B, H)
+        Y[0], C[0] = h0, c0
+        w = weight_hh.contiguous()
+        starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
+        meta = _meta(spec, H)
+        tg.launch(
+            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, Y, C, T, B, H,
+            HAS_STARTS=starts is not None,
+            **meta,
+        )  # fmt: skip
+        ctx.meta = meta
+        ctx.has_starts = starts is not None
+        ctx.has_detach = detach is not None
+        ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, Y, C)
+        return Y[1:], Y[-1].clone(), C[-1].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
+        x, weight_ih, w, starts8, detach, A, Y, C = ctx.saved_tensors
+        T, B, _ = x.shape
+        H = w.shape[1]
+        dY = torch.zeros_like(Y[1:]) if dY is None else dY.contiguous()
+        dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
+        dC = x.new_empty(T + 1, B, H)
+        dH[T] = 0.0 if dhT is None else dhT
+        dC[T] = 0.0 if dcT is None else dcT
+        dA = torch.empty_like(A)  # the kernel writes every gate block
+        detach8 = detach if detach is not None else starts8
+        tg.launch(
+            backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+            A, w, C, starts8, detach8, dY, dH, dC, dA, T, B, H,
+            HAS_STARTS=ctx.has_starts,
+            HAS_DETACH=ctx.has_detach,
+            **ctx.meta,
+        )  # fmt: skip
+        # weight and input gradients: one matmul each over all steps
+        h_prev = Y[:-1]  # [T, B, H], as step t read it
+        if ctx.has_starts:
+            (h_prev,) = reset_where((h_prev,), starts8.bool())
+        dA_flat = dA.view(T * B, -1)
+        d_weight_hh = dA_flat.t().mm(h_prev.reshape(T * B, H))
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
+        d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
+        d_bias = dA_flat.sum(0) if need_b else None
+        return dx, d_weight_ih, d_bias, d_weight_hh, dH[0], dC[0], None, None, None
+
+
+def triton_lstm(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, detach: list[bool]
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """Run :class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
+    :return: ``y [T, B, H]`` and the final ``(h, c)``.
+    """
+    tg.check_device(x)
+    spec = dict(
+        n_gates=len(core.gate_names),
+        activation=core.activation,
+        tied=core.tied,
+        refine=core.refine,
+    )
+    if starts is not None:
+        starts = starts.to(device=x.device, dtype=torch.bool)
+    mask = None
+    if any(detach):
+        mask = torch.tensor(detach, dtype=torch.int8, device=x.device)
+    h0, c0 = state
+    y, h, c = _TritonLSTM.apply(
+        x.contiguous(), core.weight_ih, core.bias, core.weight_hh, h0, c0, starts, mask, spec
+    )
+    return y, (h, c)

@@ -1,0 +1,288 @@
+"""xLSTM's sLSTM (:class:`cores.xlstm.SLSTM`) as two Triton kernels, one launch each way.
+
+The design of :mod:`cores.triton_lstm`: the input projection of every step is one matmul
+outside the kernel, one forward launch runs the whole time loop (a tile of ``BLOCK_B`` batch
+rows per program; ``h, c, n, m`` in registers) and one reverse-time launch recomputes the
+gates from the stored pre-activations and states. The head-wise (block-diagonal) recurrent
+matrices enter as one dense ``[4H, H]`` matrix built outside the kernel with autograd, so the
+gradient of the dense matrix flows back into the diagonal blocks alone.
+
+Per step (gate blocks ``z, i, f, o``)::
+
+    log f = logsigmoid(f~);  m = max(log f + m_{t-1}, i~)
+    i' = exp(i~ - m);  f' = exp(log f + m_{t-1} - m)
+    c = f' c_{t-1} + i' tanh(z~);  n = f' n_{t-1} + i';  h = sigma(o~) c / max(n, eps)
+
+The backward differentiates every path the reference's autograd does, the stabiliser ``m``
+included (``torch.maximum`` splits a tie's gradient in halves; so does the kernel).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from cores import triton_gates as tg
+from cores.base import reset_where
+from cores.triton_gates import back, put, rec, sigmoid, tanh, tile
+
+
+@triton.jit
+def _log_sigmoid(z):
+    """log sigma(z) = min(z, 0) - log(1 + exp(-|z|)), finite for every finite z."""
+    return tl.minimum(z, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(z)))
+
+
+@triton.jit
+def forward_kernel(
+    g_ptr,  # [T, B, 4H] x W^T + b
+    a_ptr,  # [T, B, 4H] out: the pre-activations z~, i~, f~, o~
+    w_ptr,  # [4H, H] the dense recurrent matrix (gate block g maps h to its pre-activation)
+    starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
+    s_ptr,  # [4, T+1, B, H] h, c, n, m: the initial state at index 0, step t's at t+1
+    T,
+    B,
+    H,
+    EPS: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    S = (T + 1) * B * H  # one state tensor's size in s_ptr
+    for t in range(T):
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        prev = s_ptr + t * B * H
+        now = s_ptr + (t + 1) * B * H
+        g_t = g_ptr + t * B * 4 * H
+        a_t = a_ptr + t * B * 4 * H
+        for j0 in range(0, H, BLOCK_N):  # a chunk of units: all its gates, then its state
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            a_z = tile(g_t, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_i = tile(g_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_f = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_o = tile(g_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+            for k0 in range(0, H, BLOCK_K):  # the recurrent product, chunk by chunk of h_{t-1}
+                cols_k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = cols_k < H
+                h = tl.where(start[:, None], 0.0, tile(prev, rows, row_ok, cols_k, k_ok, H))
+                a_z += rec(h, w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_i += rec(h, w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_f += rec(h, w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H, PREC)
+                a_o += rec(h, w_ptr, 3, cols_k, k_ok, cols_n, n_ok, H, PREC)
+            put(a_t, a_z, rows, row_ok, cols_n, n_ok, 4 * H)
+            put(a_t + H, a_i, rows, row_ok, cols_n, n_ok, 4 * H)
+            put(a_t + 2 * H, a_f, rows, row_ok, cols_n, n_ok, 4 * H)
+            put(a_t + 3 * H, a_o, rows, row_ok, cols_n, n_ok, 4 * H)
+            c = tl.where(start[:, None], 0.0, tile(prev + S, rows, row_ok, cols_n, n_ok, H))
+            n = tl.where(start[:, None], 0.0, tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H))
+            m = tl.where(start[:, None], 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
+            log_f = _log_sigmoid(a_f)
+            m_new = tl.maximum(log_f + m, a_i)
+            i_gate = tl.exp(a_i - m_new)
+            f_gate = tl.exp(log_f + m - m_new)
+            c = f_gate * c + i_gate * tanh(a_z)
+            n = f_gate * n + i_gate
+            h_new = sigmoid(a_o) * c / tl.maximum(n, EPS)
+            put(now, h_new, rows, row_ok, cols_n, n_ok, H)
+            put(now + S, c, rows, row_ok, cols_n, n_ok, H)
+            put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
+            put(now + 3 * S, m_new, rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # h_t is read by every thread of the program at the next step
+
+
+@triton.jit
+def backward_kernel(
+    a_ptr,  # [T, B, 4H] the forward's pre-activations
+    w_ptr,  # [4H, H]
+    s_ptr,  # [4, T+1, B, H] the forward's states (h, c, n, m; initial at index 0)
+    starts_ptr,  # [T, B] int8
+    dy_ptr,  # [T, B, H] gradient of the outputs
+    ds_ptr,  # [4, T+1, B, H] in: the final state's gradient at index T; out: state t's at t
+    da_ptr,  # [T, B, 4H] out: pre-activation gradients
+    T,
+    B,
+    H,
+    EPS: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    S = (T + 1) * B * H
+    for k in range(T):
+        t = T - 1 - k
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        prev = s_ptr + t * B * H
+        now = s_ptr + (t + 1) * B * H
+        d_now = ds_ptr + (t + 1) * B * H
+        d_prev = ds_ptr + t * B * H
+        a_t = a_ptr + t * B * 4 * H
+        da_t = da_ptr + t * B * 4 * H
+        for j0 in range(0, H, BLOCK_N):  # the gate gradients of a chunk of units
+            cols_n = j0 + tl.arange(0, BLOCK_N)
+            n_ok = cols_n < H
+            dh = tile(d_now, rows, row_ok, cols_n, n_ok, H)
+            dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            dc = tile(d_now + S, rows, row_ok, cols_n, n_ok, H)
+            dn = tile(d_now + 2 * S, rows, row_ok, cols_n, n_ok, H)
+            dm = tile(d_now + 3 * S, rows, row_ok, cols_n, n_ok, H)
+            reset = start[:, None]
+            c_prev = tl.where(reset, 0.0, tile(prev + S, rows, row_ok, cols_n, n_ok, H))
+            n_prev = tl.where(reset, 0.0, tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H))
+            m_prev = tl.where(reset, 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
+            c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
+            n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
+            a_z = tile(a_t, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_i = tile(a_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_f = tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_o = tile(a_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+            # recompute the step's gates
+            a_keep = _log_sigmoid(a_f) + m_prev  # the first argument of the stabiliser's max
+            m = tl.maximum(a_keep, a_i)
+            i_gate = tl.exp(a_i - m)
+            f_gate = tl.exp(a_keep - m)
+            zt = tanh(a_z)
+            so = sigmoid(a_o)
+            nn = tl.maximum(n, EPS)
+            # h = so c / nn (clamp_min passes the gradient where n >= eps)
+            da_o = dh * c / nn * so * (1.0 - so)
+            dcs = dc + dh * so / nn
+            dns = dn + tl.where(n >= EPS, -dh * so * c / (nn * nn), 0.0)
+            # c = f' c_prev + i' tanh(z~), n = f' n_prev + i'
+            df_gate = dcs * c_prev + dns * n_prev
+            di_gate = dcs * zt + dns
+            # i' = exp(i~ - m), f' = exp(a_keep - m), m = max(a_keep, i~): a tie splits in halves
+            dms = dm - di_gate * i_gate - df_gate * f_gate
+            w_keep = tl.where(a_keep > a_i, 1.0, tl.where(a_keep == a_i, 0.5, 0.0))
+            d_keep = df_gate * f_gate + dms * w_keep  # gradient of log f + m_prev
+            put(da_t, dcs * i_gate * (1.0 - zt * zt), rows, row_ok, cols_n, n_ok, 4 * H)
+            da_i = di_gate * i_gate + dms * (1.0 - w_keep)
+            put(da_t + H, da_i, rows, row_ok, cols_n, n_ok, 4 * H)
+            put(da_t + 2 * H, d_keep * sigmoid(-a_f), rows, row_ok, cols_n, n_ok, 4 * H)
+            put(da_t + 3 * H, da_o, rows, row_ok, cols_n, n_ok, 4 * H)
+            put(d_prev + S, tl.where(reset, 0.0, dcs * f_gate), rows, row_ok, cols_n, n_ok, H)
+            put(d_prev + 2 * S, tl.where(reset, 0.0, dns * f_gate), rows, row_ok, cols_n, n_ok, H)
+            put(d_prev + 3 * S, tl.where(reset, 0.0, d_keep), rows, row_ok, cols_n, n_ok, H)
+        tl.debug_barrier()  # dA_t is read across the program below
+        for k0 in range(0, H, BLOCK_K):  # gradient into h_{t-1}: sum over gates of dA_g W_g
+            cols_k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = cols_k < H
+            acc = tl.zeros([BLOCK_B, BLOCK_K], dtype=dy_ptr.dtype.element_ty)
+            for j0 in range(0, H, BLOCK_N):
+                cols_n = j0 + tl.arange(0, BLOCK_N)
+                n_ok = cols_n < H
+                for gi in tl.static_range(4):
+                    da = tile(da_t + gi * H, rows, row_ok, cols_n, n_ok, 4 * H)
+                    acc += back(da, w_ptr, gi, cols_n, n_ok, cols_k, k_ok, H, PREC)
+            put(d_prev, tl.where(start[:, None], 0.0, acc), rows, row_ok, cols_k, k_ok, H)
+        tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
+
+
+class _TritonSLSTM(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: Tensor,
+        weight_ih: Tensor,
+        bias: Tensor,
+        weight_hh: Tensor,
+        s0: Tensor,
+        starts: Tensor | None,
+        meta: dict[str, Any],
+    ) -> tuple[Tensor, Tensor]:
+        T, B, _ = x.shape
+        H = weight_hh.shape[1]
+        # every step's input projection in one matmul; the kernel adds the recurrent part
+        G = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+        A = torch.empty_like(G)
+        S = x.new_empty(4, T + 1, B, H)  # h, c, n, m before the first step and after each
+        S[:, 0] = s0
+        w = weight_hh.contiguous()
+        starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
+        tg.launch(
+            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, S, T, B, H,
+            HAS_STARTS=starts is not None,
+            **meta,
+        )  # fmt: skip
+        ctx.meta, ctx.has_starts = meta, starts is not None
+        ctx.save_for_backward(x, weight_ih, w, starts8, A, S)
+        return S[0, 1:], S[:, -1].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dY: Tensor | None, dS: Tensor | None):
+        x, weight_ih, w, starts8, A, S = ctx.saved_tensors
+        T, B, _ = x.shape
+        H = w.shape[1]
+        dY = x.new_zeros(T, B, H) if dY is None else dY.contiguous()
+        dSall = torch.empty_like(S)  # gradient into each state from the steps after it
+        dSall[:, T] = 0.0 if dS is None else dS
+        dA = torch.empty_like(A)  # the kernel writes every gate block
+        tg.launch(
+            backward_kernel, (tg.cdiv(B, tg.BLOCK_B),), A, w, S, starts8, dY, dSall, dA, T, B, H,
+            HAS_STARTS=ctx.has_starts,
+            **ctx.meta,
+        )  # fmt: skip
+        h_prev = S[0, :-1]  # [T, B, H], as step t read it
+        if ctx.has_starts:
+            (h_prev,) = reset_where((h_prev,), starts8.bool())
+        dA_flat = dA.view(T * B, -1)
+        d_weight_hh = dA_flat.t().mm(h_prev.reshape(T * B, H))
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
+        d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
+        d_bias = dA_flat.sum(0) if need_b else None
+        return dx, d_weight_ih, d_bias, d_weight_hh, dSall[:, 0], None, None
+
+
+def dense_recurrent(recurrent: Tensor) -> Tensor:
+    """The block-diagonal recurrence ``[4, heads, d, d]`` as one ``[4H, H]`` matrix whose gate
+    block ``g`` maps ``h`` to that gate's pre-activation (``a_g = W_g h``), built with autograd
+    so its gradient reaches only the diagonal blocks."""
+    return torch.cat([torch.block_diag(*r).t() for r in recurrent.unbind(0)], 0)
+
+
+def triton_slstm(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, eps: float
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.xlstm.SLSTM` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :param eps: the normaliser's floor.
+    :return: ``y [T, B, H]`` and the final ``(h, c, n, m)``.
+    """
+    tg.check_device(x)
+    if starts is not None:
+        starts = starts.to(device=x.device, dtype=torch.bool)
+    meta = dict(
+        EPS=eps,
+        PREC="ieee",  # full float32 products (no TF32): the kernel matches the reference loop
+        **tg.block_meta(core.hidden_size),
+    )
+    y, final = _TritonSLSTM.apply(
+        x.contiguous(),
+        core.input.weight,
+        core.input.bias,
+        dense_recurrent(core.recurrent),
+        torch.stack(state),
+        starts,
+        meta,
+    )
+    return y, tuple(final.unbind(0))

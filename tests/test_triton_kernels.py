@@ -1,0 +1,243 @@
+"""The fused Triton kernels of the gated LSTM and GRU families (cores/triton_lstm.py,
+cores/triton_gru.py) against the reference step loops.
+
+Without a GPU the kernels run under Triton's interpreter (``tests/conftest.py`` sets
+``TRITON_INTERPRET=1``), so shapes stay tiny; with one they run compiled on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+pytest.importorskip("triton", reason="triton is in the dev extra")
+
+from cores import make_core, triton_gates  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+T, B, D, H = 6, 3, 3, 12
+PRESETS = [
+    "lstm",
+    "tied_lstm",
+    "fast_lstm",
+    "fast2_lstm",
+    "softsign_lstm",
+    "uf_lstm",
+    "ur_lstm",
+    "u_lstm",
+    "r_lstm",
+    "c_lstm",
+    "hdetach_lstm",
+]
+GRU_PRESETS = ["gru", "fast_gru", "ur_gru"]
+OTHER = ["slstm"]
+# one preset per compiled specialisation (activation, tied, refine)
+KERNEL_VARIANTS = ["lstm", "tied_lstm", "fast_lstm", "fast2_lstm", "softsign_lstm", "ur_lstm"]
+KERNEL_VARIANTS += GRU_PRESETS + OTHER
+TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-5)}
+
+
+def _pair(name: str, dtype: torch.dtype, **options):
+    """The reference loop and the Triton path of one preset, with the same weights."""
+    torch.manual_seed(0)
+    ref = make_core(name, D, H, impl="loop", **options).to(DEVICE, dtype).train()
+    tri = make_core(name, D, H, impl="triton", **options).to(DEVICE, dtype).train()
+    if hasattr(ref, "bias_hn"):  # a GRU: a nonzero b_hn so its gradient path is exercised
+        with torch.no_grad():
+            ref.bias_hn.uniform_(-0.5, 0.5)
+    tri.load_state_dict(ref.state_dict())
+    return ref, tri
+
+
+def _run(core, x, state, starts, seed: int = 5, params=None):
+    """Forward+backward of a loss reading every output; returns values and all gradients
+    (of ``params``, by default the core's parameters)."""
+    params = list(core.parameters() if params is None else params)
+    for p in params:
+        p.grad = None
+    x = x.clone().requires_grad_(True)
+    state = tuple(s.clone().requires_grad_(True) for s in state)
+    torch.manual_seed(seed)  # the same h-detach draws in both paths
+    y, final = core(x, state, starts)
+    (y.sin().sum() + sum((s * s.cos()).sum() for s in final)).backward()
+    grads = [x.grad, *(s.grad for s in state)]
+    grads += [p.grad for p in params]
+    return [y, *final], grads
+
+
+def _inputs(dtype: torch.dtype, steps: int = T, n_state: int = 2):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(steps, B, D, generator=gen, dtype=torch.float64)
+    state = tuple(torch.randn(B, H, generator=gen, dtype=torch.float64) for _ in range(n_state))
+    starts = torch.zeros(steps, B, dtype=torch.bool)
+    starts[2, 1] = True  # a reset inside the sequence
+    starts[steps - 2, 0] = True
+    starts[0, 2] = True  # and one before the first step
+    return (
+        x.to(DEVICE, dtype),
+        tuple(s.to(DEVICE, dtype) for s in state),
+        starts.to(DEVICE),
+    )
+
+
+def _assert_match(name: str, dtype: torch.dtype, starts_on: bool = True, **options) -> None:
+    ref, tri = _pair(name, dtype, **options)
+    x, _, starts = _inputs(dtype)
+    with torch.no_grad():  # a state the core can reach (sLSTM's normaliser stays positive)
+        _, state = ref(x.flip(0), ref.initial_state(B))
+    starts = starts if starts_on else None
+    values_ref, grads_ref = _run(ref, x, state, starts)
+    values_tri, grads_tri = _run(tri, x, state, starts)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("name", PRESETS + GRU_PRESETS + OTHER)
+def test_kernel_matches_the_reference_loop_in_float64(name: str) -> None:
+    """Outputs, final state and the gradients of inputs, state and every weight, with resets."""
+    _assert_match(name, torch.float64)
+
+
+@pytest.mark.parametrize("name", KERNEL_VARIANTS)
+def test_kernel_matches_the_reference_loop_in_float32(name: str) -> None:
+    _assert_match(name, torch.float32)
+
+
+@pytest.mark.parametrize("name", ["ur_lstm", "ur_gru"])
+def test_kernel_without_starts_and_with_a_batch_over_one_tile(name: str) -> None:
+    ref, tri = _pair(name, torch.float64)
+    gen = torch.Generator().manual_seed(2)
+    batch = triton_gates.BLOCK_B + 2  # two programs, the second partly masked
+    x = torch.randn(3, batch, D, generator=gen, dtype=torch.float64).to(DEVICE)
+    state = tuple(
+        torch.randn(batch, H, generator=gen).double().to(DEVICE) for _ in range(ref.state_arity)
+    )
+    values_ref, grads_ref = _run(ref, x, state, None)
+    values_tri, grads_tri = _run(tri, x, state, None)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_hdetach_draws_are_the_same_and_change_the_gradient() -> None:
+    """With p = 0.5 the kernel stops the gradient into h_{t-1} at exactly the reference's
+    steps; the gradient then differs from the undetached one (so the mask is really used)."""
+    _assert_match("hdetach_lstm", torch.float64, p=0.5)
+    _, tri = _pair("hdetach_lstm", torch.float64, p=0.5)
+    x, state, starts = _inputs(torch.float64)
+    _, grads_detached = _run(tri, x, state, starts)
+    _, grads_plain = _run(tri.eval(), x, state, starts)  # eval: no detaching
+    assert not torch.allclose(grads_detached[0], grads_plain[0])
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts torch operator calls, except those inside a kernel launch (the interpreter's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.launches = 0
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.paused:
+            self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+_LAUNCH = triton_gates.launch
+
+
+def _count(core, steps: int, monkeypatch) -> _OpCounter:
+    counter = _OpCounter()
+
+    def counting_launch(*args, **kwargs):
+        counter.launches += 1
+        counter.paused = True
+        try:
+            _LAUNCH(*args, **kwargs)
+        finally:
+            counter.paused = False
+
+    monkeypatch.setattr(triton_gates, "launch", counting_launch)
+    x, state, starts = _inputs(torch.float64, steps, core.state_arity)
+    with counter:
+        _run(core, x, state, starts)
+    return counter
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_launches_per_forward_backward_do_not_grow_with_sequence_length(
+    name: str, monkeypatch
+) -> None:
+    """The fused path: two kernel launches and the same torch ops at T=4 and T=8; the
+    reference loop's ops grow with T (the launch-bound pattern on a GPU)."""
+    ref, tri = _pair(name, torch.float64)
+    short, long = _count(tri, 4, monkeypatch), _count(tri, 8, monkeypatch)
+    assert short.launches == long.launches == 2
+    assert short.ops == long.ops
+    ref_short, ref_long = _count(ref, 4, monkeypatch), _count(ref, 8, monkeypatch)
+    assert ref_short.launches == ref_long.launches == 0
+    assert ref_long.ops > ref_short.ops + 4 * 5
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU's default dispatch")
+def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
+    def no_launch(*args, **kwargs):
+        raise AssertionError("the Triton kernel ran on CPU tensors by default")
+
+    monkeypatch.setattr(triton_gates, "launch", no_launch)
+    core = make_core("lstm", D, H)
+    assert core.has_fused
+    x, state, starts = _inputs(torch.float32)
+    y, _ = core(x, state, starts)
+    assert y.shape == (T, B, H)
+    gru = make_core("gru", D, H)
+    assert gru.has_fused
+    assert gru(x, state[:1], starts)[0].shape == (T, B, H)
+    assert not make_core("lstm", D, H, impl="loop").has_fused
+    assert not make_core("power_lstm", D, H).has_fused
+    assert not make_core("power_gru", D, H).has_fused
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
+    """Every kernel compiles for an sm_90 GPU (the interpreter never runs Triton's compiler)
+    and, at H=128, needs well under the 227 KiB of shared memory a block may use."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("triton_compile.py")
+    env["PYTHONPATH"] = os.pathsep.join([str(script.parent.parent), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, str(script), "128"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    shared = dict(line.split() for line in out.splitlines())
+    assert len(shared) == 6
+    assert all(int(v) < 100 * 1024 for v in shared.values()), shared
+
+
+@pytest.mark.parametrize("name", ["lstm", "u_lstm", "c_lstm", "hdetach_lstm", "gru"])
+def test_cudnn_route_matches_the_reference_loop(name: str) -> None:
+    """The presets that are nn.LSTM's / nn.GRU's maths give the reference's values and
+    gradients through PyTorch's RNN kernels (cuDNN on CUDA), a reset at step 0 included."""
+    from cores import cudnn
+
+    ref, _ = _pair(name, torch.float64)
+    ref.eval()  # hdetach_lstm is nn.LSTM's maths only outside training
+    x, state, starts = _inputs(torch.float64, n_state=ref.state_arity)
+    first_only = torch.zeros_like(starts)
+    first_only[0] = starts[0]
+    applies = cudnn.lstm_applies if ref.state_arity == 2 else cudnn.gru_applies
+    run = cudnn.lstm if ref.state_arity == 2 else cudnn.gru
+    assert applies(ref, first_only) and not applies(ref, starts)
+    values_ref, grads_ref = _run(ref, x, state, first_only)
+    via_dnn = lambda *args: run(ref, *args)  # noqa: E731
+    values_dnn, grads_dnn = _run(via_dnn, x, state, first_only, params=ref.parameters())
+    for a, b in zip(values_dnn + grads_dnn, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+    assert not cudnn.lstm_applies(make_core("ur_lstm", D, H), None)
+    assert not cudnn.gru_applies(make_core("fast_gru", D, H), None)

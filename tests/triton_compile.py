@@ -1,0 +1,49 @@
+"""Compile the Triton kernels for a CUDA target without a GPU and print each one's shared
+memory; used by ``tests/test_triton_kernels.py`` in a process without ``TRITON_INTERPRET``
+(the interpreter replaces the compiler). Usage: ``python tests/triton_compile.py H``."""
+
+from __future__ import annotations
+
+import sys
+
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, compile
+
+from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
+
+POINTERS_INT8 = ("starts_ptr", "detach_ptr")
+
+
+def shared_bytes(kernel, constants: dict) -> int:
+    """Compile ``kernel`` for an sm_90 GPU (float32 tensors) and return its shared memory."""
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constants:
+            signature[name] = "constexpr"
+        elif name in POINTERS_INT8:
+            signature[name] = "*i8"
+        else:
+            signature[name] = "*fp32" if name.endswith("_ptr") else "i32"
+    constexprs = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    return compile(source, target=GPUTarget("cuda", 90, 32)).metadata.shared
+
+
+def main(hidden: int) -> None:
+    base = dict(PREC="ieee", HAS_STARTS=True, **triton_gates.block_meta(hidden))
+    lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0)
+    gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)
+    slstm = dict(base, EPS=1e-6)
+    for name, kernel, constants in (
+        ("lstm.forward", triton_lstm.forward_kernel, lstm),
+        ("lstm.backward", triton_lstm.backward_kernel, dict(lstm, HAS_DETACH=True)),
+        ("gru.forward", triton_gru.forward_kernel, gru),
+        ("gru.backward", triton_gru.backward_kernel, gru),
+        ("slstm.forward", triton_slstm.forward_kernel, slstm),
+        ("slstm.backward", triton_slstm.backward_kernel, slstm),
+    ):
+        print(name, shared_bytes(kernel, constants), flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
