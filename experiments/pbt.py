@@ -36,9 +36,9 @@ CHECKPOINT = "checkpoints/last.pt"
 
 def checkpoint_step(checkpoint: Path) -> int:
     """The frame count stored in a trainer checkpoint."""
-    from agents.rl_trainer import load_rl_checkpoint
+    from agents.checkpoint import load_rl_checkpoint
 
-    return int(load_rl_checkpoint(checkpoint)["global_step"])
+    return int(load_rl_checkpoint(checkpoint)["step"])
 
 
 def save_member(run_dir: Path, schedule: list[dict[str, Any]], dest: Path) -> None:

@@ -619,9 +619,7 @@ def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path)
     """Member b continues member a's saved run with a mutated learning rate: its run starts
     at a's step with a's curve, trains on with the new rate, and its record's schedule lists
     both values with the frame at which each applied."""
-    import torch
-
-    from experiments.pbt import run_member
+    from experiments.pbt import checkpoint_step, run_member
 
     doorkey = REPO / "experiments" / "configs" / "doorkey5.yaml"
     _, (a, b) = make_trials(
@@ -639,7 +637,7 @@ def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path)
 
     run_member(a, {"agent.learning_rate": 0.001}, None, keep)
     donor = saved[-1]  # a's checkpoint one update before its end
-    donor_step = torch.load(donor / "last.pt", weights_only=True)["global_step"]
+    donor_step = checkpoint_step(donor / "last.pt")
     assert 0 < donor_step < 96
     run_member(b, {"agent.learning_rate": 0.0004}, donor, lambda *_: None)
 
