@@ -580,6 +580,7 @@ def test_sampled_points_run_on_the_same_seeds_and_report_their_mean(tmp_path):
         records = [json.loads((Path(t.record_dir) / "record.json").read_text()) for t in trials]
         seeds_of[trials[0].name.rsplit(",", 1)[0]] = sorted(r["seed"] for r in records)
         finals = [r["final"]["eval/accuracy"] for r in records]
+        assert all(r["node"] for r in records)  # which machine ran each trial
         assert result["eval/accuracy"] == pytest.approx(sum(finals) / 2)
         assert json.loads(result["memcores_seed_values"]) == pytest.approx(finals)
         lrs = {
