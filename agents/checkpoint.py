@@ -5,14 +5,24 @@ caller moves what belongs on its device there (``module.load_state_dict`` copies
 module's tensors, ``optimizer.load_state_dict`` casts to the parameters' device) while the
 RNG states stay CPU tensors, as :func:`set_rng_state` needs them.
 
-The RL trainer's checkpoints (:data:`CHECKPOINT_NAME` inside a run folder, format
-:data:`CHECKPOINT_FORMAT`) are read by :func:`load_rl_checkpoint` and turned back into a policy
-by :func:`policy_from_checkpoint`.
+Both trainers write one layout and one format: ``checkpoints/last.pt`` inside the run folder
+(:data:`CHECKPOINT_NAME`; the supervised trainer adds the step-0 weights,
+:data:`INIT_CHECKPOINT_NAME`), a dict tagged ``format`` :data:`CHECKPOINT_FORMAT` and
+``trainer`` (``"rl"`` or ``"supervised"``), with ``config``, ``model`` (the ``state_dict``),
+``optimizer``, ``step`` (frames for RL, updates for supervised), ``rng`` and
+``skipped_updates``; RL checkpoints add ``updates``, ``n_actions`` and ``image_shape``,
+supervised ones ``best``. Checkpoints of the earlier formats (``memcores-rl/1``,
+``memcores-supervised-v1``, the supervised ``checkpoint.pt``/``init.pt`` at the top of the
+folder) still load, with a one-line deprecation message (:func:`upgrade_checkpoint`).
+
+RL checkpoints are read by :func:`load_rl_checkpoint` and turned back into a policy by
+:func:`policy_from_checkpoint`.
 """
 
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +33,16 @@ from agents.files import atomic_write
 from agents.policy import RecurrentActorCritic, build_policy
 from agents.rl_config import RLConfig, config_from_dict
 
-CHECKPOINT_FORMAT = "memcores-rl/1"
-"""``format`` field of every RL checkpoint."""
+CHECKPOINT_FORMAT = "memcores/2"
+"""``format`` field of every checkpoint either trainer writes."""
 CHECKPOINT_NAME = "checkpoints/last.pt"
 """Where, inside a run folder, the latest checkpoint lives."""
+INIT_CHECKPOINT_NAME = "checkpoints/init.pt"
+"""The supervised trainer's weights at step 0 (for before/after diagnostics)."""
+LEGACY_FORMATS = {"memcores-rl/1": "rl", "memcores-supervised-v1": "supervised"}
+"""Format tags of earlier releases -> the trainer that wrote them (still loaded)."""
+LEGACY_NAMES = {CHECKPOINT_NAME: "checkpoint.pt", INIT_CHECKPOINT_NAME: "init.pt"}
+"""Supervised checkpoint paths of earlier releases (at the top of the run folder)."""
 
 
 class CheckpointError(RuntimeError):
@@ -60,7 +76,50 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from err
     if not isinstance(payload, dict):
         raise CheckpointError(f"checkpoint {path} holds {type(payload).__name__}, expected a dict")
-    return payload
+    return upgrade_checkpoint(payload, path)
+
+
+def upgrade_checkpoint(payload: dict[str, Any], path: str | Path = "") -> dict[str, Any]:
+    """A checkpoint of an earlier format in today's form (``format`` :data:`CHECKPOINT_FORMAT`,
+    ``trainer``, ``model``, ``step``); any other payload is returned as it is.
+
+    ``memcores-rl/1`` kept the weights under ``policy`` and the frame count under
+    ``global_step``; ``memcores-supervised-v1`` already used ``model`` and ``step``.
+    """
+    trainer = LEGACY_FORMATS.get(payload.get("format"))  # type: ignore[arg-type]
+    if trainer is None:
+        return payload
+    old = payload["format"]
+    deprecated(old, f"checkpoint {path} has the format of an earlier release ({old})")
+    upgraded = {**payload, "format": CHECKPOINT_FORMAT, "trainer": trainer}
+    if trainer == "rl":
+        upgraded["model"] = upgraded.pop("policy")
+        upgraded["step"] = upgraded.pop("global_step")
+    return upgraded
+
+
+def checkpoint_path(run_dir: str | Path, name: str = CHECKPOINT_NAME) -> Path:
+    """``run_dir / name``, or the file of that role in an earlier release's layout when only
+    that one exists (a supervised run's ``checkpoint.pt`` / ``init.pt``)."""
+    path = Path(run_dir) / name
+    legacy = Path(run_dir) / LEGACY_NAMES.get(name, name)
+    if not path.is_file() and legacy.is_file():
+        deprecated(legacy.name, f"{legacy} is in an earlier release's layout ({name} today)")
+        return legacy
+    return path
+
+
+_SAID: set[str] = set()
+
+
+def deprecated(kind: str, message: str) -> None:
+    """Say once per process and ``kind``, in one line on stderr, that something of an
+    earlier release is still accepted (``message`` names the first one met)."""
+    if kind in _SAID:
+        return
+    _SAID.add(kind)
+    print(f"memcores: deprecated: {message}; it still loads, but not after the next release",
+          file=sys.stderr)  # fmt: skip
 
 
 def _load_failure(err: Exception) -> str:
@@ -76,7 +135,7 @@ def find_checkpoint(run: str | Path) -> Path:
     """A run folder (or a checkpoint file) -> the checkpoint file."""
     run = Path(run)
     if run.is_dir():
-        path = run / CHECKPOINT_NAME
+        path = checkpoint_path(run)
         if not path.is_file():
             raise FileNotFoundError(
                 f"no checkpoint in run folder {run} (expected {CHECKPOINT_NAME}); "
@@ -88,21 +147,32 @@ def find_checkpoint(run: str | Path) -> Path:
     return run
 
 
-def load_rl_checkpoint(run: str | Path) -> dict[str, Any]:
-    """Load and check an RL checkpoint (a run folder or a ``.pt`` file), onto the CPU."""
-    path = find_checkpoint(run)
+def load_trainer_checkpoint(path: str | Path, trainer: str) -> dict[str, Any]:
+    """Load a checkpoint onto the CPU and check that ``trainer`` (``"rl"``/``"supervised"``)
+    wrote it.
+
+    :raises CheckpointError: missing, corrupt, not a memcores checkpoint, or the other
+        trainer's.
+    """
     payload = load_checkpoint(path)
-    if payload.get("format") != CHECKPOINT_FORMAT:
+    tag = (payload.get("format"), payload.get("trainer"))
+    if tag != (CHECKPOINT_FORMAT, trainer):
+        kind = "RL" if trainer == "rl" else trainer
         raise CheckpointError(
-            f"{path} is not a memcores RL checkpoint (format {payload.get('format')!r}, "
-            f"expected {CHECKPOINT_FORMAT!r})"
+            f"{path} is not a memcores {kind} checkpoint (format {tag[0]!r}, trainer "
+            f"{tag[1]!r}; expected {CHECKPOINT_FORMAT!r}, {trainer!r})"
         )
     return payload
 
 
+def load_rl_checkpoint(run: str | Path) -> dict[str, Any]:
+    """Load and check an RL checkpoint (a run folder or a ``.pt`` file), onto the CPU."""
+    return load_trainer_checkpoint(find_checkpoint(run), "rl")
+
+
 def saved_policy_weights(payload: dict[str, Any]) -> dict[str, torch.Tensor]:
     """A checkpoint's policy weights, without the constants early versions also saved."""
-    weights = dict(payload["policy"])
+    weights = dict(payload["model"])
     for name in ("image.scale", "image.offsets"):
         weights.pop(name, None)
     return weights

@@ -22,9 +22,9 @@ from agents.core_config import CoreConfig
 from agents.divergence import check_learning_rate
 from agents.run_config import (  # noqa: F401  (MAX_SEED: part of this schema's API)
     MAX_SEED,
+    MigratingSchema,
     RunConfig,
     TrainBase,
-    migrate_config,
     migrate_saved_config,
 )
 
@@ -218,8 +218,6 @@ class TrainConfig(TrainBase):
     second core to work there (``memcores bench rl`` measures it)."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
-    log_every: int = 1
-    """Log scalars every this many updates."""
     histogram_every: int = 10
     """Log the core's gate time-scale histogram every this many updates (0 disables)."""
 
@@ -227,14 +225,14 @@ class TrainConfig(TrainBase):
         super().validate()
         if self.total_steps < 1:
             raise ValueError(f"train.total_steps must be >= 1, got {self.total_steps}")
-        if self.checkpoint_every < 1 or self.log_every < 1:
-            raise ValueError("train.checkpoint_every and train.log_every must be >= 1")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"train.checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.update_threads < 0:
             raise ValueError(f"train.update_threads must be >= 0, got {self.update_threads}")
 
 
 @dataclass
-class RLConfig:
+class RLConfig(MigratingSchema):
     """Everything ``memcores train`` needs."""
 
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -247,9 +245,6 @@ class RLConfig:
     """Budget, seed, device, logging."""
     run: RunConfig = field(default_factory=RunConfig)
     """Output location."""
-
-    migrate = staticmethod(migrate_config)
-    """Renames the keys of earlier releases (``experiments.config.load_config`` calls it)."""
 
     def validate(self) -> None:
         batch = self.env.n_envs * self.agent.n_steps

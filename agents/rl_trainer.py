@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from agents.checkpoint import (
-    CHECKPOINT_FORMAT,
     CHECKPOINT_NAME,
     CheckpointError,
     load_rl_checkpoint,
@@ -57,22 +56,10 @@ from agents.run import RunLayout, RunSession
 from cores.diagnostics import timescales
 from envs.vector import VectorEnv
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
+__all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
 
-RUN_FILES = ("config.yaml", "progress.csv", "progress.csv.tmp", "events.out.tfevents.*")
-RUN_FILES += ("checkpoints", ".config.yaml.*.tmp")
-"""Globs of what a run writes into its folder (what ``run.overwrite`` deletes)."""
-
-LAYOUT = RunLayout(
-    command="memcores train",
-    checkpoint=CHECKPOINT_NAME,
-    files=RUN_FILES,
-    checkpoint_format=CHECKPOINT_FORMAT,
-    budget_key="train.total_steps",
-    step_key="global_step",
-    model_key="policy",
-)
-"""The RL trainer's run folder and checkpoint (:class:`agents.run.RunLayout`)."""
+LAYOUT = RunLayout("memcores train", trainer="rl", budget_key="train.total_steps")
+"""The RL trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
 
 RESET_SEED_STRIDE = 7919
 """Rollouts that start at update ``k`` (0, or a resumed run's update count) reset env ``i``
@@ -195,17 +182,7 @@ def load_initial_policy(
         )
     weights = saved_policy_weights(payload)
     saved = payload["config"]
-    # The reconstruction decoder is an auxiliary head, indexed by lag position: it comes
-    # over only when it reads the same lags and target, and starts fresh otherwise.
-    had_decoder = float(saved["agent"].get("recon_coef") or 0) > 0
-    same_decoder = (
-        had_decoder
-        and policy.decoder is not None
-        and all(
-            saved["agent"].get(key) == getattr(config.agent, key)
-            for key in ("recon_lags", "recon_target")
-        )
-    )
+    same_decoder = _same_decoder(saved["agent"], config.agent, policy)
     if not same_decoder:
         weights = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
     network = (
@@ -226,6 +203,15 @@ def load_initial_policy(
             if keys
         )
     raise ValueError(f"{context} its network ({network}) does not fit this one: {problem}")
+
+
+def _same_decoder(saved: dict[str, Any], agent: AgentConfig, policy: RecurrentActorCritic) -> bool:
+    """Whether a source run's reconstruction decoder fits ``policy``'s: it is an auxiliary
+    head indexed by lag position, so it comes over only when it reads the same lags and
+    target (and starts fresh otherwise)."""
+    if not float(saved.get("recon_coef") or 0) > 0 or policy.decoder is None:
+        return False
+    return all(saved.get(key) == getattr(agent, key) for key in ("recon_lags", "recon_target"))
 
 
 # ---------------------------------------------------------------------------- training
@@ -272,18 +258,8 @@ def train(
         updates were skipped (the last checkpoint is kept).
     """
     s = setup(config)  # validates env/core/device; writes nothing
-    session = RunSession(
-        LAYOUT,
-        run_dir,
-        config,
-        resume,
-        overwrite=config.run.overwrite,
-        tensorboard=config.run.tensorboard,
-        allow_changes=allow_changes,
-        on_log=on_log,
-    )
     try:
-        with session:
+        with RunSession(LAYOUT, run_dir, config, resume, allow_changes, on_log) as session:
             return _train_loop(s, session)
     finally:
         s.envs.close()

@@ -2,7 +2,7 @@
 
 A trainer describes what it writes (:class:`RunLayout`) and adds only its own loop::
 
-    with RunSession(layout, run_dir, config, resume, overwrite=..., tensorboard=...) as run:
+    with RunSession(layout, run_dir, config, resume) as run:
         if run.resumed:                       # the checkpoint, loaded onto the CPU and checked
             step = run.restore(model, optimizer)
         ...                                   # the loop: run.logger, run.progress_bar(...)
@@ -11,7 +11,7 @@ A trainer describes what it writes (:class:`RunLayout`) and adds only its own lo
 Entering a session:
 
 1. locks the folder (:class:`agents.run_lock.RunLock`: one writer, never stale);
-2. claims it: with ``resume``, loads ``layout.checkpoint`` and refuses a config that differs
+2. claims it: with ``resume``, loads ``checkpoints/last.pt`` and refuses a config that differs
    from the checkpoint's in any key outside :data:`RESUME_ALLOWED_CHANGES` (plus the caller's
    ``allow_changes``), naming the key; without it, refuses a folder that holds an earlier
    run's files unless ``overwrite`` (then deletes those files, and only those);
@@ -28,15 +28,17 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import torch
 import yaml
 
 from agents.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_NAME,
+    LEGACY_NAMES,
+    checkpoint_path,
+    load_trainer_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -74,22 +76,34 @@ Based Training mutating ``agent.learning_rate``) passes those keys as ``allow_ch
 
 @dataclass(frozen=True)
 class RunLayout:
-    """What a trainer writes into its run folder and how its checkpoints are tagged."""
+    """What a trainer writes into its run folder besides the shared files."""
 
     command: str
     """Shown to a second writer that finds the folder locked (``"memcores train"``)."""
-    checkpoint: str
-    """The latest checkpoint, relative to the run folder."""
-    files: tuple[str, ...]
-    """Globs of everything a run writes (what ``run.overwrite`` deletes)."""
-    checkpoint_format: str
-    """The ``format`` tag of this trainer's checkpoints."""
+    trainer: str
+    """The ``trainer`` tag of its checkpoints (``"rl"`` or ``"supervised"``)."""
     budget_key: str
     """The dotted config key of the run's length, which a resume may only raise."""
-    step_key: str = "step"
-    """The checkpoint field that counts progress (logger rows are keyed by it)."""
-    model_key: str = "model"
-    """The checkpoint field that holds the model's ``state_dict``."""
+    extra_files: tuple[str, ...] = ()
+    """Globs of what it writes besides :data:`RUN_FILES` (what ``run.overwrite`` deletes)."""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return RUN_FILES + self.extra_files
+
+
+RUN_FILES = (
+    "config.yaml",
+    ".config.yaml.*.tmp",
+    "progress.csv",
+    "progress.csv.tmp",
+    "events.out.tfevents.*",
+    "checkpoints",
+    *LEGACY_NAMES.values(),
+    *(f".{name}.*.tmp" for name in LEGACY_NAMES.values()),
+)
+"""Globs of what every run writes into its folder (``checkpoints/`` and, from earlier
+releases, a supervised run's ``checkpoint.pt``/``init.pt``)."""
 
 
 class RunSession:
@@ -97,10 +111,10 @@ class RunSession:
 
     :param layout: what the trainer writes.
     :param run_dir: the run folder (created if missing).
-    :param config: the run's config (a dataclass tree); written to ``config.yaml``.
-    :param resume: continue from ``layout.checkpoint``.
-    :param overwrite: start over in a folder that holds an earlier run's files.
-    :param tensorboard: write TensorBoard event files (``progress.csv`` always).
+    :param config: the run's config (a dataclass tree with a ``run`` section,
+        :class:`agents.run_config.RunConfig`: ``overwrite``, ``tensorboard``); written to
+        ``config.yaml``.
+    :param resume: continue from ``checkpoints/last.pt``.
     :param allow_changes: dotted config keys that a resume may change besides
         :data:`RESUME_ALLOWED_CHANGES` (such a key's budget direction is not checked either).
     :param before_clear: called once the folder is claimed for a new run, before an earlier
@@ -115,19 +129,19 @@ class RunSession:
         run_dir: str | Path,
         config: Any,
         resume: bool = False,
-        *,
-        overwrite: bool = False,
-        tensorboard: bool = True,
         allow_changes: Iterable[str] = (),
-        before_clear: Callable[[], None] | None = None,
         on_log: Callable[[dict[str, float]], None] | None = None,
+        *,
+        before_clear: Callable[[], None] | None = None,
     ) -> None:
         self.layout, self.run_dir, self.config = layout, Path(run_dir), config
-        self.resume, self.overwrite, self.tensorboard = resume, overwrite, tensorboard
+        self.resume = resume
+        self.overwrite, self.tensorboard = config.run.overwrite, config.run.tensorboard
         self.allow_changes = frozenset(allow_changes)
         self.before_clear, self.on_log = before_clear, on_log
-        self.checkpoint_path = self.run_dir / layout.checkpoint
+        self.checkpoint_path = self.run_dir / CHECKPOINT_NAME
         self.payload: dict[str, Any] | None = None
+        self._legacy_checkpoint: Path | None = None  # resumed from an earlier release's layout
         self.logger: RunLogger | None = None
         self._lock = RunLock(self.run_dir, layout.command)
         self._bars: list[Any] = []
@@ -148,18 +162,13 @@ class RunSession:
             )
             self.logger = RunLogger(self.run_dir, self.tensorboard, on_dump=self.on_log)
             if self.payload is not None:
-                self.logger.truncate_after(int(self.payload[self.layout.step_key]))
+                self.logger.truncate_after(int(self.payload["step"]))
         except BaseException:
             self._lock.release()
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         try:
             for bar in self._bars:
                 bar.close()
@@ -170,16 +179,18 @@ class RunSession:
 
     def _claim(self) -> dict[str, Any] | None:
         """The checkpoint to resume from (checked against the config), or a clean folder."""
+        found = checkpoint_path(self.run_dir)
         if self.resume:
-            payload = load_own_checkpoint(self.checkpoint_path, self.layout.checkpoint_format)
+            payload = load_trainer_checkpoint(found, self.layout.trainer)
             check_resume_config(
                 payload["config"], self.config, self.layout.budget_key, self.allow_changes
             )
-            ckpt = self.checkpoint_path
-            for tmp in ckpt.parent.glob(f".{ckpt.name}.*.tmp"):  # a kill mid-write
+            for tmp in found.parent.glob(f".{found.name}.*.tmp"):  # a kill mid-write
                 tmp.unlink()
+            if found != self.checkpoint_path:
+                self._legacy_checkpoint = found
             return payload
-        refuse_earlier_run(self.run_dir, self.layout.files, self.checkpoint_path, self.overwrite)
+        refuse_earlier_run(self.run_dir, self.layout.files, found, self.overwrite)
         if self.before_clear is not None:
             self.before_clear()
         clear_run(self.run_dir, self.layout.files)
@@ -196,10 +207,10 @@ class RunSession:
         from agents.ppo import load_optimizer_state
 
         assert self.payload is not None, "restore() needs a resumed session"
-        model.load_state_dict(self.payload[self.layout.model_key])
+        model.load_state_dict(self.payload["model"])
         load_optimizer_state(optimizer, self.payload["optimizer"])
         set_rng_state(self.payload["rng"])
-        return int(self.payload[self.layout.step_key])
+        return int(self.payload["step"])
 
     def guard(self, patience: int, start_step: int, unit: str = "step") -> DivergenceGuard:
         """The divergence guard, counting on from the resumed checkpoint's skipped updates."""
@@ -233,38 +244,30 @@ class RunSession:
         extra: dict[str, Any] | None = None,
         path: str | None = None,
     ) -> Path:
-        """Write a checkpoint atomically: format tag, config, model, optimiser, RNG states,
-        ``step`` and ``extra`` (``weights_only``-safe values only).
+        """Write a checkpoint atomically (:mod:`agents.checkpoint`'s format): tags, config,
+        model, optimiser, RNG states, ``step`` and ``extra`` (``weights_only``-safe values).
 
-        :param path: relative to the run folder; default ``layout.checkpoint``.
+        :param path: relative to the run folder; default ``checkpoints/last.pt``.
         """
         payload = {
-            "format": self.layout.checkpoint_format,
+            "format": CHECKPOINT_FORMAT,
+            "trainer": self.layout.trainer,
             "config": dataclasses.asdict(self.config),
-            self.layout.model_key: model.state_dict(),
+            "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            self.layout.step_key: int(step),
+            "step": int(step),
             "rng": rng_state(),
             **(extra or {}),
         }
         target = self.run_dir / path if path else self.checkpoint_path
-        return save_checkpoint(target, payload)
+        written = save_checkpoint(target, payload)
+        if self._legacy_checkpoint is not None and not path:  # superseded by the new layout
+            self._legacy_checkpoint.unlink(missing_ok=True)
+            self._legacy_checkpoint = None
+        return written
 
 
 # ---------------------------------------------------------------------------- helpers
-def load_own_checkpoint(path: Path, checkpoint_format: str) -> dict[str, Any]:
-    """Load a checkpoint onto the CPU and check its format tag.
-
-    :raises CheckpointError: missing, corrupt, or another trainer's checkpoint.
-    """
-    payload = load_checkpoint(path)
-    if payload.get("format") != checkpoint_format:
-        raise CheckpointError(
-            f"{path} is not a {checkpoint_format!r} checkpoint (format {payload.get('format')!r})"
-        )
-    return payload
-
-
 def clear_run(run_dir: Path, patterns: tuple[str, ...]) -> None:
     """Delete what an earlier run wrote into ``run_dir`` (only what ``patterns`` match; a
     matched folder is emptied of matched files first and removed once empty)."""

@@ -35,6 +35,8 @@ class TrainBase:
     ``0`` keeps torch's default)."""
     progress: bool = True
     """Show a tqdm progress bar."""
+    log_every: int = 1
+    """Write the training scalars every this many updates."""
     init_from: str | None = None
     """Start a new run from the weights of another run (its folder or a checkpoint file): only
     the weights come over; the optimiser, step counter and schedule start fresh. Ignored by
@@ -51,6 +53,8 @@ class TrainBase:
             raise ValueError(
                 f"train.max_skipped_updates must be >= 0, got {self.max_skipped_updates}"
             )
+        if self.log_every < 1:
+            raise ValueError(f"train.log_every must be >= 1, got {self.log_every}")
         if self.threads < 0:
             raise ValueError(f"train.threads must be >= 0 (0: torch's default), got {self.threads}")
         if not (self.device in DEVICE_CHOICES or self.device.startswith("cuda:")):
@@ -74,6 +78,16 @@ class RunConfig:
     """Start over in a run folder that already holds a run, with or without a checkpoint (its
     files, and only those, are deleted once the new config has been validated); without it,
     such a folder is an error unless ``--resume`` is given."""
+
+
+class MigratingSchema:
+    """Base of a top-level config schema whose files may hold keys of earlier releases:
+    ``experiments.config.load_config`` renames them with :meth:`migrate` before checking."""
+
+    @staticmethod
+    def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """:func:`migrate_config`."""
+        return migrate_config(raw)
 
 
 DEPRECATED_KEYS: dict[str, str] = {"run.progress_bar": "train.progress"}

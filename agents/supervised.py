@@ -8,15 +8,15 @@ One run, top to bottom (:func:`train`):
    run directory and claims it: the checkpoint to resume (its config checked against this
    one), or a directory without an earlier run's files (``run.overwrite`` deletes them;
    ``train.init_from`` is loaded first); it writes ``config.yaml`` and opens TensorBoard
-   events and ``progress.csv``; a new run also saves ``init.pt`` (weights at step 0, for
-   before/after diagnostics);
+   events and ``progress.csv``; a new run also saves ``checkpoints/init.pt`` (weights at
+   step 0, for before/after diagnostics);
 3. each update (:func:`train_step`) draws a batch that is a pure function of
    ``(seed, step)``, so ``--resume`` replays exactly the data an uninterrupted run would have
    seen; an update with a non-finite or exploding loss is skipped, and
    ``train.max_skipped_updates`` of them in a row stop the run (:mod:`agents.divergence`);
 4. every ``train.eval_every`` updates: evaluation on a fixed set, the forget-gate time-scale
-   histogram (when the core has a forget gate) and an atomic ``checkpoint.pt`` with the model,
-   optimiser and RNG states;
+   histogram (when the core has a forget gate) and an atomic ``checkpoints/last.pt`` with the
+   model, optimiser and RNG states;
 5. at the end: the test split (datasets) or the transfer lengths (``transfer_copy``) and
    ``results.json``.
 
@@ -40,7 +40,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from agents.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from agents.checkpoint import (
+    CHECKPOINT_NAME,
+    INIT_CHECKPOINT_NAME,
+    CheckpointError,
+    checkpoint_path,
+    load_trainer_checkpoint,
+)
 from agents.device import resolve_device
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
@@ -56,9 +62,8 @@ from envs.sequences import (
     make_task,
 )
 
-CHECKPOINT = "checkpoint.pt"
-INIT_CHECKPOINT = "init.pt"
-FORMAT = "memcores-supervised-v1"
+CHECKPOINT = CHECKPOINT_NAME
+INIT_CHECKPOINT = INIT_CHECKPOINT_NAME
 EVAL_SEED = 2_718_281  # one fixed evaluation set per task, shared by every seed and core
 
 
@@ -322,26 +327,13 @@ def timescale_stats(log_ts: Tensor) -> dict[str, float]:
 
 
 # =========================================================================== training
-RUN_FILES = (
-    "config.yaml",
-    CHECKPOINT,
-    INIT_CHECKPOINT,
-    "progress.csv",
-    "progress.csv.tmp",
-    "results.json",
-    "events.out.tfevents.*",
-    *(f".{name}.*.tmp" for name in ("config.yaml", CHECKPOINT, INIT_CHECKPOINT, "results.json")),
-)
-"""Globs of what a run writes into its directory (what ``run.overwrite`` deletes)."""
-
 LAYOUT = RunLayout(
-    command="memcores supervised",
-    checkpoint=CHECKPOINT,
-    files=RUN_FILES,
-    checkpoint_format=FORMAT,
+    "memcores supervised",
+    trainer="supervised",
     budget_key="train.steps",
+    extra_files=("results.json", ".results.json.*.tmp"),
 )
-"""The supervised trainer's run folder and checkpoint (:class:`agents.run.RunLayout`)."""
+"""The supervised trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
 
 
 def train(
@@ -372,15 +364,7 @@ def train(
             load_initial_weights(prep.model, config.train.init_from, config)
 
     session = RunSession(
-        LAYOUT,
-        prep.run_dir,
-        config,
-        resume,
-        overwrite=config.run.overwrite,
-        tensorboard=config.run.tensorboard,
-        allow_changes=allow_changes,
-        before_clear=load_init_from,
-        on_log=on_log,
+        LAYOUT, prep.run_dir, config, resume, allow_changes, on_log, before_clear=load_init_from
     )
     with session as run:
         start_step, best = 0, {}
@@ -388,8 +372,7 @@ def train(
             start_step = run.restore(prep.model, prep.optimizer)
             best = dict(run.payload.get("best", {}))
         else:  # the weights at step 0, for before/after diagnostics
-            init = {"format": FORMAT, "step": 0, "model": prep.model.state_dict()}
-            save_checkpoint(run.run_dir / INIT_CHECKPOINT, {**init, "config": asdict(config)})
+            run.save_checkpoint(0, prep.model, prep.optimizer, path=INIT_CHECKPOINT)
         t0 = time.perf_counter()
         step, stopped_early, skipped = training_loop(prep, run, start_step, best)
         results = final_report(prep, step, best, time.perf_counter() - t0, stopped_early)
@@ -583,12 +566,12 @@ def load_initial_weights(model: torch.nn.Module, source: str, config: Supervised
     """
     path = Path(source)
     if path.is_dir():
-        path = path / CHECKPOINT
+        path = checkpoint_path(path)
+    context = f"train.init_from: {path}:"
     try:
-        payload = load_checkpoint(path)
+        payload = load_trainer_checkpoint(path, "supervised")
     except CheckpointError as err:
         raise ValueError(f"train.init_from: {err}") from err
-    context = f"train.init_from: {path}:"
     check_same_sections(payload, config, ("model",), context)
     saved_core = payload["config"].get("core") or {}
     if saved_core.get("hidden_size") != config.core.hidden_size:
@@ -608,14 +591,10 @@ def load_initial_weights(model: torch.nn.Module, source: str, config: Supervised
 def check_same_sections(
     payload: dict[str, Any], config: SupervisedConfig, sections: tuple[str, ...], context: str
 ) -> None:
-    """Reject a checkpoint that is not a supervised one or whose ``sections`` differ.
+    """Reject a checkpoint whose ``sections`` differ from ``config``'s.
 
     :param context: what the message starts with (which operation found the mismatch).
     """
-    if payload.get("format") != FORMAT:
-        raise ValueError(
-            f"{context} not a memcores supervised checkpoint (format {payload.get('format')!r})"
-        )
     saved, current = payload["config"], asdict(config)
     for section in sections:
         if saved.get(section) != current.get(section):
@@ -629,13 +608,13 @@ def check_same_sections(
 def load_trained(
     run_dir: str | Path, config: SupervisedConfig, saved: SupervisedConfig
 ) -> tuple[SequenceTask, SequenceModel, torch.device]:
-    """Rebuild a run's model from ``run_dir/checkpoint.pt`` for evaluation on ``config``'s task.
+    """Rebuild a run's model from its latest checkpoint for evaluation on ``config``'s task.
 
     :param config: the run's saved config with any overrides applied (e.g. ``task.length``).
     :param saved: the run's saved config as trained; the task may differ only in ways that keep
         the model's input size, output size and loss.
     """
-    payload = load_checkpoint(Path(run_dir) / CHECKPOINT)
+    payload = load_trainer_checkpoint(checkpoint_path(run_dir), "supervised")
     device = resolve_device(config.train.device)
     task = build_task(config)
     check_compatible(task, build_task(saved) if saved.task != config.task else task)

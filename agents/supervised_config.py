@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agents.core_config import CoreConfig
 from agents.divergence import check_learning_rate
-from agents.run_config import RunConfig, TrainBase, migrate_config
+from agents.run_config import MigratingSchema, RunConfig, TrainBase
 
 
 @dataclass
@@ -114,14 +114,12 @@ class TrainConfig(TrainBase):
         for name in ("steps", "batch_size", "eval_every", "eval_size", "eval_batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"train.{name} must be positive, got {getattr(self, name)}")
-        if self.log_every <= 0:
-            raise ValueError(f"train.log_every must be positive, got {self.log_every}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError(f"train.target_accuracy must be in (0, 1], got {self.target_accuracy}")
 
 
 @dataclass
-class SupervisedConfig:
+class SupervisedConfig(MigratingSchema):
     """Top level of a ``memcores supervised`` config file."""
 
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -130,6 +128,3 @@ class SupervisedConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
-
-    migrate = staticmethod(migrate_config)
-    """Renames the keys of earlier releases (``experiments.config.load_config`` calls it)."""

@@ -33,8 +33,9 @@ class MemoryCore(nn.Module):
 
     Capabilities are declared, never probed: ``has_step`` (the core implements :meth:`step`,
     which acting calls for ``T = 1``), ``has_fused`` (its :meth:`forward` runs a fused
-    whole-sequence kernel on CUDA tensors) and ``state_arity`` (how many tensors its state
-    holds; :func:`check_sequence` checks it).
+    whole-sequence kernel on CUDA tensors), ``state_arity`` (how many tensors its state
+    holds; :func:`check_sequence` checks it) and ``graph_safe`` (its :meth:`forward` can be
+    recorded as a CUDA graph).
     """
 
     input_size: int
@@ -45,6 +46,9 @@ class MemoryCore(nn.Module):
     """Whether :meth:`forward` dispatches CUDA tensors to a fused whole-sequence kernel."""
     state_arity: int | None = None
     """The number of tensors in the state, checked by :func:`check_sequence` (None: any)."""
+    graph_safe: ClassVar[bool] = False
+    """Whether :meth:`forward` can be recorded as a CUDA graph (:mod:`cores.graphed`): no host
+    synchronisation besides :func:`steps_with_starts`, no shapes that depend on the data."""
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
@@ -211,10 +215,21 @@ def reset_uniform_(weight_ih: Tensor, weight_hh: Tensor, bias: Tensor) -> None:
         bias.zero_()
 
 
+def capturing(like: Tensor) -> bool:
+    """Whether a CUDA graph is being recorded on the current stream of ``like``'s device."""
+    return like.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def steps_with_starts(starts: Tensor | None) -> set[int]:
-    """The time indices at which at least one batch row resets (one host sync per call)."""
+    """The time indices at which at least one batch row resets (one host sync per call).
+
+    While a CUDA graph is being recorded (:mod:`cores.graphed`) the host cannot read
+    ``starts``: every step is returned, so the masked reset runs at every step and the graph
+    is right for whatever ``starts`` it is replayed with."""
     if starts is None:
         return set()
+    if capturing(starts):
+        return set(range(starts.shape[0]))
     return set(torch.nonzero(starts.any(dim=1)).flatten().tolist())
 
 

@@ -45,6 +45,8 @@ class JANET(MemoryCore):
     the candidate.
     """
 
+    graph_safe = True  # no host reads inside forward: CUDA-graph capturable (cores.graphed)
+
     def __init__(
         self, input_size: int, hidden_size: int, *, t_max: float = 1000.0, beta: float = 1.0
     ) -> None:

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores.base import MemoryCore, State, check_sequence
-from cores.scan import linear_scan
+from cores.scan import METHODS, linear_scan, scan_adjoint
 
 GRAD_MODES = ("bptt", "online", "spatial", "truncated")
 
@@ -53,11 +53,17 @@ def _complex_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.complex128 if dtype == torch.float64 else torch.complex64
 
 
-def _linear_scan(lam: Tensor, v: Tensor, h0: Tensor, keep: Tensor | None) -> Tensor:
+def _coefficients(lam: Tensor, like: Tensor, keep: Tensor | None) -> Tensor:
+    """``a_t = lam * keep_t`` ``[T, B, N]`` (0 where a row restarts) for ``like [T, B, N]``."""
+    return lam.expand_as(like) if keep is None else lam * keep.unsqueeze(-1)
+
+
+def _linear_scan(
+    lam: Tensor, v: Tensor, h0: Tensor, keep: Tensor | None, method: str = "auto"
+) -> Tensor:
     """``h_t = lam * keep_t * h_{t-1} + v_t`` for ``v [T, B, N]``; returns ``h [T, B, N]``
-    (the shared scan of :mod:`cores.scan`)."""
-    a = lam.expand_as(v) if keep is None else lam * keep.unsqueeze(-1)
-    return linear_scan(a, v, h0)
+    (the shared scan of :mod:`cores.scan`, kernel ``method``)."""
+    return linear_scan(_coefficients(lam, v, keep), v, h0, method)
 
 
 def _lambda(nu_log: Tensor, theta_log: Tensor) -> Tensor:
@@ -98,13 +104,13 @@ class _OnlineLRUScan(torch.autograd.Function):
     """Sequence-level online rule for one LRU layer (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, u, h0, keep, nu_log, theta_log, gamma_log, b_re, b_im):
+    def forward(ctx, u, h0, keep, nu_log, theta_log, gamma_log, b_re, b_im, method):
         lam = _lambda(nu_log, theta_log)
         gamma = torch.exp(gamma_log)
         v = torch.complex(u @ b_re.T, u @ b_im.T)  # B u  [T, B, N]
-        h = _linear_scan(lam, gamma * v, h0, keep)
+        h = _linear_scan(lam, gamma * v, h0, keep, method)
         ctx.save_for_backward(u, h0, h, nu_log, theta_log, gamma_log, b_re, b_im)
-        ctx.keep = keep
+        ctx.keep, ctx.method = keep, method
         return h
 
     @staticmethod
@@ -113,18 +119,11 @@ class _OnlineLRUScan(torch.autograd.Function):
         keep = ctx.keep
         lam = _lambda(nu_log, theta_log)
         gamma = torch.exp(gamma_log)
-        g = grad_h.conj()  # G_t = dL/dRe h - i dL/dIm h  (the paper's 2 * delta_t)
-        # R_t = G_t + lambda keep_{t+1} R_{t+1}: the sum of future G seen through the traces.
-        r_next = torch.zeros_like(g[0])
-        rs = []
-        keep_next = (
-            [None] * g.shape[0] if keep is None else [*keep.unbind(0)[1:], None]
-        )  # keep_{t+1}
-        for g_t, k_next in zip(reversed(g.unbind(0)), reversed(keep_next), strict=True):
-            decay = lam if k_next is None else lam * k_next.unsqueeze(-1)
-            r_next = g_t + decay * r_next
-            rs.append(r_next)
-        r = torch.stack(rs[::-1], 0)  # [T, B, N]
+        # G_t = dL/dRe h - i dL/dIm h (the paper's 2 * delta_t) and
+        # R_t = G_t + lambda keep_{t+1} R_{t+1}, the sum of future G seen through the traces:
+        # the conjugate of the scan's adjoint g_t = grad_t + conj(lambda keep_{t+1}) g_{t+1}.
+        a = _coefficients(lam, grad_h, keep)
+        r = scan_adjoint(a, grad_h.contiguous(), ctx.method).conj()  # [T, B, N]
         h_prev = torch.cat([h0.unsqueeze(0), h[:-1]], 0)
         if keep is not None:
             h_prev = h_prev * keep.unsqueeze(-1)
@@ -137,7 +136,7 @@ class _OnlineLRUScan(torch.autograd.Function):
         )
         grads = _recurrent_grads(nu_log, theta_log, gamma, lam, g_lam, g_gam, g_b)
         grad_u = _spatial_input_grad(grad_h, gamma, b_re, b_im)
-        return (grad_u, None, None, *grads)
+        return (grad_u, None, None, *grads, None)
 
 
 class _OnlineLRUStep(torch.autograd.Function):
@@ -176,12 +175,20 @@ class LRULayer(nn.Module):
     :param r_min, r_max: ``|lambda|`` is initialised so that ``|lambda|^2 ~ U[r_min^2, r_max^2]``
         (uniform over the ring's area).
     :param max_phase: ``arg(lambda) ~ U[0, max_phase]``.
+    :param scan: the :mod:`cores.scan` kernel (``auto``: sequential on CPU, Triton on CUDA).
     """
 
     def __init__(
-        self, hidden_size: int, state_size: int, r_min: float, r_max: float, max_phase: float
+        self,
+        hidden_size: int,
+        state_size: int,
+        r_min: float,
+        r_max: float,
+        max_phase: float,
+        scan: str = "auto",
     ) -> None:
         super().__init__()
+        self.scan_method = scan
         h, n = hidden_size, state_size
         u1, u2 = torch.rand(n), torch.rand(n)
         nu = -0.5 * torch.log(u1 * (r_max**2 - r_min**2) + r_min**2)
@@ -246,18 +253,27 @@ class LRULayer(nn.Module):
         :param keep: ``[T, B]`` 0/1; 0 resets the state before step t.
         :param mode: a gradient mode, or ``"eval"`` (plain autograd, same as ``bptt``).
         """
+        method = self.scan_method
         if mode in ("bptt", "eval"):
-            return _linear_scan(self.lam(), self.drive(u), h0, keep)
+            return _linear_scan(self.lam(), self.drive(u), h0, keep, method)
         if mode == "online":
             return _OnlineLRUScan.apply(
-                u, h0, keep, self.nu_log, self.theta_log, self.gamma_log, self.B_re, self.B_im
+                u,
+                h0,
+                keep,
+                self.nu_log,
+                self.theta_log,
+                self.gamma_log,
+                self.B_re,
+                self.B_im,
+                method,
             )
         # truncated / spatial: the values are the exact recurrence; only the gradient paths
         # differ, so the previous states come from a gradient-free scan (vectorised in time).
         lam = self.lam()
         v = self.drive(u)
         with torch.no_grad():
-            h_full = _linear_scan(lam, v, h0, keep)
+            h_full = _linear_scan(lam, v, h0, keep, method)
             h_prev = torch.cat([h0.detach().unsqueeze(0), h_full[:-1]], 0)
             if keep is not None:
                 h_prev = h_prev * keep.unsqueeze(-1)
@@ -311,11 +327,17 @@ class LRUBlock(nn.Module):
     """Pre-LayerNorm -> LRU -> GELU -> GLU -> residual (the paper's code, no dropout)."""
 
     def __init__(
-        self, hidden_size: int, state_size: int, r_min: float, r_max: float, max_phase: float
+        self,
+        hidden_size: int,
+        state_size: int,
+        r_min: float,
+        r_max: float,
+        max_phase: float,
+        scan: str = "auto",
     ) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(hidden_size)
-        self.lru = LRULayer(hidden_size, state_size, r_min, r_max, max_phase)
+        self.lru = LRULayer(hidden_size, state_size, r_min, r_max, max_phase, scan)
         self.glu = nn.Linear(hidden_size, 2 * hidden_size)
 
     def post(self, x: Tensor, u: Tensor, h: Tensor) -> Tensor:
@@ -344,7 +366,11 @@ class LRUCore(MemoryCore):
     :param r_max: largest initial ``|lambda|``.
     :param max_phase: initial phases are uniform in ``[0, max_phase]``.
     :param grad: ``bptt`` | ``online`` | ``spatial`` | ``truncated``; used only in training mode.
+    :param scan: the :mod:`cores.scan` kernel: ``auto`` | ``parallel`` | ``sequential`` |
+        ``triton`` (same values; ``auto`` takes ``sequential`` on CPU, ``triton`` on CUDA).
     """
+
+    has_fused = True  # CUDA tensors take the Triton scan (cores.scan, method auto)
 
     def __init__(
         self,
@@ -357,10 +383,13 @@ class LRUCore(MemoryCore):
         r_max: float = 1.0,
         max_phase: float = 2 * math.pi,
         grad: str = "bptt",
+        scan: str = "auto",
     ) -> None:
         super().__init__(input_size, hidden_size)
         if grad not in GRAD_MODES:
             raise ValueError(f"unknown grad mode {grad!r}; valid: {', '.join(GRAD_MODES)}")
+        if scan not in METHODS:
+            raise ValueError(f"unknown scan {scan!r}; valid: {', '.join(METHODS)}")
         if state_size <= 0 or layers <= 0:
             raise ValueError(f"state_size and layers must be positive, got {state_size}, {layers}")
         if not 0.0 <= r_min < r_max <= 1.0:
@@ -371,7 +400,7 @@ class LRUCore(MemoryCore):
         self.grad = grad
         self.encoder = nn.Linear(input_size, hidden_size)
         self.blocks = nn.ModuleList(
-            LRUBlock(hidden_size, state_size, r_min, r_max, max_phase) for _ in range(layers)
+            LRUBlock(hidden_size, state_size, r_min, r_max, max_phase, scan) for _ in range(layers)
         )
 
     @property

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from cores.base import MemoryCore, State, check_sequence, keep_mask
-from cores.scan import METHODS, scan_adjoint, scan_values
+from cores.scan import METHODS, resolve_method, scan_adjoint, scan_values
 
 
 def candidate(x: Tensor) -> Tensor:
@@ -50,9 +50,12 @@ def _candidate_parts(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 CHUNK = 16
-"""Steps per block of the fused layer: gates, scan and backward run block by block, so a
-block's temporaries stay small and in cache instead of streaming ``[T, B, H]`` tensors
-through memory once per elementwise operation."""
+"""Steps per block of the fused layer with the ``sequential`` scan (the CPU's): gates, scan
+and backward run block by block, so a block's temporaries stay small and in cache instead of
+streaming ``[T, B, H]`` tensors through memory once per elementwise operation. The parallel
+scans (``parallel``, ``triton``: accelerators) take the whole sequence as one block, so the
+operations per call do not grow with ``T``: a Python loop over blocks would put ``T / CHUNK``
+rounds of small launches back in front of the GPU."""
 
 
 def _block(kind: str, k: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
@@ -96,19 +99,21 @@ def _block_grad(kind: str, g: Tensor, h_prev: Tensor, saved: tuple[Tensor, ...],
 
 class _MinRNNScan(torch.autograd.Function):
     """``k [T, B, G*H], h0 [B, H] -> h [T, B, H]`` for one min-RNN layer (fused gates+scan),
-    computed in blocks of :data:`CHUNK` steps; the backward reuses the forward's gate
-    factors (``3``-``5`` tensors of ``[T, B, H]``) instead of recomputing them."""
+    computed in blocks (see :data:`CHUNK`); the backward reuses the forward's gate factors
+    (``3``-``5`` tensors of ``[T, B, H]``) instead of recomputing them."""
 
     @staticmethod
     def forward(ctx, k: Tensor, h0: Tensor, keep: Tensor | None, kind: str, method: str):
         steps, batch, size = k.shape[0], k.shape[1], h0.shape[-1]
+        method = resolve_method(method, k.device)
+        chunk = CHUNK if method == "sequential" else max(steps, 1)
         h = k.new_empty(steps, batch, size)
         coefficients = k.new_empty(steps, batch, size)  # a (reset mask applied)
         saved: list[Tensor] = []
         h_prev = h0
         with torch.no_grad():
-            for lo in range(0, steps, CHUNK):
-                block = slice(lo, lo + CHUNK)
+            for lo in range(0, steps, chunk):
+                block = slice(lo, lo + chunk)
                 a, b, parts = _block(kind, k[block])
                 if keep is not None:
                     a = a * keep[block]
@@ -119,17 +124,17 @@ class _MinRNNScan(torch.autograd.Function):
                     buffer[block] = part
                 h_prev = scan_values(a, b, h_prev, method, out=h[block])[-1]
         ctx.save_for_backward(h0, h, coefficients, keep, *saved)
-        ctx.kind, ctx.method = kind, method
+        ctx.kind, ctx.method, ctx.chunk = kind, method, chunk
         return h
 
     @staticmethod
     def backward(ctx, grad_h: Tensor):
         h0, h, coefficients, keep, *saved = ctx.saved_tensors
-        steps, kind = h.shape[0], ctx.kind
+        steps, kind, chunk = h.shape[0], ctx.kind, ctx.chunk
         grad_k = grad_h.new_empty(steps, h.shape[1], h.shape[2] * (3 if kind == "lstm" else 2))
         g_next = a_next = None  # g and a at the first step of the block after this one
-        for lo in reversed(range(0, steps, CHUNK)):
-            block = slice(lo, lo + CHUNK)
+        for lo in reversed(range(0, steps, chunk)):
+            block = slice(lo, lo + chunk)
             a, grad = coefficients[block], grad_h[block]
             if g_next is not None:  # g_{hi-1} also collects a_hi g_hi from the next block
                 grad = grad.clone()
@@ -187,9 +192,12 @@ class _MinRNN(MemoryCore):
     """A stack of min-RNN layers (see the module docstring).
 
     :param layers: number of layers; 1 is the paper's single cell.
-    :param scan: the :mod:`cores.scan` kernel: ``auto`` | ``parallel`` | ``sequential`` (same
-        values; ``auto`` takes ``sequential`` on CPU and ``parallel`` on accelerators).
+    :param scan: the :mod:`cores.scan` kernel: ``auto`` | ``parallel`` | ``sequential`` |
+        ``triton`` (same values; ``auto`` takes ``sequential`` on CPU and ``triton`` on CUDA,
+        see :func:`cores.scan.resolve_method`).
     """
+
+    has_fused = True  # CUDA tensors take the Triton scan (cores.scan, method auto)
 
     cell: type[_MinCell]
 

@@ -54,6 +54,8 @@ class NRU(MemoryCore):
     ``beta [k]``, ``[p_v; q_v] [2s]``, ``[p_u; q_u] [2s]`` in that order.
     """
 
+    graph_safe = True  # no host reads inside forward: CUDA-graph capturable (cores.graphed)
+
     def __init__(
         self,
         input_size: int,

@@ -82,6 +82,8 @@ class OrderedLSTM(MemoryCore):
     rows.
     """
 
+    graph_safe = True  # no host reads inside forward: CUDA-graph capturable (cores.graphed)
+
     def __init__(
         self,
         input_size: int,

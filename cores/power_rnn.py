@@ -44,6 +44,8 @@ class PowerRNN(MemoryCore):
     State: ``(h [B, H],)``, zero initially.
     """
 
+    graph_safe = True  # no host reads inside forward: CUDA-graph capturable (cores.graphed)
+
     def __init__(
         self, input_size: int, hidden_size: int, *, r: float = 2.0, alpha_init: float = 0.1
     ) -> None:

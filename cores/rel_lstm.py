@@ -236,6 +236,8 @@ class RelLSTM(_AttentiveLSTM):
     Memory and compute per step are ``O((L + rho) H)`` and ``O((nu + rho) H^2)``: linear in T.
     """
 
+    graph_safe = True  # no host reads inside forward: CUDA-graph capturable (cores.graphed)
+
     CELL_NAMES: tuple[str, ...] = ("h", "c")
     MEMORY_NAMES = (
         "s",

@@ -22,11 +22,18 @@ Only ``a`` and ``h`` are kept, so memory is ``O(T)``.
   passes over ``[T, B, H]`` cost more than they save: at T=1024, B=64, H=128 the sequential
   kernel is about 7x faster than the parallel one on one CPU thread (docs/cores.md).
 
-``method="auto"`` (the default) takes ``parallel`` on accelerators and ``sequential`` on CPU.
+- ``triton``: one Triton kernel launch per direction (:mod:`cores.triton_scan`): tiles of
+  time scanned in parallel inside the kernel, the carry between tiles kept in registers, so
+  the launches per call do not grow with ``T``. Needs a GPU, or Triton's interpreter
+  (``TRITON_INTERPRET=1``) on CPU tensors.
+
+``method="auto"`` (the default) resolves per call (:func:`resolve_method`): ``sequential`` on
+CPU; on a CUDA device ``triton`` when Triton is installed, else ``parallel``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import torch
@@ -39,7 +46,24 @@ def _chunk_size(steps: int) -> int:
     return max(1, 2 ** round(math.log2(max(1.0, math.sqrt(steps)))))
 
 
-METHODS = ("auto", "parallel", "sequential")
+METHODS = ("auto", "parallel", "sequential", "triton")
+
+
+def resolve_method(method: str, device: torch.device) -> str:
+    """The concrete kernel ``method`` stands for on ``device`` (``auto`` resolved; see the
+    module docstring); raises ``ValueError`` for an unknown method."""
+    if method not in METHODS:
+        raise ValueError(f"unknown scan method {method!r}; valid: {', '.join(METHODS)}")
+    if method != "auto":
+        return method
+    if device.type == "cpu":
+        return "sequential"
+    if device.type == "cuda" and _HAS_TRITON:
+        return "triton"
+    return "parallel"
+
+
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
 @torch.no_grad()
@@ -54,12 +78,16 @@ def scan_values(
     :param method: one of :data:`METHODS` (see the module docstring).
     :param out: optional ``[T, ...]`` tensor to write ``h`` into (returned).
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown scan method {method!r}; valid: {', '.join(METHODS)}")
+    method = resolve_method(method, b.device)
     a = a.expand_as(b)
-    if method == "sequential" or (method == "auto" and b.device.type == "cpu"):
+    if method == "sequential":
         return _sequential(a, b, h0, torch.empty_like(b) if out is None else out)
-    h = _parallel(a, b, h0)
+    if method == "triton":
+        from cores import triton_scan  # imports triton: only where the kernel is asked for
+
+        h = triton_scan.scan_values(a, b, h0)
+    else:
+        h = _parallel(a, b, h0)
     return h if out is None else out.copy_(h)
 
 
@@ -99,10 +127,13 @@ def _parallel(a: Tensor, b: Tensor, h0: Tensor) -> Tensor:
 def scan_adjoint(a: Tensor, grad_h: Tensor, method: str = "auto") -> Tensor:
     """The backward recurrence ``g_t = grad_t + conj(a_{t+1}) g_{t+1}`` (``g_{T-1} = grad``),
     i.e. ``dL/db`` of :func:`linear_scan`, for ``a, grad_h [T, ...]``; no autograd."""
-    if method not in METHODS:
-        raise ValueError(f"unknown scan method {method!r}; valid: {', '.join(METHODS)}")
+    method = resolve_method(method, grad_h.device)
     a = a.expand_as(grad_h)
-    if method == "sequential" or (method == "auto" and grad_h.device.type == "cpu"):
+    if method == "triton":
+        from cores import triton_scan
+
+        return triton_scan.scan_adjoint(a, grad_h)
+    if method == "sequential":
         out = torch.empty_like(grad_h)
         g = out[-1]
         g.copy_(grad_h[-1])

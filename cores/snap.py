@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cores.base import MemoryCore, State, check_sequence
+from cores.scan import scan_adjoint
 
 GRAD_MODES = ("bptt", "snap1", "truncated", "spatial")
 
@@ -179,15 +180,11 @@ def _run(layer: Recurrence, u: Tensor, h0: Tensor, keep: Tensor | None) -> Tenso
 def sensitivity_scan(delta: Tensor, d: Tensor) -> Tensor:
     """``R_t = delta_t + d_{t+1} R_{t+1}`` (``R_{T+1} = 0``) over ``[T, B, N]`` tensors.
 
-    ``sum_t delta_t e_t = sum_t R_t I_t`` for traces ``e_t = d_t e_{t-1} + I_t``.
+    ``sum_t delta_t e_t = sum_t R_t I_t`` for traces ``e_t = d_t e_{t-1} + I_t``. This is the
+    adjoint recurrence of the shared scan (:func:`cores.scan.scan_adjoint`; real ``d``): a
+    step loop on CPU, one Triton launch on CUDA.
     """
-    r_next = torch.zeros_like(delta[0])
-    out = []
-    d_next = [*d.unbind(0)[1:], None]
-    for delta_t, dn in zip(reversed(delta.unbind(0)), reversed(d_next), strict=True):
-        r_next = delta_t if dn is None else delta_t + dn * r_next
-        out.append(r_next)
-    return torch.stack(out[::-1], 0)
+    return scan_adjoint(d, delta.contiguous())
 
 
 class _SnAp1Scan(torch.autograd.Function):
@@ -256,6 +253,8 @@ class RecurrentBlock(nn.Module):
 
 class _BlockStack(MemoryCore):
     """Linear encoder ``input_size -> H`` and ``layers`` :class:`RecurrentBlock` s."""
+
+    graph_safe = True  # no host reads inside forward: CUDA-graph capturable (cores.graphed)
 
     def __init__(self, input_size: int, hidden_size: int, layers: int, grad: str) -> None:
         super().__init__(input_size, hidden_size)

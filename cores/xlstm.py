@@ -28,10 +28,17 @@ gates do not read ``h``, a chunk of ``L`` steps has a parallel form: with
 ``D_ts = F_t - F_s + i~_s`` (``s <= t`` in the same episode), ``m_t = max(F_t + m_0,
 max_s D_ts)`` is exactly the recurrent stabiliser, and
 ``C_t q_t = sum_s exp(D_ts - m_t) (q_t . k_s) v_s + exp(F_t + m_0 - m_t) C_0 q_t``.
-Training runs the sequence as chunks of ``chunk_size`` steps in this form (O(T L) memory,
-the chunkwise form xLSTM's kernels use) and rollouts step the recurrent form; the tests
-check both agree, resets included. The stabiliser's running max makes the step coefficient
-``f'_t`` depend on the whole prefix, so the mLSTM does not use the shared linear scan.
+Training cuts the sequence into chunks of ``chunk_size`` steps and evaluates this form for
+all chunks at once (O(T L) memory, the chunkwise form xLSTM's kernels use); the states
+entering the chunks follow from two scans over chunks, so no Python loop runs over time:
+
+- the stabiliser at chunk borders, ``m_{k+1} = max(A_k + m_k, M_k)``, is a scan in the
+  (max, +) algebra (``log2`` of the chunk count vectorised rounds);
+- given those, ``(C, n)`` at chunk borders is the diagonal linear recurrence
+  ``(C, n)_{k+1} = a_k (C, n)_k + U_k`` over ``d^2 + d`` channels per head, solved by the
+  shared scan of :mod:`cores.scan` (one Triton launch each way on CUDA).
+
+Rollouts step the recurrent form; the tests check both agree, resets included.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from cores.base import (
     step_loop,
     triton_available,
 )
+from cores.scan import METHODS, linear_scan
 
 _EPS = 1e-6  # floor of the sLSTM normaliser: n is 0 only when every i' underflowed
 IMPLS = ("fused", "triton", "loop")
@@ -142,7 +150,12 @@ class MLSTM(MemoryCore):
     :param heads: memory heads (``d = hidden_size / heads``; state ``[B, heads, d, d]``);
         default: the largest of 4, 2, 1 dividing ``hidden_size``.
     :param chunk_size: steps per parallel chunk in :meth:`forward` (memory ``O(T L)``).
+    :param scan: the :mod:`cores.scan` kernel of the scan over chunk states: ``auto`` |
+        ``parallel`` | ``sequential`` | ``triton`` (same values; ``auto`` takes ``sequential``
+        on CPU, ``triton`` on CUDA).
     """
+
+    has_fused = True  # CUDA tensors take the Triton scan (cores.scan, method auto)
 
     def __init__(
         self,
@@ -151,10 +164,14 @@ class MLSTM(MemoryCore):
         *,
         heads: int | None = None,
         chunk_size: int = 64,
+        scan: str = "auto",
     ) -> None:
         super().__init__(input_size, hidden_size)
         if chunk_size <= 0:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        if scan not in METHODS:
+            raise ValueError(f"unknown scan {scan!r}; valid: {', '.join(METHODS)}")
+        self.scan = scan
         self.heads = _heads(hidden_size, heads)
         self.head_size = hidden_size // self.heads
         self.chunk_size = int(chunk_size)
@@ -201,65 +218,115 @@ class MLSTM(MemoryCore):
     def forward(
         self, x: Tensor, state: State, starts: Tensor | None = None
     ) -> tuple[Tensor, State]:
-        """``x [T, B, input_size]`` -> ``y [T, B, H]``, chunk by chunk in parallel form."""
+        """``x [T, B, input_size]`` -> ``y [T, B, H]``: every chunk at once in parallel form,
+        the chunk-entry states by one scan over chunks (see the module docstring)."""
         check_sequence(self, x, state, starts)
         q, k, v, o, i_raw, f_raw = self._project(x)
+        steps, batch = x.shape[:2]
         if starts is None:
-            starts = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
-        outputs = []
-        for lo in range(0, x.shape[0], self.chunk_size):
-            hi = lo + self.chunk_size
-            h, state = self._chunk(
-                q[lo:hi], k[lo:hi], v[lo:hi], i_raw[lo:hi], f_raw[lo:hi], starts[lo:hi], state
+            starts = torch.zeros(steps, batch, dtype=torch.bool, device=x.device)
+        size = min(self.chunk_size, steps)
+        chunks = -(-steps // size)
+        log_f = F.logsigmoid(f_raw)
+        pad = chunks * size - steps
+        if pad:  # padding steps keep the state: f = 1 (log f = 0), no input (i~ = -inf)
+            q, k, v, log_f = (
+                torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) for t in (q, k, v, log_f)
             )
-            outputs.append(h)
-        h = torch.cat(outputs, 0).flatten(-2)  # [T, B, H]
-        return torch.sigmoid(o) * h, state
+            i_raw = torch.cat([i_raw, i_raw.new_full((pad, *i_raw.shape[1:]), float("-inf"))])
+            starts = torch.cat([starts.bool(), starts.new_zeros(pad, batch, dtype=torch.bool)])
+        h, state = self._chunks(q, k, v, i_raw, log_f, starts.bool(), state, chunks)
+        return torch.sigmoid(o) * h[:steps].flatten(-2), state
 
-    def _chunk(
+    def _chunks(
         self,
         q: Tensor,
         k: Tensor,
         v: Tensor,
         i_raw: Tensor,
-        f_raw: Tensor,
+        log_f: Tensor,
         starts: Tensor,
         state: State,
+        chunks: int,
     ) -> tuple[Tensor, State]:
-        """Parallel form over one chunk (see the module docstring).
+        """Parallel form over ``chunks`` chunks of ``L`` steps, all at once.
 
-        :param q, k, v: ``[L, B, heads, d]``; ``i_raw, f_raw``: ``[L, B, heads]``;
-            ``starts``: ``[L, B]`` bool.
-        :return: ``h~ [L, B, heads, d]`` (before the output gate) and the state after the chunk.
+        :param q, k, v: ``[NC L, B, heads, d]``; ``i_raw, log_f``: ``[NC L, B, heads]``;
+            ``starts``: ``[NC L, B]`` bool.
+        :return: ``h~ [NC L, B, heads, d]`` (before the output gate) and the state after the
+            last step.
         """
         c0, n0, m0 = state
-        steps = q.shape[0]
-        # time-last layout [B, heads, L] for the gate algebra
-        log_f = F.logsigmoid(f_raw).permute(1, 2, 0)
-        i_raw = i_raw.permute(1, 2, 0)
-        starts = starts.T.unsqueeze(1)  # [B, 1, L]
-        cum = log_f.cumsum(-1)  # F_t
-        idx = torch.arange(steps, device=q.device)
-        # r(t): the last episode start <= t in this chunk (0 if none); F before step r(t)
+        steps, batch, heads, d = q.shape
+        size = steps // chunks
+        # chunk-major, time-last layout for the gate algebra: [NC, B, heads, L]
+        log_f, i_raw = (
+            t.view(chunks, size, batch, heads).permute(0, 2, 3, 1) for t in (log_f, i_raw)
+        )
+        starts = starts.view(chunks, size, batch).permute(0, 2, 1).unsqueeze(2)  # [NC, B, 1, L]
+        qb, kb, vb = (
+            t.view(chunks, size, batch, heads, d).permute(0, 2, 3, 1, 4) for t in (q, k, v)
+        )
+        cum = log_f.cumsum(-1)  # F_t inside each chunk
+        idx = torch.arange(size, device=q.device)
+        # r(t): the last episode start <= t in its chunk (0 if none); F before step r(t)
         first = torch.where(starts, idx, torch.zeros_like(idx)).cummax(-1).values
-        cum_pad = F.pad(cum, (1, 0))  # F_{-1} = 0 at index 0
-        cum_before = cum_pad.gather(-1, first.expand_as(cum))
-        carried = ~starts.gather(-1, first)  # the episode of t began before this chunk
+        cum_before = F.pad(cum, (1, 0)).gather(-1, first.expand_as(cum))
+        carried = ~starts.gather(-1, first)  # the episode of t began before its chunk
         segment = starts.long().cumsum(-1)
         same = (segment.unsqueeze(-1) == segment.unsqueeze(-2)) & (idx[:, None] >= idx[None, :])
-        log_d = cum.unsqueeze(-1) - cum.unsqueeze(-2) + i_raw.unsqueeze(-2)  # [B, nh, L, L]
+        log_d = cum.unsqueeze(-1) - cum.unsqueeze(-2) + i_raw.unsqueeze(-2)  # [NC, B, nh, L, L]
         log_d = log_d.masked_fill(~same, float("-inf"))
-        log_w0 = cum - cum_before + torch.where(carried, m0.unsqueeze(-1), torch.zeros_like(cum))
-        m = torch.maximum(log_w0, log_d.amax(-1))  # [B, nh, L]
-        weights = torch.exp(log_d - m.unsqueeze(-1))  # [B, nh, L(t), L(s)]
-        w0 = torch.exp(log_w0 - m) * carried  # weight of the carried state
-        qb, kb, vb = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [B, nh, L, d]
+        local_max = log_d.amax(-1)  # [NC, B, nh, L]
+        decay = cum - cum_before  # log of the forget product since r(t) (or the chunk start)
+        m_entry = _chunk_stabilisers(decay[..., -1], local_max[..., -1], carried[..., -1], m0)
+        log_w0 = decay + torch.where(carried, m_entry.unsqueeze(-1), torch.zeros_like(decay))
+        m = torch.maximum(log_w0, local_max)  # the recurrent stabiliser at every step
+        weights = torch.exp(log_d - m.unsqueeze(-1))  # [NC, B, nh, L(t), L(s)]
+        w0 = torch.exp(log_w0 - m) * carried  # weight of the state entering the chunk
+        # chunk-entry states: (C, n)_{k+1} = w0_last (C, n)_k + sum_s w_last,s (v_s k_s^T, k_s)
+        w_last = weights[..., -1, :]
+        inputs = torch.cat(
+            [
+                torch.einsum("cbhs,cbhsi,cbhsj->cbhij", w_last, vb, kb).flatten(-2),
+                torch.einsum("cbhs,cbhsj->cbhj", w_last, kb),
+            ],
+            -1,
+        )  # [NC, B, nh, d d + d]
+        entry0 = torch.cat([c0.flatten(-2), n0], -1)
+        exits = linear_scan(w0[..., -1:].expand_as(inputs), inputs, entry0, self.scan)
+        entries = torch.cat([entry0.unsqueeze(0), exits[:-1]], 0)
+        c_in = entries[..., : d * d].unflatten(-1, (d, d))
+        n_in = entries[..., d * d :]
         scores = weights * (qb @ kb.transpose(-1, -2))
-        num = scores @ vb + w0.unsqueeze(-1) * torch.einsum("bhij,bhtj->bhti", c0, qb)
-        den = scores.sum(-1) + w0 * torch.einsum("bhj,bhtj->bht", n0, qb)
-        h = num / torch.maximum(den.abs(), torch.exp(-m)).unsqueeze(-1)
-        # state after the last step: row t = L-1 of the same weights
-        w_last, w0_last = weights[..., -1, :], w0[..., -1]
-        c = torch.einsum("bhs,bhsi,bhsj->bhij", w_last, vb, kb) + w0_last[..., None, None] * c0
-        n = torch.einsum("bhs,bhsj->bhj", w_last, kb) + w0_last[..., None] * n0
-        return h.permute(2, 0, 1, 3), (c, n, m[..., -1])
+        num = scores @ vb + w0.unsqueeze(-1) * torch.einsum("cbhij,cbhtj->cbhti", c_in, qb)
+        den = scores.sum(-1) + w0 * torch.einsum("cbhj,cbhtj->cbht", n_in, qb)
+        h = num / torch.maximum(den.abs(), torch.exp(-m)).unsqueeze(-1)  # [NC, B, nh, L, d]
+        h = h.permute(0, 3, 1, 2, 4).reshape(steps, batch, heads, d)
+        last = exits[-1]
+        return h, (last[..., : d * d].unflatten(-1, (d, d)), last[..., d * d :], m[-1, ..., -1])
+
+
+def _chunk_stabilisers(decay: Tensor, local_max: Tensor, carried: Tensor, m0: Tensor) -> Tensor:
+    """The stabiliser ``m`` entering every chunk, ``[NC, B, heads]``, from ``m0 [B, heads]``.
+
+    Across chunk ``k``, ``m_{k+1} = max(A_k + m_k, M_k)`` (``A_k`` the chunk's log forget
+    product, ``M_k`` its largest input term), or ``max(A_k, M_k)`` when an episode starts in
+    it (the state restarts from ``m = 0``): an affine map in the (max, +) algebra. Composing
+    ``(A1, M1)`` then ``(A2, M2)`` gives ``(A1 + A2, max(A2 + M1, M2))``, associative, so a
+    Hillis-Steele scan finds every prefix in ``log2 NC`` vectorised rounds.
+
+    :param decay, local_max: ``[NC, B, heads]`` at each chunk's last step;
+        ``carried``: ``[NC, B, 1]`` bool, false where an episode starts in the chunk.
+    """
+    alpha = torch.where(carried, decay, torch.full_like(decay, float("-inf")))
+    beta = torch.where(carried, local_max, torch.maximum(decay, local_max))
+    shift = 1
+    while shift < alpha.shape[0]:
+        alpha, beta = (
+            torch.cat([alpha[:shift], alpha[:-shift] + alpha[shift:]]),
+            torch.cat([beta[:shift], torch.maximum(alpha[shift:] + beta[:-shift], beta[shift:])]),
+        )
+        shift *= 2
+    m_exit = torch.maximum(alpha + m0, beta)
+    return torch.cat([m0.unsqueeze(0), m_exit[:-1]], 0)

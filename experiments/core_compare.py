@@ -1,9 +1,12 @@
-"""Two cores side by side on every transfer pair: per-seed scores, the difference of means and
-Welch's t-test (``memcores report --compare BASE,OTHER``).
+"""Cores side by side on every transfer pair: per-seed scores, the difference of means and
+Welch's t-test (``memcores report --compare BASE,OTHER[,OTHER...]``), and the paired view
+(``--retention``): each run's test score over its own train score.
 
 With three seeds a core's spread on a test env is often as large as the gap between cores, so
-a mean alone says little; the table shows every run, whether the two sets of runs separate
-(every run of one above every run of the other) and Welch's p (unequal variances).
+a mean alone says little; the tables show every run, whether the two sets of runs separate
+(every run of one above every run of the other) and Welch's p (unequal variances). The
+retention ratio divides out how well a seed learned the train env, so a core that learned
+less but kept what it learned is told apart from one that forgot.
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ from experiments.transfer_plot import TransferPoint
 BLOCKS = ("train", "test")
 
 
-def parse_compare(text: str) -> tuple[str, str]:
-    """``"lstm,rel_lstm"`` -> ``("lstm", "rel_lstm")``: the baseline core, then the other."""
+def parse_compare(text: str) -> tuple[str, ...]:
+    """``"lstm,rel_lstm"`` -> ``("lstm", "rel_lstm")``: the baseline core, then the others."""
     names = [name.strip() for name in text.split(",")]
-    if len(names) != 2 or not all(names) or names[0] == names[1]:
+    if len(names) < 2 or not all(names) or len(set(names)) != len(names):
         raise ValueError(
-            f"--compare takes two different core names, BASE,OTHER (e.g. lstm,rel_lstm); "
-            f"got {text!r}"
+            "--compare takes two or more different core names, BASE,OTHER[,OTHER...] "
+            f"(e.g. lstm,rel_lstm); got {text!r}"
         )
-    return names[0], names[1]
+    return tuple(names)
 
 
 def check_cores(points: Sequence[TransferPoint], cores: Sequence[str]) -> None:
@@ -89,3 +92,61 @@ def comparison_rows(
         )
     header = [f"{block} env", f"`{base}` runs", f"`{other}` runs", "difference", "separation"]
     return [*header, "Welch p"], rows
+
+
+def retention(point: TransferPoint) -> list[float]:
+    """Test over train score of each run of ``point`` (NaN where the train score is 0)."""
+    return [t / r if r else math.nan for r, t in zip(point.train, point.test, strict=True)]
+
+
+def retention_rows(
+    points: Sequence[TransferPoint], base: str, others: Sequence[str]
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the retention table: per env pair ``base`` has, one row per core of
+    ``base, *others`` that ran it: seeds, train and test score (mean ± std), each run's
+    retention ratio (:func:`retention`) and their mean ± std, and Welch's p against ``base``
+    on the test score and on the retention ratio (``-`` for the base itself)."""
+    by_pair = {(p.core, p.train_env, p.test_env): p for p in points}
+    rows = []
+    for point in points:
+        if point.core != base:
+            continue
+        base_ratios = _finite(retention(point))
+        for core in (base, *others):
+            other = by_pair.get((core, point.train_env, point.test_env))
+            if other is None:
+                continue
+            ratios = retention(other)
+            p_test = welch_p(point.test, other.test) if core != base else math.nan
+            p_ratio = welch_p(base_ratios, _finite(ratios)) if core != base else math.nan
+            rows.append(
+                [
+                    f"{point.train_env} -> {point.test_env}",
+                    core,
+                    str(len(set(other.seeds)) if other.seeds else len(other.test)),
+                    _mean_std(other.train),
+                    _mean_std(other.test),
+                    " / ".join("-" if math.isnan(r) else f"{r:.2f}" for r in ratios),
+                    _mean_std(_finite(ratios)),
+                    _p(p_test),
+                    _p(p_ratio),
+                ]
+            )
+    header = ["env pair", "core", "seeds", "train", "test", "retention per run", "retention"]
+    return [*header, f"Welch p test vs `{base}`", f"Welch p retention vs `{base}`"], rows
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def _p(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.records import Curve, Run, find_runs
+from experiments.run_groups import label_with_variant, seed_count, variant_names
 
 SPREADS = ("minmax", "std", "none")
 SPREAD_NAMES = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}
@@ -34,6 +35,16 @@ class Band:
     low: np.ndarray
     high: np.ndarray
     n: int
+    seeds: str = ""
+    """Distinct seeds among the ``n`` runs (:func:`experiments.run_groups.seed_count`)."""
+
+    @property
+    def count(self) -> str:
+        """``"seeds=3"``, or ``"seeds=2, runs=3"`` when a seed ran twice."""
+        seeds = self.seeds or str(self.n)
+        if " " in seeds:
+            return f"seeds={seeds.split()[0]}, runs={self.n}"
+        return f"seeds={seeds}"
 
 
 def smooth(values: np.ndarray, weight: float) -> np.ndarray:
@@ -54,13 +65,17 @@ def smooth(values: np.ndarray, weight: float) -> np.ndarray:
 
 
 def aggregate(
-    curves: Sequence[Curve], label: str, spread: str = "minmax", points: int = 400
+    curves: Sequence[Curve],
+    label: str,
+    spread: str = "minmax",
+    points: int = 400,
+    seeds: Sequence[object] = (),
 ) -> Band:
     """Mean and spread of several runs' curves (the seeds of one group).
 
     The curves are linearly interpolated onto at most ``points`` steps inside the range every
     run covers, so a band never mixes a finished seed with a stopped one. A single run gives a
-    band of zero width.
+    band of zero width. ``seeds``: the runs' seeds, for the band's seed count.
     """
     if spread not in SPREADS:
         raise ValueError(f"unknown spread {spread!r}; valid: {', '.join(SPREADS)}")
@@ -79,7 +94,7 @@ def aggregate(
         steps = np.unique(np.linspace(start, stop, points).round().astype(np.int64))
     stack = np.stack([np.interp(steps, c.steps, c.values) for c in curves])  # [runs, M]
     mean, low, high = seed_spread(stack, spread)
-    return Band(label, steps, mean, low, high, len(curves))
+    return Band(label, steps, mean, low, high, len(curves), seed_count(seeds) if seeds else "")
 
 
 def seed_spread(stack: np.ndarray, spread: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -104,6 +119,24 @@ def group_label(run: Run, keys: Sequence[str]) -> str:
     return ", ".join(parts) or run.path.name
 
 
+def seed_of(run: Run) -> object:
+    """The run's seed; its folder where the config names none."""
+    seed = run.get("train.seed")
+    return run.path if seed is None else seed
+
+
+def split_labels(
+    runs: Sequence[Run], labels: Sequence[str], ignore: Sequence[str] = ()
+) -> list[str]:
+    """``labels`` with what sets a run's config apart from the others of its label appended
+    (``lstm [agent.n_epochs=4]``), so runs that differ in more than the seed are never drawn
+    as one band."""
+    variants = variant_names(
+        list(range(len(runs))), lambda i: runs[i].config, lambda i: labels[i], ignore
+    )
+    return [label_with_variant(label, v) for label, v in zip(labels, variants, strict=True)]
+
+
 def auto_panel_key(runs: Sequence[Run]) -> str | None:
     """The first of ``env.id``, ``task.name``, ``suite`` whose value differs between runs."""
     for key in PANEL_KEYS:
@@ -124,23 +157,29 @@ def collect_bands(
 
     :raises ValueError: no run logged ``metric`` (the message lists the tags that exist).
     """
-    groups: dict[tuple[str, str], list[Curve]] = {}
+    logged: list[tuple[Run, Curve]] = []
     seen_tags: set[str] = set()
     for run in runs:
         scalars = run.curves()
         seen_tags.update(scalars)
-        if metric not in scalars:
-            continue
-        curve = scalars[metric]
-        curve = Curve(curve.steps, smooth(curve.values, smoothing))
-        panel = str(run.get(panel_by)) if panel_by else ""
-        groups.setdefault((panel, group_label(run, group_by)), []).append(curve)
-    if not groups:
+        if metric in scalars:
+            curve = scalars[metric]
+            logged.append((run, Curve(curve.steps, smooth(curve.values, smoothing))))
+    if not logged:
         tags = ", ".join(sorted(seen_tags)) or "(none)"
         raise ValueError(f"no run logged the metric {metric!r}; tags found: {tags}")
+    found = [run for run, _ in logged]
+    panel_of = [str(run.get(panel_by)) if panel_by else "" for run in found]
+    # the panel is part of the group: runs are compared with those they share a panel with
+    keys = [f"{p}\0{group_label(run, group_by)}" for p, run in zip(panel_of, found, strict=True)]
+    groups: dict[tuple[str, str], list[tuple[Run, Curve]]] = {}
+    for panel, key, item in zip(panel_of, split_labels(found, keys), logged, strict=True):
+        groups.setdefault((panel, key.split("\0", 1)[1]), []).append(item)
     panels: dict[str, list[Band]] = {}
-    for (panel, label), curves in sorted(groups.items()):
-        panels.setdefault(panel, []).append(aggregate(curves, label, spread))
+    for (panel, label), items in sorted(groups.items()):
+        curves = [c for _, c in items]
+        seeds = [seed_of(r) for r, _ in items]
+        panels.setdefault(panel, []).append(aggregate(curves, label, spread, seeds=seeds))
     return panels
 
 
@@ -159,23 +198,28 @@ def final_bands(
     """
     if spread not in SPREADS:
         raise ValueError(f"unknown spread {spread!r}; valid: {', '.join(SPREADS)}")
-    points: dict[str, dict[float, list[float]]] = {}
+    logged: list[tuple[Run, float, float]] = []
     for run in runs:
         curve = run.curves().get(metric)
         x = run.get(x_key)
-        if curve is None or not len(curve.values) or not isinstance(x, int | float):
-            continue
-        by_x = points.setdefault(group_label(run, group_by), {})
-        by_x.setdefault(float(x), []).append(float(curve.values[-1]))
-    if not points:
+        if curve is not None and len(curve.values) and isinstance(x, int | float):
+            logged.append((run, float(x), float(curve.values[-1])))
+    if not logged:
         raise ValueError(f"no run logged {metric!r} with a numeric {x_key!r} in its config")
+    found = [run for run, _, _ in logged]
+    labels = split_labels(found, [group_label(run, group_by) for run in found], ignore=[x_key])
+    points: dict[str, dict[float, list[tuple[float, object]]]] = {}
+    for label, (run, x, y) in zip(labels, logged, strict=True):
+        points.setdefault(label, {}).setdefault(x, []).append((y, seed_of(run)))
     bands = []
     for label, by_x in sorted(points.items()):
         xs = np.array(sorted(by_x))
         # each key value has its own number of seeds: one spread per value
-        stats = [seed_spread(np.array(by_x[x]), spread) for x in xs]
+        stats = [seed_spread(np.array([y for y, _ in by_x[x]]), spread) for x in xs]
         mean, low, high = (np.array(column) for column in zip(*stats, strict=True))
-        bands.append(Band(label, xs, mean, low, high, max(len(v) for v in by_x.values())))
+        most = max(by_x.values(), key=len)
+        seeds = seed_count([s for _, s in most])
+        bands.append(Band(label, xs, mean, low, high, len(most), seeds))
     return bands
 
 
@@ -243,7 +287,7 @@ def plot_bands(
                 band.mean,
                 color=color,
                 marker=marker,
-                label=f"{band.label} (n={band.n})",
+                label=f"{band.label} ({band.count})",
             )
             if spread != "none" and band.n > 1:
                 ax.fill_between(band.steps, band.low, band.high, color=color, alpha=0.2, lw=0)

@@ -6,8 +6,10 @@ A *record* is the small text summary of one finished run, committed under
     record.json   {"format": "memcores-record/1", "kind": "rl" | "supervised", "experiment",
                    "trial", "command", "frames" | "updates", "wall_seconds", "hardware", "seed",
                    "core", "env" | "task", "final": {metric: value}, "eval": {env_or_split:
-                   {metric: value, "episodes": n}}, "created"}; an RL evaluation's metrics
-                  are "return" and "success" (means over its episodes)
+                   {metric: value, "episodes": n}}, "created", "planned", "incomplete",
+                   "derived"}; an RL evaluation's metrics are "return" and "success" (means
+                  over its episodes); "derived" holds numbers computed from the full
+                  progress.csv (see :func:`derive`), which the thinned curve cannot give
     config.yaml   the full resolved config
     curve.csv     the learning curve at coarse resolution (<= 300 rows, ``step`` first)
     policy.pt     optional: the final policy (no reconstruction decoder), only when it stays
@@ -46,6 +48,12 @@ POLICY_FILE = "policy.pt"
 MAX_CURVE_ROWS = 300
 MAX_POLICY_BYTES = 1_000_000
 RL_CHECKPOINT = "checkpoints/last.pt"
+THRESHOLDS = (0.5, 0.8, 0.9, 0.95, 0.99)
+"""Levels whose first crossing (``value >= level``) :func:`derive` records per metric."""
+DERIVED_PREFIXES = ("rollout/", "eval/", "test/", "transfer/")
+"""Metrics whose best value and threshold crossings a record keeps (not train/ or time/)."""
+SAME_RUN_IGNORES = ("train.total_steps", "train.steps")
+"""Config keys a record of the same run may change: a resumed run with a longer budget."""
 
 
 # --------------------------------------------------------------------------- the in-memory run
@@ -162,11 +170,18 @@ def read_curves(folder: str | Path) -> dict[str, Curve]:
 
 
 def read_config(folder: Path, root: Path) -> dict[str, Any]:
-    """The ``config.yaml`` of ``folder`` or of its nearest parent up to ``root``."""
+    """The ``config.yaml`` of ``folder`` or of its nearest parent up to ``root``.
+
+    :raises ValueError: the file is not valid YAML (the message names it).
+    """
     for parent in [folder, *folder.parents]:
         path = parent / "config.yaml"
         if path.is_file():
-            data = yaml.safe_load(path.read_text())
+            try:
+                data = yaml.safe_load(path.read_text())
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                first = str(err).strip().splitlines()[0] if str(err).strip() else "bad YAML"
+                raise ValueError(f"corrupt config {path}: {first}") from None
             return data if isinstance(data, dict) else {}
         if parent == root or parent == parent.parent:
             break
@@ -261,6 +276,48 @@ def _final(rows: list[dict[str, float]]) -> dict[str, float]:
     return final
 
 
+def derive(rows: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Numbers that need the full curve, for every result metric (see :data:`DERIVED_PREFIXES`):
+    ``{"max": {metric: [step, value]}, "min": {...}, "first_at_least": {metric: {"0.9": step
+    or None}}}``. The committed curve is thinned to :data:`MAX_CURVE_ROWS` rows, so a crossing
+    or a best value read from it can be later or lower than the run's.
+
+    :param rows: every row of the run's ``progress.csv`` (:func:`read_rows`), steps increasing.
+    """
+    out: dict[str, dict[str, Any]] = {"max": {}, "min": {}, "first_at_least": {}}
+    metrics = dict.fromkeys(k for r in rows for k in r if k.startswith(DERIVED_PREFIXES))
+    for metric in metrics:
+        points = [(int(r["step"]), r[metric]) for r in rows if metric in r]
+        # the earliest step wins a tie: when the run first got there
+        out["max"][metric] = list(max(points, key=lambda p: (p[1], -p[0])))
+        out["min"][metric] = list(min(points, key=lambda p: (p[1], p[0])))
+        out["first_at_least"][metric] = {
+            f"{level:g}": next((step for step, v in points if v >= level), None)
+            for level in THRESHOLDS
+        }
+    return out
+
+
+def planned_length(config: dict[str, Any]) -> int | None:
+    """The frames (RL ``train.total_steps``) or updates (supervised ``train.steps``) the run
+    was configured for."""
+    key = "train.steps" if "task" in config else "train.total_steps"
+    value = get_dotted(config, key)
+    return int(value) if isinstance(value, int | float) else None
+
+
+def is_incomplete(record: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether the run stopped before its budget (interrupted, or stopped early by a sweep
+    scheduler); a supervised run that reached ``train.target_accuracy`` is complete."""
+    planned = planned_length(config)
+    done = record.get("updates" if record.get("kind") == "supervised" else "frames")
+    if planned is None or done is None or done >= planned:
+        return False
+    target = get_dotted(config, "train.target_accuracy")
+    accuracy = (record.get("final") or {}).get("eval/accuracy")
+    return not (target is not None and accuracy is not None and accuracy >= target)
+
+
 def make_record(
     run_dir: str | Path,
     *,
@@ -320,6 +377,9 @@ def make_record(
     record["final"] = final
     record["eval"] = evals
     record["created"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    record["planned"] = planned_length(config)
+    record["incomplete"] = is_incomplete(record, config)
+    record["derived"] = derive(rows)
     record.update(extra or {})
     return record, config, rows
 
@@ -333,16 +393,21 @@ def write_record(
     wall_seconds: float | None = None,
     policy: bool = False,
     extra: dict[str, Any] | None = None,
+    replace: bool = False,
 ) -> Path:
     """Write the record of ``run_dir`` into ``out`` (``results/<experiment>/<trial>``).
 
     Each file is written atomically (temp file + rename), ``record.json`` last, so a folder
-    with a ``record.json`` is complete. ``policy``: also save the final policy weights as
-    ``policy.pt`` when they stay under 1 MB (RL runs only; re-evaluate with
-    ``memcores evaluate OUT/policy.pt --env ...``).
+    with a ``record.json`` is complete; everything is checked before the first file is
+    written. ``policy``: also save the final policy weights as ``policy.pt`` when they stay
+    under 1 MB (RL runs only; re-evaluate with ``memcores evaluate OUT/policy.pt --env ...``).
 
+    :param replace: overwrite a record of a different run in ``out`` (by default refused; a
+        record of the same run, e.g. after a resume with a longer budget, is updated).
     :returns: the path of ``record.json``.
     :raises FileNotFoundError: ``run_dir`` is not a finished run folder.
+    :raises FileExistsError: ``out`` holds a record of a different run and not ``replace``.
+    :raises ValueError: ``policy`` and the checkpoint is not a memcores RL checkpoint.
     """
     out = Path(out)
     record, config, rows = make_record(
@@ -354,29 +419,79 @@ def write_record(
         wall_seconds=wall_seconds,
         extra=extra,
     )
+    if not replace:
+        check_same_run(out, record, config)
+    weights = None
+    if policy and record["kind"] == "rl":
+        weights = _slim_policy(Path(run_dir) / RL_CHECKPOINT)
     write_text_atomic(out / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_text_atomic(out / CURVE_FILE, _csv_text(downsample(rows)))
     if policy and record["kind"] == "rl":
-        record["policy"] = _write_policy(Path(run_dir) / RL_CHECKPOINT, out / POLICY_FILE)
+        record["policy"] = None
+        if weights is not None:
+            atomic_write(out / POLICY_FILE, lambda handle: handle.write(weights))
+            record["policy"] = POLICY_FILE
     return write_text_atomic(out / RECORD_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def _write_policy(checkpoint: Path, dest: Path) -> str | None:
-    """What acting needs from the checkpoint, if under the size limit: no optimiser or RNG
-    state, and no reconstruction decoder (a training-only head, often most of the weights)."""
+def check_same_run(out: Path, record: dict[str, Any], config: dict[str, Any]) -> None:
+    """Refuse to overwrite a record in ``out`` that another run wrote: a different kind,
+    experiment setting or seed (a longer budget of the same run is allowed).
+
+    :raises FileExistsError: naming the record and the first difference.
+    """
+    if not has_record(out):
+        return
+    from experiments.run_groups import settings
+
+    try:
+        old = read_record(out)
+    except ValueError:  # an unreadable record is not a run's record: writing repairs it
+        return
+    old_settings = settings(old.config, SAME_RUN_IGNORES)
+    new_settings = settings(config, SAME_RUN_IGNORES)
+    diffs = [k for k in ("kind", "seed") if old.record.get(k) != record.get(k)]
+    diffs += sorted(
+        k
+        for k in old_settings.keys() | new_settings.keys()
+        if old_settings.get(k) != new_settings.get(k)
+    )
+    if diffs:
+        key = diffs[0]
+        before = old.record.get(key) if key in record else old_settings.get(key, "unset")
+        after = record.get(key) if key in record else new_settings.get(key, "unset")
+        raise FileExistsError(
+            f"{out / RECORD_FILE} holds the record of a different run ({key}: {before} there, "
+            f"{after} here{f'; {len(diffs) - 1} more keys differ' if len(diffs) > 1 else ''}); "
+            "give another --out, or --replace to overwrite it"
+        )
+
+
+def _slim_policy(checkpoint: Path) -> bytes | None:
+    """What acting needs from the checkpoint, serialised, if under the size limit: no
+    optimiser or RNG state, and no reconstruction decoder (a training-only head, often most
+    of the weights). None without a checkpoint or over the limit.
+
+    :raises ValueError: the file is not a memcores RL checkpoint (one line, no torch advice).
+    """
     import torch
+
+    from agents.checkpoint import load_checkpoint
 
     if not checkpoint.is_file():
         return None
-    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    try:
+        payload = load_checkpoint(checkpoint)
+    except Exception as err:  # CheckpointError and whatever a foreign file raises
+        raise ValueError(str(err).splitlines()[0]) from None
+    weights = payload.get("model")
+    if not isinstance(weights, dict) or not all(isinstance(k, str) for k in weights):
+        raise ValueError(f"{checkpoint} is not a memcores RL checkpoint (no policy weights)")
     slim = {k: v for k, v in payload.items() if k not in ("optimizer", "rng")}
-    slim["policy"] = {k: v for k, v in payload["policy"].items() if not k.startswith("decoder.")}
+    slim["model"] = {k: v for k, v in weights.items() if not k.startswith("decoder.")}
     buffer = io.BytesIO()
     torch.save(slim, buffer)
-    if buffer.tell() >= MAX_POLICY_BYTES:
-        return None
-    atomic_write(dest, lambda handle: handle.write(buffer.getvalue()))
-    return POLICY_FILE
+    return buffer.getvalue() if buffer.tell() < MAX_POLICY_BYTES else None
 
 
 def _json_or_empty(path: Path) -> dict[str, Any]:

@@ -22,20 +22,25 @@ from typing import Any
 import yaml
 
 from experiments.config import parse_override, set_dotted
-from experiments.core_compare import check_cores, comparison_rows
+from experiments.core_compare import check_cores, comparison_rows, retention_rows
 from experiments.plotting import auto_panel_key, plot_against, plot_runs
 from experiments.records import (
     CURVE_FILE,
+    POLICY_FILE,
     RECORD_FILE,
     Run,
+    curve_file,
     find_runs,
     get_dotted,
+    is_incomplete,
     open_csv_text,
     read_config,
     read_record,
+    read_rows,
 )
+from experiments.run_groups import seed_count, variant_names
 from experiments.sweep import SWEEP_FILE, TRIAL_FILE
-from experiments.transfer_plot import TransferPoint, plot_transfer
+from experiments.transfer_plot import TransferPoint, plot_retention, plot_transfer
 
 # Metrics reported when none are asked for, in this order, if some trial logged them.
 DEFAULT_METRICS = (
@@ -69,6 +74,11 @@ class TrialInfo:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The trial's dotted overrides as a tree: the fallback when it has no config.yaml of its
     own (a transfer trial keeps one per env pair, in sub-folders)."""
+    found: list[Run] = dataclasses.field(default_factory=list)
+    """Its run folders and records (:func:`experiments.records.find_runs`)."""
+    variant: str = ""
+    """What sets its config apart from the other trials of its core and env
+    (:func:`experiments.run_groups.variant_names`); ``""`` where they agree."""
 
     def get(self, key: str, default: Any = None) -> Any:
         value = get_dotted(self.config, key)
@@ -84,6 +94,8 @@ class RunInfo:
     trial: TrialInfo
     config: dict[str, Any]
     run: Run | None = None
+    variant: str = ""
+    """What sets its config apart from the other runs of its table row (see TrialInfo)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         value = get_dotted(self.config, key)
@@ -114,14 +126,40 @@ def load_runs(trials: Sequence[TrialInfo]) -> list[RunInfo]:
     for trial in trials:
         if trial.status != "ok":
             continue
-        try:
-            found = find_runs([trial.path])
-        except FileNotFoundError:  # a trial that logged nothing
-            continue
-        for r in found:
+        for r in trial.found:
             run = RunInfo(r.path, trial, r.config, r)
             runs.setdefault(run_key(run), run)
     return list(runs.values())
+
+
+def seed_of(item: TrialInfo | RunInfo) -> Any:
+    """The item's seed; its folder where the config names none (each run its own seed)."""
+    seed = item.get("train.seed")
+    return item.path if seed is None else seed
+
+
+def assign_variants(items: Sequence[TrialInfo] | Sequence[RunInfo], keys: Sequence[str]) -> None:
+    """Set each item's ``variant``: the config keys on which it differs from the other items
+    with the same ``keys`` values (env, core, swept keys), so that only seeds are pooled."""
+    names = variant_names(
+        items,
+        lambda item: item.config or _settings_of(item),
+        lambda item: tuple(str(item.get(k)) for k in keys),
+    )
+    for item, name in zip(items, names, strict=True):
+        item.variant = name
+
+
+def _settings_of(item: TrialInfo | RunInfo) -> dict[str, Any]:
+    trial = item if isinstance(item, TrialInfo) else item.trial
+    return trial.settings
+
+
+def core_label(item: TrialInfo | RunInfo, core: str | None = None) -> str:
+    """The core name, with what sets the item's config apart in brackets (``lstm
+    [agent.n_epochs=4]``): runs that differ in more than the seed are never pooled."""
+    name = str(core if core is not None else item.get("core.name", "-"))
+    return f"{name} [{item.variant}]" if item.variant not in ("", "-") else name
 
 
 def load_sweep_meta(sweep_dir: Path) -> dict[str, Any]:
@@ -139,7 +177,7 @@ def records_grid(folder: Path) -> dict[str, list[str]]:
     for path in sorted(folder.rglob(RECORD_FILE)):
         try:
             words = shlex.split(str(read_record(path.parent).record.get("command", "")))
-        except ValueError:  # an unbalanced quote in a hand-written command
+        except ValueError:  # an unreadable record, an unbalanced quote in a hand-made command
             continue
         if "sweep" not in words[:3]:
             continue
@@ -169,11 +207,13 @@ def pivot_table(
     """Last logged ``metric`` with one row per core and one column per value of
     ``column_key``: mean ± std over seeds, the seed count in brackets."""
     cells: dict[str, dict[str, list[float]]] = {}
+    seeds: dict[tuple[str, str], list[Any]] = {}
     for run in runs:
         points = read_progress(run).get(metric)
         if points:
-            by_column = cells.setdefault(str(run.get("core.name", "-")), {})
-            by_column.setdefault(str(run.get(column_key, "-")), []).append(points[-1][1])
+            core, column = core_label(run), str(run.get(column_key, "-"))
+            cells.setdefault(core, {}).setdefault(column, []).append(points[-1][1])
+            seeds.setdefault((core, column), []).append(seed_of(run))
     if not cells:
         return None
     seen = {c for by_column in cells.values() for c in by_column}
@@ -183,7 +223,9 @@ def pivot_table(
     rows = [
         [core]
         + [
-            f"{mean_std(cells[core][c])} ({len(cells[core][c])})" if c in cells[core] else "-"
+            f"{mean_std(cells[core][c])} ({seed_count(seeds[core, c])})"
+            if c in cells[core]
+            else "-"
             for c in columns
         ]
         for core in cores
@@ -193,7 +235,10 @@ def pivot_table(
 
 
 def load_trials(sweep_dir: Path) -> list[TrialInfo]:
-    """Every trial folder (``*/trial.json``) plus run folders with a config but no trial.json.
+    """Every trial folder (``*/trial.json``), record (``record.json``) and run folder with a
+    config but no trial.json. A trial whose files are unreadable, empty or missing (a record
+    folder without ``record.json``, an empty ``curve.csv``, a corrupt ``config.yaml``) gets the
+    status ``broken`` and a message that names the file.
 
     :raises FileNotFoundError: the folder is missing or holds neither.
     """
@@ -206,33 +251,96 @@ def load_trials(sweep_dir: Path) -> list[TrialInfo]:
             record = json.loads(record_path.read_text())
         except ValueError:
             record = {"status": "error", "message": f"unreadable {record_path}"}
-        trials[folder] = TrialInfo(
-            name=folder.name,
-            path=folder,
-            status=record.get("status", "unknown"),
-            config=read_config(folder, folder),
-            seconds=record.get("seconds"),
-            message=record.get("message", ""),
-            settings=settings_tree(record.get("overrides", [])),
+        trials[folder] = _trial(
+            folder,
+            record.get("status", "unknown"),
+            record.get("seconds"),
+            record.get("message", ""),
+            settings_tree(record.get("overrides", [])),
         )
     for record_path in sorted(sweep_dir.rglob(RECORD_FILE)):
         folder = record_path.parent
-        if folder not in trials and not any(p.startswith(".") for p in folder.parts):
-            record = read_record(folder).record
-            seconds = record.get("wall_seconds")
-            trials[folder] = TrialInfo(
-                folder.name, folder, "ok", read_config(folder, folder), seconds
-            )
+        if folder not in trials and not _hidden(folder, sweep_dir):
+            try:
+                seconds = read_record(folder).record.get("wall_seconds")
+            except ValueError as err:
+                trials[folder] = TrialInfo(folder.name, folder, BROKEN, {}, message=str(err))
+                continue
+            trials[folder] = _trial(folder, "ok", seconds)
+    for folder in half_written_records(sweep_dir, trials):
+        message = f"no {RECORD_FILE} in {folder} (a record is complete once it is written)"
+        trials[folder] = TrialInfo(folder.name, folder, BROKEN, {}, message=message)
     for config_path in sorted(sweep_dir.glob("*/config.yaml")):
         folder = config_path.parent
         if folder not in trials and not folder.name.startswith("."):
-            trials[folder] = TrialInfo(folder.name, folder, "ok", read_config(folder, folder))
+            trials[folder] = _trial(folder, "ok")
     if not trials:
         raise FileNotFoundError(
             f"{sweep_dir} holds no trials (no */{TRIAL_FILE}, */config.yaml or {RECORD_FILE}); "
             "give the folder of `memcores sweep --out` or a results folder"
         )
+    for trial in trials.values():
+        if trial.status == "ok":
+            _find_runs(trial)
     return [trials[k] for k in sorted(trials)]
+
+
+BROKEN = "broken"
+"""Status of a trial whose files cannot be read (see :func:`load_trials`)."""
+
+
+def _hidden(folder: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in folder.relative_to(root).parts)
+
+
+def _trial(
+    folder: Path,
+    status: str,
+    seconds: float | None = None,
+    message: str = "",
+    settings: dict[str, Any] | None = None,
+) -> TrialInfo:
+    """A :class:`TrialInfo` with its config; ``broken`` when the config is corrupt."""
+    try:
+        config = read_config(folder, folder)
+    except ValueError as err:
+        return TrialInfo(folder.name, folder, BROKEN, {}, seconds, str(err), settings or {})
+    return TrialInfo(folder.name, folder, status, config, seconds, message, settings or {})
+
+
+def half_written_records(root: Path, known: dict[Path, TrialInfo]) -> list[Path]:
+    """Folders that hold a record's other files (``curve.csv``, ``policy.pt``) but no
+    ``record.json``, outside the trials already found."""
+    folders = {p.parent for name in (CURVE_FILE, POLICY_FILE) for p in root.rglob(name)}
+    return sorted(
+        f
+        for f in folders
+        if not (f / RECORD_FILE).is_file()
+        and not _hidden(f, root)
+        and not any(f == k or k in f.parents for k in known)
+    )
+
+
+def _find_runs(trial: TrialInfo) -> None:
+    """Fill ``trial.found``; mark the trial broken when it logged nothing or a curve is empty."""
+    try:
+        trial.found = find_runs([trial.path])
+    except FileNotFoundError:
+        trial.status, trial.message = BROKEN, f"nothing logged in {trial.path}"
+        return
+    except ValueError as err:  # an unreadable record.json or config.yaml below it
+        trial.status, trial.message = BROKEN, str(err)
+        return
+    for run in trial.found:
+        curve = curve_file(run.path)
+        if run.is_record and not (run.path / CURVE_FILE).is_file():
+            trial.status, trial.message = BROKEN, f"no {CURVE_FILE} in {run.path}"
+        elif not read_rows(curve):
+            trial.status, trial.message = BROKEN, f"empty {curve.name}: {curve}"
+        else:
+            continue
+        trial.found = []
+        return
 
 
 def read_progress(run: RunInfo) -> dict[str, list[tuple[float, float]]]:
@@ -285,29 +393,90 @@ def metric_table(
     metric: str,
     keys: Sequence[str],
     grid: dict[str, Sequence[Any]] | None = None,
+    threshold: float | None = None,
 ) -> str | None:
-    """Final and best value of ``metric`` per row (mean ± std over seeds); None if unlogged."""
+    """Final and best value of ``metric`` per row (mean ± std over seeds); None if unlogged.
+
+    A row pools the runs that share ``keys`` and every other setting (their ``variant``, shown
+    in a ``config`` column when some row has one, :data:`VARIANT_NOTE`); ``seeds`` counts
+    distinct seeds. The best value is the record's own (from its full curve) where it keeps
+    one. ``threshold``: one more column, each run's first step at which ``metric`` reached it
+    (:func:`first_crossing`).
+    """
     lower = bool(LOWER_IS_BETTER.search(metric))
-    groups: dict[tuple[str, ...], list[tuple[float, float, float]]] = {}
+    groups: dict[tuple[str, ...], list[tuple[float, float, float, Any]]] = {}
+    crossings: dict[tuple[str, ...], list[tuple[Any, str]]] = {}
     for run in runs:
         points = read_progress(run).get(metric)
         if not points:
             continue
-        values = [v for _, v in points]
-        best = min(values) if lower else max(values)
-        key = tuple(str(run.get(k, "-")) for k in keys)
-        groups.setdefault(key, []).append((values[-1], best, points[-1][0]))
+        best = recorded_best(run, metric, lower)
+        if best is None:
+            values = [v for _, v in points]
+            best = min(values) if lower else max(values)
+        key = (*(str(run.get(k, "-")) for k in keys), run.variant)
+        groups.setdefault(key, []).append((points[-1][1], best, points[-1][0], seed_of(run)))
+        if threshold is not None:
+            crossings.setdefault(key, []).append(
+                (seed_of(run), first_crossing(run, metric, threshold))
+            )
     if not groups:
         return None
-    header = [k for k in keys] + ["seeds", "final", f"best ({'min' if lower else 'max'})", "steps"]
+    variants = any(key[-1] for key in groups)
+    header = [*keys, *(["config"] if variants else [])]
+    header += ["seeds", "final", f"best ({'min' if lower else 'max'})", "steps"]
+    header += [f"first ≥ {threshold:g} (per run)"] if threshold is not None else []
     rows = []
     for key, items in sorted(groups.items(), key=lambda kv: order_key(kv[0], keys, grid or {})):
-        finals, bests, steps = zip(*items, strict=True)
+        finals, bests, steps, seeds = zip(*items, strict=True)
         step_text = f"{int(min(steps))}" + (
             f"-{int(max(steps))}" if min(steps) != max(steps) else ""
         )
-        rows.append([*key, len(items), mean_std(finals), mean_std(bests), step_text])
-    return markdown_table(header, rows)
+        cells = [seed_count(seeds), mean_std(finals), mean_std(bests), step_text]
+        if threshold is not None:
+            ordered = sorted(crossings[key], key=lambda c: _seed_rank(str(c[0])))
+            cells.append(" / ".join(text for _, text in ordered))
+        rows.append([*key[:-1], *([key[-1] or "-"] if variants else []), *cells])
+    notes = [VARIANT_NOTE] if variants else []
+    if threshold is not None:
+        notes.append(THRESHOLD_NOTE.format(t=threshold, m=metric))
+    return "\n\n".join([markdown_table(header, rows), *notes])
+
+
+THRESHOLD_NOTE = (
+    "`first ≥ {t:g}`: each run's first logged step with `{m}` ≥ {t:g}, in seed order (`never`: "
+    "not reached), from the full curve: a run folder's `progress.csv` or the number its record "
+    "computed from it; `*`: from the record's thinned `curve.csv` (the record keeps no such "
+    "number), which can show a crossing later than the run had it."
+)
+
+
+def first_crossing(run: RunInfo, metric: str, threshold: float) -> str:
+    """The first step at which ``metric`` reached ``threshold`` (``"never"``), read from the
+    record's derived numbers where it has them for this level, else from the curve (marked
+    ``*`` when that curve is a record's thinned one)."""
+    record = run.run.record if run.run is not None else {}
+    recorded = (record.get("derived") or {}).get("first_at_least", {}).get(metric, {})
+    if f"{threshold:g}" in recorded:
+        step = recorded[f"{threshold:g}"]
+        return "never" if step is None else str(int(step))
+    step = next((s for s, v in read_progress(run).get(metric, []) if v >= threshold), None)
+    mark = "*" if record else ""
+    return f"never{mark}" if step is None else f"{int(step)}{mark}"
+
+
+VARIANT_NOTE = (
+    "`config`: the settings in which a row's runs differ from the most common setting among "
+    "the runs of the same env and core (`-`: none); runs that differ in more than the seed "
+    "are never pooled in one row."
+)
+
+
+def recorded_best(run: RunInfo, metric: str, lower: bool) -> float | None:
+    """The best value of ``metric`` a record computed from its full curve, if it has one."""
+    record = run.run.record if run.run is not None else {}
+    best = (record.get("derived") or {}).get("min" if lower else "max", {}).get(metric)
+    return float(best[1]) if best else None
 
 
 def result_csvs(trial: TrialInfo) -> list[Path]:
@@ -436,23 +605,23 @@ def record_transfer_rows(trials: Iterable[TrialInfo]) -> Iterator[tuple[TrialInf
 
 def transfer_rows(
     trials: Sequence[TrialInfo], quantity: str = "return"
-) -> Iterator[tuple[str, str, dict[str, str]]]:
-    """``(core, run, row)`` for every train/test row of the trials' result CSVs and records
-    that has ``quantity`` (``run`` names the training run the row evaluates)."""
+) -> Iterator[tuple[str, str, dict[str, str], str]]:
+    """``(core, run, row, seed)`` for every train/test row of the trials' result CSVs and
+    records that has ``quantity`` (``run`` names the training run the row evaluates)."""
     columns_needed = {"train_env", "test_env", f"train_{quantity}", f"test_{quantity}"}
     for trial, _path, rows in [*result_tables(trials), *record_transfer_rows(trials)]:
         if not columns_needed <= set(rows[0]):
             continue
         for row in rows:
-            core = str(trial.get("core.name") or row.get("core") or "-")
-            yield core, row.get("run") or str(trial.path), row
+            core = core_label(trial, str(trial.get("core.name") or row.get("core") or "-"))
+            yield core, row.get("run") or str(trial.path), row, str(seed_of(trial))
 
 
 def transfer_points(trials: Sequence[TrialInfo], quantity: str = "return") -> list[TransferPoint]:
     """Each core's train and test ``quantity`` per (train env, test env) pair, one value per
     run, for the transfer figure (:func:`experiments.transfer_plot.plot_transfer`)."""
     points: dict[tuple[str, str, str], TransferPoint] = {}
-    for core, _run, row in transfer_rows(trials, quantity):
+    for core, _run, row, seed in transfer_rows(trials, quantity):
         train, test = _number(row[f"train_{quantity}"]), _number(row[f"test_{quantity}"])
         if train is None or test is None:
             continue
@@ -460,7 +629,17 @@ def transfer_points(trials: Sequence[TrialInfo], quantity: str = "return") -> li
         point = points.setdefault((core, *pair), TransferPoint(core, *pair))
         point.train.append(train)
         point.test.append(test)
+        point.seeds.append(seed)
+    for point in points.values():  # runs in seed order (seed=10 after seed=2)
+        order = sorted(range(len(point.seeds)), key=lambda i: _seed_rank(point.seeds[i]))
+        point.train, point.test = [point.train[i] for i in order], [point.test[i] for i in order]
+        point.seeds = [point.seeds[i] for i in order]
     return list(points.values())
+
+
+def _seed_rank(seed: str) -> tuple[float, str]:
+    number = _number(seed)
+    return (math.inf if number is None else number, seed)
 
 
 def order_rank(order: Sequence[str]) -> Callable[[str], int]:
@@ -491,7 +670,7 @@ def transfer_table(
     # A run tested on two envs is one train return: a trial's CSV trains each env once, and
     # the records of its pairs name their shared run.
     seen: set[tuple[str, str, str]] = set()
-    for core, run, row in transfer_rows(trials, quantity):
+    for core, run, row, _seed in transfer_rows(trials, quantity):
         if core not in cores:
             cores.append(core)
         for block in ("train", "test"):
@@ -507,24 +686,9 @@ def transfer_table(
         return None
     for block, names in (env_order or {}).items():
         envs[block].sort(key=order_rank(names))
-    ours = [c for c in cores if any(c in v for v in cells.values())]
     ref = reference or {}
-    ref_cores: list[str] = []
-    for block in ("train", "test"):
-        for env in envs[block]:
-            for core in (ref.get(block) or {}).get(env, {}):
-                if core not in ref_cores:
-                    ref_cores.append(core)
-    ref_name = ref.get("label", "ref")
-    header = ["Environment"]
-    columns: list[tuple[str, str]] = []  # (core, "ours"|"ref")
-    for core in [*ours, *(c for c in ref_cores if c not in ours)]:
-        if core in ours:
-            columns.append((core, "ours"))
-            header.append(core)
-        if core in ref_cores:
-            columns.append((core, "ref"))
-            header.append(f"{core} ({ref_name})")
+    ours = [c for c in cores if any(c in v for v in cells.values())]
+    header, columns = transfer_columns(ours, ref, envs)
     rows: list[list[Any]] = []
     for block in ("train", "test"):
         rows.append([f"**{block.capitalize()}**", *([""] * len(columns))])
@@ -538,6 +702,30 @@ def transfer_table(
                     row.append("-" if value is None else f"{value:g}")
             rows.append(row)
     return markdown_table(header, rows)
+
+
+def transfer_columns(
+    ours: Sequence[str], ref: dict[str, Any], envs: dict[str, list[str]]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Header and ``(core, "ours" | "ref")`` columns of the transfer table: each core of ours,
+    the reference's column beside it where the reference has that core, then the reference's
+    other cores."""
+    ref_cores: list[str] = []
+    for block in ("train", "test"):
+        for env in envs[block]:
+            for core in (ref.get(block) or {}).get(env, {}):
+                if core not in ref_cores:
+                    ref_cores.append(core)
+    header = ["Environment"]
+    columns: list[tuple[str, str]] = []
+    for core in [*ours, *(c for c in ref_cores if c not in ours)]:
+        if core in ours:
+            columns.append((core, "ours"))
+            header.append(core)
+        if core in ref_cores:
+            columns.append((core, "ref"))
+            header.append(f"{core} ({ref.get('label', 'ref')})")
+    return header, columns
 
 
 def display_path(path: str) -> str:
@@ -584,9 +772,12 @@ def choose_metrics(runs: Sequence[RunInfo], metrics: Sequence[str] | None) -> li
     return list(metrics)
 
 
-def header_lines(title: str, meta: dict[str, Any], trials: Sequence[TrialInfo]) -> list[str]:
+def header_lines(title: str, ctx: ReportContext) -> list[str]:
     """Title, what was swept (from ``sweep.json``), the trial count and how to read tables."""
     lines = [f"# {title}", ""]
+    meta, trials = ctx.meta, ctx.trials
+    if ctx.command:
+        lines.append(f"- made by: `{ctx.command}`")
     ok = [t for t in trials if t.status == "ok"]
     if meta:
         grid = ", ".join(
@@ -608,13 +799,249 @@ def header_lines(title: str, meta: dict[str, Any], trials: Sequence[TrialInfo]) 
     if len(trials) != len(runs):
         label, records = "training runs", f", {len(trials)} records"
     not_ok = len(runs) - len(ok_runs)
-    lines += [f"- {label}: {len(runs)} ({len(ok_runs)} ok, {not_ok} not ok){records}{budget}", ""]
+    short = len(incomplete_runs(ctx.runs))
+    cut = f", {short} incomplete" if short else ""
     lines += [
-        "Tables: mean ± sample std over seeds of the last logged value (final) and of the best "
-        "value of each run; `steps` is the step of the last logged value.",
+        f"- {label}: {len(runs)} ({len(ok_runs)} ok, {not_ok} not ok{cut}){records}{budget}",
         "",
     ]
+    if "metrics" in ctx.sections:
+        lines += [
+            "Tables: mean ± sample std over seeds of the last logged value (final) and of the "
+            "best value of each run; `steps` is the step of the last logged value.",
+            "",
+        ]
     return lines
+
+
+def incomplete_runs(runs: Sequence[RunInfo]) -> list[tuple[RunInfo, int, int]]:
+    """``(run, done, planned)`` of the records whose run stopped before its budget (the
+    record's ``incomplete`` flag, or its frames/updates against its config for records made
+    before the flag existed)."""
+    out = []
+    for run in runs:
+        record = run.run.record if run.run is not None else {}
+        if record and record.get("incomplete", is_incomplete(record, run.config)):
+            unit = "updates" if record.get("kind") == "supervised" else "frames"
+            planned = get_dotted(
+                run.config, "train.steps" if unit == "updates" else "train.total_steps"
+            )
+            out.append(
+                (run, int(record.get(unit) or 0), int(record.get("planned") or planned or 0))
+            )
+    return out
+
+
+SECTIONS = ("metrics", "transfer", "comparison", "tables", "failures")
+"""The parts of a report, in order (``memcores report --sections``)."""
+
+
+@dataclasses.dataclass
+class ReportContext:
+    """What every section of a report reads: the folder's trials and runs and the options."""
+
+    out: Path
+    meta: dict[str, Any]
+    trials: list[TrialInfo]
+    runs: list[RunInfo]
+    keys: list[str]
+    plots: bool = True
+    spread: str = "minmax"
+    reference: dict[str, Any] | None = None
+    reference_name: str = ""
+    compare: tuple[str, ...] = ()
+    quantity: str = "return"
+    retention: bool = False
+    sections: Sequence[str] = SECTIONS
+    command: str = ""
+    """The ``memcores report`` command that writes the report, shown in its header."""
+    threshold: float | None = None
+    """A level whose first crossing per run the metric tables show (``--threshold``)."""
+
+    @property
+    def grid(self) -> dict[str, Sequence[Any]]:
+        return self.meta.get("grid", {})
+
+    @property
+    def core_order(self) -> list[str]:
+        return [str(c) for c in self.grid.get("core.name", [])]
+
+    @property
+    def env_order(self) -> dict[str, list[str]]:
+        """Row order of the transfer tables: the reference's, if any."""
+        return {block: list((self.reference or {}).get(block) or {}) for block in ("train", "test")}
+
+    def png(self, name: str) -> Path:
+        """Where a figure of the report goes: beside it, named after it."""
+        return self.out.parent / f"{self.out.stem}_{name}.png"
+
+
+def metric_sections(ctx: ReportContext, metrics: Sequence[str]) -> list[str]:
+    """Per metric: the table over seeds, the pivot against a numeric swept key, the plots."""
+    lines: list[str] = []
+    plot_paths = [r.path for r in ctx.runs]
+    plots = ctx.plots and bool(plot_paths)
+    panel_key = auto_panel_key(find_runs(plot_paths)) if plots else None
+    group_by = [k for k in ctx.keys if k not in LABEL_KEYS]
+    axis = numeric_axis(ctx.grid)
+    for metric in metrics:
+        table = metric_table(ctx.runs, metric, ctx.keys, ctx.grid, ctx.threshold)
+        if table is None:
+            continue
+        lines += [f"## {metric}", "", table, ""]
+        if axis:
+            pivot = pivot_table(ctx.runs, metric, axis, ctx.grid)
+            lines += [f"Last logged value against `{axis}`, mean ± std (seeds):", "", pivot, ""]
+            if plots:
+                png = ctx.png(f"{slug(metric)}_vs_{slug(axis)}")
+                others = [k for k in group_by if k != axis]
+                plot_against(plot_paths, metric, axis, png, group_by=others, spread=ctx.spread)
+                lines += [f"![{metric} against {axis}]({png.name})", ""]
+        if plots:
+            png = ctx.png(slug(metric))
+            try:
+                plot_runs(
+                    plot_paths,
+                    metric,
+                    png,
+                    group_by=group_by,
+                    panel_by=panel_key,
+                    spread=ctx.spread,
+                )
+            except ValueError as err:  # e.g. --log-y on non-positive values
+                lines += [f"(no plot: {err})", ""]
+            else:
+                lines += [f"![{metric}]({png.name})", ""]
+    return lines
+
+
+def transfer_sections(ctx: ReportContext) -> list[str]:
+    """Train/test tables per env pair, one per quantity, with the transfer figure."""
+    lines: list[str] = []
+    rank = order_rank(ctx.env_order["train"])
+    for quantity in TRANSFER_QUANTITIES:
+        # Published transfer tables (the thesis's Table 7) give returns only.
+        ref = ctx.reference if quantity == "return" else None
+        table = transfer_table(ctx.trials, ref, ctx.core_order, quantity, ctx.env_order)
+        if not table:
+            continue
+        heading = f"Train/test {quantity} per env pair (mean ± std over seeds)"
+        if ref:
+            heading += f"; {ref.get('label', 'ref')}: {ref.get('title', ctx.reference_name)}"
+        lines += [f"## {heading}", "", table, ""]
+        if ctx.plots:
+            png = ctx.png(f"train_vs_test_{quantity}")
+            points = sorted(transfer_points(ctx.trials, quantity), key=lambda p: rank(p.train_env))
+            plot_transfer(points, png, quantity, ref, ctx.core_order)
+            lines += [f"![train vs test {quantity}]({png.name})", ""]
+    return lines
+
+
+def comparison_sections(ctx: ReportContext, points: Sequence[TransferPoint]) -> list[str]:
+    """``--compare``: each other core against the base per env pair and run, or with
+    ``--retention`` one table of train, test and retention (test / train of each run) of
+    every core with Welch's p against the base, and its figure."""
+    if not ctx.compare:
+        return []
+    base, others = ctx.compare[0], ctx.compare[1:]
+    rank = order_rank(ctx.env_order["train"])
+    points = sorted(points, key=lambda p: rank(p.train_env))
+    q = ctx.quantity
+    if ctx.retention:
+        header, rows = retention_rows(points, base, others)
+        lines = [
+            f"## Retention of {q}: test / train per run, against `{base}`",
+            "",
+            RETENTION_NOTE.format(q=q, base=base),
+            "",
+            markdown_table(header, rows),
+            "",
+        ]
+        if ctx.plots and rows:
+            # one retention figure per report: it takes the report's own name
+            png = plot_retention(points, [base, *others], ctx.out.with_suffix(".png"), q)
+            lines += [f"![train and test {q} per run]({png.name})", ""]
+        return lines
+    lines = []
+    for other in others:
+        for block in ("test", "train"):
+            header, rows = comparison_rows(points, base, other, block)
+            if rows:
+                lines += [
+                    f"## `{other}` against `{base}`, {block} {q} per run",
+                    "",
+                    f"Difference: `{other}`'s mean minus `{base}`'s. Separation: `above` / "
+                    f"`below` when every `{other}` run is above / below every `{base}` run. "
+                    "Welch p: two-sided, unequal variances.",
+                    "",
+                    markdown_table(header, rows),
+                    "",
+                ]
+    return lines
+
+
+RETENTION_NOTE = (
+    "Per env pair and core: {q} on the train env and on the test env (mean ± sample std over "
+    "seeds), and the retention ratio test / train of each run (the same policy on both envs; "
+    "runs in seed order). Welch p: two-sided t-test with unequal variances of the core's runs "
+    "against `{base}`'s, on the test {q} and on the retention ratio; `-` with fewer than two "
+    "runs a side."
+)
+
+
+def table_sections(ctx: ReportContext) -> list[str]:
+    """Tables the trials wrote themselves (transfer's train/test table), averaged over seeds."""
+    keys = row_keys(ctx.trials, list(ctx.grid))
+    lines: list[str] = []
+    for name, table in csv_tables(ctx.trials, keys, ctx.grid).items():
+        lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]
+    return lines
+
+
+def failure_sections(ctx: ReportContext) -> list[str]:
+    """The trials that failed or whose files are broken, and the runs that stopped early."""
+    lines: list[str] = []
+    failed = [t for t in ctx.trials if t.status != "ok"]
+    if failed:
+        rows = [
+            [t.name, t.status, (t.message.splitlines() or [""])[0].replace("|", "/")]
+            for t in failed
+        ]
+        heading = "Trials that did not finish"
+        if any(t.status == BROKEN for t in failed):
+            heading = "Trials that did not finish or are broken"
+        lines += [f"## {heading}", "", markdown_table(["trial", "status", "reason"], rows), ""]
+    short = incomplete_runs(ctx.runs)
+    if short:
+        rows = [[display_path(str(run.path)), done, planned] for run, done, planned in short]
+        lines += [
+            "## Incomplete runs",
+            "",
+            "Their records stop before the run's budget (interrupted, or stopped early by a "
+            "scheduler); the tables above include them.",
+            "",
+            markdown_table(["record", "steps done", "budget"], rows),
+            "",
+        ]
+    return lines
+
+
+def load_context(
+    sweep_dir: Path, out: Path, reference: str | Path | None, **options: Any
+) -> ReportContext:
+    """Read the folder once: its trials, runs, grid, row keys and config variants."""
+    meta = load_sweep_meta(sweep_dir)
+    trials = load_trials(sweep_dir)
+    if not meta and (grid := records_grid(sweep_dir)):
+        meta = {"grid": grid}
+    runs = load_runs(trials)
+    keys = row_keys(runs or trials, list(meta.get("grid", {})))
+    assign_variants(runs, keys)
+    assign_variants(trials, row_keys(trials, list(meta.get("grid", {}))))
+    ref = load_reference(reference) if reference else None
+    return ReportContext(
+        out, meta, trials, runs, keys, reference=ref, reference_name=str(reference or ""), **options
+    )
 
 
 def build_report(
@@ -625,7 +1052,12 @@ def build_report(
     plots: bool = True,
     title: str | None = None,
     reference: str | Path | None = None,
-    compare: tuple[str, str] | None = None,
+    compare: Sequence[str] | None = None,
+    quantity: str = "return",
+    retention: bool = False,
+    sections: Sequence[str] = SECTIONS,
+    command: str = "",
+    threshold: float | None = None,
 ) -> str:
     """Write the markdown report ``out`` (plots as PNGs beside it) and return its text.
 
@@ -633,108 +1065,45 @@ def build_report(
         that some trial logged.
     :param reference: YAML of published numbers (:func:`load_reference`) shown beside ours in
         the transfer table.
-    :param compare: ``(base, other)`` cores whose transfer runs are set side by side per pair
-        (:mod:`experiments.core_compare`).
+    :param compare: ``(base, other, ...)`` cores whose transfer runs are set side by side per
+        pair (:mod:`experiments.core_compare`), on ``quantity`` (one of
+        :data:`TRANSFER_QUANTITIES`); ``retention``: one table of train, test and test / train
+        per run instead, with its figure.
+    :param sections: which of :data:`SECTIONS` to write, in their order.
+    :param command: the command line that makes the report, to print in its header.
+    :param threshold: add each run's first step with the metric at or above it to the metric
+        tables (:func:`first_crossing`).
+    :raises ValueError: an unknown section or quantity, a compared core without transfer
+        runs, a metric no run logged (nothing is written then).
     """
-    ref = load_reference(reference) if reference else None
-    sweep_dir = Path(sweep_dir)
-    out = Path(out)
-    meta = load_sweep_meta(sweep_dir)
-    trials = load_trials(sweep_dir)
+    check_choice("section", sections, SECTIONS)
+    check_choice("quantity", [quantity], TRANSFER_QUANTITIES)
+    sweep_dir, out = Path(sweep_dir), Path(out)
+    options = dict(plots=plots, spread=spread, compare=tuple(compare or ()), quantity=quantity)
+    ctx = load_context(sweep_dir, out, reference, retention=retention, **options)
+    ctx.sections, ctx.command, ctx.threshold = tuple(sections), command, threshold
     # read once: checked before anything is written, tabulated at the end
-    compare_points = transfer_points(trials) if compare else []
+    points = transfer_points(ctx.trials, quantity) if compare else []
     if compare:
-        check_cores(compare_points, compare)
-    if not meta and (grid := records_grid(sweep_dir)):
-        meta = {"grid": grid}
-    runs = load_runs(trials)
-    grid_keys = list(meta.get("grid", {}))
-    keys = row_keys(runs or trials, grid_keys)
-    metrics = choose_metrics(runs, metrics)
-
-    lines = header_lines(title or f"Sweep report: {sweep_dir.name}", meta, trials)
-    failed = [t for t in trials if t.status != "ok"]
+        check_cores(points, ctx.compare)
+    metrics = choose_metrics(ctx.runs, metrics) if "metrics" in sections else []
+    parts = {
+        "metrics": lambda: metric_sections(ctx, metrics),
+        "transfer": lambda: transfer_sections(ctx),
+        "comparison": lambda: comparison_sections(ctx, points),
+        "tables": lambda: table_sections(ctx),
+        "failures": lambda: failure_sections(ctx),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Plot the same runs the tables use: those of finished trials.
-    plot_paths = [r.path for r in runs]
-    plots = plots and bool(plot_paths)
-    panel_key = auto_panel_key(find_runs(plot_paths)) if plots else None
-    group_by = [k for k in keys if k not in LABEL_KEYS]
-    axis = numeric_axis(meta.get("grid", {}))
-    for metric in metrics:
-        table = metric_table(runs, metric, keys, meta.get("grid"))
-        if table is None:
-            continue
-        lines += [f"## {metric}", "", table, ""]
-        if axis:
-            pivot = pivot_table(runs, metric, axis, meta.get("grid", {}))
-            lines += [f"Last logged value against `{axis}`, mean ± std (seeds):", "", pivot, ""]
-            if plots:
-                png = out.parent / f"{out.stem}_{slug(metric)}_vs_{slug(axis)}.png"
-                others = [k for k in group_by if k != axis]
-                plot_against(plot_paths, metric, axis, png, group_by=others, spread=spread)
-                lines += [f"![{metric} against {axis}]({png.name})", ""]
-        if plots:
-            png = out.parent / f"{out.stem}_{slug(metric)}.png"
-            try:
-                plot_runs(
-                    plot_paths, metric, png, group_by=group_by, panel_by=panel_key, spread=spread
-                )
-            except ValueError as err:  # e.g. --log-y on non-positive values
-                lines += [f"(no plot: {err})", ""]
-            else:
-                lines += [f"![{metric}]({png.name})", ""]
-
-    core_order = [str(c) for c in meta.get("grid", {}).get("core.name", [])]
-    env_order = {block: list((ref or {}).get(block) or {}) for block in ("train", "test")}
-    for quantity in TRANSFER_QUANTITIES:
-        # Published transfer tables (the thesis's Table 7) give returns only.
-        quantity_ref = ref if quantity == "return" else None
-        table7 = transfer_table(trials, quantity_ref, core_order, quantity, env_order)
-        if table7:
-            title7 = f"Train/test {quantity} per env pair (mean ± std over seeds)"
-            if quantity_ref:
-                label = quantity_ref.get("label", "ref")
-                title7 += f"; {label}: {quantity_ref.get('title', reference)}"
-            lines += [f"## {title7}", "", table7, ""]
-            if plots:
-                png = out.parent / f"{out.stem}_train_vs_test_{quantity}.png"
-                rank = order_rank(env_order["train"])
-                points = sorted(transfer_points(trials, quantity), key=lambda p: rank(p.train_env))
-                plot_transfer(points, png, quantity, quantity_ref, core_order)
-                lines += [f"![train vs test {quantity}]({png.name})", ""]
-    if compare:
-        base, other = compare
-        rank = order_rank(env_order["train"])
-        points = sorted(compare_points, key=lambda p: rank(p.train_env))
-        for block in ("test", "train"):
-            header, rows = comparison_rows(points, base, other, block)
-            if rows:
-                lines += [
-                    f"## `{other}` against `{base}`, {block} return per run",
-                    "",
-                    f"Difference: `{other}`'s mean minus `{base}`'s. Separation: `above` / "
-                    f"`below` when every `{other}` run is above / below every `{base}` run. "
-                    "Welch p: two-sided, unequal variances.",
-                    "",
-                    markdown_table(header, rows),
-                    "",
-                ]
-    trial_keys = row_keys(trials, grid_keys)
-    for name, table in csv_tables(trials, trial_keys, meta.get("grid")).items():
-        lines += [f"## Table `{name}` (per trial, averaged over seeds)", "", table, ""]
-
-    if failed:
-        rows = [
-            [t.name, t.status, (t.message.splitlines() or [""])[0].replace("|", "/")]
-            for t in failed
-        ]
-        lines += [
-            "## Trials that did not finish",
-            "",
-            markdown_table(["trial", "status", "reason"], rows),
-            "",
-        ]
+    lines = header_lines(title or f"Sweep report: {sweep_dir.name}", ctx)
+    lines += [line for name in SECTIONS if name in sections for line in parts[name]()]
     text = "\n".join(lines)
     out.write_text(text)
     return text
+
+
+def check_choice(what: str, given: Sequence[str], valid: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the first of ``given`` not in ``valid`` and the choices."""
+    for name in given:
+        if name not in valid:
+            raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(valid)}")

@@ -25,6 +25,8 @@ class TransferPoint:
     test_env: str
     train: list[float] = dataclasses.field(default_factory=list)
     test: list[float] = dataclasses.field(default_factory=list)
+    seeds: list[str] = dataclasses.field(default_factory=list)
+    """The seed of each run, in the order of ``train`` and ``test``."""
 
 
 def reference_point(
@@ -100,6 +102,67 @@ def plot_transfer(
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False)
     fig.suptitle(f"train vs test {quantity} per env pair (mean, ±1 std over seeds)")
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_retention(
+    points: Sequence[TransferPoint], cores: Sequence[str], out: str | Path, quantity: str
+) -> Path:
+    """One panel per env pair: for each of ``cores``, every run's train and test
+    ``quantity`` as dots (a line joins the two of one run), the means as bars, and the mean
+    retention (test / train per run) written above; save the PNG ``out``.
+
+    :raises ValueError: none of ``cores`` has a point.
+    """
+    points = [p for p in points if p.core in cores]
+    if not points:
+        raise ValueError(f"no train/test pairs of {', '.join(cores)} to plot")
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    pairs = list(dict.fromkeys((p.train_env, p.test_env) for p in points))
+    cols = min(len(pairs), 2)
+    rows = math.ceil(len(pairs) / cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(1.6 + 1.5 * len(cores) * cols, 3.6 * rows), squeeze=False
+    )
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    top = max(1.0, *(v for p in points for v in (*p.train, *p.test)))
+    for ax, pair in zip(axes.flat, pairs, strict=False):
+        by_core = {p.core: p for p in points if (p.train_env, p.test_env) == pair}
+        for i, core in enumerate(c for c in cores if c in by_core):
+            point = by_core[core]
+            train, test = np.asarray(point.train), np.asarray(point.test)
+            x = np.array([i - 0.18, i + 0.18])
+            ax.bar(
+                x,
+                [train.mean(), test.mean()],
+                width=0.32,
+                color=colors[i % len(colors)],
+                alpha=0.35,
+                edgecolor=colors[i % len(colors)],
+            )
+            for r, t in zip(train, test, strict=True):
+                ax.plot(x, [r, t], "-o", color=colors[i % len(colors)], ms=3, lw=0.8)
+            kept = [t / r for r, t in zip(train, test, strict=True) if r]
+            if kept:
+                ax.text(i, top * 1.03, f"{np.mean(kept):.2f}", ha="center", fontsize=8)
+        names = [c for c in cores if c in by_core]
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+        ax.set_ylim(min(0.0, *(v for p in by_core.values() for v in p.test)), top * 1.12)
+        ax.set_ylabel(f"{quantity} (left: train, right: test)", fontsize=8)
+        ax.set_title(f"{pair[0]} -> {pair[1]}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(pairs) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"train and test {quantity} per run (bars: means; above: mean test/train)")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -150,12 +150,14 @@ def run_trial(trial: Trial, report: Report, command_line: str = "") -> dict[str,
     checkpoint. Each row carries the latest value of every tag, so a scheduler always finds
     its metric.
     """
+    from agents.checkpoint import checkpoint_path
+
     latest: dict[str, float] = {}
     start = time.perf_counter()
     if trial.command == "transfer":
         return _run_transfer(trial, report, latest, command_line)
     run_dir = Path(trial.run_dir)
-    ckpt = run_dir / ("checkpoint.pt" if trial.command == "supervised" else "checkpoints/last.pt")
+    ckpt = checkpoint_path(run_dir)  # both trainers' layout (or a supervised run's earlier one)
     resumed = ckpt.is_file()
     on_log = _reporter(report, latest, ckpt, run_dir)
     config = trial_config(trial)

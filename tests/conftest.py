@@ -17,6 +17,10 @@ import torch
 # Tests must not depend on a display or a GPU.
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+# Without a GPU, Triton kernels run on CPU tensors under Triton's interpreter; the variable
+# must be set before triton is first imported (cores import it only where a kernel is used).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Triton kernels run on CPU tensors under Triton's interpreter, which must be chosen before
 # triton is imported; with a GPU present they run compiled on CUDA instead.

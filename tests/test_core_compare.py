@@ -39,10 +39,11 @@ def test_comparison_rows_pair_the_cores_per_env_and_skip_unshared_pairs():
         comparison_rows(points, "lstm", "rel_lstm", "eval")
 
 
-@pytest.mark.parametrize("text", ["lstm", "lstm,", "lstm,lstm", "a,b,c"])
-def test_parse_compare_refuses_anything_but_two_cores(text):
+@pytest.mark.parametrize("text", ["lstm", "lstm,", "lstm,lstm", "a,b,a"])
+def test_parse_compare_refuses_fewer_than_two_or_repeated_cores(text):
     with pytest.raises(ValueError, match="BASE,OTHER"):
         parse_compare(text)
+    assert parse_compare("lstm, ur_lstm,fast_lstm") == ("lstm", "ur_lstm", "fast_lstm")
 
 
 def _transfer_records(results, tmp_path):
@@ -95,3 +96,112 @@ def test_report_compare_from_the_cli_and_its_errors(tmp_path, capsys):
     assert not out.exists()
     assert main([*args, "--compare", "lstm"]) == 2
     assert "BASE,OTHER" in capsys.readouterr().err
+
+
+def _welch_by_hand(a: list[float], b: list[float]) -> float:
+    """Two-sided p of Welch's t from its formula (not scipy's ttest_ind)."""
+    from scipy import stats
+
+    va, vb = (sum((x - sum(v) / len(v)) ** 2 for x in v) / (len(v) - 1) for v in (a, b))
+    se2 = va / len(a) + vb / len(b)
+    t = (sum(b) / len(b) - sum(a) / len(a)) / math.sqrt(se2)
+    df = se2**2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
+    return float(2 * stats.t.sf(abs(t), df))
+
+
+def test_retention_rows_pair_each_run_test_with_its_own_train():
+    from experiments.core_compare import retention, retention_rows
+
+    lstm = TransferPoint("lstm", "PVM", "PVM-Long", [0.8, 1.0], [0.2, 0.5], ["0", "1"])
+    fast = TransferPoint("fast_lstm", "PVM", "PVM-Long", [0.5, 0.6], [0.4, 0.6], ["0", "1"])
+    ur = TransferPoint("ur_lstm", "PVM", "PVM-Long", [0.0, 0.5], [0.1, 0.5], ["0", "1"])
+    assert retention(lstm) == pytest.approx([0.25, 0.5])
+    assert retention(fast) == pytest.approx([0.8, 1.0])
+    assert math.isnan(retention(ur)[0])  # nothing learned on the train env: no ratio
+    header, rows = retention_rows([lstm, fast, ur], "lstm", ["fast_lstm", "ur_lstm"])
+    assert header[-2:] == ["Welch p test vs `lstm`", "Welch p retention vs `lstm`"]
+    by_core = {r[1]: r for r in rows}
+    assert list(by_core) == ["lstm", "fast_lstm", "ur_lstm"]
+    assert by_core["lstm"][2:8] == [
+        "2",
+        "0.900 ± 0.141",
+        "0.350 ± 0.212",
+        "0.25 / 0.50",
+        "0.375 ± 0.177",
+        "-",
+    ]
+    assert by_core["fast_lstm"][5:7] == ["0.80 / 1.00", "0.900 ± 0.141"]
+    p_test = _welch_by_hand([0.2, 0.5], [0.4, 0.6])
+    p_ratio = _welch_by_hand([0.25, 0.5], [0.8, 1.0])
+    assert by_core["fast_lstm"][7:] == [f"{p_test:.3f}", f"{p_ratio:.3f}"]
+    assert by_core["fast_lstm"][8] == "0.087"  # t = 3.28, df = 1.91 (t = 3.28 at df 2: 0.082)
+    assert by_core["ur_lstm"][5:9] == [
+        "- / 1.00",
+        "1.000",
+        f"{_welch_by_hand([0.2, 0.5], [0.1, 0.5]):.3f}",
+        "-",
+    ]
+
+
+def _success_records(results, tmp_path):
+    """lstm and fast_lstm, two seeds each, on PassiveVisualMatch -> its long-delay twin, with
+    train successes that differ, so success and retention tell different stories."""
+    from experiments.records import write_record
+
+    for core, seed, train, test in (
+        ("lstm", 0, 0.8, 0.2),
+        ("lstm", 1, 1.0, 0.5),
+        ("fast_lstm", 0, 0.5, 0.4),
+        ("fast_lstm", 1, 0.6, 0.6),
+    ):
+        run = tmp_path / "runs" / f"{core}{seed}"
+        run.mkdir(parents=True)
+        config = {"env": {"id": "memcores/PassiveVisualMatch-v0"}, "core": {"name": core}}
+        config |= {"train": {"seed": seed}, "run": {"dir": str(run)}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        logger = RunLogger(run, tensorboard=False)
+        logger.record("rollout/ep_rew_mean", 0.5)
+        logger.dump(100)
+        logger.close()
+        test_id = "memcores/PassiveVisualMatch-LongDelay-v0"
+        evals = {
+            "memcores/PassiveVisualMatch-v0": {"return": 1.0, "success": train, "episodes": 5},
+            test_id: {"return": 1.0, "success": test, "episodes": 5},
+        }
+        write_record(
+            run,
+            results / f"name={core},seed={seed}" / "pair",
+            eval_results=evals,
+            extra={"test_env": test_id},
+        )
+
+
+def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys, monkeypatch):
+    results = tmp_path / "results"
+    _success_records(results, tmp_path)
+    out = tmp_path / "rep" / "r.md"
+    args = ["report", str(results), "--out", str(out), "--compare", "lstm,fast_lstm"]
+    assert main([*args, "--quantity", "success", "--no-plots"]) == 0
+    text = out.read_text()
+    # return would be 1.0 everywhere: these are the success values
+    row = "| PassiveVisualMatch-LongDelay | 0.20 / 0.50 | 0.40 / 0.60 | +0.150 | overlap |"
+    assert "## `fast_lstm` against `lstm`, test success per run" in text and row in text
+    # the paired view alone, as one table and one figure
+    retention_args = [*args, "--quantity", "success", "--retention", "--sections", "comparison"]
+    monkeypatch.setattr("sys.argv", ["memcores", *retention_args])  # as typed in a shell
+    assert main(retention_args) == 0
+    text = out.read_text()
+    assert f"- made by: `memcores report {results} --out {out} --compare lstm,fast_lstm" in text
+    assert "## rollout/ep_rew_mean" not in text and "## Train/test" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| PassiveVisualMatch ->")]
+    assert [r.split("|")[2].strip() for r in rows] == ["lstm", "fast_lstm"]
+    assert "| 0.80 / 1.00 | 0.900 ± 0.141 |" in rows[1]
+    png = out.parent / "r.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and f"]({png.name})" in text
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # argparse names the choices
+        main([*args, "--quantity", "speed"])
+    assert main([*args[:4], "--retention"]) == 2
+    assert "--retention needs --compare" in capsys.readouterr().err
+    assert main([*args, "--sections", "metrics,plots"]) == 2
+    assert "unknown section 'plots'; valid: metrics, transfer" in capsys.readouterr().err

@@ -102,7 +102,7 @@ def test_rl_training_runs_on_each_device(device, tmp_path):
     result = train(tiny_config(f"train.device={device}"), tmp_path / "run")
     assert result.global_step == 128
     payload = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
-    assert all(torch.isfinite(v).all() for v in payload["policy"].values())
+    assert all(torch.isfinite(v).all() for v in payload["model"].values())
 
 
 def test_rl_training_with_many_envs_acts_on_the_learner_device(device, tmp_path, monkeypatch):
@@ -128,9 +128,9 @@ def test_supervised_training_and_its_diagnosis_run_on_each_device(device, tmp_pa
     args = ["supervised", "experiments/configs/demo_copy.yaml"]
     args += [f"train.device={device}", "train.steps=4", "train.eval_every=2"]
     args += ["train.eval_size=8", "core.hidden_size=8", f"run.dir={run}"]
-    args += ["run.progress_bar=false", "run.tensorboard=false"]
+    args += ["train.progress=false", "run.tensorboard=false"]
     assert main(args) == 0
-    assert (run / "checkpoint.pt").is_file()
+    assert (run / "checkpoints" / "last.pt").is_file()
     out = tmp_path / "profile.png"
     assert main(["diagnose", str(run), "--batch", "4", "--out", str(out)]) == 0
     assert out.is_file()

@@ -480,7 +480,7 @@ def test_active_visual_match_config_fine_tunes_the_passive_configs_run(tmp_path)
     assert rl.agent.learning_rate == load_config(RLConfig, config, []).agent.learning_rate / 4
     s = setup(rl)
     s.envs.close()
-    saved = torch.load(passive / CHECKPOINT_NAME, weights_only=True)["policy"]
+    saved = torch.load(passive / CHECKPOINT_NAME, weights_only=True)["model"]
     start = s.policy.state_dict()
     assert set(saved) == set(start) and all(torch.equal(start[k], saved[k]) for k in saved)
     assert main(["train", active, *overrides, f"run.dir={tmp_path / 'active'}"]) == 0

@@ -101,8 +101,8 @@ def test_plot_cli_writes_png_with_panels_per_env(sweep, tmp_path, capsys):
     assert main(["plot", str(sweep), "--metric", "rollout/ep_rew_mean", "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = capsys.readouterr().out
-    assert "Env-A: lstm (n=2" in text and "Env-B: lstm (n=1" in text
-    assert "ur_lstm (n=2, last mean 0.95)" in text
+    assert "Env-A: lstm (seeds=2" in text and "Env-B: lstm (seeds=1" in text
+    assert "ur_lstm (seeds=2, last mean 0.95)" in text
 
 
 def test_plot_cli_errors_name_the_problem(sweep, tmp_path, capsys):

@@ -119,11 +119,11 @@ def test_record_policy_drops_the_reconstruction_decoder(tmp_path, capsys):
         "agent.recon_lags=[0,2]",
     )
     rl_trainer.train(config, run)
-    full = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["policy"]
+    full = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["model"]
     assert any(name.startswith("decoder.") for name in full)
     out = tmp_path / "results" / "exp" / "recon"
     record = json.loads(write_record(run, out, policy=True).read_text())
-    slim = torch.load(out / record["policy"], weights_only=True)["policy"]
+    slim = torch.load(out / record["policy"], weights_only=True)["model"]
     assert set(slim) == {name for name in full if not name.startswith("decoder.")}
     results = []
     for source in (run, out / "policy.pt"):
@@ -177,3 +177,104 @@ def test_record_cli_and_its_errors(rl_run, tmp_path, capsys):
     (bad / "record.json").write_text("{}")
     with pytest.raises(ValueError, match="not a memcores record"):
         find_runs([bad])
+
+
+def test_record_of_another_run_is_refused_unless_replaced(rl_run, sup_run, tmp_path, capsys):
+    rl, _ = rl_run
+    sup, _ = sup_run
+    out = tmp_path / "results" / "exp" / "trial"
+    assert main(["record", str(rl), "--out", str(out)]) == 0
+    before = (out / "record.json").read_text()
+    assert main(["record", str(sup), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "different run" in err and "--replace" in err and str(out) in err
+    assert len(err.strip().splitlines()) == 1
+    assert (out / "record.json").read_text() == before  # nothing rewritten
+    assert not (out / "results.json").exists()
+    # the same run again (e.g. after a resume) is updated without a flag
+    assert main(["record", str(rl), "--out", str(out)]) == 0
+    assert main(["record", str(sup), "--out", str(out), "--replace"]) == 0
+    assert read_record(out).record["kind"] == "supervised"
+
+
+def test_a_longer_budget_of_the_same_run_is_the_same_run(rl_run, tmp_path):
+    run, _ = rl_run
+    out = tmp_path / "r" / "t"
+    write_record(run, out)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["train"]["total_steps"] *= 2
+    config["run"]["dir"] = "elsewhere"
+    other = tmp_path / "longer"
+    other.mkdir()
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    (other / "progress.csv").write_text((run / "progress.csv").read_text())
+    write_record(other, out)  # no error
+    config["agent"]["seq_len"] = 3
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(FileExistsError, match="agent.seq_len"):
+        write_record(other, out)
+
+
+def test_interrupted_run_is_recorded_incomplete(rl_run, tmp_path, capsys):
+    run, _ = rl_run
+    assert read_record_of(run, tmp_path / "a")["incomplete"] is False
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["train"]["total_steps"] = 8192
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "config.yaml").write_text(yaml.safe_dump(config))
+    (cut / "progress.csv").write_text((run / "progress.csv").read_text())
+    assert main(["record", str(cut), "--out", str(tmp_path / "b")]) == 0
+    assert "incomplete run: 128 of 8192 frames" in capsys.readouterr().out
+    record = read_record(tmp_path / "b").record
+    assert record["incomplete"] is True and record["planned"] == 8192
+
+
+def read_record_of(run: Path, out: Path) -> dict:
+    write_record(run, out)
+    return read_record(out).record
+
+
+def test_derived_numbers_come_from_the_full_curve(tmp_path):
+    """The thinned curve skips the first crossing; the record keeps the full curve's."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"core": {"name": "lstm"}}))
+    values = [0.1] * 1000
+    values[402] = 0.93  # one row above 0.9, then back: a 300-row curve does not keep it
+    values[700:] = [0.95] * 300
+    lines = ["step,rollout/ep_rew_mean,time/fps"]
+    lines += [f"{10 * (i + 1)},{v},100" for i, v in enumerate(values)]
+    (run / "progress.csv").write_text("\n".join(lines) + "\n")
+    write_record(run, tmp_path / "r" / "t")
+    record = read_record(tmp_path / "r" / "t").record
+    first = record["derived"]["first_at_least"]["rollout/ep_rew_mean"]
+    assert first["0.9"] == 4030 and first["0.95"] == 7010 and first["0.99"] is None
+    assert record["derived"]["max"]["rollout/ep_rew_mean"] == [7010, 0.95]
+    assert record["derived"]["min"]["rollout/ep_rew_mean"] == [10, 0.1]
+    assert "time/fps" not in record["derived"]["max"]
+    thinned = read_curves(tmp_path / "r" / "t")["rollout/ep_rew_mean"]
+    assert 4030 not in thinned.steps.tolist()  # why the record keeps it
+
+
+def test_policy_of_a_foreign_checkpoint_is_one_line_and_writes_nothing(rl_run, tmp_path, capsys):
+    import argparse
+
+    import torch
+
+    run, _ = rl_run
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    for name in ("config.yaml", "progress.csv"):
+        (foreign / name).write_text((run / name).read_text())
+    (foreign / "checkpoints").mkdir()
+    torch.save({"model": argparse.Namespace(layers=2)}, foreign / "checkpoints" / "last.pt")
+    out = tmp_path / "results" / "exp" / "t"
+    assert main(["record", str(foreign), "--out", str(out), "--policy"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not a memcores checkpoint" in err
+    assert "weights_only=False" not in err and "Traceback" not in err
+    assert not out.exists()
+    torch.save({"format": "x", "weights": [1]}, foreign / "checkpoints" / "last.pt")
+    assert main(["record", str(foreign), "--out", str(out), "--policy"]) == 2
+    assert "no policy weights" in capsys.readouterr().err and not out.exists()

@@ -322,7 +322,7 @@ def test_plot_against_a_config_key_and_its_error(tmp_path, capsys):
     png = tmp_path / "h.png"
     args = ["plot", str(tmp_path / "runs"), "--metric", "rollout/success_rate"]
     assert main([*args, "--against", "env.kwargs.distractor_steps", "--out", str(png)]) == 0
-    assert png.is_file() and "lstm (n=2): 5: 0.9, 40: 0.3" in capsys.readouterr().out
+    assert png.is_file() and "lstm (seeds=2): 5: 0.9, 40: 0.3" in capsys.readouterr().out
     assert main([*args, "--against", "core.name", "--out", str(tmp_path / "x.png")]) == 2
     assert "numeric 'core.name'" in capsys.readouterr().err
 
@@ -339,3 +339,158 @@ def test_transfer_figure_places_reference_points_and_refuses_an_empty_plot(tmp_p
     assert png.stat().st_size > 0
     with pytest.raises(ValueError, match="no train/test pairs"):
         plot_transfer([], tmp_path / "empty.png")
+
+
+def _record(results: Path, tmp_path: Path, name: str, config: dict, values: list[float]) -> Path:
+    """A committed record of a run whose ``rollout/ep_rew_mean`` took ``values`` (steps 100,
+    200, ...)."""
+    from experiments.records import write_record
+
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    config = {**config, "run": {"dir": str(run)}}  # as the trainer writes it
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    logger = RunLogger(run, tensorboard=False)
+    for i, value in enumerate(values):
+        logger.record("rollout/ep_rew_mean", value)
+        logger.dump(100 * (i + 1))
+    logger.close()
+    write_record(run, results / name)
+    return results / name
+
+
+def _s7(seed: int, epochs: int = 8, steps: int = 200) -> dict:
+    return {
+        "env": {"id": "MiniGrid-MemoryS7-v0", "workers": seed},  # workers: how, not what
+        "core": {"name": "lstm"},
+        "agent": {"n_epochs": epochs},
+        "train": {"seed": seed, "total_steps": steps},
+    }
+
+
+def test_report_and_plot_pool_only_seeds_of_one_config(tmp_path, capsys):
+    """Five lstm records: seeds 0, 1, 2 of one config, seed 0 again with 4 epochs, and seed 1
+    of that 4-epoch config: two rows (3 seeds, 2 seeds), named by the epochs, not 'seeds 5'."""
+    results = tmp_path / "results" / "s7"
+    for name, seed, epochs, value in (
+        ("a0", 0, 8, 0.9),
+        ("a1", 1, 8, 0.8),
+        ("a2", 2, 8, 0.7),
+        ("b0", 0, 4, 0.2),
+        ("b1", 1, 4, 0.4),
+    ):
+        _record(results, tmp_path, name, _s7(seed, epochs), [0.1, value])
+    text = build_report(results, tmp_path / "r.md", plots=False)
+    rows = {r[2]: r for r in table_rows(text, "rollout/ep_rew_mean")}
+    assert set(rows) == {"-", "agent.n_epochs=4"}
+    assert rows["-"][3:5] == ["3", mean_std([0.9, 0.8, 0.7])]
+    assert rows["agent.n_epochs=4"][3:5] == ["2", mean_std([0.2, 0.4])]
+    assert "differ from the most common setting" in text
+    # the plot draws the same two groups
+    args = ["plot", str(results), "--out", str(tmp_path / "p.png"), "--panel-by", "none"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "lstm (seeds=3, last mean 0.8)" in out
+    assert "lstm [agent.n_epochs=4] (seeds=2, last mean 0.3)" in out
+
+
+def test_seeds_count_distinct_seeds(tmp_path):
+    """Two records of seed 0 with one config (a re-run) are one seed, two runs."""
+    results = tmp_path / "results" / "s7"
+    _record(results, tmp_path, "x", _s7(0), [0.5])
+    _record(results, tmp_path, "y", _s7(0), [0.7])
+    text = build_report(results, tmp_path / "r.md", plots=False)
+    (row,) = table_rows(text, "rollout/ep_rew_mean")
+    assert row[2] == "1 (2 runs)"
+
+
+def test_broken_records_are_named_and_counted_as_failed(tmp_path):
+    results = tmp_path / "results" / "s7"
+    for seed in (0, 1, 2, 3, 4):
+        _record(results, tmp_path, f"s{seed}", _s7(seed), [0.1, 0.5])
+    (results / "s1" / "curve.csv").write_text("")  # empty curve
+    (results / "s2" / "curve.csv").unlink()  # missing curve
+    (results / "s3" / "record.json").unlink()  # half-written record
+    (results / "s4" / "config.yaml").write_text("core: [unclosed\n")  # corrupt config
+    text = build_report(results, tmp_path / "r.md", plots=False)
+    assert "- trials: 5 (1 ok, 4 not ok)" in text
+    (row,) = table_rows(text, "rollout/ep_rew_mean")
+    assert row[2] == "1"
+    broken = {r[0]: r for r in table_rows(text, "Trials that did not finish or are broken")}
+    assert set(broken) == {"s1", "s2", "s3", "s4"}
+    assert all(r[1] == "broken" for r in broken.values())
+    assert "empty curve.csv" in broken["s1"][2]
+    assert "no curve.csv" in broken["s2"][2]
+    assert "no record.json" in broken["s3"][2]
+    assert "corrupt config" in broken["s4"][2] and "config.yaml" in broken["s4"][2]
+
+
+def test_corrupt_config_in_plot_is_one_line(tmp_path, capsys):
+    results = tmp_path / "results" / "s7"
+    _record(results, tmp_path, "s0", _s7(0), [0.1, 0.5])
+    (results / "s0" / "config.yaml").write_text("core: [unclosed\n")
+    assert main(["plot", str(results), "--out", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "corrupt config" in err
+    assert str(results / "s0" / "config.yaml") in err and "Traceback" not in err
+    assert main(["report", str(results), "--out", str(tmp_path / "r.md"), "--no-plots"]) == 0
+    assert "| s0 | broken | corrupt config" in (tmp_path / "r.md").read_text()
+
+
+def test_incomplete_records_are_shown_as_such(tmp_path):
+    results = tmp_path / "results" / "s7"
+    _record(results, tmp_path, "done", _s7(0, steps=200), [0.1, 0.5])
+    _record(results, tmp_path, "cut", _s7(1, steps=8192), [0.1, 0.3])
+    text = build_report(results, tmp_path / "r.md", plots=False)
+    assert "- trials: 2 (2 ok, 0 not ok, 1 incomplete)" in text
+    (row,) = table_rows(text, "Incomplete runs")
+    assert row[0].endswith("cut") and row[1:] == ["200", "8192"]
+
+
+def test_best_value_comes_from_the_record_full_curve(tmp_path):
+    """A peak the thinned curve lost is still the run's best: the record keeps it."""
+    from experiments.records import MAX_CURVE_ROWS, read_curves
+
+    results = tmp_path / "results" / "s7"
+    values = [0.1] * 1000
+    values[402] = 0.93  # dropped by the 300-row thinning
+    path = _record(results, tmp_path, "s0", _s7(0, steps=100_000), values)
+    assert 0.93 not in read_curves(path)["rollout/ep_rew_mean"].values.tolist()
+    assert len((path / "curve.csv").read_text().splitlines()) <= MAX_CURVE_ROWS + 1
+    text = build_report(results, tmp_path / "r.md", plots=False)
+    (row,) = table_rows(text, "rollout/ep_rew_mean")
+    assert row[4] == "0.93"
+
+
+def test_plot_defaults_for_supervised_runs_and_says_where_it_wrote(tmp_path, monkeypatch, capsys):
+    sweep = tmp_path / "sweep"
+    write_trial(sweep, "lstm", 0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'curves.png'}" in out
+    assert (tmp_path / "curves.png").is_file()
+
+
+def test_threshold_crossings_come_from_the_record_or_are_marked(tmp_path):
+    """`--threshold 0.9`: each run's first step at 0.9, from the record's full-curve number; a
+    record without one falls back to its thinned curve, marked `*`."""
+    import json
+
+    results = tmp_path / "results" / "s7"
+    values = [0.1] * 1000
+    values[402] = 0.93  # dropped by the 300-row thinning: the full curve crosses at 40300
+    values[700:] = [0.95] * 300
+    _record(results, tmp_path, "s0", _s7(0, steps=100_000), values)
+    _record(results, tmp_path, "s1", _s7(1, steps=100_000), [0.1] * 1000)
+    old = results / "s2"
+    _record(results, tmp_path, "s2", _s7(2, steps=100_000), values)
+    record = json.loads((old / "record.json").read_text())
+    del record["derived"]  # a record made before derived numbers existed
+    (old / "record.json").write_text(json.dumps(record))
+    args = ["report", str(results), "--out", str(tmp_path / "r.md"), "--no-plots"]
+    assert main([*args, "--threshold", "0.9"]) == 0
+    text = (tmp_path / "r.md").read_text()
+    (row,) = table_rows(text, "rollout/ep_rew_mean")
+    assert row[-1] == "40300 / never / 70300*"  # the thinned curve: later than 40300
+    assert "`*`: from the record's thinned `curve.csv`" in text

@@ -34,7 +34,7 @@ def test_resume_restores_step_optimizer_and_rng(tmp_path):
     first = tmp_path / "first"
     assert _train_cli(first, "train.total_steps=128") == 0  # 2 updates
     ckpt = torch.load(first / CHECKPOINT_NAME, weights_only=True)
-    assert ckpt["global_step"] == 128 and ckpt["updates"] == 2
+    assert ckpt["step"] == 128 and ckpt["updates"] == 2
     adam_steps = {int(v["step"]) for v in ckpt["optimizer"]["state"].values()}
 
     # two copies resumed from the same checkpoint must continue identically (RNG restored)
@@ -43,11 +43,11 @@ def test_resume_restores_step_optimizer_and_rng(tmp_path):
         shutil.copytree(first, c)
         assert _train_cli(c, "train.total_steps=192", resume=True) == 0
     a, b = (torch.load(c / CHECKPOINT_NAME, weights_only=True) for c in copies)
-    assert a["global_step"] == 192 and a["updates"] == 3
+    assert a["step"] == 192 and a["updates"] == 3
     # Adam continued from its saved step count: 2 epochs x 2 minibatches more
     assert {int(v["step"]) for v in a["optimizer"]["state"].values()} == {s + 4 for s in adam_steps}
-    for k in a["policy"]:
-        torch.testing.assert_close(a["policy"][k], b["policy"][k], rtol=0, atol=0)
+    for k in a["model"]:
+        torch.testing.assert_close(a["model"][k], b["model"][k], rtol=0, atol=0)
     assert not torch.equal(a["rng"]["torch"], ckpt["rng"]["torch"])
     # ...and the continuation depends on the saved RNG state: change it and it differs
     other = tmp_path / "other_rng"
@@ -57,7 +57,7 @@ def test_resume_restores_step_optimizer_and_rng(tmp_path):
     save_checkpoint(other / CHECKPOINT_NAME, changed)
     assert _train_cli(other, "train.total_steps=192", resume=True) == 0
     c = torch.load(other / CHECKPOINT_NAME, weights_only=True)
-    assert any(not torch.equal(a["policy"][k], c["policy"][k]) for k in a["policy"])
+    assert any(not torch.equal(a["model"][k], c["model"][k]) for k in a["model"])
     # resuming with a different network is a clear error, not a state_dict traceback
     assert _train_cli(copies[0], "train.total_steps=256", "core.hidden_size=8", resume=True) == 2
     steps = [line.split(",")[0] for line in (copies[0] / "progress.csv").read_text().splitlines()]
@@ -100,7 +100,7 @@ def test_resume_needs_a_checkpoint_and_refuses_to_overwrite(tmp_path, capsys):
 def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path, capsys):
     source = tmp_path / "source"
     assert _train_cli(source, "train.total_steps=128") == 0
-    saved = torch.load(source / CHECKPOINT_NAME, weights_only=True)["policy"]
+    saved = torch.load(source / CHECKPOINT_NAME, weights_only=True)["model"]
     # the network starts from the source's weights, not from its own seed's initialisation
     for init_from, same in ((source, True), (None, False)):
         overrides = [*TINY, "train.seed=5", f"train.init_from={init_from or 'null'}"]
@@ -111,7 +111,7 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path, capsys):
     fork = tmp_path / "fork"
     assert _train_cli(fork, "train.total_steps=64", f"train.init_from={source}") == 0
     forked = torch.load(fork / CHECKPOINT_NAME, weights_only=True)
-    assert forked["global_step"] == 64 and forked["updates"] == 1  # counters start fresh
+    assert forked["step"] == 64 and forked["updates"] == 1  # counters start fresh
     # Adam starts fresh: one update of 2 epochs x 2 minibatches
     assert {int(v["step"]) for v in forked["optimizer"]["state"].values()} == {4}
     # a core with the same parameters may load them (lstm -> hdetach_lstm)
@@ -123,7 +123,7 @@ def test_init_from_starts_a_new_run_from_another_runs_weights(tmp_path, capsys):
 def test_init_from_loads_the_reconstruction_decoder_only_when_it_reads_the_same_lags(tmp_path):
     source = tmp_path / "source"
     assert _train_cli(source, "agent.recon_coef=0.1", "agent.recon_lags=[0,1]") == 0
-    saved = torch.load(source / CHECKPOINT_NAME, weights_only=True)["policy"]
+    saved = torch.load(source / CHECKPOINT_NAME, weights_only=True)["model"]
 
     def start(*overrides: str) -> dict[str, torch.Tensor]:
         config = [*TINY, "train.seed=5", f"train.init_from={source}", *overrides]
@@ -369,6 +369,6 @@ def test_overwrite_starts_over(tmp_path):
     run = tmp_path / "run"
     assert _train_cli(run, "train.total_steps=128") == 0
     assert _train_cli(run, "train.total_steps=64", "run.overwrite=true") == 0
-    assert torch.load(run / CHECKPOINT_NAME, weights_only=True)["global_step"] == 64
+    assert torch.load(run / CHECKPOINT_NAME, weights_only=True)["step"] == 64
     assert len([p for p in run.iterdir() if p.name.startswith("events.out")]) == 1
     assert len((run / "progress.csv").read_text().splitlines()) == 2  # header + 1 update

@@ -44,9 +44,9 @@ def test_every_core_trains_and_logs(tmp_path, core, algo):
     assert all(math.isfinite(e.value) for e in events.Scalars("train/value_loss"))
 
     payload = torch.load(tmp_path / "run" / CHECKPOINT_NAME, weights_only=True)
-    assert payload["global_step"] == result.global_step
+    assert payload["step"] == result.global_step
     assert payload["config"]["core"]["name"] == core
-    assert all(torch.isfinite(v).all() for v in payload["policy"].values())
+    assert all(torch.isfinite(v).all() for v in payload["model"].values())
     header = (tmp_path / "run" / "progress.csv").read_text().splitlines()[0]
     assert "train/value_loss" in header and "time/fps" in header
 
@@ -77,4 +77,4 @@ def test_encoders_train(tmp_path, encoder, mission):
     result = train(config, tmp_path / "run")
     assert result.updates == 1
     payload = torch.load(tmp_path / "run" / CHECKPOINT_NAME, weights_only=True)
-    assert all(torch.isfinite(v).all() for v in payload["policy"].values())
+    assert all(torch.isfinite(v).all() for v in payload["model"].values())

@@ -3,7 +3,9 @@ permissions, checkpoints that load onto the CPU, and the deprecated keys of the 
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import torch
 from rl_helpers import TINY, tiny_config
 
 from agents import supervised
-from agents.checkpoint import load_checkpoint, rng_state, set_rng_state
+from agents.checkpoint import CheckpointError, load_checkpoint, rng_state, set_rng_state
 from agents.files import write_text_atomic
 from agents.rl_trainer import CHECKPOINT_NAME, train
 from agents.run import RESUME_ALLOWED_CHANGES, RunSession, check_resume_config
@@ -170,3 +172,52 @@ def test_deprecated_keys_still_load_with_one_line_each(capsys):
     rl = tiny_config('run.dir=""')
     assert rl.run.dir is None
     assert "run.dir" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- layouts
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_committed_record_of_the_earlier_format_re_evaluates_to_its_numbers(capsys):
+    """Records keep ``memcores-rl/1`` policies: they load (one deprecation line) and act as
+    when the record was made."""
+    from agents.evaluation import evaluate_run
+
+    record_dir = REPO / "results/table7/seed=0,name=lstm,suite=memory/MemoryS7"
+    assert torch.load(record_dir / "policy.pt", weights_only=True)["format"] == "memcores-rl/1"
+    expected = json.loads((record_dir / "record.json").read_text())["eval"]
+    result = evaluate_run(record_dir / "policy.pt", "MiniGrid-MemoryS7-v0", episodes=100)
+    want = expected["MiniGrid-MemoryS7-v0"]
+    assert (result.mean_return, result.success_rate) == (want["return"], want["success"])
+    assert capsys.readouterr().err.count("deprecated") <= 1
+
+
+def test_a_supervised_run_of_the_earlier_layout_resumes_into_the_new_one(tmp_path, capsys):
+    """``checkpoint.pt`` / ``init.pt`` at the top of the folder, format
+    ``memcores-supervised-v1``: a resume reads them and continues in ``checkpoints/``."""
+    run = tmp_path / "run"
+    supervised.train(_supervised(run, "train.steps=2", "train.eval_every=2"))
+    for name, old in (("last.pt", "checkpoint.pt"), ("init.pt", "init.pt")):
+        payload = torch.load(run / "checkpoints" / name, weights_only=True)
+        payload["format"] = "memcores-supervised-v1"
+        del payload["trainer"]
+        torch.save(payload, run / old)
+    shutil.rmtree(run / "checkpoints")
+    results = supervised.train(_supervised(run, "train.steps=4", "train.eval_every=2"), True)
+    assert results["step"] == 4 and "deprecated" in capsys.readouterr().err
+    assert not (run / "checkpoint.pt").exists()
+    assert load_checkpoint(run / CHECKPOINT_NAME)["trainer"] == "supervised"
+
+
+def test_one_layout_and_format_for_both_trainers(tmp_path):
+    rl, sup = tmp_path / "rl", tmp_path / "sup"
+    train(tiny_config("train.total_steps=64"), rl)
+    supervised.train(_supervised(sup, "train.steps=2", "train.eval_every=2"))
+    tags = [load_checkpoint(run / CHECKPOINT_NAME) for run in (rl, sup)]
+    assert [(p["format"], p["trainer"]) for p in tags] == [
+        ("memcores/2", "rl"),
+        ("memcores/2", "supervised"),
+    ]
+    assert all({"config", "model", "optimizer", "step", "rng"} <= set(p) for p in tags)
+    with pytest.raises(CheckpointError, match="not a memcores RL checkpoint"):
+        train(tiny_config("train.total_steps=64", f"run.dir={sup}"), sup, resume=True)

@@ -47,7 +47,13 @@ def test_learns_short_copy_to_100_percent(tmp_path: Path) -> None:
     assert results["final"]["eval/accuracy"] == 1.0
     assert results["stopped_early"] and results["step"] < 800
     assert results["final"]["eval/loss"] < 0.2 * results["baseline_loss"]
-    for name in ("config.yaml", "progress.csv", "checkpoint.pt", "init.pt", "results.json"):
+    for name in (
+        "config.yaml",
+        "progress.csv",
+        "checkpoints/last.pt",
+        "checkpoints/init.pt",
+        "results.json",
+    ):
         assert (run / name).is_file(), name
     rows = list(csv.DictReader((run / "progress.csv").open()))
     assert {"train/loss", "train/grad_norm", "eval/accuracy"} <= set(rows[0])
@@ -76,7 +82,7 @@ def test_timescale_stats_average_logs_and_skip_cores_without_a_gate() -> None:
 def _run_steps(run: Path, steps: int, resume: bool = False) -> dict:
     config = _config(run, f"train.steps={steps}", "train.eval_every=3", "train.log_every=1")
     supervised.train(config, resume=resume)
-    return load_checkpoint(run / "checkpoint.pt")
+    return load_checkpoint(run / "checkpoints/last.pt")
 
 
 def test_resume_continues_same_step_and_optimizer_state(tmp_path: Path) -> None:
@@ -106,7 +112,7 @@ def test_overwrite_starts_afresh(tmp_path: Path) -> None:
     _run_steps(tmp_path, 4)
     config = _config(tmp_path, "train.steps=2", "train.eval_every=2", "run.overwrite=true")
     supervised.train(config)
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2
+    assert load_checkpoint(tmp_path / "checkpoints/last.pt")["step"] == 2
     steps = [int(r["step"]) for r in csv.DictReader((tmp_path / "progress.csv").open())]
     assert max(steps) == 2
 
@@ -278,15 +284,15 @@ def test_diagnose_train_mode_shows_h_detach(tmp_path: Path, capsys: pytest.Captu
 def test_init_from_starts_from_another_runs_weights(tmp_path: Path) -> None:
     source = tmp_path / "short"
     supervised.train(_config(source, "train.steps=4", "train.eval_every=4"))
-    trained = load_checkpoint(source / "checkpoint.pt")["model"]
+    trained = load_checkpoint(source / "checkpoints/last.pt")["model"]
     # a longer task (a curriculum step) from those weights: init.pt holds them exactly
     run = tmp_path / "long"
     config = _config(run, "train.steps=2", "task.length=12", f"train.init_from={source}")
     supervised.train(config)
-    start = load_checkpoint(run / "init.pt")["model"]
+    start = load_checkpoint(run / "checkpoints/init.pt")["model"]
     for key, value in trained.items():
         torch.testing.assert_close(start[key], value, msg=key)
-    assert load_checkpoint(run / "checkpoint.pt")["step"] == 2  # fresh step count
+    assert load_checkpoint(run / "checkpoints/last.pt")["step"] == 2  # fresh step count
 
 
 def test_init_from_errors_write_nothing(tmp_path: Path) -> None:
@@ -312,8 +318,8 @@ def test_init_from_another_core_with_the_same_parameters(tmp_path: Path) -> None
     supervised.train(
         _config(run, "core.name=hdetach_lstm", "train.steps=2", f"train.init_from={source}")
     )
-    start = load_checkpoint(run / "init.pt")["model"]
-    for key, value in load_checkpoint(source / "checkpoint.pt")["model"].items():
+    start = load_checkpoint(run / "checkpoints/init.pt")["model"]
+    for key, value in load_checkpoint(source / "checkpoints/last.pt")["model"].items():
         torch.testing.assert_close(start[key], value, msg=key)
 
 

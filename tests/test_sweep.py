@@ -403,15 +403,17 @@ def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
     )
     run = Path(paths["out"]) / "trial"
     deadline = time.time() + 120
-    while not (run / "checkpoint.pt").is_file():
+    while not (run / "checkpoints/last.pt").is_file():
         assert time.time() < deadline and sweep.poll() is None, sweep.stderr.read()
         time.sleep(0.1)
     sweep.send_signal(signal.SIGTERM)
     assert sweep.wait(timeout=60) != 0
     assert not (run / "results.json").exists()  # interrupted before the end
-    init = (run / "init.pt").stat().st_mtime_ns  # a restart from scratch would rewrite it
+    init = (
+        (run / "checkpoints/init.pt").stat().st_mtime_ns
+    )  # a restart from scratch would rewrite it
     assert main(args) == 0
-    assert (run / "init.pt").stat().st_mtime_ns == init
+    assert (run / "checkpoints/init.pt").stat().st_mtime_ns == init
     assert json.loads((run / "results.json").read_text())["step"] == 100
     steps = [int(line.split(",")[0]) for line in (run / "progress.csv").read_text().split()[1:]]
     assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == 100

@@ -115,17 +115,17 @@ def test_rerun_restores_the_sweep_of_a_killed_driver(tmp_path, ray_session, caps
     )
     run = out / "trial"
     deadline = time.time() + 180
-    while not (run / "checkpoint.pt").is_file() or not list(
+    while not (run / "checkpoints/last.pt").is_file() or not list(
         (out / ".tune").glob("experiment_state*")
     ):
         assert time.time() < deadline and driver.poll() is None, driver.stderr.read()
         time.sleep(0.1)
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
-    init = (run / "init.pt").stat().st_mtime_ns
+    init = (run / "checkpoints/init.pt").stat().st_mtime_ns
     time.sleep(2)  # Ray ends the dead driver's trial
     assert main(args) == 0
     assert "restoring the Tune experiment" in capsys.readouterr().out
-    assert (run / "init.pt").stat().st_mtime_ns == init
+    assert (run / "checkpoints/init.pt").stat().st_mtime_ns == init
     assert json.loads((run / "results.json").read_text())["step"] == 100
     assert (tmp_path / "r" / "trial" / "record.json").is_file()

@@ -104,8 +104,8 @@ def test_async_training_equals_sync_training(tmp_path):
     for a, b in zip(sync_run.history, async_run.history, strict=True):
         for key in ("rollout/ep_rew_mean", "train/policy_loss", "train/value_loss"):
             assert a[key] == b[key] or (np.isnan(a[key]) and np.isnan(b[key])), key
-    sync_w = torch.load(tmp_path / "sync/checkpoints/last.pt", weights_only=True)["policy"]
-    async_w = torch.load(tmp_path / "async/checkpoints/last.pt", weights_only=True)["policy"]
+    sync_w = torch.load(tmp_path / "sync/checkpoints/last.pt", weights_only=True)["model"]
+    async_w = torch.load(tmp_path / "async/checkpoints/last.pt", weights_only=True)["model"]
     for name in sync_w:
         torch.testing.assert_close(sync_w[name], async_w[name], rtol=0, atol=0)
 
@@ -137,8 +137,8 @@ def test_separate_acting_policy_gives_the_same_run(tmp_path, monkeypatch):
         rl_trainer, "acting_policy", lambda policy, device, **_: copy.deepcopy(policy)
     )
     split = train(tiny_config(), tmp_path / "split")
-    a = torch.load(tmp_path / "plain/checkpoints/last.pt", weights_only=True)["policy"]
-    b = torch.load(tmp_path / "split/checkpoints/last.pt", weights_only=True)["policy"]
+    a = torch.load(tmp_path / "plain/checkpoints/last.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "split/checkpoints/last.pt", weights_only=True)["model"]
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
     assert [r["train/value_loss"] for r in plain.history] == [
@@ -154,7 +154,7 @@ def test_cuda_learner_acts_on_cpu(tmp_path):
     result = train(tiny_config("train.device=cuda"), tmp_path / "cuda")
     assert result.global_step == 128
     payload = torch.load(tmp_path / "cuda/checkpoints/last.pt", weights_only=True)
-    assert all(torch.isfinite(v).all() for v in payload["policy"].values())
+    assert all(torch.isfinite(v).all() for v in payload["model"].values())
     policy = torch.nn.Linear(1, 1).cuda()
     assert rl_trainer.acting_policy(policy, torch.device("cuda")).weight.device.type == "cpu"
 
@@ -191,8 +191,8 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
 
     monkeypatch.undo()
     train(tiny_config("train.overlap=true", "train.total_steps=256"), tmp_path / "b")
-    a = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)["policy"]
-    b = torch.load(tmp_path / "b/checkpoints/last.pt", weights_only=True)["policy"]
+    a = torch.load(tmp_path / "a/checkpoints/last.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "b/checkpoints/last.pt", weights_only=True)["model"]
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
 
@@ -217,3 +217,22 @@ def test_bench_update_costs_prints_one_row_per_encoder(capsys):
     ceiling = next(x for x in lines if "the update alone allows at most" in x)
     assert collect > 0 and update_us > 0
     assert int(ceiling.split()[-4]) == pytest.approx(1e6 / update_us, rel=1e-3, abs=1)
+
+
+def test_overlap_resumed_after_an_odd_update_learns_from_collected_rollouts(tmp_path, monkeypatch):
+    """Resumed after update 3, the overlapped loop learns from the rollout it just collected
+    (every stored log-prob is a real one, < 0), not from the other, never-filled buffer."""
+    from agents import rl_trainer
+
+    run = tmp_path / "run"
+    train(tiny_config("train.overlap=true", "train.total_steps=192"), run)  # 3 updates
+    seen = []
+    real_update = rl_trainer.update
+
+    def update(policy, optimizer, buffer, *args, **kwargs):
+        seen.append(bool((buffer.logprobs < 0).all()))
+        return real_update(policy, optimizer, buffer, *args, **kwargs)
+
+    monkeypatch.setattr(rl_trainer, "update", update)
+    result = train(tiny_config("train.overlap=true", "train.total_steps=320"), run, resume=True)
+    assert result.updates == 5 and seen == [True, True]

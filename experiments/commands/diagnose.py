@@ -137,7 +137,7 @@ def _probe_config(path: Path, overrides: list[str], cores: list[str], args) -> l
 
 def _probe_run(run_dir: Path, overrides: list[str], args) -> list[Probe]:
     from agents import supervised
-    from agents.checkpoint import load_checkpoint
+    from agents.checkpoint import checkpoint_path, load_checkpoint
     from agents.supervised_config import SupervisedConfig
     from experiments.config import load_config
 
@@ -152,7 +152,7 @@ def _probe_run(run_dir: Path, overrides: list[str], args) -> list[Probe]:
     files = [supervised.INIT_CHECKPOINT] if args.before_after else []
     files.append(supervised.CHECKPOINT)
     for filename in files:
-        payload = load_checkpoint(run_dir / filename)
+        payload = load_checkpoint(checkpoint_path(run_dir, filename))
         model = supervised.build_model(config, task)
         model.load_state_dict(payload["model"])
         when = "init" if filename == supervised.INIT_CHECKPOINT else f"step {payload['step']}"

@@ -9,8 +9,10 @@ folders and draws, per group of runs (one core by default), the mean over seeds 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from experiments.plotting import SPREADS, plot_against, plot_runs
+from experiments.records import find_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,10 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metric",
-        default="rollout/ep_rew_mean",
-        help="logged scalar tag (default rollout/ep_rew_mean; supervised: eval/accuracy)",
+        default=None,
+        help="logged scalar tag (default rollout/ep_rew_mean; supervised runs: eval/accuracy)",
     )
-    parser.add_argument("--out", default="curves.png", help="PNG file to write")
+    parser.add_argument(
+        "--out", default=None, help="PNG file to write (default curves.png in this folder)"
+    )
     parser.add_argument(
         "--group-by",
         action="append",
@@ -56,7 +60,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+RL_METRIC = "rollout/ep_rew_mean"
+SUPERVISED_METRIC = "eval/accuracy"
+
+
+def default_metric(paths: list[str]) -> str:
+    """``eval/accuracy`` when every run under ``paths`` is supervised, else the RL return."""
+    runs = find_runs(paths)
+    supervised = bool(runs) and all("task" in run.config for run in runs)
+    return SUPERVISED_METRIC if supervised else RL_METRIC
+
+
 def run(args: argparse.Namespace) -> int:
+    args.metric = args.metric or default_metric(args.paths)
+    if args.out is None:  # say where: the reader did not choose the place
+        args.out = str(Path.cwd() / "curves.png")
     if args.against:
         out, bands = plot_against(
             args.paths,
@@ -70,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         )
         for b in bands:
             values = ", ".join(f"{x:g}: {m:.3g}" for x, m in zip(b.steps, b.mean, strict=True))
-            print(f"{b.label} (n={b.n}): {values}")
+            print(f"{b.label} ({b.count}): {values}")
         print(f"wrote {out}")
         return 0
     panel_by = None if args.panel_by in ("none", "") else args.panel_by
@@ -87,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for panel, bands in panels.items():
         head = f"{panel}: " if panel else ""
-        lines = ", ".join(f"{b.label} (n={b.n}, last mean {b.mean[-1]:.4g})" for b in bands)
+        lines = ", ".join(f"{b.label} ({b.count}, last mean {b.mean[-1]:.4g})" for b in bands)
         print(f"{head}{lines}")
     print(f"wrote {out}")
     return 0

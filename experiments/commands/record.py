@@ -1,8 +1,9 @@
 """``memcores record RUN_DIR --out results/<experiment>/<trial>``: commit a run's small record.
 
 Writes ``record.json``, ``config.yaml`` and ``curve.csv`` (<= 300 rows) from a finished run
-folder, and with ``--policy`` the final policy weights when they stay under 1 MB. See
-:mod:`experiments.records`.
+folder, and with ``--policy`` the final policy weights when they stay under 1 MB. A record of
+another run already in ``--out`` is kept unless ``--replace`` is given; a run that stopped
+before its budget is recorded as incomplete. See :mod:`experiments.records`.
 """
 
 from __future__ import annotations
@@ -21,19 +22,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy", action="store_true", help="also keep the final policy (RL, < 1 MB only)"
     )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="overwrite a record of a different run in --out (refused by default)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.records import write_record
+    from experiments.records import read_record, write_record
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder results/<experiment>/<trial>")
     try:
-        path = write_record(args.run_dir, out, command=args.command, policy=args.policy)
+        path = write_record(
+            args.run_dir, out, command=args.command, policy=args.policy, replace=args.replace
+        )
     except PermissionError as err:
         raise ValueError(f"cannot write the record into {out}: {err.strerror}") from None
     print(f"wrote {path.parent} ({', '.join(sorted(p.name for p in path.parent.iterdir()))})")
+    record = read_record(path.parent).record
+    if record.get("incomplete"):
+        unit = "updates" if record.get("kind") == "supervised" else "frames"
+        print(
+            f"note: incomplete run: {record.get(unit)} of {record.get('planned')} {unit}; "
+            "the record says so and reports mark it"
+        )
     if not args.command:
         print(f"note: no --command given; consider: --command {shlex.quote('memcores ...')}")
     return 0

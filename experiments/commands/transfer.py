@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         # A pair trained before (same --out) is resumed, or just re-evaluated when finished.
         print(f"== transfer: training {config.core.name} on {train_id} -> {run_dir}")
         train(config, run_dir, resume=(run_dir / CHECKPOINT_NAME).is_file())
-        frames = load_rl_checkpoint(run_dir)["global_step"]
+        frames = load_rl_checkpoint(run_dir)["step"]
         on_train = evaluate_run(run_dir, train_id, episodes, argmax)
         on_test = evaluate_run(run_dir, test_id, episodes, argmax)
         print(f"   {on_train.summary()}\n   {on_test.summary()}")

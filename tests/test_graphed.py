@@ -1,0 +1,167 @@
+"""CUDA-graph capture of the step-loop cores (:mod:`cores.graphed`).
+
+Without a GPU only the logic is testable: the eager fallback, which cores declare themselves
+capturable, and that those cores' forward and backward read nothing back to the host while
+a capture is under way (run on ``meta`` tensors, which hold no values: any host read fails).
+Replaying real graphs is checked where CUDA is present.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cores import CORES, make_core
+from cores.graphed import GraphedCore, graphed
+
+T, B, D, H = 9, 3, 4, 8
+GRAPH_SAFE = [
+    "block_gru",
+    "janet",
+    "leaky_rnn",
+    "linear_rnn",
+    "nru",
+    "o_lstm",
+    "om_lstm",
+    "or_lstm",
+    "power_rnn",
+    "rel_lstm",
+    "rel_rnn",
+    "um_lstm",
+]
+
+
+def _inputs(device: str = "cpu", dtype: torch.dtype = torch.float64):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(T, B, D, generator=gen, dtype=dtype).to(device)
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[4, 0] = starts[0, 2] = True
+    return x, starts.to(device)
+
+
+def _run(core, x, state, starts):
+    core.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_(True)
+    y, final = core(x, state, starts)
+    (y.square().sum() + sum(f.float().sum() for f in final if f.is_floating_point())).backward()
+    return [y.detach(), x.grad, *(p.grad for p in core.parameters() if p.grad is not None)]
+
+
+def test_the_capturable_cores_are_the_step_loop_cores_without_a_fused_path() -> None:
+    declared = sorted(n for n in CORES if make_core(n, D, H).graph_safe)
+    assert declared == GRAPH_SAFE
+
+
+def test_wrapping_an_uncapturable_core_is_refused_or_left_as_it_is() -> None:
+    with pytest.raises(ValueError, match="MemLSTM cannot be captured in a CUDA graph"):
+        GraphedCore(make_core("mem_lstm", D, H))
+    core = make_core("min_gru", D, H)
+    assert graphed(core) is core
+    assert isinstance(graphed(make_core("janet", D, H)), GraphedCore)
+    wrapped = graphed(make_core("block_gru", D, H, layers=2))
+    assert (wrapped.has_step, wrapped.state_arity) == (False, 2)
+
+
+@pytest.mark.parametrize("name", ["janet", "rel_lstm"])
+def test_on_cpu_the_wrapper_is_the_core(name) -> None:
+    torch.manual_seed(0)
+    core = make_core(name, D, H).double()
+    wrapped = GraphedCore(core)
+    x, starts = _inputs()
+    state = core.initial_state(B)
+    assert not wrapped.graphable(x)
+    for got, want in zip(
+        _run(wrapped, x, state, starts), _run(core, x, state, starts), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    assert [t.shape for t in wrapped.initial_state(B)] == [t.shape for t in state]
+    y, _ = wrapped.step(x[0], state)
+    assert y.shape == (B, H)
+
+
+def test_one_graph_per_shape_and_mode_and_the_oldest_dropped(monkeypatch) -> None:
+    """The wrapper's bookkeeping, with the capture replaced by the eager module it would
+    record: one capture per (shape, dtype, grad flags, starts given, training), reused after,
+    at most ``MAX_GRAPHS`` kept, and values and gradients those of the core."""
+    from cores import graphed as graphed_module
+
+    captured = []
+
+    def fake_capture(module, samples, allow_unused_input=False):
+        captured.append(tuple(s.shape for s in samples))
+        return module
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", fake_capture)
+    monkeypatch.setattr(GraphedCore, "graphable", lambda self, x: True)
+    torch.manual_seed(0)
+    core = make_core("janet", D, H).double()
+    wrapped = GraphedCore(core)
+    x, starts = _inputs()
+    state = core.initial_state(B)
+    for got, want in zip(
+        _run(wrapped, x, state, starts), _run(core, x, state, starts), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    _run(wrapped, x + 1, state, ~starts)  # same shapes: replayed, not captured again
+    assert len(captured) == 1
+    _run(wrapped, x, state, None)  # no starts: another graph
+    wrapped.eval()
+    _run(wrapped, x, state, starts)  # evaluation mode: another graph
+    assert len(captured) == 3
+    for steps in range(2, 2 + graphed_module.MAX_GRAPHS):
+        _run(wrapped, x[:steps], state, starts[:steps])
+    assert len(wrapped._graphs) == graphed_module.MAX_GRAPHS
+    assert len(captured) == 3 + graphed_module.MAX_GRAPHS
+    wrapped.train()
+    _run(wrapped, x, state, starts)  # the first graph was dropped: recorded again
+    assert len(captured) == 4 + graphed_module.MAX_GRAPHS
+
+
+@pytest.mark.parametrize("name", GRAPH_SAFE)
+def test_capturable_cores_give_the_same_values_with_a_reset_at_every_step(
+    name, monkeypatch
+) -> None:
+    """While capturing, the host cannot read ``starts``, so the masked reset runs at every
+    step: values and gradients must not change."""
+    torch.manual_seed(0)
+    core = make_core(name, D, H).double()
+    x, starts = _inputs()
+    state = core.initial_state(B)
+    want = _run(core, x, state, starts)
+    monkeypatch.setattr("cores.base.capturing", lambda like: True)
+    got = _run(core, x, state, starts)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("name", GRAPH_SAFE)
+def test_capturable_cores_read_nothing_back_to_the_host(name, monkeypatch) -> None:
+    """Forward and backward on ``meta`` tensors (no values: ``.item()``, ``bool()`` or
+    ``.tolist()`` of a tensor raise) while a capture is simulated."""
+    monkeypatch.setattr("cores.base.capturing", lambda like: True)
+    core = make_core(name, D, H).to("meta")
+    x, starts = (t.to("meta") for t in _inputs(dtype=torch.float32))
+    state = core.initial_state(B, "meta")
+    y, final = core(x.requires_grad_(True), state, starts)
+    y.sum().backward()
+    assert y.shape == (T, B, H) and x.grad.shape == x.shape
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="replaying a CUDA graph needs CUDA")
+@pytest.mark.parametrize("name", ["janet", "o_lstm", "rel_lstm", "block_gru"])
+def test_graph_replays_match_eager_on_cuda(name) -> None:
+    """Two replays with different inputs and resets: values and gradients as eager."""
+    torch.manual_seed(0)
+    core = make_core(name, D, H).cuda()
+    wrapped = GraphedCore(core)
+    for seed in range(3):
+        x, starts = _inputs("cuda", torch.float32)
+        x = x + seed
+        starts = starts.roll(seed, 0)
+        state = core.initial_state(B, "cuda")
+        assert wrapped.graphable(x)
+        got = _run(wrapped, x, state, starts)
+        want = _run(core, x, state, starts)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert len(wrapped._graphs) == 1
