@@ -15,6 +15,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from cores import triton_tune
+
 BLOCK_B = 16
 """Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
 
@@ -129,7 +131,14 @@ def put(ptr, value, rows, row_ok, cols, col_ok, width):
 
 
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
-    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here)."""
+    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here).
+
+    Every fused kernel takes ``T, B, H`` as its last three arguments; on a GPU the tile cut
+    (``BLOCK_N``, ``BLOCK_K``, warps) is the fastest of :mod:`cores.triton_tune`'s candidates
+    for that shape, timed on first use.
+    """
+    if "BLOCK_N" in meta and triton_tune.enabled(args):
+        meta = triton_tune.best_meta(kernel, grid, args, meta, hidden=int(args[-1]))
     kernel[grid](*args, **meta)
 
 

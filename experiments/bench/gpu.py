@@ -3,8 +3,9 @@
 On a machine with a CUDA GPU, in one run of a few minutes (each part has a time budget,
 325 s in all; what a part cannot fit is listed as not measured):
 
-1. ``tests``: the CUDA cases of the test suite (``pytest -k cuda``: every test on the
-   ``device`` fixture, and the kernel tests that name CUDA).
+1. ``tests``: the CUDA cases of the test suite (``pytest -k "cuda or triton_kernels"``:
+   every test on the ``device`` fixture, the kernel tests that name CUDA, and the fused-kernel
+   tests, which run compiled on CUDA).
 2. ``cores``: forward+backward of every core at T=256, B=64, input 64, hidden 128, beside
    cuDNN's ``nn.LSTM`` and ``nn.GRU`` measured in the same run; the targets (gated LSTM presets
    at most 2x ``nn.LSTM``, GRU presets at most 2x ``nn.GRU``, ``slstm`` at most 3x
@@ -190,7 +191,10 @@ def time_runner(run: Callable[[], None], device: torch.device, reps: int, clock:
 def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
     """Run the CUDA cases of the test suite in a subprocess (``--quick``: only collect those
     of ``tests/test_devices.py``)."""
-    command = [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider"]
+    # the CUDA-named cases, and the fused-kernel tests, which run on CUDA where it exists
+    selection = "cuda or triton_kernels"
+    command = [sys.executable, "-m", "pytest", "-q", "--tb=line", "-k", selection]
+    command += ["-p", "no:cacheprovider"]
     if quick:  # collect one file's cases: the subprocess and the parsing, in seconds
         command += ["--collect-only", "tests/test_devices.py"]
     env = {
@@ -222,6 +226,7 @@ def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         "returncode": rc,
         "summary": lines[-1].strip("= ") if lines else "",
         "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))],
+        "output_tail": lines[-80:],  # the failures' one-line tracebacks, for the JSON
     }
 
 
@@ -272,7 +277,18 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         "rows": rows,
         "errors": errors,
         "not_measured": not_measured,
+        "tile_cuts": _tile_cuts(),
     }
+
+
+def _tile_cuts() -> list[dict[str, Any]]:
+    """The tile cut the tuner kept for each fused kernel and shape (cores/triton_tune.py)."""
+    from cores import triton_tune
+
+    return [
+        {"kernel": key[0], "int_args": [a for a in key[2] if isinstance(a, int)], **cut}
+        for key, cut in triton_tune.chosen().items()
+    ]
 
 
 def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:

@@ -1,0 +1,101 @@
+"""The fused kernels' tile tuner (cores/triton_tune.py), with a stand-in kernel and clock."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cores import triton_tune
+
+
+class FakeKernel:
+    """Indexable by a grid like a ``@triton.jit`` function; each call adds 1 to its buffer in
+    place (as the fused kernels update ``h``) and records the cut it ran with."""
+
+    __name__ = "fake_kernel"
+
+    def __init__(self) -> None:
+        self.cuts: list[tuple[int, int, int]] = []
+
+    def __getitem__(self, grid):
+        def run(buffer, T, B, H, **meta):
+            buffer.add_(1.0)
+            self.cuts.append((meta["BLOCK_N"], meta["BLOCK_K"], meta.get("num_warps", 4)))
+
+        return run
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(triton_tune, "_BEST", {})
+
+
+def test_candidates_clamp_to_the_hidden_size_and_start_with_the_default():
+    cuts = triton_tune.candidates(16, {"BLOCK_N": 16, "BLOCK_K": 16})
+    assert cuts == [
+        {"BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4},
+        {"BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 8},
+    ]
+    wide = triton_tune.candidates(256, {"BLOCK_N": 32, "BLOCK_K": 32})
+    assert wide[0] == {"BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4}
+    assert {"BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8} in wide
+    assert len(wide) == len({tuple(c.values()) for c in wide})
+
+
+def test_the_fastest_cut_wins_and_every_trial_starts_from_the_initial_values():
+    kernel, buffer = FakeKernel(), torch.zeros(3)
+    seen_before_run: list[float] = []
+    fastest = {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8}
+
+    def clock(run) -> float:
+        run()
+        seen_before_run.append(float(buffer[0]) - 1.0)  # the value the trial started from
+        return 0.5 if kernel.cuts[-1] == tuple(fastest.values()) else 1.0
+
+    meta = triton_tune.best_meta(
+        kernel, (1,), (buffer, 8, 4, 128), {"BLOCK_N": 32, "BLOCK_K": 32, "ACT": 1}, 128, clock
+    )
+    assert {k: meta[k] for k in fastest} == fastest and meta["ACT"] == 1
+    assert seen_before_run == [0.0] * len(seen_before_run) and len(seen_before_run) > 2
+    assert torch.equal(buffer, torch.zeros(3))  # restored after tuning: the real launch is exact
+
+
+def test_a_shape_is_tuned_once_and_a_new_shape_again():
+    kernel, calls = FakeKernel(), []
+
+    def clock(run) -> float:
+        calls.append(1)
+        run()
+        return 1.0
+
+    meta = {"BLOCK_N": 32, "BLOCK_K": 32}
+    triton_tune.best_meta(kernel, (1,), (torch.zeros(2), 8, 4, 64), meta, 64, clock)
+    first = len(calls)
+    triton_tune.best_meta(kernel, (1,), (torch.zeros(2), 8, 4, 64), meta, 64, clock)
+    assert len(calls) == first
+    triton_tune.best_meta(kernel, (1,), (torch.zeros(2), 16, 4, 64), meta, 64, clock)
+    assert len(calls) == 2 * first
+
+
+def test_a_cut_that_fails_to_compile_is_skipped():
+    kernel = FakeKernel()
+
+    def clock(run) -> float:
+        run()
+        if kernel.cuts[-1][0] == 32:
+            raise RuntimeError("out of resources: shared memory")
+        return 1.0
+
+    meta = triton_tune.best_meta(
+        kernel, (1,), (torch.zeros(2), 8, 4, 64), {"BLOCK_N": 32, "BLOCK_K": 32}, 64, clock
+    )
+    assert meta["BLOCK_N"] == 64
+
+
+def test_tuning_is_off_on_cpu_tensors_under_the_interpreter_and_when_switched_off(monkeypatch):
+    cpu = (torch.zeros(2), 8, 4, 16)
+    assert not triton_tune.enabled(cpu)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not triton_tune.enabled(cpu)
+    monkeypatch.setenv(triton_tune.ENV_VAR, "0")
+    assert not triton_tune.enabled(cpu)
