@@ -143,6 +143,7 @@ def load_config(
     raw: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml_mapping(path)
+        raw.pop("search", None)  # a sweep's search space (experiments/search.py), not a key
     for item in overrides:
         key, value = parse_override(item)
         set_dotted(raw, key, value)

@@ -176,7 +176,8 @@ def records_grid(folder: Path) -> dict[str, list[str]]:
     grid: dict[str, list[str]] = {}
     for path in sorted(folder.rglob(RECORD_FILE)):
         try:
-            words = shlex.split(str(read_record(path.parent).record.get("command", "")))
+            run = read_record(path.parent)
+            words = shlex.split(str(run.record.get("command", "")))
         except ValueError:  # an unreadable record, an unbalanced quote in a hand-made command
             continue
         if "sweep" not in words[:3]:
@@ -186,7 +187,28 @@ def records_grid(folder: Path) -> dict[str, list[str]]:
                 key, values = value.split("=", 1)
                 known = grid.setdefault(key, [])
                 known += [v for v in values.split(",") if v not in known]
+        for key in searched_keys(words):  # a random/Optuna search or PBT: its sampled keys
+            known = grid.setdefault(key, [])
+            value = str(run.get(key))
+            known += [value] if value not in known else []
     return grid
+
+
+def searched_keys(words: Sequence[str]) -> list[str]:
+    """The ``search:`` keys of a ``memcores sweep`` command that samples them (``--search
+    random|optuna``, ``--scheduler pbt``), read from its config file; [] otherwise."""
+    if not ({"--search", "--scheduler"} & set(words)) or len(words) < 3:
+        return []
+    sampled = any(
+        (flag, value) in {("--search", "random"), ("--search", "optuna"), ("--scheduler", "pbt")}
+        for flag, value in zip(words, words[1:], strict=False)
+    )
+    config = Path(words[words.index("sweep") + 1])
+    try:
+        section = yaml.safe_load(config.read_text()).get("search") if sampled else None
+    except (OSError, ValueError, AttributeError):  # the config moved or is not a mapping
+        return []
+    return [str(k) for k in section] if isinstance(section, dict) else []
 
 
 def numeric_axis(grid: dict[str, Sequence[Any]]) -> str | None:

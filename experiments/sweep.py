@@ -31,17 +31,30 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.files import write_text_atomic
 from experiments.config import parse_override, read_yaml_mapping
 from experiments.records import write_record
 from experiments.trials import TRANSFER_KEYS, Trial, TrialResult, run_trial, trial_done
-from experiments.tune_engine import connect_ray, ray_available, run_tune
+from experiments.tune_engine import (
+    check_resources,
+    cluster_nodes,
+    connect_ray,
+    ray_available,
+    run_tune,
+    trial_resources,
+)
+
+if TYPE_CHECKING:
+    from experiments.search import Dist
 
 COMMANDS = ("train", "supervised", "transfer")
 BACKENDS = ("auto", "ray", "local")
-SCHEDULERS = ("fifo", "asha")
+SCHEDULERS = ("fifo", "asha", "pbt")
+SEARCHES = ("grid", "random", "optuna")
+CLUSTER_RETRIES = 2
+"""``--max-failures`` when it is not given and the sweep runs on a cluster (``--address``)."""
 TRIAL_FILE = "trial.json"
 SWEEP_FILE = "sweep.json"
 
@@ -184,9 +197,16 @@ class SweepOptions:
         process: no retries, no scheduler, no cluster), ``auto``: ray when installed.
     :param address: Ray cluster address (``auto``, ``ray://head:10001``); None: a private
         local Ray instance with ``max_concurrent * cpus`` CPUs.
-    :param max_failures: retries of a failed trial (from its last checkpoint).
-    :param scheduler: ``fifo`` or ``asha`` (early stopping on ``metric``/``mode``; rungs in
-        ``step`` units, the first after ``grace_period`` steps).
+    :param cpus, gpus, memory_gb: what each trial reserves (GPUs may be a fraction); checked
+        against the cluster's nodes before anything is written.
+    :param max_failures: retries of a failed trial (from its last checkpoint); None:
+        :data:`CLUSTER_RETRIES` with ``address``, else 0.
+    :param scheduler: ``fifo``, ``asha`` (early stopping on ``metric``/``mode``; rungs in
+        ``step`` units, the first after ``grace_period`` steps) or ``pbt`` (Population Based
+        Training over the config's ``search:`` space, every ``perturbation_interval`` steps).
+    :param search: ``grid`` (the ``--grid`` points), ``random`` or ``optuna`` (``samples``
+        points of the config's ``search:`` space, each run on every seed of the grid;
+        ``metric``/``mode`` is what Optuna optimises: the mean over seeds of its last value).
     :param timeout: seconds after which a trial is stopped (None: no limit).
     """
 
@@ -195,34 +215,76 @@ class SweepOptions:
     max_concurrent: int = 1
     cpus: int = 1
     gpus: float = 0.0
-    max_failures: int = 0
+    max_failures: int | None = None
     scheduler: str = "fifo"
     metric: str | None = None
     mode: str = "max"
     grace_period: int = 1
     timeout: float | None = None
+    search: str = "grid"
+    samples: int = 1
+    memory_gb: float = 0.0
+    perturbation_interval: int = 0
+    search_seed: int = 0
+
+    @property
+    def retries(self) -> int:
+        """``max_failures``, or its default (more on a cluster, where nodes can be lost)."""
+        if self.max_failures is not None:
+            return self.max_failures
+        return CLUSTER_RETRIES if self.address else 0
 
     def check(self) -> None:
         """:raises SweepError: an impossible combination (named in the message)."""
         if self.backend not in BACKENDS:
             raise SweepError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
         if self.scheduler not in SCHEDULERS:
-            raise SweepError(f"unknown scheduler {self.scheduler!r}; valid: fifo, asha")
-        if self.scheduler == "asha" and not self.metric:
-            raise SweepError("--scheduler asha needs --metric TAG (and --mode max|min)")
+            raise SweepError(
+                f"unknown scheduler {self.scheduler!r}; valid: {', '.join(SCHEDULERS)}"
+            )
+        if self.search not in SEARCHES:
+            raise SweepError(f"unknown search {self.search!r}; valid: {', '.join(SEARCHES)}")
+        if self.scheduler in ("asha", "pbt") and not self.metric:
+            raise SweepError(f"--scheduler {self.scheduler} needs --metric TAG (and --mode)")
+        if self.search == "optuna" and not self.metric:
+            raise SweepError("--search optuna needs --metric TAG (and --mode max|min)")
+        if self.search != "grid" and self.scheduler != "fifo":
+            raise SweepError(
+                f"--search {self.search} runs each point's seeds in one trial; it takes no "
+                f"--scheduler (got {self.scheduler})"
+            )
+        if self.scheduler == "pbt" and self.perturbation_interval < 1:
+            raise SweepError("--scheduler pbt needs --perturbation-interval STEPS (>= 1)")
         if self.mode not in ("max", "min"):
             raise SweepError(f"--mode must be max or min, got {self.mode!r}")
-        if min(self.max_concurrent, self.cpus, self.grace_period) < 1 or self.gpus < 0:
-            raise SweepError("--max-concurrent, --threads-per-trial, --grace-period must be >= 1")
-        if self.max_failures < 0:
-            raise SweepError(f"--max-failures must be >= 0, got {self.max_failures}")
-        if self.backend == "local" and (
-            self.address or self.max_failures or self.scheduler != "fifo" or self.timeout
-        ):
+        if min(self.max_concurrent, self.cpus, self.grace_period, self.samples) < 1:
             raise SweepError(
-                "--backend local runs trials one after the other in this process; --address, "
-                "--max-failures, --scheduler and --trial-timeout need Ray Tune"
+                "--max-concurrent, --threads-per-trial, --grace-period, --samples must be >= 1"
             )
+        if self.gpus < 0 or self.memory_gb < 0:
+            raise SweepError("--gpus-per-trial and --memory-per-trial must be >= 0")
+        if self.retries < 0:
+            raise SweepError(f"--max-failures must be >= 0, got {self.max_failures}")
+        asked = self.ray_only_options()
+        if self.backend == "local" and asked:
+            raise SweepError(
+                f"--backend local runs trials one after the other in this process; {asked[0]} "
+                "needs Ray Tune"
+            )
+
+    def ray_only_options(self) -> list[str]:
+        """The options given that only Ray Tune can honour (empty: none)."""
+        given = {
+            "--address": self.address,
+            "--max-failures": self.max_failures,
+            "--trial-timeout": self.timeout,
+            "--gpus-per-trial": self.gpus,
+            "--memory-per-trial": self.memory_gb,
+            "--threads-per-trial": self.cpus > 1,
+            f"--scheduler {self.scheduler}": self.scheduler != "fifo",
+            f"--search {self.search}": self.search != "grid",
+        }
+        return [name for name, value in given.items() if value]
 
 
 def prepare_folder(out: Path, meta: dict[str, Any]) -> Any:
@@ -294,48 +356,130 @@ def run_sweep(
     command_line: str = "",
     echo: Callable[[str], None] = print,
     trial_fn: Callable[[dict[str, Any]], None] | None = None,
+    space: dict[str, Dist] | None = None,
 ) -> list[TrialResult]:
-    """Run every trial without a record; returns one result per trial, in grid order.
+    """Run every trial without a record; returns one result per trial, in grid order (per
+    point, best first, for a random or Optuna search).
 
-    :param trial_fn: the Tune trainable (default :func:`trainable`).
+    :param trials: the grid's trials (for a search: one per seed, every point runs them all).
+    :param trial_fn: the Tune trainable (default: that of the sweep's mode).
+    :param space: the config's ``search:`` space (``--search random|optuna``, PBT).
     """
     options = options or SweepOptions()
     options.check()
     backend = options.backend
-    if backend == "auto":
-        backend = "ray" if ray_available() else "local"
-    elif backend == "ray" and not ray_available():
-        raise SweepError("Ray is not installed; `pip install 'memcores[ray]'` or --backend local")
+    if backend != "local" and not ray_available():
+        asked = options.ray_only_options()
+        if backend == "ray" or asked:
+            what = f"{asked[0]} needs" if asked and backend == "auto" else "--backend ray needs"
+            raise SweepError(
+                f"{what} Ray Tune, which is not installed: `pip install 'memcores[ray]'` "
+                "(or run without it: --backend local)"
+            )
+        backend = "local"
+    elif backend == "auto":
+        backend = "ray"
     out = Path(out_dir).resolve()
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out} is a file; give a folder")
     meta = meta or {"spec": [dataclasses.asdict(t) for t in trials]}
-    todo = [t for t in trials if not trial_done(t)]
-    echo(
-        f"sweep {out}: {len(trials)} trials, {len(trials) - len(todo)} with a record (skipped)"
-        f", {len(todo)} to run with {_how(backend, options)}"
-    )
+    searching = options.search != "grid"
+    check_space(space or {}, options, trials)
+    todo = list(trials) if searching else [t for t in trials if not trial_done(t)]
+    if searching:
+        seeds = ", ".join(t.name for t in trials)
+        echo(
+            f"sweep {out}: {options.samples} points of {options.search} search x "
+            f"{len(trials)} seed(s) ({seeds}), points with records skipped, with "
+            f"{_how(backend, options)}"
+        )
+    else:
+        echo(
+            f"sweep {out}: {len(trials)} trials, {len(trials) - len(todo)} with a record "
+            f"(skipped), {len(todo)} to run with {_how(backend, options)}"
+        )
     results = {t.name: TrialResult(t.name, "skipped") for t in trials if t not in todo}
     if not todo:
         return [results[t.name] for t in trials]
-    # Reach the cluster before writing anything: a wrong address leaves no half sweep.
+    # Reach the cluster and check it can hold a trial before writing anything: a wrong
+    # address or an impossible request leaves no half sweep (and no trial pending for ever).
     started = backend == "ray" and connect_ray(
         options.address, options.max_concurrent * options.cpus
     )
-    lock = prepare_folder(out, meta)
     try:
         if backend == "ray":
-            results.update(run_tune(todo, out, options, command_line, trial_fn, echo))
-        else:
-            results.update(_run_local(todo, command_line, echo))
-        _write_outcomes(trials, results, out, meta, command_line)
+            try:
+                check_resources(cluster_nodes(), trial_resources(options))
+            except ValueError as err:
+                raise SweepError(str(err)) from None
+        lock = prepare_folder(out, meta)
+        try:
+            if backend == "ray":
+                ran = run_tune(todo, out, options, command_line, trial_fn, echo, space)
+            else:
+                ran = _run_local(todo, command_line, echo)
+            if searching:
+                return _write_point_outcomes(ran, out, meta, options, echo)
+            results.update(ran)
+            _write_outcomes(trials, results, out, meta, command_line)
+        finally:
+            lock.release()
     finally:
-        lock.release()
         if started:
             import ray
 
             ray.shutdown()
     return [results[t.name] for t in trials]
+
+
+def check_space(space: dict[str, Dist], o: SweepOptions, trials: Sequence[Trial]) -> None:
+    """A search or PBT needs a ``search:`` space, a search only seeds in its grid, PBT RL
+    trials; a ``search:`` space needs one of them.
+
+    :raises SweepError: named in the message.
+    """
+    pbt = o.scheduler == "pbt"
+    if (o.search != "grid" or pbt) and not space:
+        what = f"--search {o.search}" if o.search != "grid" else "--scheduler pbt"
+        raise SweepError(
+            f"{what} samples the config's `search:` section, which it lacks; e.g. "
+            "`search: {agent.learning_rate: {loguniform: [0.0001, 0.003]}}`"
+        )
+    if space and o.search == "grid" and not pbt:
+        raise SweepError(
+            "the config has a `search:` section: pass --search random|optuna --samples N, or "
+            "--scheduler pbt"
+        )
+    if o.search != "grid":
+        other = sorted({k for t in trials for k in t.assignment} - {"train.seed"})
+        if other:
+            raise SweepError(
+                f"--search {o.search}: --grid takes only train.seed (every point runs on the "
+                f"same seeds); put {other[0]} in `search:` as {{choice: [...]}}"
+            )
+        clash = sorted(set(space) & {k for t in trials for k in t.assignment})
+        if clash:
+            raise SweepError(f"{clash[0]} is both in --grid and in `search:`; keep one")
+    if pbt and any(t.command != "train" for t in trials):
+        raise SweepError("--scheduler pbt trains RL runs (`memcores train` configs) only")
+
+
+def _write_point_outcomes(
+    ran: dict[str, TrialResult], out: Path, meta: dict, o: SweepOptions, echo: Callable
+) -> list[TrialResult]:
+    """sweep.json with every point's outcome, best first; the best point is printed."""
+    sign = -1.0 if o.mode == "max" else 1.0
+    points = sorted(
+        ran.values(),
+        key=lambda r: (r.value is None or r.value != r.value, sign * (r.value or 0.0)),
+    )
+    state = {r.name: dataclasses.asdict(r) for r in points}
+    best = next((r for r in points if r.value is not None and r.value == r.value), None)
+    summary = {"metric": o.metric, "mode": o.mode, "best": best.name if best else None}
+    _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state, **summary})
+    if best is not None:
+        echo(f"best point: {best.name} ({o.metric} = {best.value:.4g}, mean over its seeds)")
+    return points
 
 
 def _write_outcomes(
@@ -365,7 +509,11 @@ def _how(backend: str, o: SweepOptions) -> str:
         return "a loop in this process (no Ray)"
     where = f"the Ray cluster at {o.address}" if o.address else f"{o.max_concurrent} at a time"
     early = f", ASHA on {o.metric} ({o.mode})" if o.scheduler == "asha" else ""
-    return f"Ray Tune ({where}, {o.max_failures} retries{early})"
+    if o.scheduler == "pbt":
+        early = f", PBT on {o.metric} ({o.mode}) every {o.perturbation_interval} steps"
+    if o.search != "grid" and o.metric:
+        early = f", {o.mode} mean {o.metric} over seeds"
+    return f"Ray Tune ({where}, {o.retries} retries{early})"
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

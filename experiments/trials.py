@@ -10,7 +10,10 @@ trainable; the sweep's no-Ray path calls :func:`run_trial` directly.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import shlex
+import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Any
 from experiments.commands.transfer import TRANSFER_KEYS, resolve_pair_overrides
 from experiments.config import ConfigError, build, parse_override, read_yaml_mapping, set_dotted
 from experiments.records import has_record, write_record
+from experiments.search import SWEEP_KEYS
 
 DONE = "memcores_done"
 """Reported (= 1) with a trial's last result: it ran its whole budget."""
@@ -33,6 +37,8 @@ class TrialResult:
     seconds: float = 0.0
     message: str = ""
     step: int = 0
+    value: float | None = None
+    """The sweep's ``--metric`` in the trial's last result (a search point: mean over seeds)."""
 
     @property
     def ok(self) -> bool:
@@ -78,7 +84,8 @@ def trial_config(
     from agents.rl_config import RLConfig
     from agents.supervised_config import SupervisedConfig
 
-    raw = {k: v for k, v in read_yaml_mapping(trial.config).items() if k not in TRANSFER_KEYS}
+    skip = (*TRANSFER_KEYS, *SWEEP_KEYS)
+    raw = {k: v for k, v in read_yaml_mapping(trial.config).items() if k not in skip}
     extra = [f"run.dir={run_dir}"] if run_dir else []
     extra += [f"env.id={env_id}"] if env_id else []
     extra += list(pair)
@@ -142,13 +149,44 @@ Report = Callable[[dict[str, float], str | None], None]
 """``report(metrics, checkpoint_run_dir)``: how a running trial tells its driver."""
 
 
-def run_trial(trial: Trial, report: Report, command_line: str = "") -> dict[str, float]:
+def node_name() -> str:
+    """The machine a trial runs on: host name, and the Ray node's IP inside a Ray worker."""
+    host = socket.gethostname()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return f"{host} ({ray.util.get_node_ip_address()})"
+    return host
+
+
+def resume_options(train_fn: Callable[..., Any], allow_changes: Sequence[str]) -> dict[str, Any]:
+    """Keyword arguments that let ``train_fn`` resume with ``allow_changes`` changed.
+
+    A trainer that refuses changed keys on resume takes the allowed ones as
+    ``allow_changes``; one without that parameter resumes with the config it is given.
+    """
+    if allow_changes and "allow_changes" in inspect.signature(train_fn).parameters:
+        return {"allow_changes": tuple(allow_changes)}
+    return {}
+
+
+def run_trial(
+    trial: Trial,
+    report: Report,
+    command_line: str = "",
+    *,
+    extra: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+    allow_changes: Sequence[str] = (),
+) -> dict[str, float]:
     """Train the trial in this process and write its record; returns its last metrics.
 
     Every logged row goes to ``report`` (with the run folder when a new trainer checkpoint was
     written since the last report). An interrupted trial resumes from its run folder's
     checkpoint. Each row carries the latest value of every tag, so a scheduler always finds
-    its metric.
+    its metric. The record says which node ran the trial.
+
+    :param extra: more fields of the record (or a function returning them at the end).
+    :param allow_changes: config keys that may differ from the checkpoint's on resume (the
+        hyperparameters a PBT exploit changes).
     """
     from agents.checkpoint import checkpoint_path
 
@@ -165,18 +203,21 @@ def run_trial(trial: Trial, report: Report, command_line: str = "") -> dict[str,
     if trial.command == "supervised":
         from agents.supervised import train as train_supervised
 
-        train_supervised(config, resume=resumed, on_log=on_log)
+        options = resume_options(train_supervised, allow_changes) if resumed else {}
+        train_supervised(config, resume=resumed, on_log=on_log, **options)
     else:
         from agents.rl_trainer import train
 
-        train(config, run_dir, resume=resumed, on_log=on_log)
+        options = resume_options(train, allow_changes) if resumed else {}
+        train(config, run_dir, resume=resumed, on_log=on_log, **options)
     wall = None if resumed else time.perf_counter() - start
+    more = extra() if callable(extra) else dict(extra or {})
     write_record(
         run_dir,
         trial.record_dir,
         command=command_line or trial.cli(),
         wall_seconds=wall,
-        extra={"trial_command": trial.cli()},
+        extra={"trial_command": trial.cli(), "node": node_name(), **more},
     )
     return latest
 
@@ -247,7 +288,7 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
             eval_results=evals,
             command=command_line or trial.cli(),
             policy=True,
-            extra={"trial_command": trial.cli(), "test_env": test_id},
+            extra={"trial_command": trial.cli(), "test_env": test_id, "node": node_name()},
         )
         latest.update(
             {"transfer/pairs_done": i + 1, "transfer/test_return": rows[-1]["test_return"]}

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from agents.files import write_text_atomic
 from experiments.trials import DONE, Trial, TrialResult, trainable
 
 if TYPE_CHECKING:
+    from experiments.search import Dist
     from experiments.sweep import SweepOptions
 
 TUNE_DIR = ".tune"
@@ -34,7 +36,13 @@ TUNE_SETTINGS = (
     "mode",
     "grace_period",
     "timeout",
+    "search",
+    "samples",
+    "memory_gb",
+    "perturbation_interval",
+    "search_seed",
 )
+GB = 1024**3
 
 
 def ray_available() -> bool:
@@ -70,13 +78,61 @@ def connect_ray(address: str | None, cpus: int) -> bool:
         return False
     threads = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if v not in os.environ}
     runtime_env = {"env_vars": threads}
+    # Workers log at WARNING: no line per Tune checkpoint and restore on the driver's console.
+    quiet = {"logging_level": "WARNING", "logging_config": ray.LoggingConfig(log_level="WARNING")}
     if address:
-        ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING")
+        ray.init(address=address, runtime_env=runtime_env, **quiet)
     else:
+        # "local": a new private instance even when `ray start` runs a cluster on the same host
+        # (ray.init() would join that one, whose CPUs it cannot set).
         ray.init(
-            num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, logging_level="WARNING"
+            address="local",
+            num_cpus=cpus,
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            **quiet,
         )
     return True
+
+
+def trial_resources(o: SweepOptions) -> dict[str, float]:
+    """What one trial reserves, in Ray's resource names (``memory`` in bytes)."""
+    need: dict[str, float] = {"CPU": float(o.cpus)}
+    if o.gpus:
+        need["GPU"] = float(o.gpus)
+    if o.memory_gb:
+        need["memory"] = float(o.memory_gb * GB)
+    return need
+
+
+def check_resources(nodes: Sequence[dict[str, float]], need: dict[str, float]) -> None:
+    """Whether one of the cluster's ``nodes`` (each its Ray ``Resources``) can hold a trial
+    that needs ``need``; Ray would otherwise keep such a trial pending for ever.
+
+    :raises ValueError: no node can, with the most any node has (one line).
+    """
+    if any(all(node.get(k, 0.0) >= v for k, v in need.items()) for node in nodes):
+        return
+    flags = {"CPU": "--threads-per-trial", "GPU": "--gpus-per-trial"}
+    flags["memory"] = "--memory-per-trial"
+
+    def show(k: str, v: float) -> str:
+        return f"{v / GB:.3g} GB memory" if k == "memory" else f"{v:g} {k}"
+
+    wanted = ", ".join(f"{show(k, v)} ({flags[k]})" for k, v in need.items())
+    most = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in need}
+    have = ", ".join(show(k, v) for k, v in most.items())
+    raise ValueError(
+        f"no node of the Ray cluster can run a trial: it needs {wanted}; "
+        f"the most any of its {len(nodes)} node(s) has: {have}"
+    )
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    """The total resources of each live node of the connected Ray cluster."""
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
 def run_tune(
@@ -86,16 +142,28 @@ def run_tune(
     command_line: str,
     trial_fn: Callable | None,
     echo: Callable,
+    space: dict[str, Dist] | None = None,
 ) -> dict[str, TrialResult]:
-    """Run (or restore) the sweep's Tune experiment in ``out/.tune``; results by trial name."""
+    """Run (or restore) the sweep's Tune experiment in ``out/.tune``; results by trial name
+    (by point name for a random or Optuna search).
+
+    :param trials: the grid's trials; for a search, one template per seed.
+    :param space: the config's ``search:`` space (search and PBT).
+    """
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # no console tables: we print a summary
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # relative paths in configs work
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # skipped trials
+    # Each trial checkpoint forces a snapshot of the experiment; the warning about their
+    # frequency says nothing a sweep's user can act on.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
 
+    if trial_fn is None:
+        trial_fn = default_trainable(o)
     resources = {"cpu": o.cpus, **({"gpu": o.gpus} if o.gpus else {})}
-    fn = tune.with_resources(trial_fn or trainable, resources)
+    if o.memory_gb:
+        resources["memory"] = o.memory_gb * GB
+    fn = tune.with_resources(trial_fn, resources)
     path = out / TUNE_DIR
     settings_file = out / TUNE_SETTINGS_FILE
     settings = tune_settings(o)
@@ -114,36 +182,172 @@ def run_tune(
         echo(f"restoring the Tune experiment in {path}")
         tuner = tune.Tuner.restore(str(path), fn, resume_errored=True)
     else:
-        specs = [{"trial": dataclasses.asdict(t), "command_line": command_line} for t in trials]
-        scheduler = None
-        if o.scheduler == "asha":
-            scheduler = ASHAScheduler(
-                time_attr="step",
-                metric=o.metric,
-                mode=o.mode,
-                grace_period=o.grace_period,
-                max_t=10**12,
-            )
+        param_space, tune_config = _experiment(trials, o, command_line, space or {})
+        total = o.samples if o.search != "grid" else len(trials)
         tuner = tune.Tuner(
             fn,
-            param_space=tune.grid_search(specs),
-            tune_config=tune.TuneConfig(
-                max_concurrent_trials=o.max_concurrent,
-                scheduler=scheduler,
-                trial_name_creator=lambda t: t.config["trial"]["name"],
-                trial_dirname_creator=lambda t: t.config["trial"]["name"],
-            ),
+            param_space=param_space,
+            tune_config=tune_config,
             run_config=tune.RunConfig(
                 storage_path=str(out),
                 name=TUNE_DIR,
                 verbose=0,
                 stop={"time_total_s": o.timeout} if o.timeout else None,
-                failure_config=tune.FailureConfig(max_failures=o.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                failure_config=tune.FailureConfig(max_failures=o.retries),
+                # PBT clones a member from a checkpoint that must outlive the donor's next
+                # ones (a member reports one per perturbation interval).
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=None if o.scheduler == "pbt" else 1
+                ),
+                callbacks=[trial_lines(echo, total)],
             ),
         )
-    grid = tuner.fit()
+    with warnings.catch_warnings():
+        # PBT's advice to reuse actors: a member's run is restarted from its checkpoint anyway
+        warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
+        grid = tuner.fit()
     return {r.name: r for r in map(tune_result(o), grid)}
+
+
+def default_trainable(o: SweepOptions) -> Callable[[dict[str, Any]], None]:
+    """The Tune trainable of the sweep's mode: a grid trial, a search point, a PBT member."""
+    if o.search != "grid":
+        from experiments.search_trials import point_trainable
+
+        return point_trainable
+    if o.scheduler == "pbt":
+        from experiments.pbt import pbt_trainable
+
+        return pbt_trainable
+    return trainable
+
+
+def _experiment(
+    trials: Sequence[Trial], o: SweepOptions, command_line: str, space: dict[str, Dist]
+) -> tuple[Any, Any]:
+    """Tune's ``param_space`` and ``TuneConfig`` of a new experiment.
+
+    Grid: one Tune trial per grid point. Search: ``samples`` Tune trials, each a point of
+    ``space`` that runs every seed (``trials``) in turn. PBT: one Tune trial per grid point,
+    its hyperparameters first sampled from ``space``, then mutated within it.
+    """
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    domains = {key: dist.tune() for key, dist in space.items()}
+    specs = [dataclasses.asdict(t) for t in trials]
+    search_alg: Any = None
+    if o.search != "grid":
+        if o.search == "optuna":
+            import optuna
+            from ray.tune.search.optuna import OptunaSearch
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per new study
+            sampler = optuna.samplers.TPESampler(seed=o.search_seed)
+            search_alg = OptunaSearch(metric=o.metric, mode=o.mode, sampler=sampler)
+        else:
+            # Tune's max_concurrent_trials takes no BasicVariantGenerator: it has its own.
+            search_alg = BasicVariantGenerator(
+                random_state=o.search_seed, max_concurrent=o.max_concurrent
+            )
+        point_space = {
+            "seeds": specs,
+            "params": domains,
+            "metric": o.metric,
+            "command_line": command_line,
+        }
+        config = tune.TuneConfig(
+            max_concurrent_trials=None if o.search == "random" else o.max_concurrent,
+            num_samples=o.samples,
+            search_alg=search_alg,
+            trial_name_creator=_point_name,
+            trial_dirname_creator=lambda t: f"point_{t.trial_id}",
+        )
+        return point_space, config
+    scheduler: Any = None
+    param_space: Any = tune.grid_search([{"trial": t, "command_line": command_line} for t in specs])
+    if o.scheduler == "asha":
+        scheduler = ASHAScheduler(
+            time_attr="step",
+            metric=o.metric,
+            mode=o.mode,
+            grace_period=o.grace_period,
+            max_t=10**12,
+        )
+    elif o.scheduler == "pbt":
+        scheduler = PopulationBasedTraining(
+            time_attr="step",
+            metric=o.metric,
+            mode=o.mode,
+            perturbation_interval=o.perturbation_interval,
+            hyperparam_mutations={"params": domains},
+            synch=True,  # members wait for each other: fair with fewer slots than members
+        )
+        # PBT copies the whole config of the member it clones: a member's own trial is
+        # looked up by its Tune trial name (fixed when it is created), never read from it.
+        param_space = {
+            "member": tune.grid_search([t["name"] for t in specs]),
+            "members": {t["name"]: t for t in specs},
+            "params": domains,
+            "perturbation_interval": o.perturbation_interval,
+            "command_line": command_line,
+        }
+        # The whole population exists from the start (a generator limited to N live trials
+        # would hold members back until others end): trials at once are limited by the
+        # CPUs each reserves (a private local instance has max_concurrent x cpus).
+        search_alg = BasicVariantGenerator(random_state=o.search_seed)
+    config = tune.TuneConfig(
+        max_concurrent_trials=None if search_alg else o.max_concurrent,
+        scheduler=scheduler,
+        search_alg=search_alg,
+        trial_name_creator=_grid_name,
+        trial_dirname_creator=_grid_name,
+    )
+    return param_space, config
+
+
+def _grid_name(trial: Any) -> str:
+    return trial.config["member"] if "member" in trial.config else trial.config["trial"]["name"]
+
+
+def _point_name(trial: Any) -> str:
+    from experiments.search import point_name, round_params
+
+    return point_name(round_params(trial.config.get("params", {})))
+
+
+def trial_lines(echo: Callable[[str], None], total: int) -> Any:
+    """A Tune callback printing ``[i/N] name: ok (12.3s)`` as each trial ends."""
+    from ray.tune import Callback
+
+    class TrialLines(Callback):
+        def __init__(self, echo: Callable[[str], None], total: int) -> None:
+            self.done, self.total = 0, total
+            self.echo: Callable[[str], None] | None = echo
+
+        def __getstate__(self) -> dict[str, Any]:
+            # Tune pickles its callbacks with the experiment; the console is not kept.
+            return {**self.__dict__, "echo": None}
+
+        def _line(self, trial: Any, status: str) -> None:
+            self.done += 1
+            result = trial.last_result or {}
+            seconds = float(result.get("time_total_s", 0.0))
+            if status == "ok" and result.get("memcores_skipped"):
+                status = "skipped (its record exists)"
+            elif status == "ok" and not result.get(DONE):
+                status = "stopped"
+            line = f"[{self.done}/{self.total}] {trial}: {status} ({seconds:.1f}s)"
+            (self.echo or print)(line)
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            self._line(trial, "ok")
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            self._line(trial, "failed")
+
+    return TrialLines(echo, total)
 
 
 def tune_settings(o: SweepOptions) -> dict[str, Any]:
@@ -170,7 +374,14 @@ def tune_result(o: SweepOptions) -> Callable[[Any], TrialResult]:
     """A function turning one of Tune's results into a :class:`TrialResult`."""
 
     def convert(result: Any) -> TrialResult:
-        name = result.config["trial"]["name"]
+        if "members" in result.config:  # a PBT member, under its own name
+            name = Path(result.path).name
+        elif "trial" in result.config:
+            name = result.config["trial"]["name"]
+        else:  # a search point
+            from experiments.search import point_name, round_params
+
+            name = point_name(round_params(result.config.get("params", {})))
         metrics = result.metrics or {}
         seconds = float(metrics.get("time_total_s", 0.0))
         step = int(metrics.get("step", 0))
@@ -179,8 +390,10 @@ def tune_result(o: SweepOptions) -> Callable[[Any], TrialResult]:
             return TrialResult(name, "failed", seconds, lines[-1] if lines else "error", step)
         if metrics.get("memcores_skipped"):
             return TrialResult(name, "skipped")
+        value = metrics.get(o.metric) if o.metric else None
+        value = float(value) if isinstance(value, (int, float)) else None
         if metrics.get(DONE):
-            return TrialResult(name, "ok", seconds, "", step)
+            return TrialResult(name, "ok", seconds, "", step, value)
         if o.timeout and seconds >= o.timeout:
             return TrialResult(name, "timeout", seconds, f"stopped after {o.timeout:g}s", step)
         return TrialResult(name, "stopped", seconds, f"stopped early at step {step}", step)

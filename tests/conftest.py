@@ -22,11 +22,6 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Triton kernels run on CPU tensors under Triton's interpreter, which must be chosen before
-# triton is imported; with a GPU present they run compiled on CUDA instead.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 """The devices the ``device`` fixture runs a test on."""
 

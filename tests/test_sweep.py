@@ -6,9 +6,11 @@ The tests here use the no-Ray path (the same trial function, called in a loop) o
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -423,6 +425,12 @@ def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
 def test_unreachable_ray_address_fails_fast_and_writes_nothing(paths, capsys):
     import socket
 
+    pytest.importorskip(
+        "ray",
+        reason="connecting to a Ray address needs Ray (without it: "
+        "test_cluster_options_without_ray_are_an_error)",
+    )
+
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -444,3 +452,275 @@ def test_changed_tune_settings_are_named_so_the_rerun_starts_a_new_tune_experime
     assert "no record" in settings_change(None, tune_settings(two))
     stored = json.loads(json.dumps(tune_settings(SweepOptions(timeout=60.0))))
     assert settings_change(stored, tune_settings(SweepOptions(timeout=60.0))) == ""
+
+
+# --------------------------------------------------------------------------- search spaces
+def test_search_space_distributions_parse():
+    from experiments.search import Dist, parse_search, space_corners
+
+    space = parse_search(
+        {
+            "agent.learning_rate": {"loguniform": [0.0001, 0.003]},
+            "agent.ent_coef": {"uniform": [0.0, 0.05]},
+            "agent.n_epochs": {"randint": [2, 8]},
+            "core.name": {"choice": ["lstm", "ur_lstm"]},
+        }
+    )
+    assert space["agent.learning_rate"] == Dist("loguniform", (0.0001, 0.003))
+    assert space["agent.n_epochs"] == Dist("randint", (2, 8))
+    assert space["core.name"] == Dist("choice", ("lstm", "ur_lstm"))
+    corners = space_corners(space)
+    assert corners[0] == {
+        "agent.learning_rate": 0.0001,
+        "agent.ent_coef": 0.0,
+        "agent.n_epochs": 2,
+        "core.name": "lstm",
+    }
+    assert {c["agent.n_epochs"] for c in corners} == {2, 8}
+    assert {c["core.name"] for c in corners} == {"lstm", "ur_lstm"}
+    assert parse_search(None) == {}
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"agent.learning_rate": {"gaussian": [0, 1]}}, "unknown distribution 'gaussian'"),
+        ({"agent.learning_rate": {"loguniform": [0.0, 0.1]}}, "loguniform needs 0 < low"),
+        ({"agent.learning_rate": {"uniform": [0.1, 0.01]}}, "needs low < high"),
+        ({"agent.learning_rate": {"uniform": [0.1]}}, "takes [low, high]"),
+        ({"agent.learning_rate": {"uniform": ["a", "b"]}}, "two finite numbers"),
+        ({"agent.n_epochs": {"randint": [1.5, 4]}}, "randint takes two integers"),
+        ({"core.name": {"choice": []}}, "choice takes a list"),
+        ({"core.name": {"choice": ["lstm", "lstm"]}}, "distinct plain values"),
+        ({"agent.learning_rate": 0.001}, "must be one distribution"),
+        ({"agent.learning_rate": {"uniform": [0, 1], "choice": [1]}}, "one distribution"),
+        ({"learning_rate": {"uniform": [0, 1]}}, "dotted config key"),
+        ({"train.seed": {"randint": [0, 9]}}, "seeds are a grid"),
+        ([1, 2], "must map dotted keys"),
+    ],
+)
+def test_bad_search_space_is_a_one_line_error(section, message):
+    from experiments.search import SearchSpaceError, parse_search
+
+    with pytest.raises(SearchSpaceError, match=re.escape(message)) as err:
+        parse_search(section)
+    assert "\n" not in str(err.value)
+
+
+def write_search_config(tmp_path: Path, search: object) -> Path:
+    raw = yaml.safe_load(DEMO_COPY.read_text())
+    path = tmp_path / "search_copy.yaml"
+    path.write_text(yaml.safe_dump({**raw, "search": search}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("search", "extra", "message"),
+    [
+        ({"optim.lr": {"beta": [0, 1]}}, [], "unknown distribution 'beta'; valid: uniform"),
+        ({"optim.lr": {"loguniform": [-1, 1]}}, [], "loguniform needs 0 < low"),
+        ({"optim.nonsense": {"uniform": [0.1, 1]}}, [], "unknown config key"),
+        ({"optim.lr": {"uniform": [-1.0, 1.0]}}, [], "optim.lr"),  # a sampled value is checked
+        ({"optim.lr": {"uniform": [0.1, 1]}}, ["--grid", "core.name=lstm,gru"], "only train.seed"),
+    ],
+)
+def test_cli_bad_search_exits_2_with_one_line_and_writes_nothing(
+    tmp_path, capsys, search, extra, message
+):
+    config = write_search_config(tmp_path, search)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(config), "--search", "random", "--samples", "2", "--out", str(out)]
+    assert main([*args, *extra, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_search_needs_a_search_section_and_a_section_needs_a_search(tmp_path, capsys):
+    args = ["sweep", str(DEMO_COPY), "--search", "random", "--out", str(tmp_path / "s")]
+    assert main([*args, "--dry-run"]) == 2
+    assert "lacks" in capsys.readouterr().err
+    config = write_search_config(tmp_path, {"optim.lr": {"loguniform": [0.001, 0.01]}})
+    assert main(["sweep", str(config), "--out", str(tmp_path / "s"), "--dry-run"]) == 2
+    assert "--search random|optuna" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_search_config_still_trains_on_its_own(tmp_path):
+    """The `search:` section belongs to sweeps: `memcores train CONFIG` ignores it."""
+    from agents.rl_config import RLConfig
+    from experiments.config import load_config
+
+    config = load_config(RLConfig, REPO / "experiments" / "configs" / "search_doorkey5.yaml")
+    assert config.agent.learning_rate == 0.001 and config.agent.ent_coef == 0.01
+
+
+def test_sampled_points_run_on_the_same_seeds_and_report_their_mean(tmp_path):
+    """Two points of a search: each runs every seed of the grid (the same seeds), each seed
+    with the point's sampled value; the point's value is the mean over its seeds, and a
+    re-run reads the seeds' values back from their records."""
+    from experiments.report import records_grid
+    from experiments.search_trials import run_point, seed_trials
+
+    config = write_search_config(tmp_path, {"optim.lr": {"loguniform": [0.0001, 0.1]}})
+    line = f"memcores sweep {config} --search random --samples 2 --grid train.seed=0,1"
+    _, templates = make_trials(
+        config,
+        parse_grid(["train.seed=0,1"]),
+        tmp_path / "s",
+        overrides=TINY_COPY,
+        results_dir=tmp_path / "r",
+    )
+    points = [{"optim.lr": 0.012345678}, {"optim.lr": 0.0005}]
+    seeds_of = {}
+    for params in points:
+        rows: list[dict] = []
+        result = run_point(templates, params, "eval/accuracy", rows.append, line)
+        trials = seed_trials(templates, {"optim.lr": round(params["optim.lr"], 6)})
+        records = [json.loads((Path(t.record_dir) / "record.json").read_text()) for t in trials]
+        seeds_of[trials[0].name.rsplit(",", 1)[0]] = sorted(r["seed"] for r in records)
+        finals = [r["final"]["eval/accuracy"] for r in records]
+        assert all(r["node"] for r in records)  # which machine ran each trial
+        assert result["eval/accuracy"] == pytest.approx(sum(finals) / 2)
+        assert json.loads(result["memcores_seed_values"]) == pytest.approx(finals)
+        lrs = {
+            yaml.safe_load((Path(t.record_dir) / "config.yaml").read_text())["optim"]["lr"]
+            for t in trials
+        }
+        assert lrs == {float(f"{params['optim.lr']:.4g}")}  # sampled floats: 4 digits
+        assert rows and all("eval/accuracy" in r for r in rows)
+        # a re-run runs nothing and reports the same value from the records
+        again = run_point(templates, params, "eval/accuracy", rows.append)
+        assert again["memcores_skipped"] == 1
+        assert again["eval/accuracy"] == result["eval/accuracy"]
+    assert seeds_of == {"lr=0.01235": [0, 1], "lr=0.0005": [0, 1]}
+    # the report makes one row per point: the sampled key is a grid key of the records
+    assert records_grid(tmp_path / "r") == {
+        "train.seed": ["0", "1"],
+        "optim.lr": ["0.0005", "0.01235"],
+    }
+
+
+# --------------------------------------------------------------------------- PBT
+TINY_RL = [
+    "env.n_envs=2",
+    "agent.n_steps=16",
+    "agent.seq_len=8",
+    "agent.minibatch_size=16",
+    "agent.n_epochs=1",
+    "agent.anneal_lr=false",
+    "core.hidden_size=8",
+    "train.checkpoint_every=1",
+    "train.progress=false",
+    "run.tensorboard=false",
+]
+
+
+def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path):
+    """Member b continues member a's saved run with a mutated learning rate: its run starts
+    at a's step with a's curve, trains on with the new rate, and its record's schedule lists
+    both values with the frame at which each applied."""
+    from experiments.pbt import checkpoint_step, run_member
+
+    doorkey = REPO / "experiments" / "configs" / "doorkey5.yaml"
+    _, (a, b) = make_trials(
+        doorkey,
+        parse_grid(["train.seed=0,1"]),
+        tmp_path / "s",
+        overrides=[*TINY_RL, "train.total_steps=96"],
+        results_dir=tmp_path / "r",
+    )
+    saved: list[Path] = []
+
+    def keep(metrics: dict, folder: Path | None) -> None:
+        if folder is not None:
+            saved.append(Path(shutil.copytree(folder, tmp_path / f"saved{len(saved)}")))
+
+    run_member(a, {"agent.learning_rate": 0.001}, None, keep)
+    donor = saved[-1]  # a's checkpoint one update before its end
+    donor_step = checkpoint_step(donor / "last.pt")
+    assert 0 < donor_step < 96
+    run_member(b, {"agent.learning_rate": 0.0004}, donor, lambda *_: None)
+
+    rows = list(csv.DictReader((Path(b.run_dir) / "progress.csv").open()))
+    lr = {int(r["step"]): float(r["train/learning_rate"]) for r in rows}
+    assert sorted(lr) == [32, 64, 96]
+    assert all(v == 0.001 for s, v in lr.items() if s <= donor_step)  # a's curve
+    assert all(v == 0.0004 for s, v in lr.items() if s > donor_step)  # the mutation
+    record = json.loads((Path(b.record_dir) / "record.json").read_text())
+    assert record["pbt_schedule"] == [
+        {"step": 0, "values": {"agent.learning_rate": 0.001}},
+        {"step": donor_step, "values": {"agent.learning_rate": 0.0004}},
+    ]
+    assert (
+        yaml.safe_load((Path(b.record_dir) / "config.yaml").read_text())["agent"]["learning_rate"]
+        == 0.0004
+    )
+    # its wall time is its own training time (kept across its segments), not the donor's
+    own = float((Path(b.run_dir) / "pbt_seconds.txt").read_text())
+    assert 0 < own <= record["wall_seconds"] < own + 60
+
+
+def test_pbt_needs_a_search_section_and_rl_trials(tmp_path, capsys):
+    args = ["sweep", str(DEMO_COPY), "--scheduler", "pbt", "--metric", "eval/loss"]
+    args += ["--perturbation-interval", "10", "--out", str(tmp_path / "s"), "--dry-run"]
+    assert main(args) == 2
+    assert "lacks" in capsys.readouterr().err
+    config = write_search_config(tmp_path, {"optim.lr": {"loguniform": [0.001, 0.01]}})
+    args[1] = str(config)
+    assert main(args) == 2
+    assert "RL runs" in capsys.readouterr().err
+    args = ["sweep", str(config), "--scheduler", "pbt", "--metric", "eval/loss", "--dry-run"]
+    assert main(args) == 2
+    assert "--perturbation-interval" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- resources
+def test_a_request_no_node_can_meet_is_an_error():
+    from experiments.sweep import SweepOptions
+    from experiments.tune_engine import GB, check_resources, trial_resources
+
+    nodes = [{"CPU": 1.0, "memory": 4 * GB}, {"CPU": 4.0, "memory": 2 * GB}]
+    check_resources(nodes, trial_resources(SweepOptions(cpus=4)))
+    check_resources(nodes, trial_resources(SweepOptions(memory_gb=3.5)))
+    with pytest.raises(ValueError, match=r"needs 2 CPU \(--threads-per-trial\), 3 GB memory") as e:
+        check_resources(nodes, trial_resources(SweepOptions(cpus=2, memory_gb=3)))
+    assert "the most any of its 2 node(s) has: 4 CPU, 4 GB memory" in str(e.value)
+    with pytest.raises(ValueError, match=r"0.5 GPU \(--gpus-per-trial\)"):
+        check_resources(nodes, trial_resources(SweepOptions(gpus=0.5)))
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--address", "127.0.0.1:6379"],
+        ["--max-failures", "2"],
+        ["--trial-timeout", "60"],
+        ["--gpus-per-trial", "0.5"],
+        ["--memory-per-trial", "2"],
+    ],
+)
+def test_cluster_options_without_ray_are_an_error(paths, capsys, monkeypatch, option):
+    """Asking for a cluster (or what only Ray Tune does) and not getting it is an error, not
+    a silent local run."""
+    import experiments.sweep as sweep
+
+    monkeypatch.setattr(sweep, "ray_available", lambda: False)
+    args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
+    assert main([*args, *TINY_COPY, *option]) == 2
+    err = capsys.readouterr().err
+    assert f"{option[0]} needs Ray Tune, which is not installed" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not Path(paths["out"]).exists()
+
+
+def test_max_failures_defaults_to_retries_on_a_cluster(capsys):
+    from experiments.sweep import CLUSTER_RETRIES, SweepOptions
+
+    assert SweepOptions().retries == 0
+    assert SweepOptions(address="auto").retries == CLUSTER_RETRIES > 0
+    assert SweepOptions(address="auto", max_failures=0).retries == 0
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default {CLUSTER_RETRIES} with --address" in text

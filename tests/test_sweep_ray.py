@@ -129,3 +129,56 @@ def test_rerun_restores_the_sweep_of_a_killed_driver(tmp_path, ray_session, caps
     assert (run / "checkpoints/init.pt").stat().st_mtime_ns == init
     assert json.loads((run / "results.json").read_text())["step"] == 100
     assert (tmp_path / "r" / "trial" / "record.json").is_file()
+
+
+def test_a_request_no_node_can_meet_stops_before_anything_is_written(tmp_path, ray_session, capsys):
+    """3 CPUs per trial on a 2-CPU cluster: an error up front, not a trial pending for ever."""
+    out = tmp_path / "s"
+    args = ["sweep", str(DEMO_COPY), "--out", str(out), "--address", ray_session]
+    assert main([*args, "--threads-per-trial", "3", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "no node of the Ray cluster can run a trial: it needs 3 CPU" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_random_search_runs_every_point_on_the_same_seeds(tmp_path, ray_session, capsys):
+    import yaml
+
+    config = tmp_path / "search_copy.yaml"
+    raw = yaml.safe_load(DEMO_COPY.read_text())
+    config.write_text(yaml.safe_dump({**raw, "search": {"optim.lr": {"loguniform": [1e-3, 1e-2]}}}))
+    args = ["sweep", str(config), "--search", "random", "--samples", "2", "--grid"]
+    args += ["train.seed=0,1", "--metric", "eval/accuracy", "--address", ray_session]
+    args += ["--out", str(tmp_path / "s"), "--results", str(tmp_path / "r"), *TINY]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "[1/2] lr=" in out and "[2/2] lr=" in out and "best point: lr=" in out
+    records = [json.loads(p.read_text()) for p in (tmp_path / "r").glob("*/record.json")]
+    points: dict[str, set] = {}
+    for record in records:
+        point, seed = record["trial"].rsplit(",", 1)
+        points.setdefault(point, set()).add(seed)
+        assert record["node"]
+    assert len(points) == 2 and all(s == {"seed=0", "seed=1"} for s in points.values())
+    sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert sweep["best"] in points and sweep["state"] == "done"
+
+
+def test_pbt_members_run_and_record_their_schedules(tmp_path, ray_session):
+    """Two tiny RL members, perturbed every update: both finish with a record whose
+    schedule starts at frame 0, and the checkpoints PBT may clone are kept."""
+    doorkey = REPO / "experiments" / "configs" / "search_doorkey5.yaml"
+    args = ["sweep", str(doorkey), "--scheduler", "pbt", "--grid", "train.seed=0,1"]
+    args += ["--perturbation-interval", "32", "--metric", "rollout/ep_len_mean", "--mode"]
+    args += ["min", "--address", ray_session, "--out", str(tmp_path / "s"), "--results"]
+    args += [str(tmp_path / "r"), "env.n_envs=2", "agent.n_steps=16", "agent.seq_len=8"]
+    args += ["agent.minibatch_size=16", "agent.n_epochs=1", "core.hidden_size=8"]
+    args += ["train.total_steps=128", "train.checkpoint_every=1", "run.tensorboard=false"]
+    assert main(args) == 0
+    for seed in (0, 1):
+        record = json.loads((tmp_path / "r" / f"seed={seed}" / "record.json").read_text())
+        schedule = record["pbt_schedule"]
+        assert schedule[0]["step"] == 0 and record["frames"] == 128
+        assert set(schedule[0]["values"]) == {"agent.learning_rate", "agent.ent_coef"}
+    # a checkpoint per interval is kept for PBT to clone (a grid keeps only the last)
+    assert len(list((tmp_path / "s" / ".tune" / "seed=0").glob("checkpoint_*"))) >= 2

@@ -1,5 +1,6 @@
-"""The fused Triton kernels of the gated LSTM and GRU families (cores/triton_lstm.py,
-cores/triton_gru.py) against the reference step loops.
+"""The fused Triton kernels of the gated LSTM and GRU families and of sLSTM
+(cores/triton_lstm.py, cores/triton_gru.py, cores/triton_slstm.py), and the cuDNN route of the
+presets that are nn.LSTM/nn.GRU maths (cores/cudnn.py), against the reference step loops.
 
 Without a GPU the kernels run under Triton's interpreter (``tests/conftest.py`` sets
 ``TRITON_INTERPRET=1``), so shapes stay tiny; with one they run compiled on CUDA.
@@ -43,11 +44,11 @@ KERNEL_VARIANTS += GRU_PRESETS + OTHER
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-5)}
 
 
-def _pair(name: str, dtype: torch.dtype, **options):
+def _pair(name: str, dtype: torch.dtype, hidden: int = H, **options):
     """The reference loop and the Triton path of one preset, with the same weights."""
     torch.manual_seed(0)
-    ref = make_core(name, D, H, impl="loop", **options).to(DEVICE, dtype).train()
-    tri = make_core(name, D, H, impl="triton", **options).to(DEVICE, dtype).train()
+    ref = make_core(name, D, hidden, impl="loop", **options).to(DEVICE, dtype).train()
+    tri = make_core(name, D, hidden, impl="triton", **options).to(DEVICE, dtype).train()
     if hasattr(ref, "bias_hn"):  # a GRU: a nonzero b_hn so its gradient path is exercised
         with torch.no_grad():
             ref.bias_hn.uniform_(-0.5, 0.5)
@@ -120,6 +121,24 @@ def test_kernel_without_starts_and_with_a_batch_over_one_tile(name: str) -> None
     )
     values_ref, grads_ref = _run(ref, x, state, None)
     values_tri, grads_tri = _run(tri, x, state, None)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("name", ["ur_lstm", "ur_gru", "slstm"])
+def test_kernel_over_several_unit_chunks(name: str) -> None:
+    """H = 40 spans two chunks of 32 units, the second partly masked, in both the gate and
+    the recurrent-product loops."""
+    hidden = 40
+    assert triton_gates.block_meta(hidden)["BLOCK_N"] < hidden
+    ref, tri = _pair(name, torch.float64, hidden=hidden)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 2, D, generator=gen, dtype=torch.float64).to(DEVICE)
+    starts = torch.tensor([[False, False], [False, True], [False, False], [True, False]])
+    with torch.no_grad():
+        _, state = ref(x.flip(0), ref.initial_state(2))
+    values_ref, grads_ref = _run(ref, x, state, starts.to(DEVICE))
+    values_tri, grads_tri = _run(tri, x, state, starts.to(DEVICE))
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float64])
 

@@ -9,7 +9,14 @@ import signal
 import sys
 from pathlib import Path
 
-from experiments.sweep import BACKENDS, COMMANDS, SCHEDULERS, SweepOptions
+from experiments.sweep import (
+    BACKENDS,
+    CLUSTER_RETRIES,
+    COMMANDS,
+    SCHEDULERS,
+    SEARCHES,
+    SweepOptions,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,9 +56,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-concurrent", type=int, default=1, help="trials running at once (default 1)")
     add("--threads-per-trial", type=int, default=1, help="CPUs Ray reserves per trial")
     add("--gpus-per-trial", type=float, default=0.0, help="GPUs (or a fraction) per trial")
-    add("--max-failures", type=int, default=0, help="retries of a failed trial (default 0)")
-    add("--scheduler", choices=SCHEDULERS, default="fifo", help="asha: stop bad trials early")
-    add("--metric", default=None, help="the tag ASHA compares (e.g. rollout/ep_rew_mean)")
+    add(
+        "--memory-per-trial",
+        type=float,
+        default=0.0,
+        metavar="GB",
+        help="memory Ray reserves per trial (default: none reserved)",
+    )
+    add(
+        "--max-failures",
+        type=int,
+        default=None,
+        help=f"retries of a failed trial from its last checkpoint (default {CLUSTER_RETRIES} "
+        "with --address, where a node can be lost; 0 otherwise)",
+    )
+    add(
+        "--search",
+        choices=SEARCHES,
+        default="grid",
+        help="grid: the --grid points; random or optuna (TPE): --samples points of the "
+        "config's `search:` section, each run on every --grid train.seed value",
+    )
+    add("--samples", type=int, default=1, help="points a random or optuna search draws")
+    add("--search-seed", type=int, default=0, help="seed of the search's sampler (default 0)")
+    add(
+        "--scheduler",
+        choices=SCHEDULERS,
+        default="fifo",
+        help="asha: stop bad trials early; pbt: Population Based Training of the grid's "
+        "members over the config's `search:` section",
+    )
+    add(
+        "--perturbation-interval",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="pbt: frames between exploit/explore steps",
+    )
+    add(
+        "--metric",
+        default=None,
+        help="the tag ASHA, PBT or Optuna optimise (e.g. rollout/ep_rew_mean)",
+    )
     add("--mode", choices=("max", "min"), default="max", help="is --metric better high or low")
     add(
         "--grace-period",
@@ -68,7 +114,11 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from experiments.config import read_yaml_mapping
+    from experiments.search import parse_search, space_corners
+    from experiments.search_trials import seed_trials
     from experiments.sweep import (
+        check_space,
         make_trials,
         parse_grid,
         run_sweep,
@@ -89,9 +139,15 @@ def run(args: argparse.Namespace) -> int:
         args.mode,
         args.grace_period,
         args.trial_timeout,
+        args.search,
+        args.samples,
+        args.memory_per_trial,
+        args.perturbation_interval,
+        args.search_seed,
     )
     options.check()
     grid = parse_grid(args.grid)
+    space = parse_search(read_yaml_mapping(args.config).get("search"))
     out = Path(args.out) if args.out else Path("runs/sweeps") / Path(args.config).stem
     command, trials = make_trials(
         args.config,
@@ -101,8 +157,14 @@ def run(args: argparse.Namespace) -> int:
         overrides=args.overrides,
         results_dir=args.results,
     )
+    check_space(space, options, trials)
     validate_trials(trials)  # every trial's full config, before any folder exists
+    # every sampled value is checked too, at the ends of each range and each choice
+    validate_trials([t for v in space_corners(space) for t in seed_trials(trials[:1], v)])
     if args.dry_run:
+        if space:
+            what = f"{args.samples} points" if args.search != "grid" else "each member"
+            print(f"{what} of `search:` ({', '.join(space)}) added to:")
         for trial in trials:
             print(f"{trial.name}: {trial.cli()}")
         return 0
@@ -111,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (kill, a batch scheduler) stops the sweep like Ctrl-C: Tune saves its state.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        results = run_sweep(trials, out, options, meta=meta, command_line=line)
+        results = run_sweep(trials, out, options, meta=meta, command_line=line, space=space)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(summarize(results))
