@@ -8,8 +8,8 @@ kernel for a new shape times a few candidate cuts and keeps the fastest for that
 it, every candidate runs on a copy of the arguments' initial values, so kernels that update
 buffers in place (``h_0`` in, ``h_t`` out) stay exact whichever candidate ran last.
 
-Tuning runs only on CUDA and never under Triton's interpreter (whose results do not depend on
-tiles); ``MEMCORES_TRITON_TUNE=0`` turns it off.
+Tuning is opt-in (``MEMCORES_TRITON_TUNE=1``) until its gain is measured on a GPU; it runs
+only on CUDA and never under Triton's interpreter (whose results do not depend on tiles).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ _BEST: dict[Hashable, dict[str, int]] = {}
 
 
 def enabled(args: Sequence[Any]) -> bool:
-    """Whether a launch with ``args`` is tuned: CUDA tensors, no interpreter, not switched off."""
-    if os.environ.get(ENV_VAR, "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1":
+    """Whether a launch with ``args`` is tuned: switched on, CUDA tensors, no interpreter."""
+    if os.environ.get(ENV_VAR, "0") != "1" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     return any(isinstance(a, Tensor) and a.is_cuda for a in args)
 
