@@ -81,7 +81,10 @@ def connect_ray(address: str | None, cpus: int) -> bool:
     # Workers log at WARNING: no line per Tune checkpoint and restore on the driver's console.
     quiet = {"logging_level": "WARNING", "logging_config": ray.LoggingConfig(log_level="WARNING")}
     if address:
-        ray.init(address=address, runtime_env=runtime_env, **quiet)
+        try:
+            ray.init(address=address, runtime_env=runtime_env, **quiet)
+        except Exception as err:  # ConnectionError, AuthenticationError, ...
+            raise RuntimeError(f"{str(err).splitlines()[0]}{_auth_hint()}") from None
     else:
         # "local": a new private instance even when `ray start` runs a cluster on the same host
         # (ray.init() would join that one, whose CPUs it cannot set).
@@ -93,6 +96,21 @@ def connect_ray(address: str | None, cpus: int) -> bool:
             **quiet,
         )
     return True
+
+
+def _auth_hint() -> str:
+    """Why a cluster that ``ray start`` put on token authentication (it does when
+    ``~/.ray/auth_token`` exists) refuses this process: Ray's clients send the token only with
+    ``RAY_AUTH_MODE=token``."""
+    if os.environ.get("RAY_AUTH_MODE") == "token":
+        return ""
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token"))
+    if not (token.is_file() or os.environ.get("RAY_AUTH_TOKEN")):
+        return ""
+    return (
+        f"; if the cluster uses token authentication (`ray start` turns it on when {token} "
+        "exists), run the sweep with RAY_AUTH_MODE=token"
+    )
 
 
 def trial_resources(o: SweepOptions) -> dict[str, float]:
@@ -231,41 +249,91 @@ def _experiment(
     ``space`` that runs every seed (``trials``) in turn. PBT: one Tune trial per grid point,
     its hyperparameters first sampled from ``space``, then mutated within it.
     """
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
     domains = {key: dist.tune() for key, dist in space.items()}
     specs = [dataclasses.asdict(t) for t in trials]
-    search_alg: Any = None
     if o.search != "grid":
-        if o.search == "optuna":
-            import optuna
-            from ray.tune.search.optuna import OptunaSearch
+        return _search_experiment(specs, domains, o, command_line)
+    return _grid_experiment(specs, domains, o, command_line)
 
-            optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per new study
-            sampler = optuna.samplers.TPESampler(seed=o.search_seed)
-            search_alg = OptunaSearch(metric=o.metric, mode=o.mode, sampler=sampler)
-        else:
-            # Tune's max_concurrent_trials takes no BasicVariantGenerator: it has its own.
-            search_alg = BasicVariantGenerator(
-                random_state=o.search_seed, max_concurrent=o.max_concurrent
-            )
-        point_space = {
-            "seeds": specs,
-            "params": domains,
-            "metric": o.metric,
-            "command_line": command_line,
-        }
-        config = tune.TuneConfig(
-            max_concurrent_trials=None if o.search == "random" else o.max_concurrent,
-            num_samples=o.samples,
-            search_alg=search_alg,
-            trial_name_creator=_point_name,
-            trial_dirname_creator=lambda t: f"point_{t.trial_id}",
-        )
-        return point_space, config
+
+def _search_alg(o: SweepOptions) -> Any:
+    """The searcher of a random or Optuna search."""
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    if o.search == "optuna":
+        import optuna
+        from ray.tune.search.optuna import OptunaSearch
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per new study
+        sampler = optuna.samplers.TPESampler(seed=o.search_seed)
+        return OptunaSearch(metric=o.metric, mode=o.mode, sampler=sampler)
+    # Tune's max_concurrent_trials takes no BasicVariantGenerator: it has its own.
+    return BasicVariantGenerator(random_state=o.search_seed, max_concurrent=o.max_concurrent)
+
+
+def _search_experiment(
+    specs: list[dict[str, Any]], domains: dict[str, Any], o: SweepOptions, command_line: str
+) -> tuple[Any, Any]:
+    """A random or Optuna search: ``samples`` points, each running every seed in turn."""
+    from ray import tune
+
+    point_space = {
+        "seeds": specs,
+        "params": domains,
+        "metric": o.metric,
+        "command_line": command_line,
+    }
+    config = tune.TuneConfig(
+        max_concurrent_trials=None if o.search == "random" else o.max_concurrent,
+        num_samples=o.samples,
+        search_alg=_search_alg(o),
+        trial_name_creator=_point_name,
+        trial_dirname_creator=lambda t: f"point_{t.trial_id}",
+    )
+    return point_space, config
+
+
+def _pbt_experiment(
+    specs: list[dict[str, Any]], domains: dict[str, Any], o: SweepOptions, command_line: str
+) -> tuple[Any, Any, Any]:
+    """PBT's scheduler, ``param_space`` and searcher: one member per grid point."""
+    from ray import tune
+    from ray.tune.schedulers import PopulationBasedTraining
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    scheduler = PopulationBasedTraining(
+        time_attr="step",
+        metric=o.metric,
+        mode=o.mode,
+        perturbation_interval=o.perturbation_interval,
+        hyperparam_mutations={"params": domains},
+        synch=True,  # members wait for each other: fair with fewer slots than members
+    )
+    # PBT copies the whole config of the member it clones: a member's own trial is
+    # looked up by its Tune trial name (fixed when it is created), never read from it.
+    param_space = {
+        "member": tune.grid_search([t["name"] for t in specs]),
+        "members": {t["name"]: t for t in specs},
+        "params": domains,
+        "perturbation_interval": o.perturbation_interval,
+        "command_line": command_line,
+    }
+    # The whole population exists from the start (a generator limited to N live trials
+    # would hold members back until others end): trials at once are limited by the
+    # CPUs each reserves (a private local instance has max_concurrent x cpus).
+    search_alg = BasicVariantGenerator(random_state=o.search_seed)
+    return scheduler, param_space, search_alg
+
+
+def _grid_experiment(
+    specs: list[dict[str, Any]], domains: dict[str, Any], o: SweepOptions, command_line: str
+) -> tuple[Any, Any]:
+    """The grid: one Tune trial per grid point, under FIFO, ASHA or PBT."""
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
     scheduler: Any = None
+    search_alg: Any = None
     param_space: Any = tune.grid_search([{"trial": t, "command_line": command_line} for t in specs])
     if o.scheduler == "asha":
         scheduler = ASHAScheduler(
@@ -276,27 +344,7 @@ def _experiment(
             max_t=10**12,
         )
     elif o.scheduler == "pbt":
-        scheduler = PopulationBasedTraining(
-            time_attr="step",
-            metric=o.metric,
-            mode=o.mode,
-            perturbation_interval=o.perturbation_interval,
-            hyperparam_mutations={"params": domains},
-            synch=True,  # members wait for each other: fair with fewer slots than members
-        )
-        # PBT copies the whole config of the member it clones: a member's own trial is
-        # looked up by its Tune trial name (fixed when it is created), never read from it.
-        param_space = {
-            "member": tune.grid_search([t["name"] for t in specs]),
-            "members": {t["name"]: t for t in specs},
-            "params": domains,
-            "perturbation_interval": o.perturbation_interval,
-            "command_line": command_line,
-        }
-        # The whole population exists from the start (a generator limited to N live trials
-        # would hold members back until others end): trials at once are limited by the
-        # CPUs each reserves (a private local instance has max_concurrent x cpus).
-        search_alg = BasicVariantGenerator(random_state=o.search_seed)
+        scheduler, param_space, search_alg = _pbt_experiment(specs, domains, o, command_line)
     config = tune.TuneConfig(
         max_concurrent_trials=None if search_alg else o.max_concurrent,
         scheduler=scheduler,

@@ -724,3 +724,19 @@ def test_max_failures_defaults_to_retries_on_a_cluster(capsys):
         main(["sweep", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"(default {CLUSTER_RETRIES} with --address" in text
+
+
+def test_a_refused_cluster_connection_names_the_token_setting_when_a_token_exists(
+    tmp_path, monkeypatch
+):
+    from experiments import tune_engine
+
+    token = tmp_path / "auth_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert tune_engine._auth_hint() == ""  # no token here: nothing to suggest
+    token.write_text("x" * 64)
+    assert "RAY_AUTH_MODE=token" in tune_engine._auth_hint()
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert tune_engine._auth_hint() == ""  # already sending it: the cause is elsewhere
