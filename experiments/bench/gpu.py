@@ -720,10 +720,10 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """The results as markdown: the hardware, then one section per part that ran."""
+def _md_header(results: dict[str, Any]) -> list[str]:
+    """The title, the hardware and the command."""
     hw = results["hardware"]
-    lines = [
+    return [
         "# memcores bench gpu",
         "",
         f"Device {hw['device']}"
@@ -731,112 +731,155 @@ def markdown(results: dict[str, Any]) -> str:
         + f"; CPU {hw['cpu']} x {hw['cpu_count']}; torch {hw['torch']}; triton {hw['triton']}.",
         f"Command: `{results['command']}`.",
     ]
-    parts = results["parts"]
-    if "tests" in parts:
-        t = parts["tests"]
-        lines += ["", "## CUDA tests", "", f"`{t['command']}`: {t['summary']}"]
-        lines += [f"- {line}" for line in t["failed"]]
-    if "cores" in parts:
-        c = parts["cores"]
-        shape = c["shape"]
-        lines += [
-            "",
-            f"## Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
-            f"hidden {shape['H']}",
-            "",
-            "Capturable cores also through CUDA graphs; ratios and targets use the better "
-            "time. The step loops' H100 baseline (PyTorch 2.11, CUDA 13) is the reference "
-            "for the 5x target; where it is a group's range, so are the last columns.",
-            "",
-            "| core | ms | ms, CUDA graph | x nn.LSTM | x nn.GRU | H100 baseline ms "
-            "| x faster | target |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for r in c["rows"]:
-            graphed = "-" if r.get("ms_graphed") is None else f"{r['ms_graphed']:.2f}"
-            faster = r.get("x_faster")
-            speedup = (
-                "-"
-                if faster is None
-                else f"{faster[0]:.1f}x"
-                if faster[0] == faster[1]
-                else f"{faster[0]:.1f}-{faster[1]:.1f}x"
-            )
-            lines.append(
-                f"| {r['core']} | {r['ms']:.2f} | {graphed} | {_x(r['x_nn_lstm'])} "
-                f"| {_x(r['x_nn_gru'])} | {_baseline(r['core'])} | {speedup} | {r['target']} |"
-            )
-    if "scaling" in parts:
-        s = parts["scaling"]
-        head = " | ".join(f"T={T}" for T in s["lengths"])
-        lines += [
-            "",
-            f"## Cost against T, forward+backward ms, B={s['B']} hidden {s['H']}",
-            "",
-            f"| core | {head} | T={s['lengths'][-1]} / T={s['lengths'][0]} | target |",
-            "|---|" + "---|" * (len(s["lengths"]) + 2),
-        ]
-        for r in s["rows"]:
-            cells = " | ".join(f"{r['ms'][T]:.2f}" if T in r["ms"] else "-" for T in s["lengths"])
-            lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
-    if "acting" in parts:
-        a = parts["acting"]
-        lines += [
-            "",
-            "## Acting step (MemoryS7 policy), microseconds",
-            "",
-            "| n_envs | CPU | device | device, CUDA graph | faster | trainer's rule |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in a["rows"]:
-            dev = f"{r['us_device']:.0f}" if "us_device" in r else "-"
-            graphed = f"{r['us_graphed']:.0f}" if "us_graphed" in r else "-"
-            if "graphed_error" in r:
-                graphed = f"not captured ({r['graphed_error']})"
-            lines.append(
-                f"| {r['n_envs']} | {r['us_cpu']:.0f} | {dev} | {graphed} "
-                f"| {r.get('faster', '-')} | {r['rule']} |"
-            )
-        lines.append(f"\nFirst n_envs where the device is faster: {a['crossover_n_envs']}.")
-    if "rl" in parts:
-        lines += [
-            "",
-            "## RL frames/s, device against the same machine's CPU",
-            "",
-            "| setting | CPU frames/s | device frames/s | x CPU | device: collect s / update s "
-            "| epochs timed | acting |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in parts["rl"]["rows"]:
-            if "error" in r:
-                lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
-                continue
-            d = r["device"]
-            lines.append(
-                f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
-                f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
-                f"| {d['acting']} |"
-            )
-    if "supervised" in parts:
-        s = parts["supervised"]
-        lines += [
-            "",
-            f"## Supervised copy ({s['config']} {' '.join(s['overrides'])}), core "
-            f"{s['cpu']['core']}",
-            "",
-            "| | s per update | updates timed |",
-            "|---|---|---|",
-            f"| CPU ({s['cpu']['threads']} threads) | {s['cpu']['s_per_update']:.3f} "
-            f"| {s['cpu']['updates']} |",
-            f"| device | {s['device']['s_per_update']:.3f} | {s['device']['updates']} |",
-            f"\nDevice against CPU: {_x(s['x_cpu'])}.",
-        ]
+
+
+def _md_tests(t: dict[str, Any]) -> list[str]:
+    """The CUDA tests part: the command, its summary and any failures."""
+    lines = ["", "## CUDA tests", "", f"`{t['command']}`: {t['summary']}"]
+    lines += [f"- {line}" for line in t["failed"]]
+    return lines
+
+
+def _md_cores(c: dict[str, Any]) -> list[str]:
+    """The cores part: one row per core, forward+backward."""
+    shape = c["shape"]
+    lines = [
+        "",
+        f"## Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
+        f"hidden {shape['H']}",
+        "",
+        "Capturable cores also through CUDA graphs; ratios and targets use the better "
+        "time. The step loops' H100 baseline (PyTorch 2.11, CUDA 13) is the reference "
+        "for the 5x target; where it is a group's range, so are the last columns.",
+        "",
+        "| core | ms | ms, CUDA graph | x nn.LSTM | x nn.GRU | H100 baseline ms "
+        "| x faster | target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in c["rows"]:
+        graphed = "-" if r.get("ms_graphed") is None else f"{r['ms_graphed']:.2f}"
+        faster = r.get("x_faster")
+        speedup = (
+            "-"
+            if faster is None
+            else f"{faster[0]:.1f}x"
+            if faster[0] == faster[1]
+            else f"{faster[0]:.1f}-{faster[1]:.1f}x"
+        )
+        lines.append(
+            f"| {r['core']} | {r['ms']:.2f} | {graphed} | {_x(r['x_nn_lstm'])} "
+            f"| {_x(r['x_nn_gru'])} | {_baseline(r['core'])} | {speedup} | {r['target']} |"
+        )
+    return lines
+
+
+def _md_scaling(s: dict[str, Any]) -> list[str]:
+    """The scaling part: each core's cost at each sequence length."""
+    head = " | ".join(f"T={T}" for T in s["lengths"])
+    lines = [
+        "",
+        f"## Cost against T, forward+backward ms, B={s['B']} hidden {s['H']}",
+        "",
+        f"| core | {head} | T={s['lengths'][-1]} / T={s['lengths'][0]} | target |",
+        "|---|" + "---|" * (len(s["lengths"]) + 2),
+    ]
+    for r in s["rows"]:
+        cells = " | ".join(f"{r['ms'][T]:.2f}" if T in r["ms"] else "-" for T in s["lengths"])
+        lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
+    return lines
+
+
+def _md_acting(a: dict[str, Any]) -> list[str]:
+    """The acting part: one row per n_envs, then the crossover."""
+    lines = [
+        "",
+        "## Acting step (MemoryS7 policy), microseconds",
+        "",
+        "| n_envs | CPU | device | device, CUDA graph | faster | trainer's rule |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in a["rows"]:
+        dev = f"{r['us_device']:.0f}" if "us_device" in r else "-"
+        graphed = f"{r['us_graphed']:.0f}" if "us_graphed" in r else "-"
+        if "graphed_error" in r:
+            graphed = f"not captured ({r['graphed_error']})"
+        lines.append(
+            f"| {r['n_envs']} | {r['us_cpu']:.0f} | {dev} | {graphed} "
+            f"| {r.get('faster', '-')} | {r['rule']} |"
+        )
+    lines.append(f"\nFirst n_envs where the device is faster: {a['crossover_n_envs']}.")
+    return lines
+
+
+def _md_rl(rl: dict[str, Any]) -> list[str]:
+    """The RL part: frames/s per setting, device against CPU."""
+    lines = [
+        "",
+        "## RL frames/s, device against the same machine's CPU",
+        "",
+        "| setting | CPU frames/s | device frames/s | x CPU | device: collect s / update s "
+        "| epochs timed | acting |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rl["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
+            continue
+        d = r["device"]
+        lines.append(
+            f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
+            f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
+            f"| {d['acting']} |"
+        )
+    return lines
+
+
+def _md_supervised(s: dict[str, Any]) -> list[str]:
+    """The supervised part: seconds per update, device against CPU."""
+    return [
+        "",
+        f"## Supervised copy ({s['config']} {' '.join(s['overrides'])}), core {s['cpu']['core']}",
+        "",
+        "| | s per update | updates timed |",
+        "|---|---|---|",
+        f"| CPU ({s['cpu']['threads']} threads) | {s['cpu']['s_per_update']:.3f} "
+        f"| {s['cpu']['updates']} |",
+        f"| device | {s['device']['s_per_update']:.3f} | {s['device']['updates']} |",
+        f"\nDevice against CPU: {_x(s['x_cpu'])}.",
+    ]
+
+
+def _md_not_measured(parts: dict[str, Any]) -> list[str]:
+    """What the time budget skipped and what failed, if anything."""
     skipped = {k: v["not_measured"] for k, v in parts.items() if v.get("not_measured")}
     errors = {k: v["errors"] for k, v in parts.items() if v.get("errors")}
-    if skipped or errors:
-        lines += ["", "## Not measured", ""]
-        lines += [f"- {k} (time budget): {', '.join(map(str, v))}" for k, v in skipped.items()]
-        lines += [f"- {k}: {n}: {e}" for k, v in errors.items() for n, e in v.items()]
+    if not (skipped or errors):
+        return []
+    lines = ["", "## Not measured", ""]
+    lines += [f"- {k} (time budget): {', '.join(map(str, v))}" for k, v in skipped.items()]
+    lines += [f"- {k}: {n}: {e}" for k, v in errors.items() for n, e in v.items()]
+    return lines
+
+
+# Each report part's renderer, in the order the parts appear in the report.
+_MD_PARTS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "tests": _md_tests,
+    "cores": _md_cores,
+    "scaling": _md_scaling,
+    "acting": _md_acting,
+    "rl": _md_rl,
+    "supervised": _md_supervised,
+}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as markdown: the hardware, then one section per part that ran."""
+    lines = _md_header(results)
+    parts = results["parts"]
+    for name, render in _MD_PARTS.items():
+        if name in parts:
+            lines += render(parts[name])
+    lines += _md_not_measured(parts)
     return "\n".join(lines) + "\n"
 
 
