@@ -7,6 +7,7 @@ import argparse
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from experiments.sweep import (
@@ -19,8 +20,8 @@ from experiments.sweep import (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
+def _add_trial_arguments(add: Callable[..., object]) -> None:
+    """What each trial runs: the config, its overrides, the grid and where things go."""
     add("config", help="YAML config of a train, supervised or transfer run")
     add("overrides", nargs="*", help="dotted overrides for every trial: train.total_steps=20000")
     add(
@@ -45,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="trial command (default: a `task:` section means supervised, `suite:` transfer, "
         "otherwise train)",
     )
+
+
+def _add_cluster_arguments(add: Callable[..., object]) -> None:
+    """Where the trials run: the backend and the Ray cluster."""
     add(
         "--backend",
         choices=BACKENDS,
@@ -53,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "when installed",
     )
     add("--address", default=None, help="Ray cluster (`auto`, `ray://head:10001`)")
+
+
+def _add_resource_arguments(add: Callable[..., object]) -> None:
+    """What each trial may use, and how often a failed one is retried."""
     add("--max-concurrent", type=int, default=1, help="trials running at once (default 1)")
     add("--threads-per-trial", type=int, default=1, help="CPUs Ray reserves per trial")
     add("--gpus-per-trial", type=float, default=0.0, help="GPUs (or a fraction) per trial")
@@ -70,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"retries of a failed trial from its last checkpoint (default {CLUSTER_RETRIES} "
         "with --address, where a node can be lost; 0 otherwise)",
     )
+
+
+def _add_search_arguments(add: Callable[..., object]) -> None:
+    """How the points are chosen: the grid, random or Optuna."""
     add(
         "--search",
         choices=SEARCHES,
@@ -79,6 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--samples", type=int, default=1, help="points a random or optuna search draws")
     add("--search-seed", type=int, default=0, help="seed of the search's sampler (default 0)")
+
+
+def _add_scheduler_arguments(add: Callable[..., object]) -> None:
+    """The trial scheduler (ASHA, PBT) and the metric it optimises."""
     add(
         "--scheduler",
         choices=SCHEDULERS,
@@ -105,6 +122,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="ASHA: steps (frames or updates) before a trial can be stopped",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # One helper per group, called in the order the options appear in --help.
+    add = parser.add_argument
+    _add_trial_arguments(add)
+    _add_cluster_arguments(add)
+    _add_resource_arguments(add)
+    _add_search_arguments(add)
+    _add_scheduler_arguments(add)
     add("--trial-timeout", type=float, default=None, help="seconds after which a trial stops")
     add("--dry-run", action="store_true", help="check every trial's config, print them, exit")
 
