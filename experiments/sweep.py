@@ -367,18 +367,7 @@ def run_sweep(
     """
     options = options or SweepOptions()
     options.check()
-    backend = options.backend
-    if backend != "local" and not ray_available():
-        asked = options.ray_only_options()
-        if backend == "ray" or asked:
-            what = f"{asked[0]} needs" if asked and backend == "auto" else "--backend ray needs"
-            raise SweepError(
-                f"{what} Ray Tune, which is not installed: `pip install 'memcores[ray]'` "
-                "(or run without it: --backend local)"
-            )
-        backend = "local"
-    elif backend == "auto":
-        backend = "ray"
+    backend = _resolve_backend(options)
     out = Path(out_dir).resolve()
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out {out} is a file; give a folder")
@@ -386,18 +375,7 @@ def run_sweep(
     searching = options.search != "grid"
     check_space(space or {}, options, trials)
     todo = list(trials) if searching else [t for t in trials if not trial_done(t)]
-    if searching:
-        seeds = ", ".join(t.name for t in trials)
-        echo(
-            f"sweep {out}: {options.samples} points of {options.search} search x "
-            f"{len(trials)} seed(s) ({seeds}), points with records skipped, with "
-            f"{_how(backend, options)}"
-        )
-    else:
-        echo(
-            f"sweep {out}: {len(trials)} trials, {len(trials) - len(todo)} with a record "
-            f"(skipped), {len(todo)} to run with {_how(backend, options)}"
-        )
+    _announce(trials, todo, out, backend, options, echo)
     results = {t.name: TrialResult(t.name, "skipped") for t in trials if t not in todo}
     if not todo:
         return [results[t.name] for t in trials]
@@ -408,10 +386,7 @@ def run_sweep(
     )
     try:
         if backend == "ray":
-            try:
-                check_resources(cluster_nodes(), trial_resources(options))
-            except ValueError as err:
-                raise SweepError(str(err)) from None
+            _check_cluster(options)
         lock = prepare_folder(out, meta)
         try:
             if backend == "ray":
@@ -430,6 +405,61 @@ def run_sweep(
 
             ray.shutdown()
     return [results[t.name] for t in trials]
+
+
+def _resolve_backend(options: SweepOptions) -> str:
+    """The backend the sweep runs on: ``ray`` or ``local`` (``auto``: ray when installed).
+
+    :raises SweepError: Ray is asked for, by ``--backend ray`` or a Ray-only option, but is
+        not installed.
+    """
+    backend = options.backend
+    if backend != "local" and not ray_available():
+        asked = options.ray_only_options()
+        if backend == "ray" or asked:
+            what = f"{asked[0]} needs" if asked and backend == "auto" else "--backend ray needs"
+            raise SweepError(
+                f"{what} Ray Tune, which is not installed: `pip install 'memcores[ray]'` "
+                "(or run without it: --backend local)"
+            )
+        backend = "local"
+    elif backend == "auto":
+        backend = "ray"
+    return backend
+
+
+def _announce(
+    trials: Sequence[Trial],
+    todo: Sequence[Trial],
+    out: Path,
+    backend: str,
+    options: SweepOptions,
+    echo: Callable[[str], None],
+) -> None:
+    """The sweep's first line: what runs, what is skipped, and how."""
+    if options.search != "grid":
+        seeds = ", ".join(t.name for t in trials)
+        echo(
+            f"sweep {out}: {options.samples} points of {options.search} search x "
+            f"{len(trials)} seed(s) ({seeds}), points with records skipped, with "
+            f"{_how(backend, options)}"
+        )
+    else:
+        echo(
+            f"sweep {out}: {len(trials)} trials, {len(trials) - len(todo)} with a record "
+            f"(skipped), {len(todo)} to run with {_how(backend, options)}"
+        )
+
+
+def _check_cluster(options: SweepOptions) -> None:
+    """Whether the connected Ray cluster has a node that can hold one trial.
+
+    :raises SweepError: no node can.
+    """
+    try:
+        check_resources(cluster_nodes(), trial_resources(options))
+    except ValueError as err:
+        raise SweepError(str(err)) from None
 
 
 def check_space(space: dict[str, Dist], o: SweepOptions, trials: Sequence[Trial]) -> None:
