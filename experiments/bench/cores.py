@@ -408,7 +408,8 @@ def tanh_routes(reps: int, shapes: tuple[tuple[int, ...], ...] = TANH_SHAPES) ->
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``memcores bench cores``."""
     parser = argparse.ArgumentParser(
         prog="memcores bench cores", description=__doc__.split("\n")[0]
     )
@@ -451,7 +452,42 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="time torch.tanh against the sigmoid route of cores/fast_tanh.py instead of cores",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _core_names(spec: str) -> list[str]:
+    """The cores ``--cores`` names, each checked against :data:`cores.CORES`.
+
+    :raises ValueError: a name is not a core.
+    """
+    names = sorted(CORES) if spec == "all" else spec.split(",")
+    unknown = [n for n in names if parse_core_spec(n)[0] not in CORES]
+    if unknown:
+        raise ValueError(f"unknown core(s) {unknown}; valid cores: {', '.join(sorted(CORES))}")
+    return names
+
+
+def _bench_threads(
+    names: list[str], args: argparse.Namespace, device: torch.device, n: int
+) -> None:
+    """Time the cores with ``n`` torch threads and print their tables."""
+    torch.set_num_threads(n)
+    runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed, device)
+    samples = measure(runs, args.reps, device)
+    print()
+    print(format_table(samples, n, args.stat))
+    split = format_refine_split(samples, args.stat)
+    if split:
+        print(split)
+    speedup = format_speedup(samples, args.stat)
+    if speedup:
+        print(speedup)
+    for name, err in errors.items():
+        print(f"{name:<14}skipped ({err})")
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     device = resolve_device(args.device)
     if args.tanh:
         print(tanh_routes(1 if args.quick else args.reps))
@@ -461,10 +497,7 @@ def main(argv: list[str]) -> int:
     if args.scan:
         print(scan_kernels(args.T, args.B, args.H, args.reps, args.seed))
         return 0
-    names = sorted(CORES) if args.cores == "all" else args.cores.split(",")
-    unknown = [n for n in names if parse_core_spec(n)[0] not in CORES]
-    if unknown:
-        raise ValueError(f"unknown core(s) {unknown}; valid cores: {', '.join(sorted(CORES))}")
+    names = _core_names(args.cores)
     threads = [int(t) for t in args.threads.split(",")]
     old_threads = torch.get_num_threads()
     print(
@@ -475,19 +508,7 @@ def main(argv: list[str]) -> int:
     )
     try:
         for n in threads:
-            torch.set_num_threads(n)
-            runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed, device)
-            samples = measure(runs, args.reps, device)
-            print()
-            print(format_table(samples, n, args.stat))
-            split = format_refine_split(samples, args.stat)
-            if split:
-                print(split)
-            speedup = format_speedup(samples, args.stat)
-            if speedup:
-                print(speedup)
-            for name, err in errors.items():
-                print(f"{name:<14}skipped ({err})")
+            _bench_threads(names, args, device, n)
     finally:
         torch.set_num_threads(old_threads)
     return 0
