@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from cores import triton_tune
+from cores.base import reset_where
 
 BLOCK_B = 16
 """Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
@@ -140,6 +142,35 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
     if "BLOCK_N" in meta and triton_tune.enabled(args):
         meta = triton_tune.best_meta(kernel, grid, args, meta, hidden=int(args[-1]))
     kernel[grid](*args, **meta)
+
+
+def input_projection(x: Tensor, weight_ih: Tensor, bias: Tensor) -> Tensor:
+    """Every step's input side ``x W_ih^T + b`` as one matmul: ``x [T, B, D]`` -> ``[T, B, G]``
+    (the kernels add the recurrent side)."""
+    T, B, _ = x.shape
+    return torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+
+
+def previous_states(h_before: Tensor, starts8: Tensor, has_starts: bool) -> Tensor:
+    """``h_{t-1} [T, B, H]`` as step ``t`` read it: the stored state before each step, with the
+    rows that restart at ``t`` reset (for the weight gradient ``dA^T h_{t-1}``)."""
+    if not has_starts:
+        return h_before
+    (h_prev,) = reset_where((h_before,), starts8.bool())
+    return h_prev
+
+
+def input_side_grads(
+    needs: tuple[bool, ...], dA: Tensor, x: Tensor, weight_ih: Tensor
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Gradients of ``x``, ``weight_ih`` and the bias from the pre-activation gradients
+    ``dA [T, B, G]``, one matmul each over all steps (``needs``: autograd's
+    ``needs_input_grad`` for those three, in that order)."""
+    dA_flat = dA.view(-1, dA.shape[-1])
+    dx = dA_flat.mm(weight_ih).view_as(x) if needs[0] else None
+    d_weight_ih = dA_flat.t().mm(x.reshape(dA_flat.shape[0], -1)) if needs[1] else None
+    d_bias = dA_flat.sum(0) if needs[2] else None
+    return dx, d_weight_ih, d_bias
 
 
 def check_device(x: Tensor) -> None:

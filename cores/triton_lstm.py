@@ -36,7 +36,6 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
-from cores.base import reset_where
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import back, gate, gate_slope, put, rec, sigmoid, tanh, tile
 
@@ -245,7 +244,7 @@ class _TritonLSTM(torch.autograd.Function):
         T, B, _ = x.shape
         H = weight_hh.shape[1]
         # every step's input projection in one matmul; the kernel adds h U^T
-        G = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+        G = tg.input_projection(x, weight_ih, bias)
         A = torch.empty_like(G)
         Y = x.new_empty(T + 1, B, H)  # h_0 and every h_t (the step reads h_{t-1} from here)
         C = x.new_empty(T + 1, B, H)
@@ -285,15 +284,9 @@ class _TritonLSTM(torch.autograd.Function):
             **ctx.meta,
         )  # fmt: skip
         # weight and input gradients: one matmul each over all steps
-        h_prev = Y[:-1]  # [T, B, H], as step t read it
-        if ctx.has_starts:
-            (h_prev,) = reset_where((h_prev,), starts8.bool())
-        dA_flat = dA.view(T * B, -1)
-        d_weight_hh = dA_flat.t().mm(h_prev.reshape(T * B, H))
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
-        d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
-        d_bias = dA_flat.sum(0) if need_b else None
+        h_prev = tg.previous_states(Y[:-1], starts8, ctx.has_starts)
+        d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
+        dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
         return dx, d_weight_ih, d_bias, d_weight_hh, dH[0], dC[0], None, None, None
 
 

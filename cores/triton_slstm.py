@@ -28,7 +28,6 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
-from cores.base import reset_where
 from cores.triton_gates import back, put, rec, sigmoid, tanh, tile
 
 
@@ -210,7 +209,7 @@ class _TritonSLSTM(torch.autograd.Function):
         T, B, _ = x.shape
         H = weight_hh.shape[1]
         # every step's input projection in one matmul; the kernel adds the recurrent part
-        G = torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+        G = tg.input_projection(x, weight_ih, bias)
         A = torch.empty_like(G)
         S = x.new_empty(4, T + 1, B, H)  # h, c, n, m before the first step and after each
         S[:, 0] = s0
@@ -240,15 +239,9 @@ class _TritonSLSTM(torch.autograd.Function):
             HAS_STARTS=ctx.has_starts,
             **ctx.meta,
         )  # fmt: skip
-        h_prev = S[0, :-1]  # [T, B, H], as step t read it
-        if ctx.has_starts:
-            (h_prev,) = reset_where((h_prev,), starts8.bool())
-        dA_flat = dA.view(T * B, -1)
-        d_weight_hh = dA_flat.t().mm(h_prev.reshape(T * B, H))
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
-        d_weight_ih = dA_flat.t().mm(x.reshape(T * B, -1)) if need_w else None
-        d_bias = dA_flat.sum(0) if need_b else None
+        h_prev = tg.previous_states(S[0, :-1], starts8, ctx.has_starts)
+        d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
+        dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
         return dx, d_weight_ih, d_bias, d_weight_hh, dSall[:, 0], None, None
 
 
