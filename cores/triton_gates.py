@@ -9,6 +9,7 @@ Importing this module imports ``triton``; :mod:`cores` imports it only when a Tr
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -139,7 +140,7 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
     (``BLOCK_N``, ``BLOCK_K``, warps) is the fastest of :mod:`cores.triton_tune`'s candidates
     for that shape, timed on first use.
     """
-    if "BLOCK_N" in meta and triton_tune.enabled(args):
+    if "BLOCK_K" in meta and triton_tune.enabled(args):
         meta = triton_tune.best_meta(kernel, grid, args, meta, hidden=int(args[-1]))
     kernel[grid](*args, **meta)
 
@@ -180,6 +181,121 @@ def check_device(x: Tensor) -> None:
             f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
             "before triton is imported; valid impls on a CPU: fused, loop"
         )
+
+
+SPLIT_ENV = "MEMCORES_TRITON_SPLIT"
+"""``0`` turns the unit-split kernels off (every step then runs in one program per batch tile)."""
+SPLIT_UNITS = 16
+"""Units per program in the unit-split kernels (``tl.dot``'s minimum width)."""
+SPLIT_MAX_HIDDEN = 256
+"""Above this hidden size a program's weight slice no longer fits its registers."""
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How a unit-split launch cuts the work: ``tiles`` batch tiles of ``block_b`` rows, each
+    run by ``parts`` programs of ``block_n`` units that meet at a barrier after every step."""
+
+    block_b: int
+    block_n: int
+    block_h: int
+    tiles: int
+    parts: int
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.tiles, self.parts)
+
+    def meta(self) -> dict[str, int]:
+        """The kernel's compile-time tile sizes."""
+        return dict(
+            BLOCK_B=self.block_b,
+            BLOCK_N=self.block_n,
+            BLOCK_H=self.block_h,
+            BLOCK_P=max(2, _pow2_at_least(self.parts)),
+        )
+
+    def flags(self, device: torch.device) -> Tensor:
+        """Zeroed step counters of the barrier, one per program."""
+        return torch.zeros(self.tiles * self.parts, dtype=torch.int32, device=device)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> SplitPlan | None:
+    """The cut of a unit-split launch, or ``None`` where one program per batch tile must do.
+
+    Splitting a step's units over ``parts`` programs runs them side by side (each keeps its
+    slice of ``weight_hh`` in registers), but the programs of a tile must meet after every
+    step, so all of them have to be resident at once: the grid may not exceed the GPU's
+    multiprocessors. Triton's interpreter runs programs one after the other, so there a tile
+    has one part, except for a single step, which needs no barrier.
+    """
+    if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
+        return None
+    block_h = max(16, _pow2_at_least(hidden))
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        block_n = SPLIT_UNITS if steps == 1 else block_h
+        parts = cdiv(hidden, block_n)
+        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts)
+    if device.type != "cuda":
+        return None
+    parts = cdiv(hidden, SPLIT_UNITS)
+    slots = torch.cuda.get_device_properties(device).multi_processor_count
+    for block_b in (16, 32, 64):
+        tiles = cdiv(batch, block_b)
+        if tiles * parts <= slots:
+            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts)
+    return None
+
+
+@triton.jit
+def sync_parts(flags_ptr, part, n_parts, step, BLOCK_P: tl.constexpr):
+    """A barrier over the ``n_parts`` programs of one batch tile: mark this part done with
+    ``step`` and wait until every part is. The counters only grow and each is written by its
+    own part, so the wait is the same whichever threads run it; ``acq_rel`` atomics make the
+    parts' stores before the barrier visible to the loads after it (which bypass L1)."""
+    tl.debug_barrier()  # every thread of this program has stored its step
+    tl.atomic_max(flags_ptr + part, step, sem="acq_rel")
+    offs = tl.arange(0, BLOCK_P)
+    ok = offs < n_parts
+    seen = tl.atomic_max(flags_ptr + offs, 0, mask=ok, sem="acq_rel")
+    while tl.min(tl.where(ok, seen, step)) < step:
+        seen = tl.atomic_max(flags_ptr + offs, 0, mask=ok, sem="acq_rel")
+    tl.debug_barrier()
+
+
+@triton.jit
+def shared_tile(ptr, rows, row_ok, cols, col_ok, width):
+    """:func:`tile` of a matrix other programs wrote in this launch (read from L2, not L1)."""
+    mask = row_ok[:, None] & col_ok[None, :]
+    return tl.load(
+        ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0, cache_modifier=".cg"
+    )
+
+
+@triton.jit
+def weight_slice(w_ptr, g, cols_k, k_ok, cols_n, n_ok, H):
+    """``W_g[cols_n, cols_k]^T`` as a ``[BK, BN]`` tile (``W = weight_hh [nH, H]``): gate block
+    ``g``'s recurrent weights from input units ``cols_k`` into output units ``cols_n``."""
+    return tl.load(
+        w_ptr + (g * H + cols_n[None, :]) * H + cols_k[:, None],
+        mask=k_ok[:, None] & n_ok[None, :],
+        other=0.0,
+    )
+
+
+@triton.jit
+def back_slice(w_ptr, g, cols_all, all_ok, cols_own, own_ok, H):
+    """``W_g[cols_all, cols_own]`` as a ``[BH, BN]`` tile: what gate block ``g``'s gradients of
+    every unit send into the gradient of ``h_{t-1}[cols_own]``."""
+    return tl.load(
+        w_ptr + (g * H + cols_all[:, None]) * H + cols_own[None, :],
+        mask=all_ok[:, None] & own_ok[None, :],
+        other=0.0,
+    )
 
 
 def cdiv(a: int, b: int) -> int:

@@ -37,7 +37,20 @@ from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
-from cores.triton_gates import back, gate, gate_slope, put, rec, sigmoid, tanh, tile
+from cores.triton_gates import (
+    back,
+    back_slice,
+    gate,
+    gate_slope,
+    put,
+    rec,
+    shared_tile,
+    sigmoid,
+    sync_parts,
+    tanh,
+    tile,
+    weight_slice,
+)
 
 
 @triton.jit
@@ -212,6 +225,213 @@ def backward_kernel(
         tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
 
 
+@triton.jit
+def forward_split_kernel(
+    g_ptr,  # [T, B, NG*H] x W^T + b
+    a_ptr,  # [T, B, NG*H] out: the pre-activations a_t
+    w_ptr,  # [NG*H, H] weight_hh
+    starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
+    y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
+    c_ptr,  # [T+1, B, H] in: c_0 at index 0; out: c_t at index t+1
+    flags_ptr,  # [tiles * parts] int32 zeros: the barrier's step counters
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    TIED: tl.constexpr,
+    REFINE: tl.constexpr,
+    R: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    """The forward with a step's units split over programs: program ``(tile, part)`` owns
+    ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights and its
+    cells in registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
+    each step (:func:`~cores.triton_gates.sync_parts`)."""
+    part = tl.program_id(1)
+    n_parts = tl.num_programs(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    cols_n = part * BLOCK_N + tl.arange(0, BLOCK_N)  # this program's units
+    n_ok = cols_n < H
+    cols_k = tl.arange(0, BLOCK_H)  # every unit of h_{t-1}
+    k_ok = cols_k < H
+    flags = flags_ptr + tl.program_id(0) * n_parts
+    GH = NG * H
+    w_o = weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
+    w_f = weight_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
+    w_u = weight_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
+    if not TIED:
+        w_i = weight_slice(w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H)
+    if REFINE:
+        w_r = weight_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
+    c = tile(c_ptr, rows, row_ok, cols_n, n_ok, H)
+    for t in range(T):
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+        h = tl.where(start[:, None], 0.0, h)
+        g_t = g_ptr + t * B * GH
+        a_t = a_ptr + t * B * GH
+        a_o = tile(g_t, rows, row_ok, cols_n, n_ok, GH) + tl.dot(h, w_o, input_precision=PREC)
+        a_f = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH) + tl.dot(h, w_f, input_precision=PREC)
+        a_u = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+        a_u += tl.dot(h, w_u, input_precision=PREC)
+        put(a_t, a_o, rows, row_ok, cols_n, n_ok, GH)
+        put(a_t + H, a_f, rows, row_ok, cols_n, n_ok, GH)
+        put(a_t + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
+        f = gate(a_f, ACT, CLAMP)
+        if REFINE:
+            a_r = tile(g_t + R * H, rows, row_ok, cols_n, n_ok, GH)
+            a_r += tl.dot(h, w_r, input_precision=PREC)
+            put(a_t + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
+            r = sigmoid(a_r)
+            g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+        else:
+            g = f
+        if TIED:
+            i = 1.0 - g
+        else:
+            a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
+            a_i += tl.dot(h, w_i, input_precision=PREC)
+            put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
+            i = sigmoid(a_i)
+        c = g * tl.where(start[:, None], 0.0, c) + i * tanh(a_u)
+        h_new = sigmoid(a_o) * tanh(c)
+        put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
+        put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
+        if t + 1 < T:  # every part's h_t is stored before any part reads it
+            sync_parts(flags, part, n_parts, t + 1, BLOCK_P)
+
+
+@triton.jit
+def backward_split_kernel(
+    a_ptr,  # [T, B, NG*H] the forward's pre-activations
+    w_ptr,  # [NG*H, H] weight_hh
+    c_ptr,  # [T+1, B, H] c_0 and the forward's c_t
+    starts_ptr,  # [T, B] int8
+    detach_ptr,  # [T] int8: h-detach stops the gradient into h_{t-1} at step t
+    dy_ptr,  # [T, B, H] gradient of the outputs
+    dh_ptr,  # [B, H] the final h's gradient
+    dc_ptr,  # [B, H] in: the final c's gradient; out: the gradient into c_0
+    da_ptr,  # [T, B, NG*H] out: pre-activation gradients
+    flags_ptr,  # [tiles * parts] int32 zeros
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    TIED: tl.constexpr,
+    REFINE: tl.constexpr,
+    R: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    HAS_DETACH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    """The reverse-time pass with a step's units split over programs, as
+    :func:`forward_split_kernel`: a part writes its units' ``dA_t``, meets the other parts,
+    then reads every unit's ``dA_t`` for its units of ``dh_{t-1}``. The gradient into ``h_0``
+    is one matmul after the launch (step 0 needs no barrier)."""
+    part = tl.program_id(1)
+    n_parts = tl.num_programs(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    cols_n = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = cols_n < H
+    cols_k = tl.arange(0, BLOCK_H)
+    k_ok = cols_k < H
+    flags = flags_ptr + tl.program_id(0) * n_parts
+    GH = NG * H
+    w_o = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
+    w_f = back_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
+    w_u = back_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
+    if not TIED:
+        w_i = back_slice(w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H)
+    if REFINE:
+        w_r = back_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
+    dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
+    dc = tile(dc_ptr, rows, row_ok, cols_n, n_ok, H)
+    for k in range(T):
+        t = T - 1 - k
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        a_t = a_ptr + t * B * GH
+        da_t = da_ptr + t * B * GH
+        dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+        o = sigmoid(tile(a_t, rows, row_ok, cols_n, n_ok, GH))
+        a_f = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
+        f = gate(a_f, ACT, CLAMP)
+        u = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+        c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+        c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+        c_prev = tl.where(start[:, None], 0.0, c_prev)
+        if REFINE:
+            r = sigmoid(tile(a_t + R * H, rows, row_ok, cols_n, n_ok, GH))
+            g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+        else:
+            g = f
+        tc = tanh(c)
+        put(da_t, dh * tc * o * (1.0 - o), rows, row_ok, cols_n, n_ok, GH)
+        dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
+        dg = dcs * c_prev
+        if TIED:
+            dg -= dcs * u
+            i = 1.0 - g
+        else:
+            i = sigmoid(tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, GH))
+            put(da_t + 2 * H, dcs * u * i * (1.0 - i), rows, row_ok, cols_n, n_ok, GH)
+        if REFINE:
+            put(
+                da_t + R * H,
+                dg * 2.0 * f * (1.0 - f) * r * (1.0 - r),
+                rows,
+                row_ok,
+                cols_n,
+                n_ok,
+                GH,
+            )
+            dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
+        put(da_t + H, dg * gate_slope(a_f, f, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
+        put(da_t + (NG - 1) * H, dcs * i * (1.0 - u * u), rows, row_ok, cols_n, n_ok, GH)
+        dc = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
+        if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
+            sync_parts(flags, part, n_parts, k + 1, BLOCK_P)
+            acc = tl.dot(
+                shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH), w_f, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH), w_u,
+                input_precision=PREC,
+            )  # fmt: skip
+            if not TIED:
+                da_i = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_i, w_i, input_precision=PREC)
+            if REFINE:
+                da_r = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_r, w_r, input_precision=PREC)
+            stop = False
+            if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
+                stop = tl.load(detach_ptr + t) != 0
+            dh = tl.where(start[:, None] | stop, 0.0, acc)
+    put(dc_ptr, dc, rows, row_ok, cols_n, n_ok, H)
+
+
 def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
     """Compile-time parameters of one preset."""
     return dict(
@@ -252,12 +472,23 @@ class _TritonLSTM(torch.autograd.Function):
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
         meta = _meta(spec, H)
-        tg.launch(
-            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, Y, C, T, B, H,
-            HAS_STARTS=starts is not None,
-            **meta,
-        )  # fmt: skip
-        ctx.meta = meta
+        plan = tg.split_plan(T, B, H, x.device)
+        if plan is None:
+            tg.launch(
+                forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, Y, C, T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            )  # fmt: skip
+        else:
+            meta = {**meta, **plan.meta()}
+            del meta["BLOCK_K"]
+            tg.launch(
+                forward_split_kernel, plan.grid, G, A, w, starts8, Y, C, plan.flags(x.device),
+                T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            )  # fmt: skip
+        ctx.meta, ctx.plan = meta, plan
         ctx.has_starts = starts is not None
         ctx.has_detach = detach is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, Y, C)
@@ -270,6 +501,12 @@ class _TritonLSTM(torch.autograd.Function):
         T, B, _ = x.shape
         H = w.shape[1]
         dY = torch.zeros_like(Y[1:]) if dY is None else dY.contiguous()
+        if ctx.plan is not None:
+            dA, dh0, dc0 = _split_backward(ctx, A, w, C, starts8, detach, dY, dhT, dcT)
+            h_prev = tg.previous_states(Y[:-1], starts8, ctx.has_starts)
+            d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
+            dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
+            return dx, d_weight_ih, d_bias, d_weight_hh, dh0, dc0, None, None, None
         dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
         dC = x.new_empty(T + 1, B, H)
         dH[T] = 0.0 if dhT is None else dhT
@@ -288,6 +525,41 @@ class _TritonLSTM(torch.autograd.Function):
         d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
         dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
         return dx, d_weight_ih, d_bias, d_weight_hh, dH[0], dC[0], None, None, None
+
+
+def _split_backward(
+    ctx: Any,
+    A: Tensor,
+    w: Tensor,
+    C: Tensor,
+    starts8: Tensor,
+    detach: Tensor | None,
+    dY: Tensor,
+    dhT: Tensor | None,
+    dcT: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The unit-split reverse pass: ``dA [T, B, NG*H]`` and the gradients into ``h_0`` and
+    ``c_0`` (``[B, H]``)."""
+    T, B, H = dY.shape
+    plan = ctx.plan
+    dh = dY.new_zeros(B, H) if dhT is None else dhT.contiguous()
+    dc = dY.new_zeros(B, H) if dcT is None else dcT.clone()  # the kernel writes dc_0 here
+    dA = torch.empty_like(A)
+    detach8 = detach if detach is not None else starts8
+    tg.launch(
+        backward_split_kernel, plan.grid,
+        A, w, C, starts8, detach8, dY, dh, dc, dA, plan.flags(dY.device), T, B, H,
+        HAS_STARTS=ctx.has_starts,
+        HAS_DETACH=ctx.has_detach,
+        **ctx.meta,
+    )  # fmt: skip
+    # step 0's gradient into h_0 needs every part's dA_0: one matmul after the launch
+    dh0 = dA[0].mm(w)
+    if ctx.has_starts:
+        dh0 = dh0.masked_fill(starts8[0].bool()[:, None], 0.0)
+    if ctx.has_detach:
+        dh0 = torch.where(detach[0] != 0, 0.0, dh0)
+    return dA, dh0, dc
 
 
 def triton_lstm(

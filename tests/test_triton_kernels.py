@@ -154,6 +154,57 @@ def test_hdetach_draws_are_the_same_and_change_the_gradient() -> None:
     assert not torch.allclose(grads_detached[0], grads_plain[0])
 
 
+@pytest.mark.parametrize("name", ["ur_lstm", "lstm", "fast2_lstm", "hdetach_lstm"])
+def test_unit_split_kernel_over_several_parts(name: str) -> None:
+    """H = 40 over three programs of 16 units (the last partly masked), each reading every
+    unit's state and gradient: one step, which needs no barrier, so it runs under the
+    interpreter too. Longer sequences over several parts are the CUDA run's."""
+    hidden, batch, steps = 40, 3, 1 if DEVICE == "cpu" else 7
+    plan = triton_gates.split_plan(steps, batch, hidden, torch.device(DEVICE))
+    assert plan is not None and plan.parts == 3
+    ref, tri = _pair(
+        name, torch.float64, hidden=hidden, **({"p": 0.5} if "hdetach" in name else {})
+    )
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(steps, batch, D, generator=gen, dtype=torch.float64).to(DEVICE)
+    starts = torch.zeros(steps, batch, dtype=torch.bool)
+    starts[0, 1] = True
+    with torch.no_grad():
+        _, state = ref(x.flip(0), ref.initial_state(batch, DEVICE))
+    values_ref, grads_ref = _run(ref, x, state, starts.to(DEVICE))
+    values_tri, grads_tri = _run(tri, x, state, starts.to(DEVICE))
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("name", ["ur_lstm", "tied_lstm", "hdetach_lstm"])
+def test_kernel_with_one_program_per_tile_when_the_split_is_off(name: str, monkeypatch) -> None:
+    """MEMCORES_TRITON_SPLIT=0 (and shapes the GPU cannot hold split) run every unit of a
+    step in one program per batch tile: the same values and gradients."""
+    monkeypatch.setenv(triton_gates.SPLIT_ENV, "0")
+    assert triton_gates.split_plan(T, B, H, torch.device(DEVICE)) is None
+    _assert_match(name, torch.float64)
+
+
+def test_split_plan_keeps_every_program_resident(monkeypatch) -> None:
+    """On a GPU the parts of a tile wait for each other, so the grid never exceeds the
+    multiprocessors: wider batch tiles first, then no split."""
+    from types import SimpleNamespace
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda _: SimpleNamespace(multi_processor_count=132)
+    )
+    cuda = torch.device("cuda")
+    plan = triton_gates.split_plan(256, 64, 128, cuda)
+    assert (plan.block_b, plan.tiles, plan.parts, plan.block_h) == (16, 4, 8, 128)
+    assert triton_gates.split_plan(256, 512, 128, cuda).block_b == 32  # 16 tiles x 8 parts
+    assert triton_gates.split_plan(256, 1024, 128, cuda).block_b == 64
+    assert triton_gates.split_plan(256, 4096, 128, cuda) is None  # 64 tiles x 8 parts > 132
+    assert triton_gates.split_plan(256, 64, 512, cuda) is None  # weights beyond registers
+    assert triton_gates.split_plan(256, 64, 128, torch.device("cpu")) is None
+
+
 class _OpCounter(TorchDispatchMode):
     """Counts torch operator calls, except those inside a kernel launch (the interpreter's)."""
 
@@ -235,7 +286,7 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         [sys.executable, str(script), "128"], env=env, capture_output=True, text=True, check=True
     ).stdout
     shared = dict(line.split() for line in out.splitlines())
-    assert len(shared) == 6
+    assert len(shared) == 8
     assert all(int(v) < 100 * 1024 for v in shared.values()), shared
 
 

@@ -12,6 +12,7 @@ from triton.compiler import ASTSource, compile
 from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
 
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
+POINTERS_INT32 = ("flags_ptr",)
 
 
 def shared_bytes(kernel, constants: dict) -> int:
@@ -22,6 +23,8 @@ def shared_bytes(kernel, constants: dict) -> int:
             signature[name] = "constexpr"
         elif name in POINTERS_INT8:
             signature[name] = "*i8"
+        elif name in POINTERS_INT32:
+            signature[name] = "*i32"
         else:
             signature[name] = "*fp32" if name.endswith("_ptr") else "i32"
     constexprs = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
@@ -34,9 +37,13 @@ def main(hidden: int) -> None:
     lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0)
     gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)
     slstm = dict(base, EPS=1e-6)
+    split = {k: v for k, v in lstm.items() if k != "BLOCK_K"}
+    split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden, BLOCK_P=8)
     for name, kernel, constants in (
         ("lstm.forward", triton_lstm.forward_kernel, lstm),
         ("lstm.backward", triton_lstm.backward_kernel, dict(lstm, HAS_DETACH=True)),
+        ("lstm.forward_split", triton_lstm.forward_split_kernel, split),
+        ("lstm.backward_split", triton_lstm.backward_split_kernel, dict(split, HAS_DETACH=True)),
         ("gru.forward", triton_gru.forward_kernel, gru),
         ("gru.backward", triton_gru.backward_kernel, gru),
         ("slstm.forward", triton_slstm.forward_kernel, slstm),
