@@ -22,7 +22,20 @@ from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
-from cores.triton_gates import back, gate, gate_slope, put, rec, sigmoid, tanh, tile
+from cores.triton_gates import (
+    back,
+    back_slice,
+    gate,
+    gate_slope,
+    put,
+    rec,
+    shared_tile,
+    sigmoid,
+    sync_parts,
+    tanh,
+    tile,
+    weight_slice,
+)
 
 
 @triton.jit
@@ -173,6 +186,176 @@ def backward_kernel(
         tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
 
 
+@triton.jit
+def forward_split_kernel(
+    g_ptr,  # [T, B, NG*H] x W^T + b
+    a_ptr,  # [T, B, NG*H] out: pre-activations of z, [q], r and n (pre-tanh)
+    hn_ptr,  # [T, B, H] out: U_n h_{t-1} + b_hn
+    w_ptr,  # [NG*H, H] weight_hh
+    bhn_ptr,  # [H] bias_hn
+    starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
+    y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
+    flags_ptr,  # [tiles * parts] int32 zeros: the barrier's step counters
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    REFINE: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    """The forward with a step's units split over programs (the design of
+    :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights and
+    state in registers, reads every unit of ``h_{t-1}`` and meets the other parts after each
+    step."""
+    part = tl.program_id(1)
+    n_parts = tl.num_programs(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    cols_n = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = cols_n < H
+    cols_k = tl.arange(0, BLOCK_H)
+    k_ok = cols_k < H
+    flags = flags_ptr + tl.program_id(0) * n_parts
+    GH = NG * H
+    w_z = weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
+    if REFINE:
+        w_q = weight_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
+    w_r = weight_slice(w_ptr, NG - 2, cols_k, k_ok, cols_n, n_ok, H)
+    w_n = weight_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
+    b_hn = tl.load(bhn_ptr + cols_n, mask=n_ok, other=0.0)
+    h_own = tile(y_ptr, rows, row_ok, cols_n, n_ok, H)
+    for t in range(T):
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+        h = tl.where(start[:, None], 0.0, h)
+        g_t = g_ptr + t * B * GH
+        a_t = a_ptr + t * B * GH
+        a_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH) + tl.dot(h, w_z, input_precision=PREC)
+        a_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
+        a_r += tl.dot(h, w_r, input_precision=PREC)
+        hn = tl.dot(h, w_n, input_precision=PREC) + b_hn[None, :]
+        a_n = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH) + sigmoid(a_r) * hn
+        put(a_t, a_z, rows, row_ok, cols_n, n_ok, GH)
+        put(a_t + (NG - 2) * H, a_r, rows, row_ok, cols_n, n_ok, GH)
+        put(a_t + (NG - 1) * H, a_n, rows, row_ok, cols_n, n_ok, GH)
+        put(hn_ptr + t * B * H, hn, rows, row_ok, cols_n, n_ok, H)
+        z = gate(a_z, ACT, CLAMP)
+        if REFINE:
+            a_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH) + tl.dot(
+                h, w_q, input_precision=PREC
+            )
+            put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
+            q = sigmoid(a_q)
+            z = z * (2.0 * q + (1.0 - 2.0 * q) * z)
+        n = tanh(a_n)
+        h_own = n + z * (tl.where(start[:, None], 0.0, h_own) - n)
+        put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
+        if t + 1 < T:  # every part's h_t is stored before any part reads it
+            sync_parts(flags, part, n_parts, t + 1, BLOCK_P)
+
+
+@triton.jit
+def backward_split_kernel(
+    a_ptr,  # [T, B, NG*H] the forward's pre-activations
+    hn_ptr,  # [T, B, H] the forward's U_n h_{t-1} + b_hn
+    w_ptr,  # [NG*H, H] weight_hh
+    y_ptr,  # [T+1, B, H] h_0 and the forward's h_t
+    starts_ptr,  # [T, B] int8
+    dy_ptr,  # [T, B, H] gradient of the outputs
+    dh_ptr,  # [B, H] in: the final h's gradient; out: step 0's direct part, z_0 dh_0
+    da_ptr,  # [T, B, NG*H] out: gradients of the input-side pre-activations
+    dhn_ptr,  # [T, B, H] out: gradient of U_n h_{t-1} + b_hn
+    flags_ptr,  # [tiles * parts] int32 zeros
+    T,
+    B,
+    H,
+    NG: tl.constexpr,
+    ACT: tl.constexpr,
+    REFINE: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    PREC: tl.constexpr,
+    CLAMP: tl.constexpr,
+):
+    """The reverse-time pass with a step's units split over programs (the design of
+    :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is finished
+    by one matmul after the launch."""
+    part = tl.program_id(1)
+    n_parts = tl.num_programs(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    cols_n = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = cols_n < H
+    cols_k = tl.arange(0, BLOCK_H)
+    k_ok = cols_k < H
+    flags = flags_ptr + tl.program_id(0) * n_parts
+    GH = NG * H
+    w_z = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
+    if REFINE:
+        w_q = back_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
+    w_r = back_slice(w_ptr, NG - 2, cols_k, k_ok, cols_n, n_ok, H)
+    w_n = back_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
+    dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
+    for k in range(T):
+        t = T - 1 - k
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        a_t = a_ptr + t * B * GH
+        da_t = da_ptr + t * B * GH
+        dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+        h_prev = tile(y_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+        h_prev = tl.where(start[:, None], 0.0, h_prev)
+        a_z = tile(a_t, rows, row_ok, cols_n, n_ok, GH)
+        zf = gate(a_z, ACT, CLAMP)
+        z = zf
+        if REFINE:
+            q = sigmoid(tile(a_t + H, rows, row_ok, cols_n, n_ok, GH))
+            z = zf * (2.0 * q + (1.0 - 2.0 * q) * zf)
+        r = sigmoid(tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH))
+        n = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+        hn = tile(hn_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+        # h_t = n + z (h_{t-1} - n)
+        da_n = dh * (1.0 - z) * (1.0 - n * n)
+        dz = dh * (h_prev - n)
+        if REFINE:
+            da_q = dz * 2.0 * zf * (1.0 - zf) * q * (1.0 - q)
+            put(da_t + H, da_q, rows, row_ok, cols_n, n_ok, GH)
+            dz = dz * (2.0 * q + 2.0 * (1.0 - 2.0 * q) * zf)
+        put(da_t, dz * gate_slope(a_z, zf, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
+        put(da_t + (NG - 2) * H, da_n * hn * r * (1.0 - r), rows, row_ok, cols_n, n_ok, GH)
+        put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
+        put(dhn_ptr + t * B * H, da_n * r, rows, row_ok, cols_n, n_ok, H)
+        direct = dh * z  # through h_t = ... + z h_{t-1}
+        if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
+            sync_parts(flags, part, n_parts, k + 1, BLOCK_P)
+            acc = direct + tl.dot(
+                shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
+            )
+            if REFINE:
+                da_q_all = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_q_all, w_q, input_precision=PREC)
+            da_r_all = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
+            acc += tl.dot(da_r_all, w_r, input_precision=PREC)
+            dhn_all = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+            acc += tl.dot(dhn_all, w_n, input_precision=PREC)
+            dh = tl.where(start[:, None], 0.0, acc)
+        else:
+            put(dh_ptr, direct, rows, row_ok, cols_n, n_ok, H)
+
+
 def _meta(core: Any) -> dict[str, Any]:
     """Compile-time parameters of one preset."""
     return dict(
@@ -208,13 +391,24 @@ class _TritonGRU(torch.autograd.Function):
         Y[0] = h0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
-        tg.launch(
-            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
-            G, A, HN, w, bias_hn.contiguous(), starts8, Y, T, B, H,
-            HAS_STARTS=starts is not None,
-            **meta,
-        )  # fmt: skip
-        ctx.meta, ctx.has_starts = meta, starts is not None
+        plan = tg.split_plan(T, B, H, x.device)
+        if plan is None:
+            tg.launch(
+                forward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+                G, A, HN, w, bias_hn.contiguous(), starts8, Y, T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            )  # fmt: skip
+        else:
+            meta = {**meta, **plan.meta()}
+            del meta["BLOCK_K"]
+            tg.launch(
+                forward_split_kernel, plan.grid,
+                G, A, HN, w, bias_hn.contiguous(), starts8, Y, plan.flags(x.device), T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            )  # fmt: skip
+        ctx.meta, ctx.has_starts, ctx.plan = meta, starts is not None, plan
         ctx.save_for_backward(x, weight_ih, w, starts8, A, HN, Y)
         return Y[1:], Y[-1].clone()
 
@@ -225,24 +419,38 @@ class _TritonGRU(torch.autograd.Function):
         T, B, _ = x.shape
         H = w.shape[1]
         dY = torch.zeros_like(HN) if dY is None else dY.contiguous()
-        dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
-        dH[T] = 0.0 if dhT is None else dhT
         dA = torch.empty_like(A)  # the kernel writes every gate block
         dHN = torch.empty_like(HN)
-        tg.launch(
-            backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
-            A, HN, w, Y, starts8, dY, dH, x.new_empty(B, H), dA, dHN, T, B, H,
-            HAS_STARTS=ctx.has_starts,
-            **ctx.meta,
-        )  # fmt: skip
+        if ctx.plan is None:
+            dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
+            dH[T] = 0.0 if dhT is None else dhT
+            tg.launch(
+                backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+                A, HN, w, Y, starts8, dY, dH, x.new_empty(B, H), dA, dHN, T, B, H,
+                HAS_STARTS=ctx.has_starts,
+                **ctx.meta,
+            )  # fmt: skip
+            dh0 = dH[0]
+        else:
+            dh = x.new_zeros(B, H) if dhT is None else dhT.clone()  # out: z_0 dh_0
+            tg.launch(
+                backward_split_kernel, ctx.plan.grid,
+                A, HN, w, Y, starts8, dY, dh, dA, dHN, ctx.plan.flags(x.device), T, B, H,
+                HAS_STARTS=ctx.has_starts,
+                **ctx.meta,
+            )  # fmt: skip
         # the recurrent side's gradient is dA with its n block replaced by dHN
         h_prev = tg.previous_states(Y[:-1], starts8, ctx.has_starts)
         dA_flat = dA.view(T * B, -1)
         dA_rec = torch.cat([dA_flat[:, : w.shape[0] - H], dHN.view(T * B, H)], 1)
+        if ctx.plan is not None:  # step 0 needs every part's dA_0: one matmul after the launch
+            dh0 = dh + dA_rec[:B].mm(w)
+            if ctx.has_starts:
+                dh0 = dh0.masked_fill(starts8[0].bool()[:, None], 0.0)
         d_weight_hh = dA_rec.t().mm(h_prev.reshape(T * B, H))
         d_bias_hn = dHN.sum((0, 1))
         dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
-        return dx, d_weight_ih, d_bias, d_weight_hh, d_bias_hn, dH[0], None, None
+        return dx, d_weight_ih, d_bias, d_weight_hh, d_bias_hn, dh0, None, None
 
 
 def triton_gru(

@@ -39,6 +39,8 @@ def main(hidden: int) -> None:
     slstm = dict(base, EPS=1e-6)
     split = {k: v for k, v in lstm.items() if k != "BLOCK_K"}
     split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden, BLOCK_P=8)
+    gru_split = {k: v for k, v in gru.items() if k != "BLOCK_K"}
+    gru_split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden, BLOCK_P=8)
     for name, kernel, constants in (
         ("lstm.forward", triton_lstm.forward_kernel, lstm),
         ("lstm.backward", triton_lstm.backward_kernel, dict(lstm, HAS_DETACH=True)),
@@ -46,6 +48,8 @@ def main(hidden: int) -> None:
         ("lstm.backward_split", triton_lstm.backward_split_kernel, dict(split, HAS_DETACH=True)),
         ("gru.forward", triton_gru.forward_kernel, gru),
         ("gru.backward", triton_gru.backward_kernel, gru),
+        ("gru.forward_split", triton_gru.forward_split_kernel, gru_split),
+        ("gru.backward_split", triton_gru.backward_split_kernel, gru_split),
         ("slstm.forward", triton_slstm.forward_kernel, slstm),
         ("slstm.backward", triton_slstm.backward_kernel, slstm),
     ):
