@@ -212,7 +212,6 @@ class SplitPlan:
             BLOCK_B=self.block_b,
             BLOCK_N=self.block_n,
             BLOCK_H=self.block_h,
-            BLOCK_P=max(2, _pow2_at_least(self.parts)),
         )
 
     def flags(self, device: torch.device) -> Tensor:
@@ -252,18 +251,17 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
 
 
 @triton.jit
-def sync_parts(flags_ptr, part, n_parts, step, BLOCK_P: tl.constexpr):
+def sync_parts(flags_ptr, part, n_parts, step):
     """A barrier over the ``n_parts`` programs of one batch tile: mark this part done with
     ``step`` and wait until every part is. The counters only grow and each is written by its
     own part, so the wait is the same whichever threads run it; ``acq_rel`` atomics make the
-    parts' stores before the barrier visible to the loads after it (which bypass L1)."""
+    parts' stores before the barrier visible to the loads after it (which bypass L1). The wait
+    carries scalars only (Triton 3.6 miscompiles a loop that carries a tensor here)."""
     tl.debug_barrier()  # every thread of this program has stored its step
     tl.atomic_max(flags_ptr + part, step, sem="acq_rel")
-    offs = tl.arange(0, BLOCK_P)
-    ok = offs < n_parts
-    seen = tl.atomic_max(flags_ptr + offs, 0, mask=ok, sem="acq_rel")
-    while tl.min(tl.where(ok, seen, step)) < step:
-        seen = tl.atomic_max(flags_ptr + offs, 0, mask=ok, sem="acq_rel")
+    for other in range(n_parts):
+        while tl.atomic_max(flags_ptr + other, 0, sem="acq_rel") < step:
+            pass
     tl.debug_barrier()
 
 

@@ -206,7 +206,6 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BLOCK_P: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -260,7 +259,7 @@ def forward_split_kernel(
         h_own = n + z * (tl.where(start[:, None], 0.0, h_own) - n)
         put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            sync_parts(flags, part, n_parts, t + 1, BLOCK_P)
+            sync_parts(flags, part, n_parts, t + 1)
 
 
 @triton.jit
@@ -285,7 +284,6 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BLOCK_P: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -340,7 +338,7 @@ def backward_split_kernel(
         put(dhn_ptr + t * B * H, da_n * r, rows, row_ok, cols_n, n_ok, H)
         direct = dh * z  # through h_t = ... + z h_{t-1}
         if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
-            sync_parts(flags, part, n_parts, k + 1, BLOCK_P)
+            sync_parts(flags, part, n_parts, k + 1)
             acc = direct + tl.dot(
                 shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
             )

@@ -246,7 +246,6 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BLOCK_P: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -308,7 +307,7 @@ def forward_split_kernel(
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
         put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            sync_parts(flags, part, n_parts, t + 1, BLOCK_P)
+            sync_parts(flags, part, n_parts, t + 1)
 
 
 @triton.jit
@@ -336,7 +335,6 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BLOCK_P: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -408,7 +406,7 @@ def backward_split_kernel(
         put(da_t + (NG - 1) * H, dcs * i * (1.0 - u * u), rows, row_ok, cols_n, n_ok, GH)
         dc = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
-            sync_parts(flags, part, n_parts, k + 1, BLOCK_P)
+            sync_parts(flags, part, n_parts, k + 1)
             acc = tl.dot(
                 shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
             )

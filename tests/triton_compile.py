@@ -38,9 +38,9 @@ def main(hidden: int) -> None:
     gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)
     slstm = dict(base, EPS=1e-6)
     split = {k: v for k, v in lstm.items() if k != "BLOCK_K"}
-    split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden, BLOCK_P=8)
+    split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
     gru_split = {k: v for k, v in gru.items() if k != "BLOCK_K"}
-    gru_split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden, BLOCK_P=8)
+    gru_split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
     for name, kernel, constants in (
         ("lstm.forward", triton_lstm.forward_kernel, lstm),
         ("lstm.backward", triton_lstm.backward_kernel, dict(lstm, HAS_DETACH=True)),
