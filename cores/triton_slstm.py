@@ -28,7 +28,18 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
-from cores.triton_gates import back, put, rec, sigmoid, tanh, tile
+from cores.triton_gates import (
+    back,
+    back_slice,
+    put,
+    rec,
+    shared_tile,
+    sigmoid,
+    sync_parts,
+    tanh,
+    tile,
+    weight_slice,
+)
 
 
 @triton.jit
@@ -194,6 +205,191 @@ def backward_kernel(
         tl.debug_barrier()  # the next (earlier) step reads this gradient across the program
 
 
+@triton.jit
+def forward_split_kernel(
+    g_ptr,  # [T, B, 4H] x W^T + b
+    a_ptr,  # [T, B, 4H] out: the pre-activations z~, i~, f~, o~
+    w_ptr,  # [4H, H] the dense recurrent matrix
+    starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
+    s_ptr,  # [4, T+1, B, H] h, c, n, m: the initial state at index 0, step t's at t+1
+    flags_ptr,  # [tiles * parts] int32 zeros: the barrier's step counters
+    T,
+    B,
+    H,
+    EPS: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The forward with a step's units split over programs (the design of
+    :func:`cores.triton_lstm.forward_split_kernel`); ``c, n, m`` of a part's units stay in
+    its registers."""
+    part = tl.program_id(1)
+    n_parts = tl.num_programs(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    cols_n = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = cols_n < H
+    cols_k = tl.arange(0, BLOCK_H)
+    k_ok = cols_k < H
+    flags = flags_ptr + tl.program_id(0) * n_parts
+    S = (T + 1) * B * H
+    w_z = weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
+    w_i = weight_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
+    w_f = weight_slice(w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H)
+    w_o = weight_slice(w_ptr, 3, cols_k, k_ok, cols_n, n_ok, H)
+    c = tile(s_ptr + S, rows, row_ok, cols_n, n_ok, H)
+    n = tile(s_ptr + 2 * S, rows, row_ok, cols_n, n_ok, H)
+    m = tile(s_ptr + 3 * S, rows, row_ok, cols_n, n_ok, H)
+    for t in range(T):
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        reset = start[:, None]
+        h = shared_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+        h = tl.where(reset, 0.0, h)
+        now = s_ptr + (t + 1) * B * H
+        g_t = g_ptr + t * B * 4 * H
+        a_t = a_ptr + t * B * 4 * H
+        a_z = tile(g_t, rows, row_ok, cols_n, n_ok, 4 * H) + tl.dot(h, w_z, input_precision=PREC)
+        a_i = tile(g_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_i += tl.dot(h, w_i, input_precision=PREC)
+        a_f = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_f += tl.dot(h, w_f, input_precision=PREC)
+        a_o = tile(g_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_o += tl.dot(h, w_o, input_precision=PREC)
+        put(a_t, a_z, rows, row_ok, cols_n, n_ok, 4 * H)
+        put(a_t + H, a_i, rows, row_ok, cols_n, n_ok, 4 * H)
+        put(a_t + 2 * H, a_f, rows, row_ok, cols_n, n_ok, 4 * H)
+        put(a_t + 3 * H, a_o, rows, row_ok, cols_n, n_ok, 4 * H)
+        c = tl.where(reset, 0.0, c)
+        n = tl.where(reset, 0.0, n)
+        m = tl.where(reset, 0.0, m)
+        log_f = _log_sigmoid(a_f)
+        m_new = tl.maximum(log_f + m, a_i)
+        i_gate = tl.exp(a_i - m_new)
+        f_gate = tl.exp(log_f + m - m_new)
+        c = f_gate * c + i_gate * tanh(a_z)
+        n = f_gate * n + i_gate
+        m = m_new
+        h_new = sigmoid(a_o) * c / tl.maximum(n, EPS)
+        put(now, h_new, rows, row_ok, cols_n, n_ok, H)
+        put(now + S, c, rows, row_ok, cols_n, n_ok, H)
+        put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
+        put(now + 3 * S, m, rows, row_ok, cols_n, n_ok, H)
+        if t + 1 < T:  # every part's h_t is stored before any part reads it
+            sync_parts(flags, part, n_parts, t + 1)
+
+
+@triton.jit
+def backward_split_kernel(
+    a_ptr,  # [T, B, 4H] the forward's pre-activations
+    w_ptr,  # [4H, H]
+    s_ptr,  # [4, T+1, B, H] the forward's states (h, c, n, m; initial at index 0)
+    starts_ptr,  # [T, B] int8
+    dy_ptr,  # [T, B, H] gradient of the outputs
+    ds_ptr,  # [4, B, H] in: the final state's gradient; out: c_0's, n_0's, m_0's (h_0's after)
+    da_ptr,  # [T, B, 4H] out: pre-activation gradients
+    flags_ptr,  # [tiles * parts] int32 zeros
+    T,
+    B,
+    H,
+    EPS: tl.constexpr,
+    HAS_STARTS: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The reverse-time pass with a step's units split over programs (the design of
+    :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is one matmul
+    after the launch."""
+    part = tl.program_id(1)
+    n_parts = tl.num_programs(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_ok = rows < B
+    cols_n = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = cols_n < H
+    cols_k = tl.arange(0, BLOCK_H)
+    k_ok = cols_k < H
+    flags = flags_ptr + tl.program_id(0) * n_parts
+    S = (T + 1) * B * H
+    D = B * H  # one state's gradient in ds_ptr
+    w_z = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
+    w_i = back_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
+    w_f = back_slice(w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H)
+    w_o = back_slice(w_ptr, 3, cols_k, k_ok, cols_n, n_ok, H)
+    dh = tile(ds_ptr, rows, row_ok, cols_n, n_ok, H)
+    dc = tile(ds_ptr + D, rows, row_ok, cols_n, n_ok, H)
+    dn = tile(ds_ptr + 2 * D, rows, row_ok, cols_n, n_ok, H)
+    dm = tile(ds_ptr + 3 * D, rows, row_ok, cols_n, n_ok, H)
+    for k in range(T):
+        t = T - 1 - k
+        start = tl.zeros([BLOCK_B], dtype=tl.int1)
+        if HAS_STARTS:
+            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        reset = start[:, None]
+        prev = s_ptr + t * B * H
+        now = s_ptr + (t + 1) * B * H
+        a_t = a_ptr + t * B * 4 * H
+        da_t = da_ptr + t * B * 4 * H
+        dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+        c_prev = tl.where(reset, 0.0, tile(prev + S, rows, row_ok, cols_n, n_ok, H))
+        n_prev = tl.where(reset, 0.0, tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H))
+        m_prev = tl.where(reset, 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
+        c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
+        n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
+        a_z = tile(a_t, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_i = tile(a_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_f = tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_o = tile(a_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+        # recompute the step's gates (as backward_kernel)
+        a_keep = _log_sigmoid(a_f) + m_prev
+        m = tl.maximum(a_keep, a_i)
+        i_gate = tl.exp(a_i - m)
+        f_gate = tl.exp(a_keep - m)
+        zt = tanh(a_z)
+        so = sigmoid(a_o)
+        nn = tl.maximum(n, EPS)
+        da_o = dh * c / nn * so * (1.0 - so)
+        dcs = dc + dh * so / nn
+        dns = dn + tl.where(n >= EPS, -dh * so * c / (nn * nn), 0.0)
+        df_gate = dcs * c_prev + dns * n_prev
+        di_gate = dcs * zt + dns
+        dms = dm - di_gate * i_gate - df_gate * f_gate
+        w_keep = tl.where(a_keep > a_i, 1.0, tl.where(a_keep == a_i, 0.5, 0.0))
+        d_keep = df_gate * f_gate + dms * w_keep
+        put(da_t, dcs * i_gate * (1.0 - zt * zt), rows, row_ok, cols_n, n_ok, 4 * H)
+        put(da_t + H, di_gate * i_gate + dms * (1.0 - w_keep), rows, row_ok, cols_n, n_ok, 4 * H)
+        put(da_t + 2 * H, d_keep * sigmoid(-a_f), rows, row_ok, cols_n, n_ok, 4 * H)
+        put(da_t + 3 * H, da_o, rows, row_ok, cols_n, n_ok, 4 * H)
+        dc = tl.where(reset, 0.0, dcs * f_gate)
+        dn = tl.where(reset, 0.0, dns * f_gate)
+        dm = tl.where(reset, 0.0, d_keep)
+        if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
+            sync_parts(flags, part, n_parts, k + 1)
+            acc = tl.dot(
+                shared_tile(da_t, rows, row_ok, cols_k, k_ok, 4 * H), w_z, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, 4 * H), w_i, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_f,
+                input_precision=PREC,
+            )  # fmt: skip
+            acc += tl.dot(
+                shared_tile(da_t + 3 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_o,
+                input_precision=PREC,
+            )  # fmt: skip
+            dh = tl.where(reset, 0.0, acc)
+    put(ds_ptr + D, dc, rows, row_ok, cols_n, n_ok, H)
+    put(ds_ptr + 2 * D, dn, rows, row_ok, cols_n, n_ok, H)
+    put(ds_ptr + 3 * D, dm, rows, row_ok, cols_n, n_ok, H)
+
+
 class _TritonSLSTM(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
@@ -215,12 +411,23 @@ class _TritonSLSTM(torch.autograd.Function):
         S[:, 0] = s0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
-        tg.launch(
-            forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, S, T, B, H,
-            HAS_STARTS=starts is not None,
-            **meta,
-        )  # fmt: skip
-        ctx.meta, ctx.has_starts = meta, starts is not None
+        plan = tg.split_plan(T, B, H, x.device)
+        if plan is None:
+            tg.launch(
+                forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, S, T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            )  # fmt: skip
+        else:
+            meta = {**meta, **plan.meta()}
+            del meta["BLOCK_K"]
+            tg.launch(
+                forward_split_kernel, plan.grid, G, A, w, starts8, S, plan.flags(x.device),
+                T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            )  # fmt: skip
+        ctx.meta, ctx.has_starts, ctx.plan = meta, starts is not None, plan
         ctx.save_for_backward(x, weight_ih, w, starts8, A, S)
         return S[0, 1:], S[:, -1].clone()
 
@@ -231,18 +438,33 @@ class _TritonSLSTM(torch.autograd.Function):
         T, B, _ = x.shape
         H = w.shape[1]
         dY = x.new_zeros(T, B, H) if dY is None else dY.contiguous()
-        dSall = torch.empty_like(S)  # gradient into each state from the steps after it
-        dSall[:, T] = 0.0 if dS is None else dS
         dA = torch.empty_like(A)  # the kernel writes every gate block
-        tg.launch(
-            backward_kernel, (tg.cdiv(B, tg.BLOCK_B),), A, w, S, starts8, dY, dSall, dA, T, B, H,
-            HAS_STARTS=ctx.has_starts,
-            **ctx.meta,
-        )  # fmt: skip
+        if ctx.plan is None:
+            dSall = torch.empty_like(S)  # gradient into each state from the steps after it
+            dSall[:, T] = 0.0 if dS is None else dS
+            tg.launch(
+                backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
+                A, w, S, starts8, dY, dSall, dA, T, B, H,
+                HAS_STARTS=ctx.has_starts,
+                **ctx.meta,
+            )  # fmt: skip
+            dS0 = dSall[:, 0]
+        else:
+            dS0 = x.new_zeros(4, B, H) if dS is None else dS.clone()  # out: the initial state's
+            tg.launch(
+                backward_split_kernel, ctx.plan.grid,
+                A, w, S, starts8, dY, dS0, dA, ctx.plan.flags(x.device), T, B, H,
+                HAS_STARTS=ctx.has_starts,
+                **ctx.meta,
+            )  # fmt: skip
+            # step 0's gradient into h_0 needs every part's dA_0: one matmul after the launch
+            dS0[0] = dA[0].mm(w)
+            if ctx.has_starts:
+                dS0[0].masked_fill_(starts8[0].bool()[:, None], 0.0)
         h_prev = tg.previous_states(S[0, :-1], starts8, ctx.has_starts)
         d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
         dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
-        return dx, d_weight_ih, d_bias, d_weight_hh, dSall[:, 0], None, None
+        return dx, d_weight_ih, d_bias, d_weight_hh, dS0, None, None
 
 
 def dense_recurrent(recurrent: Tensor) -> Tensor:

@@ -155,7 +155,7 @@ def test_hdetach_draws_are_the_same_and_change_the_gradient() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["ur_lstm", "lstm", "fast2_lstm", "hdetach_lstm", "gru", "ur_gru", "fast_gru"]
+    "name", ["ur_lstm", "lstm", "fast2_lstm", "hdetach_lstm", "gru", "ur_gru", "fast_gru", "slstm"]
 )
 def test_unit_split_kernel_over_several_parts(name: str) -> None:
     """H = 40 over three programs of 16 units (the last partly masked), each reading every
@@ -179,7 +179,7 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
         torch.testing.assert_close(a, b, **TOL[torch.float64])
 
 
-@pytest.mark.parametrize("name", ["ur_lstm", "tied_lstm", "hdetach_lstm", "gru", "ur_gru"])
+@pytest.mark.parametrize("name", ["ur_lstm", "tied_lstm", "hdetach_lstm", "gru", "ur_gru", "slstm"])
 def test_kernel_with_one_program_per_tile_when_the_split_is_off(name: str, monkeypatch) -> None:
     """MEMCORES_TRITON_SPLIT=0 (and shapes the GPU cannot hold split) run every unit of a
     step in one program per batch tile: the same values and gradients."""
@@ -288,7 +288,7 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         [sys.executable, str(script), "128"], env=env, capture_output=True, text=True, check=True
     ).stdout
     shared = dict(line.split() for line in out.splitlines())
-    assert len(shared) == 10
+    assert len(shared) == 12
     assert all(int(v) < 100 * 1024 for v in shared.values()), shared
 
 

@@ -37,6 +37,8 @@ def main(hidden: int) -> None:
     lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0)
     gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)
     slstm = dict(base, EPS=1e-6)
+    slstm_split = {k: v for k, v in slstm.items() if k != "BLOCK_K"}
+    slstm_split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
     split = {k: v for k, v in lstm.items() if k != "BLOCK_K"}
     split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
     gru_split = {k: v for k, v in gru.items() if k != "BLOCK_K"}
@@ -52,6 +54,8 @@ def main(hidden: int) -> None:
         ("gru.backward_split", triton_gru.backward_split_kernel, gru_split),
         ("slstm.forward", triton_slstm.forward_kernel, slstm),
         ("slstm.backward", triton_slstm.backward_kernel, slstm),
+        ("slstm.forward_split", triton_slstm.forward_split_kernel, slstm_split),
+        ("slstm.backward_split", triton_slstm.backward_split_kernel, slstm_split),
     ):
         print(name, shared_bytes(kernel, constants), flush=True)
 
