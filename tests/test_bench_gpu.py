@@ -5,6 +5,7 @@ the GPU run stops with one line."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -97,6 +98,9 @@ def test_capturable_cores_get_a_cuda_graph_column_and_the_better_time_counts(qui
         tuple(ms / rows["janet"]["best_ms"] for ms in gpu.H100_BASELINE_MS["janet"])
     )
     assert "| ms, CUDA graph |" in md and "| 79-88 |" in md
+    # the unsplit kernels are timed on CUDA only (on a CPU the cores take no Triton path)
+    assert "| ms, unsplit |" in md and all(r["ms_unsplit"] is None for r in rows.values())
+    assert set(gpu.SPLIT_CORES) <= set(CORES)
     scaling = {r["core"]: r for r in results["parts"]["scaling"]["rows"]}
     for name in gpu.GRAPH_SCALING:
         assert scaling[name]["ms"] and scaling[name + gpu.GRAPHED]["ms"]
@@ -146,3 +150,19 @@ def test_graphed_acting_step_needs_cuda_and_replays_there(device):
     for _ in range(3):
         actions = step()
         assert actions.shape == (4,) and ((actions >= 0) & (actions < 7)).all()
+
+
+def test_split_off_sets_and_restores_the_switch(monkeypatch):
+    from cores import triton_gates
+
+    monkeypatch.delenv(triton_gates.SPLIT_ENV, raising=False)
+    with gpu._split_off(True):
+        assert triton_gates.split_plan(1, 2, 16, torch.device("cpu")) is None
+        assert os.environ[triton_gates.SPLIT_ENV] == "0"
+    assert triton_gates.SPLIT_ENV not in os.environ
+    monkeypatch.setenv(triton_gates.SPLIT_ENV, "1")
+    with gpu._split_off(True):
+        assert os.environ[triton_gates.SPLIT_ENV] == "0"
+    assert os.environ[triton_gates.SPLIT_ENV] == "1"
+    with gpu._split_off(False):
+        assert os.environ[triton_gates.SPLIT_ENV] == "1"

@@ -9,7 +9,8 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
 2. ``cores``: forward+backward of every core at T=256, B=64, input 64, hidden 128, beside
    cuDNN's ``nn.LSTM`` and ``nn.GRU`` measured in the same run; every ``graph_safe`` core
    twice, eagerly and through :class:`cores.graphed.GraphedCore` (CUDA graphs), the better
-   of the two counting. The targets (gated LSTM presets at most 2x ``nn.LSTM``, GRU presets
+   of the two counting; on CUDA the fused kernels' cores (:data:`SPLIT_CORES`) also with
+   their unit split off. The targets (gated LSTM presets at most 2x ``nn.LSTM``, GRU presets
    at most 2x ``nn.GRU``, ``slstm`` at most 3x ``nn.LSTM``, every other core at least 5x
    faster than the step loops' H100 baseline, :data:`H100_BASELINE_MS`) marked ok or MISS.
 3. ``scaling``: forward+backward against the sequence length (B=16, hidden 128; T = 256, 1024,
@@ -71,6 +72,13 @@ GRAPH_SCALING = ("janet",)
 the other cores' cells, so they never take the scan cores' time)."""
 GRAPHED = " (CUDA graph)"
 """Suffix of a scaling row timed through :class:`cores.graphed.GraphedCore`."""
+SPLIT_CORES = (
+    "fast_lstm", "fast2_lstm", "softsign_lstm", "tied_lstm", "uf_lstm", "ur_lstm", "r_lstm",
+    "hdetach_lstm", "fast_gru", "ur_gru", "slstm",
+)  # fmt: skip
+"""Cores whose fused Triton kernels split a step's units over programs: on CUDA the cores
+part also times them with the split off (``MEMCORES_TRITON_SPLIT=0``), after every other
+cell."""
 OTHER_SPEEDUP = 5.0
 """The target for the cores without a fused kernel or a scan: at least this many times
 faster than :data:`H100_BASELINE_MS`."""
@@ -336,16 +344,22 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
     ms_graphed: dict[str, float] = {}
     errors: dict[str, str] = {}
     not_measured = []
-    cells = [(name, False) for name in ["nn.LSTM", "nn.GRU", *sorted(CORES)]]
-    cells += [(name, True) for name in sorted(capturable)]  # after every eager time
-    for name, graph in cells:
-        label = name + GRAPHED if graph else name
+    ms_unsplit: dict[str, float] = {}
+    cells = [(name, "") for name in ["nn.LSTM", "nn.GRU", *sorted(CORES)]]
+    cells += [(name, GRAPHED) for name in sorted(capturable)]  # after every eager time
+    if device.type == "cuda":
+        cells += [(name, UNSPLIT) for name in SPLIT_CORES if name in CORES]
+    for name, variant in cells:
+        label = name + variant
         if clock.left() <= 0:
             not_measured.append(label)
             continue
         try:
-            run = core_runner(name, T, B, D, H, device, graph)
-            (ms_graphed if graph else ms)[name] = 1e3 * time_runner(run, device, sizes.reps, clock)
+            with _split_off(variant == UNSPLIT):
+                run = core_runner(name, T, B, D, H, device, variant == GRAPHED)
+                seconds = time_runner(run, device, sizes.reps, clock)
+            target = {"": ms, GRAPHED: ms_graphed, UNSPLIT: ms_unsplit}[variant]
+            target[name] = 1e3 * seconds
         except Exception as err:  # one broken core must not stop the run
             errors[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         finally:
@@ -363,6 +377,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
                 "core": name,
                 "ms": value,
                 "ms_graphed": ms_graphed.get(name),
+                "ms_unsplit": ms_unsplit.get(name),
                 "best_ms": best,
                 "x_nn_lstm": x_lstm,
                 "x_nn_gru": x_gru,
@@ -378,6 +393,28 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         "not_measured": not_measured,
         "tile_cuts": _tile_cuts(),
     }
+
+
+UNSPLIT = " (unsplit)"
+"""Suffix of a cores cell timed with the fused kernels' unit split off."""
+
+
+@contextlib.contextmanager
+def _split_off(off: bool) -> Iterator[None]:
+    """Within the block, with ``off``, the fused kernels run one program per batch tile."""
+    from cores import triton_gates
+
+    before = os.environ.get(triton_gates.SPLIT_ENV)
+    if off:
+        os.environ[triton_gates.SPLIT_ENV] = "0"
+    try:
+        yield
+    finally:
+        if off:
+            if before is None:
+                os.environ.pop(triton_gates.SPLIT_ENV, None)
+            else:
+                os.environ[triton_gates.SPLIT_ENV] = before
 
 
 def _tile_cuts() -> list[dict[str, Any]]:
@@ -749,15 +786,18 @@ def _md_cores(c: dict[str, Any]) -> list[str]:
         f"hidden {shape['H']}",
         "",
         "Capturable cores also through CUDA graphs; ratios and targets use the better "
-        "time. The step loops' H100 baseline (PyTorch 2.11, CUDA 13) is the reference "
-        "for the 5x target; where it is a group's range, so are the last columns.",
+        "time. The fused Triton kernels also with their unit split off "
+        "(MEMCORES_TRITON_SPLIT=0). The step loops' H100 baseline (PyTorch 2.11, CUDA 13) "
+        "is the reference for the 5x target; where it is a group's range, so are the last "
+        "columns.",
         "",
-        "| core | ms | ms, CUDA graph | x nn.LSTM | x nn.GRU | H100 baseline ms "
+        "| core | ms | ms, CUDA graph | ms, unsplit | x nn.LSTM | x nn.GRU | H100 baseline ms "
         "| x faster | target |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in c["rows"]:
         graphed = "-" if r.get("ms_graphed") is None else f"{r['ms_graphed']:.2f}"
+        unsplit = "-" if r.get("ms_unsplit") is None else f"{r['ms_unsplit']:.2f}"
         faster = r.get("x_faster")
         speedup = (
             "-"
@@ -767,7 +807,7 @@ def _md_cores(c: dict[str, Any]) -> list[str]:
             else f"{faster[0]:.1f}-{faster[1]:.1f}x"
         )
         lines.append(
-            f"| {r['core']} | {r['ms']:.2f} | {graphed} | {_x(r['x_nn_lstm'])} "
+            f"| {r['core']} | {r['ms']:.2f} | {graphed} | {unsplit} | {_x(r['x_nn_lstm'])} "
             f"| {_x(r['x_nn_gru'])} | {_baseline(r['core'])} | {speedup} | {r['target']} |"
         )
     return lines
