@@ -95,6 +95,17 @@ def gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
 
 
 @triton.jit
+def starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr):
+    """Which of the tile's rows start an episode at step ``t`` (``starts_ptr`` at ``[T, B]``
+    int8): ``[BLOCK_B]`` bool, all false without ``HAS_STARTS``. Those rows read the zero
+    initial state, as :func:`cores.base.reset_where` does in the reference loop."""
+    start = tl.zeros([BLOCK_B], dtype=tl.int1)
+    if HAS_STARTS:
+        start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+    return start
+
+
+@triton.jit
 def rec(h, w_ptr, g, cols_k, k_ok, cols_n, n_ok, H, PREC: tl.constexpr):
     """``h [BB, BK] @ W_g[cols_n, cols_k]^T``: gate block ``g``'s recurrent pre-activation for
     output units ``cols_n`` from input units ``cols_k`` (``W = weight_hh [nH, H]``)."""

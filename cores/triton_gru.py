@@ -31,11 +31,86 @@ from cores.triton_gates import (
     rec,
     shared_tile,
     sigmoid,
+    starts_at,
     sync_parts,
     tanh,
     tile,
     weight_slice,
 )
+
+
+@triton.jit
+def cell(
+    a_z, a_q, a_n, h_prev, ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr
+):  # fmt: skip
+    """One step of :meth:`cores.gru.GatedGRU.cell` from its pre-activations (``a_n`` with the
+    reset gate applied): ``h_t = n + z (h_{t-1} - n)``. Every tensor is ``[BLOCK_B, BLOCK_N]``;
+    ``a_q`` is not read without ``REFINE``."""
+    z = gate(a_z, ACT, CLAMP)
+    if REFINE:
+        q = sigmoid(a_q)
+        z = z * (2.0 * q + (1.0 - 2.0 * q) * z)
+    n = tanh(a_n)
+    return n + z * (h_prev - n)
+
+
+@triton.jit
+def cell_grads(
+    a_z, a_q, a_r, a_n, hn, h_prev, dh, ACT: tl.constexpr, REFINE: tl.constexpr,
+    CLAMP: tl.constexpr,
+):  # fmt: skip
+    """The backward of :func:`cell`, its gates recomputed from the pre-activations: given the
+    gradient ``dh`` into ``h_t``, returns those of ``a_z, a_q, a_r, a_n``, of ``U_n h + b_hn``
+    (``hn``) and the direct part of ``h_{t-1}``'s, ``z dh`` (``a_q``'s is a stand-in that
+    nothing stores without ``REFINE``)."""
+    zf = gate(a_z, ACT, CLAMP)
+    z = zf
+    if REFINE:
+        q = sigmoid(a_q)
+        z = zf * (2.0 * q + (1.0 - 2.0 * q) * zf)
+    r = sigmoid(a_r)
+    n = tanh(a_n)
+    da_n = dh * (1.0 - z) * (1.0 - n * n)
+    dz = dh * (h_prev - n)
+    da_q = da_n
+    if REFINE:
+        da_q = dz * 2.0 * zf * (1.0 - zf) * q * (1.0 - q)
+        dz = dz * (2.0 * q + 2.0 * (1.0 - 2.0 * q) * zf)
+    da_z = dz * gate_slope(a_z, zf, ACT, CLAMP)
+    return da_z, da_q, da_n * hn * r * (1.0 - r), da_n, da_n * r, dh * z
+
+
+@triton.jit
+def _step_grads(
+    a_t, hn_t, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr,
+    ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr,
+):  # fmt: skip
+    """:func:`cell_grads` of a step's tile, reading its pre-activations at ``a_t``
+    (``[B, NG*H]``) and ``U_n h + b_hn`` at ``hn_t`` (``[B, H]``)."""
+    GH = NG * H
+    a_z = tile(a_t, rows, row_ok, cols_n, n_ok, GH)
+    a_q = a_z
+    if REFINE:
+        a_q = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
+    a_r = tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
+    a_n = tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+    hn = tile(hn_t, rows, row_ok, cols_n, n_ok, H)
+    return cell_grads(a_z, a_q, a_r, a_n, hn, h_prev, dh, ACT, REFINE, CLAMP)
+
+
+@triton.jit
+def _put_grads(
+    da_t, dhn_t, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n, n_ok, H,
+    NG: tl.constexpr, REFINE: tl.constexpr,
+):  # fmt: skip
+    """Store a step's gate gradients at ``da_t`` (``[B, NG*H]``) and ``hn``'s at ``dhn_t``."""
+    GH = NG * H
+    if REFINE:
+        put(da_t + H, da_q, rows, row_ok, cols_n, n_ok, GH)
+    put(da_t, da_z, rows, row_ok, cols_n, n_ok, GH)
+    put(da_t + (NG - 2) * H, da_r, rows, row_ok, cols_n, n_ok, GH)
+    put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
+    put(dhn_t, dhn, rows, row_ok, cols_n, n_ok, H)
 
 
 @triton.jit
@@ -64,9 +139,7 @@ def forward_kernel(
     row_ok = rows < B
     GH = NG * H
     for t in range(T):
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         h_prev_ptr = y_ptr + t * B * H
         g_t = g_ptr + t * B * GH
         a_t = a_ptr + t * B * GH
@@ -74,6 +147,7 @@ def forward_kernel(
             cols_n = j0 + tl.arange(0, BLOCK_N)
             n_ok = cols_n < H
             a_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
+            a_q = a_z  # a stand-in that cell() does not read without REFINE
             if REFINE:
                 a_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
             a_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
@@ -93,14 +167,11 @@ def forward_kernel(
             put(a_t + (NG - 2) * H, a_r, rows, row_ok, cols_n, n_ok, GH)
             put(a_t + (NG - 1) * H, a_n, rows, row_ok, cols_n, n_ok, GH)
             put(hn_ptr + t * B * H, hn, rows, row_ok, cols_n, n_ok, H)
-            z = gate(a_z, ACT, CLAMP)
             if REFINE:
                 put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
-                q = sigmoid(a_q)
-                z = z * (2.0 * q + (1.0 - 2.0 * q) * z)
-            n = tanh(a_n)
             h_prev = tile(h_prev_ptr, rows, row_ok, cols_n, n_ok, H)
-            h_new = n + z * (tl.where(start[:, None], 0.0, h_prev) - n)
+            h_prev = tl.where(start[:, None], 0.0, h_prev)
+            h_new = cell(a_z, a_q, a_n, h_prev, ACT, REFINE, CLAMP)
             put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # h_t is read by every thread of the program at the next step
 
@@ -135,9 +206,7 @@ def backward_kernel(
     GH = NG * H
     for k in range(T):
         t = T - 1 - k
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         a_t = a_ptr + t * B * GH
         da_t = da_ptr + t * B * GH
         for j0 in range(0, H, BLOCK_N):  # the gate gradients of a chunk of units
@@ -147,27 +216,15 @@ def backward_kernel(
             dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             h_prev = tile(y_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             h_prev = tl.where(start[:, None], 0.0, h_prev)
-            a_z = tile(a_t, rows, row_ok, cols_n, n_ok, GH)
-            zf = gate(a_z, ACT, CLAMP)
-            z = zf
-            if REFINE:
-                q = sigmoid(tile(a_t + H, rows, row_ok, cols_n, n_ok, GH))
-                z = zf * (2.0 * q + (1.0 - 2.0 * q) * zf)
-            r = sigmoid(tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH))
-            n = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
-            hn = tile(hn_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-            # h_t = n + z (h_{t-1} - n)
-            da_n = dh * (1.0 - z) * (1.0 - n * n)
-            dz = dh * (h_prev - n)
-            if REFINE:
-                da_q = dz * 2.0 * zf * (1.0 - zf) * q * (1.0 - q)
-                put(da_t + H, da_q, rows, row_ok, cols_n, n_ok, GH)
-                dz = dz * (2.0 * q + 2.0 * (1.0 - 2.0 * q) * zf)
-            put(da_t, dz * gate_slope(a_z, zf, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
-            put(da_t + (NG - 2) * H, da_n * hn * r * (1.0 - r), rows, row_ok, cols_n, n_ok, GH)
-            put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
-            put(dhn_ptr + t * B * H, da_n * r, rows, row_ok, cols_n, n_ok, H)
-            put(direct_ptr, dh * z, rows, row_ok, cols_n, n_ok, H)
+            da_z, da_q, da_r, da_n, dhn, direct = _step_grads(
+                a_t, hn_ptr + t * B * H, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG, ACT,
+                REFINE, CLAMP,
+            )  # fmt: skip
+            _put_grads(
+                da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n,
+                n_ok, H, NG, REFINE,
+            )  # fmt: skip
+            put(direct_ptr, direct, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
         for k0 in range(0, H, BLOCK_K):  # gradient into h_{t-1}: z dh + sum_g dA_g W_g
             cols_k = k0 + tl.arange(0, BLOCK_K)
@@ -231,9 +288,7 @@ def forward_split_kernel(
     b_hn = tl.load(bhn_ptr + cols_n, mask=n_ok, other=0.0)
     h_own = tile(y_ptr, rows, row_ok, cols_n, n_ok, H)
     for t in range(T):
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(start[:, None], 0.0, h)
         g_t = g_ptr + t * B * GH
@@ -247,16 +302,13 @@ def forward_split_kernel(
         put(a_t + (NG - 2) * H, a_r, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + (NG - 1) * H, a_n, rows, row_ok, cols_n, n_ok, GH)
         put(hn_ptr + t * B * H, hn, rows, row_ok, cols_n, n_ok, H)
-        z = gate(a_z, ACT, CLAMP)
+        a_q = a_z  # a stand-in that cell() does not read without REFINE
         if REFINE:
             a_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH) + tl.dot(
                 h, w_q, input_precision=PREC
             )
             put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
-            q = sigmoid(a_q)
-            z = z * (2.0 * q + (1.0 - 2.0 * q) * z)
-        n = tanh(a_n)
-        h_own = n + z * (tl.where(start[:, None], 0.0, h_own) - n)
+        h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP)
         put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
             sync_parts(flags, part, n_parts, t + 1)
@@ -308,35 +360,20 @@ def backward_split_kernel(
     dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
     for k in range(T):
         t = T - 1 - k
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         a_t = a_ptr + t * B * GH
         da_t = da_ptr + t * B * GH
         dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
         h_prev = tile(y_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
         h_prev = tl.where(start[:, None], 0.0, h_prev)
-        a_z = tile(a_t, rows, row_ok, cols_n, n_ok, GH)
-        zf = gate(a_z, ACT, CLAMP)
-        z = zf
-        if REFINE:
-            q = sigmoid(tile(a_t + H, rows, row_ok, cols_n, n_ok, GH))
-            z = zf * (2.0 * q + (1.0 - 2.0 * q) * zf)
-        r = sigmoid(tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH))
-        n = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
-        hn = tile(hn_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        # h_t = n + z (h_{t-1} - n)
-        da_n = dh * (1.0 - z) * (1.0 - n * n)
-        dz = dh * (h_prev - n)
-        if REFINE:
-            da_q = dz * 2.0 * zf * (1.0 - zf) * q * (1.0 - q)
-            put(da_t + H, da_q, rows, row_ok, cols_n, n_ok, GH)
-            dz = dz * (2.0 * q + 2.0 * (1.0 - 2.0 * q) * zf)
-        put(da_t, dz * gate_slope(a_z, zf, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
-        put(da_t + (NG - 2) * H, da_n * hn * r * (1.0 - r), rows, row_ok, cols_n, n_ok, GH)
-        put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
-        put(dhn_ptr + t * B * H, da_n * r, rows, row_ok, cols_n, n_ok, H)
-        direct = dh * z  # through h_t = ... + z h_{t-1}
+        da_z, da_q, da_r, da_n, dhn, direct = _step_grads(
+            a_t, hn_ptr + t * B * H, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG, ACT, REFINE,
+            CLAMP,
+        )  # fmt: skip
+        _put_grads(
+            da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n, n_ok,
+            H, NG, REFINE,
+        )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
             sync_parts(flags, part, n_parts, k + 1)
             acc = direct + tl.dot(

@@ -46,11 +46,103 @@ from cores.triton_gates import (
     rec,
     shared_tile,
     sigmoid,
+    starts_at,
     sync_parts,
     tanh,
     tile,
     weight_slice,
 )
+
+
+@triton.jit
+def load_gates(
+    ptr, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr, TIED: tl.constexpr,
+    REFINE: tl.constexpr, R: tl.constexpr,
+):  # fmt: skip
+    """The gate blocks ``o, f, u`` and, where the preset has them, ``i`` and ``r`` of one step
+    (``ptr`` at ``[B, NG*H]``), each ``[BLOCK_B, BLOCK_N]``. A block the preset lacks comes back
+    as ``f``: a stand-in that nothing reads."""
+    GH = NG * H
+    a_o = tile(ptr, rows, row_ok, cols_n, n_ok, GH)
+    a_f = tile(ptr + H, rows, row_ok, cols_n, n_ok, GH)
+    a_u = tile(ptr + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+    a_i = a_f
+    a_r = a_f
+    if not TIED:
+        a_i = tile(ptr + 2 * H, rows, row_ok, cols_n, n_ok, GH)
+    if REFINE:
+        a_r = tile(ptr + R * H, rows, row_ok, cols_n, n_ok, GH)
+    return a_o, a_f, a_u, a_i, a_r
+
+
+@triton.jit
+def put_gates(
+    ptr, a_o, a_f, a_u, a_i, a_r, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr,
+    TIED: tl.constexpr, REFINE: tl.constexpr, R: tl.constexpr,
+):  # fmt: skip
+    """Store the gate blocks :func:`load_gates` reads (pre-activations or their gradients)."""
+    GH = NG * H
+    put(ptr, a_o, rows, row_ok, cols_n, n_ok, GH)
+    put(ptr + H, a_f, rows, row_ok, cols_n, n_ok, GH)
+    put(ptr + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
+    if not TIED:
+        put(ptr + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
+    if REFINE:
+        put(ptr + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
+
+
+@triton.jit
+def cell(
+    a_o, a_f, a_u, a_i, a_r, c_prev, ACT: tl.constexpr, TIED: tl.constexpr,
+    REFINE: tl.constexpr, CLAMP: tl.constexpr,
+):  # fmt: skip
+    """One step of :meth:`cores.gated.GatedLSTM.cell` from its pre-activations: ``c_t, h_t``.
+    Every tensor is ``[BLOCK_B, BLOCK_N]``."""
+    f = gate(a_f, ACT, CLAMP)
+    g = f  # the forget gate, refined by r where the preset has it
+    if REFINE:
+        r = sigmoid(a_r)
+        g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+    if TIED:
+        i = 1.0 - g
+    else:
+        i = sigmoid(a_i)
+    c = g * c_prev + i * tanh(a_u)
+    return c, sigmoid(a_o) * tanh(c)
+
+
+@triton.jit
+def cell_grads(
+    a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT: tl.constexpr, TIED: tl.constexpr,
+    REFINE: tl.constexpr, CLAMP: tl.constexpr,
+):  # fmt: skip
+    """The backward of :func:`cell`, its gates recomputed from the pre-activations: given the
+    gradients ``dh, dc`` into ``h_t, c_t``, returns those of ``a_o, a_f, a_u, a_i, a_r`` and
+    of ``c_{t-1}`` (a block the preset lacks gets a stand-in that nothing stores)."""
+    o = sigmoid(a_o)
+    f = gate(a_f, ACT, CLAMP)
+    u = tanh(a_u)
+    g = f
+    if REFINE:
+        r = sigmoid(a_r)
+        g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
+    tc = tanh(c)
+    da_o = dh * tc * o * (1.0 - o)
+    dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
+    dg = dcs * c_prev
+    da_i = da_o
+    if TIED:
+        dg -= dcs * u
+        i = 1.0 - g
+    else:
+        i = sigmoid(a_i)
+        da_i = dcs * u * i * (1.0 - i)
+    da_r = da_o
+    if REFINE:
+        da_r = dg * 2.0 * f * (1.0 - f) * r * (1.0 - r)
+        dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
+    da_f = dg * gate_slope(a_f, f, ACT, CLAMP)
+    return da_o, da_f, dcs * i * (1.0 - u * u), da_i, da_r, dcs * g
 
 
 @triton.jit
@@ -80,21 +172,14 @@ def forward_kernel(
     row_ok = rows < B
     GH = NG * H
     for t in range(T):
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         h_prev_ptr = y_ptr + t * B * H
         for j0 in range(0, H, BLOCK_N):  # a chunk of units: all its gates, then its cell
             cols_n = j0 + tl.arange(0, BLOCK_N)
             n_ok = cols_n < H
-            g_t = g_ptr + t * B * GH
-            a_o = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
-            a_f = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
-            a_u = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
-            if not TIED:
-                a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
-            if REFINE:
-                a_r = tile(g_t + R * H, rows, row_ok, cols_n, n_ok, GH)
+            a_o, a_f, a_u, a_i, a_r = load_gates(
+                g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+            )
             for k0 in range(0, H, BLOCK_K):  # the recurrent product, chunk by chunk of h_{t-1}
                 cols_k = k0 + tl.arange(0, BLOCK_K)
                 k_ok = cols_k < H
@@ -106,27 +191,15 @@ def forward_kernel(
                     a_i += rec(h, w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H, PREC)
                 if REFINE:
                     a_r += rec(h, w_ptr, R, cols_k, k_ok, cols_n, n_ok, H, PREC)
-            a_t = a_ptr + t * B * GH
-            put(a_t, a_o, rows, row_ok, cols_n, n_ok, GH)
-            put(a_t + H, a_f, rows, row_ok, cols_n, n_ok, GH)
-            put(a_t + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
-            f = gate(a_f, ACT, CLAMP)
-            if REFINE:
-                put(a_t + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
-                r = sigmoid(a_r)
-                g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
-            else:
-                g = f
-            if TIED:
-                i = 1.0 - g
-            else:
-                put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
-                i = sigmoid(a_i)
-            c = tl.where(
-                start[:, None], 0.0, tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-            )
-            c = g * c + i * tanh(a_u)
-            h_new = sigmoid(a_o) * tanh(c)
+            put_gates(
+                a_ptr + t * B * GH, a_o, a_f, a_u, a_i, a_r, rows, row_ok, cols_n, n_ok, H,
+                NG, TIED, REFINE, R,
+            )  # fmt: skip
+            c = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+            c, h_new = cell(
+                a_o, a_f, a_u, a_i, a_r, tl.where(start[:, None], 0.0, c), ACT, TIED, REFINE,
+                CLAMP,
+            )  # fmt: skip
             put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
             put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # h_t is read by every thread of the program at the next step
@@ -164,10 +237,7 @@ def backward_kernel(
     GH = NG * H
     for k in range(T):
         t = T - 1 - k
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
-        a_t = a_ptr + t * B * GH
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         da_t = da_ptr + t * B * GH
         for j0 in range(0, H, BLOCK_N):  # the gate gradients of a chunk of units
             cols_n = j0 + tl.arange(0, BLOCK_N)
@@ -175,36 +245,20 @@ def backward_kernel(
             dh = tile(dh_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
             dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             dc = tile(dc_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
-            o = sigmoid(tile(a_t, rows, row_ok, cols_n, n_ok, GH))
-            a_f = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
-            f = gate(a_f, ACT, CLAMP)
-            u = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+            a_o, a_f, a_u, a_i, a_r = load_gates(
+                a_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+            )
             c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
             c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             c_prev = tl.where(start[:, None], 0.0, c_prev)
-            if REFINE:
-                r = sigmoid(tile(a_t + R * H, rows, row_ok, cols_n, n_ok, GH))
-                g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
-            else:
-                g = f
-            tc = tanh(c)
-            da_o = dh * tc * o * (1.0 - o)
-            dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
-            dg = dcs * c_prev
-            if TIED:
-                dg -= dcs * u
-                i = 1.0 - g
-            else:
-                i = sigmoid(tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, GH))
-                put(da_t + 2 * H, dcs * u * i * (1.0 - i), rows, row_ok, cols_n, n_ok, GH)
-            if REFINE:
-                da_r = dg * 2.0 * f * (1.0 - f) * r * (1.0 - r)
-                put(da_t + R * H, da_r, rows, row_ok, cols_n, n_ok, GH)
-                dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
-            put(da_t, da_o, rows, row_ok, cols_n, n_ok, GH)
-            put(da_t + H, dg * gate_slope(a_f, f, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
-            put(da_t + (NG - 1) * H, dcs * i * (1.0 - u * u), rows, row_ok, cols_n, n_ok, GH)
-            dc_prev = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
+            da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
+                a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP
+            )
+            put_gates(
+                da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED,
+                REFINE, R,
+            )  # fmt: skip
+            dc_prev = tl.where(start[:, None], 0.0, dc_prev)  # gradient into c_{t-1}
             put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
         stop = False
@@ -272,9 +326,7 @@ def forward_split_kernel(
         w_r = weight_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
     c = tile(c_ptr, rows, row_ok, cols_n, n_ok, H)
     for t in range(T):
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(start[:, None], 0.0, h)
         g_t = g_ptr + t * B * GH
@@ -286,24 +338,21 @@ def forward_split_kernel(
         put(a_t, a_o, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + H, a_f, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
-        f = gate(a_f, ACT, CLAMP)
+        # i and r are read after o, f, u are stored: with every block read first (as
+        # load_gates does), the sm_90 code has about three times the shared-memory traffic
+        a_r = a_f  # stand-ins that cell() does not read where the preset lacks the block
+        a_i = a_f
         if REFINE:
             a_r = tile(g_t + R * H, rows, row_ok, cols_n, n_ok, GH)
             a_r += tl.dot(h, w_r, input_precision=PREC)
             put(a_t + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
-            r = sigmoid(a_r)
-            g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
-        else:
-            g = f
-        if TIED:
-            i = 1.0 - g
-        else:
+        if not TIED:
             a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
             a_i += tl.dot(h, w_i, input_precision=PREC)
             put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
-            i = sigmoid(a_i)
-        c = g * tl.where(start[:, None], 0.0, c) + i * tanh(a_u)
-        h_new = sigmoid(a_o) * tanh(c)
+        c, h_new = cell(
+            a_o, a_f, a_u, a_i, a_r, tl.where(start[:, None], 0.0, c), ACT, TIED, REFINE, CLAMP
+        )
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
         put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
@@ -363,48 +412,23 @@ def backward_split_kernel(
     dc = tile(dc_ptr, rows, row_ok, cols_n, n_ok, H)
     for k in range(T):
         t = T - 1 - k
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
-        a_t = a_ptr + t * B * GH
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         da_t = da_ptr + t * B * GH
         dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        o = sigmoid(tile(a_t, rows, row_ok, cols_n, n_ok, GH))
-        a_f = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
-        f = gate(a_f, ACT, CLAMP)
-        u = tanh(tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH))
+        a_o, a_f, a_u, a_i, a_r = load_gates(
+            a_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+        )
         c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
         c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
         c_prev = tl.where(start[:, None], 0.0, c_prev)
-        if REFINE:
-            r = sigmoid(tile(a_t + R * H, rows, row_ok, cols_n, n_ok, GH))
-            g = f * (2.0 * r + (1.0 - 2.0 * r) * f)
-        else:
-            g = f
-        tc = tanh(c)
-        put(da_t, dh * tc * o * (1.0 - o), rows, row_ok, cols_n, n_ok, GH)
-        dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
-        dg = dcs * c_prev
-        if TIED:
-            dg -= dcs * u
-            i = 1.0 - g
-        else:
-            i = sigmoid(tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, GH))
-            put(da_t + 2 * H, dcs * u * i * (1.0 - i), rows, row_ok, cols_n, n_ok, GH)
-        if REFINE:
-            put(
-                da_t + R * H,
-                dg * 2.0 * f * (1.0 - f) * r * (1.0 - r),
-                rows,
-                row_ok,
-                cols_n,
-                n_ok,
-                GH,
-            )
-            dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
-        put(da_t + H, dg * gate_slope(a_f, f, ACT, CLAMP), rows, row_ok, cols_n, n_ok, GH)
-        put(da_t + (NG - 1) * H, dcs * i * (1.0 - u * u), rows, row_ok, cols_n, n_ok, GH)
-        dc = tl.where(start[:, None], 0.0, dcs * g)  # gradient into c_{t-1}
+        da_o, da_f, da_u, da_i, da_r, dc = cell_grads(
+            a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP
+        )
+        put_gates(
+            da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED,
+            REFINE, R,
+        )  # fmt: skip
+        dc = tl.where(start[:, None], 0.0, dc)  # gradient into c_{t-1}
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
             sync_parts(flags, part, n_parts, k + 1)
             acc = tl.dot(
@@ -418,11 +442,11 @@ def backward_split_kernel(
                 input_precision=PREC,
             )  # fmt: skip
             if not TIED:
-                da_i = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
-                acc += tl.dot(da_i, w_i, input_precision=PREC)
+                da_i_all = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_i_all, w_i, input_precision=PREC)
             if REFINE:
-                da_r = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
-                acc += tl.dot(da_r, w_r, input_precision=PREC)
+                da_r_all = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_r_all, w_r, input_precision=PREC)
             stop = False
             if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
                 stop = tl.load(detach_ptr + t) != 0

@@ -35,6 +35,7 @@ from cores.triton_gates import (
     rec,
     shared_tile,
     sigmoid,
+    starts_at,
     sync_parts,
     tanh,
     tile,
@@ -46,6 +47,68 @@ from cores.triton_gates import (
 def _log_sigmoid(z):
     """log sigma(z) = min(z, 0) - log(1 + exp(-|z|)), finite for every finite z."""
     return tl.minimum(z, 0.0) - tl.log(1.0 + tl.exp(-tl.abs(z)))
+
+
+@triton.jit
+def cell(a_z, a_i, a_f, a_o, c, n, m, EPS: tl.constexpr):
+    """One sLSTM step from its pre-activations and the previous ``c, n, m`` (every tensor
+    ``[BLOCK_B, BLOCK_N]``): returns the new ``c, n, m`` and ``h``."""
+    log_f = _log_sigmoid(a_f)
+    m_new = tl.maximum(log_f + m, a_i)
+    i_gate = tl.exp(a_i - m_new)
+    f_gate = tl.exp(log_f + m - m_new)
+    c = f_gate * c + i_gate * tanh(a_z)
+    n = f_gate * n + i_gate
+    return c, n, m_new, sigmoid(a_o) * c / tl.maximum(n, EPS)
+
+
+@triton.jit
+def cell_grads(
+    a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dh, dc, dn, dm, EPS: tl.constexpr
+):  # fmt: skip
+    """The backward of :func:`cell`, its gates recomputed: given the gradients into the new
+    ``h, c, n, m``, returns those of ``a_z, a_i, a_f, a_o`` and of the previous ``c, n, m``."""
+    a_keep = _log_sigmoid(a_f) + m_prev  # the first argument of the stabiliser's max
+    m = tl.maximum(a_keep, a_i)
+    i_gate = tl.exp(a_i - m)
+    f_gate = tl.exp(a_keep - m)
+    zt = tanh(a_z)
+    so = sigmoid(a_o)
+    nn = tl.maximum(n, EPS)
+    # h = so c / nn (clamp_min passes the gradient where n >= eps)
+    da_o = dh * c / nn * so * (1.0 - so)
+    dcs = dc + dh * so / nn
+    dns = dn + tl.where(n >= EPS, -dh * so * c / (nn * nn), 0.0)
+    # c = f' c_prev + i' tanh(z~), n = f' n_prev + i'
+    df_gate = dcs * c_prev + dns * n_prev
+    di_gate = dcs * zt + dns
+    # i' = exp(i~ - m), f' = exp(a_keep - m), m = max(a_keep, i~): a tie splits in halves
+    dms = dm - di_gate * i_gate - df_gate * f_gate
+    w_keep = tl.where(a_keep > a_i, 1.0, tl.where(a_keep == a_i, 0.5, 0.0))
+    d_keep = df_gate * f_gate + dms * w_keep  # gradient of log f + m_prev
+    da_z = dcs * i_gate * (1.0 - zt * zt)
+    da_i = di_gate * i_gate + dms * (1.0 - w_keep)
+    da_f = d_keep * sigmoid(-a_f)
+    return da_z, da_i, da_f, da_o, dcs * f_gate, dns * f_gate, d_keep
+
+
+@triton.jit
+def load_gates(ptr, rows, row_ok, cols_n, n_ok, H):
+    """The gate blocks ``z, i, f, o`` of one step (``ptr`` at ``[B, 4H]``)."""
+    a_z = tile(ptr, rows, row_ok, cols_n, n_ok, 4 * H)
+    a_i = tile(ptr + H, rows, row_ok, cols_n, n_ok, 4 * H)
+    a_f = tile(ptr + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+    a_o = tile(ptr + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+    return a_z, a_i, a_f, a_o
+
+
+@triton.jit
+def put_gates(ptr, a_z, a_i, a_f, a_o, rows, row_ok, cols_n, n_ok, H):
+    """Store the gate blocks :func:`load_gates` reads (pre-activations or their gradients)."""
+    put(ptr, a_z, rows, row_ok, cols_n, n_ok, 4 * H)
+    put(ptr + H, a_i, rows, row_ok, cols_n, n_ok, 4 * H)
+    put(ptr + 2 * H, a_f, rows, row_ok, cols_n, n_ok, 4 * H)
+    put(ptr + 3 * H, a_o, rows, row_ok, cols_n, n_ok, 4 * H)
 
 
 @triton.jit
@@ -69,9 +132,7 @@ def forward_kernel(
     row_ok = rows < B
     S = (T + 1) * B * H  # one state tensor's size in s_ptr
     for t in range(T):
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         prev = s_ptr + t * B * H
         now = s_ptr + (t + 1) * B * H
         g_t = g_ptr + t * B * 4 * H
@@ -79,10 +140,7 @@ def forward_kernel(
         for j0 in range(0, H, BLOCK_N):  # a chunk of units: all its gates, then its state
             cols_n = j0 + tl.arange(0, BLOCK_N)
             n_ok = cols_n < H
-            a_z = tile(g_t, rows, row_ok, cols_n, n_ok, 4 * H)
-            a_i = tile(g_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
-            a_f = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-            a_o = tile(g_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
+            a_z, a_i, a_f, a_o = load_gates(g_t, rows, row_ok, cols_n, n_ok, H)
             for k0 in range(0, H, BLOCK_K):  # the recurrent product, chunk by chunk of h_{t-1}
                 cols_k = k0 + tl.arange(0, BLOCK_K)
                 k_ok = cols_k < H
@@ -91,20 +149,11 @@ def forward_kernel(
                 a_i += rec(h, w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H, PREC)
                 a_f += rec(h, w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H, PREC)
                 a_o += rec(h, w_ptr, 3, cols_k, k_ok, cols_n, n_ok, H, PREC)
-            put(a_t, a_z, rows, row_ok, cols_n, n_ok, 4 * H)
-            put(a_t + H, a_i, rows, row_ok, cols_n, n_ok, 4 * H)
-            put(a_t + 2 * H, a_f, rows, row_ok, cols_n, n_ok, 4 * H)
-            put(a_t + 3 * H, a_o, rows, row_ok, cols_n, n_ok, 4 * H)
+            put_gates(a_t, a_z, a_i, a_f, a_o, rows, row_ok, cols_n, n_ok, H)
             c = tl.where(start[:, None], 0.0, tile(prev + S, rows, row_ok, cols_n, n_ok, H))
             n = tl.where(start[:, None], 0.0, tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H))
             m = tl.where(start[:, None], 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
-            log_f = _log_sigmoid(a_f)
-            m_new = tl.maximum(log_f + m, a_i)
-            i_gate = tl.exp(a_i - m_new)
-            f_gate = tl.exp(log_f + m - m_new)
-            c = f_gate * c + i_gate * tanh(a_z)
-            n = f_gate * n + i_gate
-            h_new = sigmoid(a_o) * c / tl.maximum(n, EPS)
+            c, n, m_new, h_new = cell(a_z, a_i, a_f, a_o, c, n, m, EPS)
             put(now, h_new, rows, row_ok, cols_n, n_ok, H)
             put(now + S, c, rows, row_ok, cols_n, n_ok, H)
             put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
@@ -136,9 +185,7 @@ def backward_kernel(
     S = (T + 1) * B * H
     for k in range(T):
         t = T - 1 - k
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         prev = s_ptr + t * B * H
         now = s_ptr + (t + 1) * B * H
         d_now = ds_ptr + (t + 1) * B * H
@@ -159,37 +206,14 @@ def backward_kernel(
             m_prev = tl.where(reset, 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
             c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
             n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
-            a_z = tile(a_t, rows, row_ok, cols_n, n_ok, 4 * H)
-            a_i = tile(a_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
-            a_f = tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-            a_o = tile(a_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-            # recompute the step's gates
-            a_keep = _log_sigmoid(a_f) + m_prev  # the first argument of the stabiliser's max
-            m = tl.maximum(a_keep, a_i)
-            i_gate = tl.exp(a_i - m)
-            f_gate = tl.exp(a_keep - m)
-            zt = tanh(a_z)
-            so = sigmoid(a_o)
-            nn = tl.maximum(n, EPS)
-            # h = so c / nn (clamp_min passes the gradient where n >= eps)
-            da_o = dh * c / nn * so * (1.0 - so)
-            dcs = dc + dh * so / nn
-            dns = dn + tl.where(n >= EPS, -dh * so * c / (nn * nn), 0.0)
-            # c = f' c_prev + i' tanh(z~), n = f' n_prev + i'
-            df_gate = dcs * c_prev + dns * n_prev
-            di_gate = dcs * zt + dns
-            # i' = exp(i~ - m), f' = exp(a_keep - m), m = max(a_keep, i~): a tie splits in halves
-            dms = dm - di_gate * i_gate - df_gate * f_gate
-            w_keep = tl.where(a_keep > a_i, 1.0, tl.where(a_keep == a_i, 0.5, 0.0))
-            d_keep = df_gate * f_gate + dms * w_keep  # gradient of log f + m_prev
-            put(da_t, dcs * i_gate * (1.0 - zt * zt), rows, row_ok, cols_n, n_ok, 4 * H)
-            da_i = di_gate * i_gate + dms * (1.0 - w_keep)
-            put(da_t + H, da_i, rows, row_ok, cols_n, n_ok, 4 * H)
-            put(da_t + 2 * H, d_keep * sigmoid(-a_f), rows, row_ok, cols_n, n_ok, 4 * H)
-            put(da_t + 3 * H, da_o, rows, row_ok, cols_n, n_ok, 4 * H)
-            put(d_prev + S, tl.where(reset, 0.0, dcs * f_gate), rows, row_ok, cols_n, n_ok, H)
-            put(d_prev + 2 * S, tl.where(reset, 0.0, dns * f_gate), rows, row_ok, cols_n, n_ok, H)
-            put(d_prev + 3 * S, tl.where(reset, 0.0, d_keep), rows, row_ok, cols_n, n_ok, H)
+            a_z, a_i, a_f, a_o = load_gates(a_t, rows, row_ok, cols_n, n_ok, H)
+            da_z, da_i, da_f, da_o, dc_prev, dn_prev, dm_prev = cell_grads(
+                a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dh, dc, dn, dm, EPS
+            )
+            put_gates(da_t, da_z, da_i, da_f, da_o, rows, row_ok, cols_n, n_ok, H)
+            put(d_prev + S, tl.where(reset, 0.0, dc_prev), rows, row_ok, cols_n, n_ok, H)
+            put(d_prev + 2 * S, tl.where(reset, 0.0, dn_prev), rows, row_ok, cols_n, n_ok, H)
+            put(d_prev + 3 * S, tl.where(reset, 0.0, dm_prev), rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
         for k0 in range(0, H, BLOCK_K):  # gradient into h_{t-1}: sum over gates of dA_g W_g
             cols_k = k0 + tl.arange(0, BLOCK_K)
@@ -244,37 +268,23 @@ def forward_split_kernel(
     n = tile(s_ptr + 2 * S, rows, row_ok, cols_n, n_ok, H)
     m = tile(s_ptr + 3 * S, rows, row_ok, cols_n, n_ok, H)
     for t in range(T):
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:  # reset_where: restarting rows read the zero initial state
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         reset = start[:, None]
         h = shared_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(reset, 0.0, h)
         now = s_ptr + (t + 1) * B * H
         g_t = g_ptr + t * B * 4 * H
         a_t = a_ptr + t * B * 4 * H
-        a_z = tile(g_t, rows, row_ok, cols_n, n_ok, 4 * H) + tl.dot(h, w_z, input_precision=PREC)
-        a_i = tile(g_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
+        a_z, a_i, a_f, a_o = load_gates(g_t, rows, row_ok, cols_n, n_ok, H)
+        a_z += tl.dot(h, w_z, input_precision=PREC)
         a_i += tl.dot(h, w_i, input_precision=PREC)
-        a_f = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
         a_f += tl.dot(h, w_f, input_precision=PREC)
-        a_o = tile(g_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
         a_o += tl.dot(h, w_o, input_precision=PREC)
-        put(a_t, a_z, rows, row_ok, cols_n, n_ok, 4 * H)
-        put(a_t + H, a_i, rows, row_ok, cols_n, n_ok, 4 * H)
-        put(a_t + 2 * H, a_f, rows, row_ok, cols_n, n_ok, 4 * H)
-        put(a_t + 3 * H, a_o, rows, row_ok, cols_n, n_ok, 4 * H)
+        put_gates(a_t, a_z, a_i, a_f, a_o, rows, row_ok, cols_n, n_ok, H)
         c = tl.where(reset, 0.0, c)
         n = tl.where(reset, 0.0, n)
         m = tl.where(reset, 0.0, m)
-        log_f = _log_sigmoid(a_f)
-        m_new = tl.maximum(log_f + m, a_i)
-        i_gate = tl.exp(a_i - m_new)
-        f_gate = tl.exp(log_f + m - m_new)
-        c = f_gate * c + i_gate * tanh(a_z)
-        n = f_gate * n + i_gate
-        m = m_new
-        h_new = sigmoid(a_o) * c / tl.maximum(n, EPS)
+        c, n, m, h_new = cell(a_z, a_i, a_f, a_o, c, n, m, EPS)
         put(now, h_new, rows, row_ok, cols_n, n_ok, H)
         put(now + S, c, rows, row_ok, cols_n, n_ok, H)
         put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
@@ -327,9 +337,7 @@ def backward_split_kernel(
     dm = tile(ds_ptr + 3 * D, rows, row_ok, cols_n, n_ok, H)
     for k in range(T):
         t = T - 1 - k
-        start = tl.zeros([BLOCK_B], dtype=tl.int1)
-        if HAS_STARTS:
-            start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
+        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         reset = start[:, None]
         prev = s_ptr + t * B * H
         now = s_ptr + (t + 1) * B * H
@@ -341,33 +349,14 @@ def backward_split_kernel(
         m_prev = tl.where(reset, 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
         c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
         n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
-        a_z = tile(a_t, rows, row_ok, cols_n, n_ok, 4 * H)
-        a_i = tile(a_t + H, rows, row_ok, cols_n, n_ok, 4 * H)
-        a_f = tile(a_t + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-        a_o = tile(a_t + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-        # recompute the step's gates (as backward_kernel)
-        a_keep = _log_sigmoid(a_f) + m_prev
-        m = tl.maximum(a_keep, a_i)
-        i_gate = tl.exp(a_i - m)
-        f_gate = tl.exp(a_keep - m)
-        zt = tanh(a_z)
-        so = sigmoid(a_o)
-        nn = tl.maximum(n, EPS)
-        da_o = dh * c / nn * so * (1.0 - so)
-        dcs = dc + dh * so / nn
-        dns = dn + tl.where(n >= EPS, -dh * so * c / (nn * nn), 0.0)
-        df_gate = dcs * c_prev + dns * n_prev
-        di_gate = dcs * zt + dns
-        dms = dm - di_gate * i_gate - df_gate * f_gate
-        w_keep = tl.where(a_keep > a_i, 1.0, tl.where(a_keep == a_i, 0.5, 0.0))
-        d_keep = df_gate * f_gate + dms * w_keep
-        put(da_t, dcs * i_gate * (1.0 - zt * zt), rows, row_ok, cols_n, n_ok, 4 * H)
-        put(da_t + H, di_gate * i_gate + dms * (1.0 - w_keep), rows, row_ok, cols_n, n_ok, 4 * H)
-        put(da_t + 2 * H, d_keep * sigmoid(-a_f), rows, row_ok, cols_n, n_ok, 4 * H)
-        put(da_t + 3 * H, da_o, rows, row_ok, cols_n, n_ok, 4 * H)
-        dc = tl.where(reset, 0.0, dcs * f_gate)
-        dn = tl.where(reset, 0.0, dns * f_gate)
-        dm = tl.where(reset, 0.0, d_keep)
+        a_z, a_i, a_f, a_o = load_gates(a_t, rows, row_ok, cols_n, n_ok, H)
+        da_z, da_i, da_f, da_o, dc, dn, dm = cell_grads(
+            a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dh, dc, dn, dm, EPS
+        )
+        put_gates(da_t, da_z, da_i, da_f, da_o, rows, row_ok, cols_n, n_ok, H)
+        dc = tl.where(reset, 0.0, dc)
+        dn = tl.where(reset, 0.0, dn)
+        dm = tl.where(reset, 0.0, dm)
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
             sync_parts(flags, part, n_parts, k + 1)
             acc = tl.dot(
