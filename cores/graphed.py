@@ -29,9 +29,11 @@ the ``core.cuda_graph`` setting (:data:`CUDA_GRAPH_CHOICES`) and the device say 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import torch
@@ -171,9 +173,31 @@ class GraphedCore(MemoryCore):
         """Record one graph each way for inputs shaped like ``args`` (warm-up runs included)."""
         samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
         # allow_unused_input: a parameter some option leaves out of forward gets no gradient
-        return torch.cuda.make_graphed_callables(
-            _Flat(self.core, with_starts), samples, allow_unused_input=True
-        )
+        with collector_paused():
+            return torch.cuda.make_graphed_callables(
+                _Flat(self.core, with_starts), samples, allow_unused_input=True
+            )
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run a CUDA graph capture with Python's cyclic garbage collector paused, after one
+    collection.
+
+    A dead graph still held in a reference cycle (an evicted graph of this core, another
+    core's, a finished benchmark's) is otherwise destroyed whenever the collector happens to
+    run, which may be in the middle of another capture; destroying a graph is not allowed
+    while a stream captures, so that capture fails with "operation failed due to a previous
+    error during capture" (torch >= 2.9 no longer collects before each capture: pytorch/pytorch
+    PR 161037). Collecting first destroys those graphs while nothing captures."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _keys_into_wrapped(

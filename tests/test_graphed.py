@@ -165,3 +165,40 @@ def test_graph_replays_match_eager_on_cuda(name) -> None:
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
     assert len(wrapped._graphs) == 1
+
+
+def test_capture_runs_with_the_collector_paused_after_collecting_dead_graphs(monkeypatch) -> None:
+    """A dead object held in a reference cycle (as a dropped CUDA graph can be) is collected
+    before the capture starts, the cyclic collector stays off while it records (destroying a
+    graph mid-capture breaks the capture), and is back on afterwards, also when the capture
+    fails."""
+    import gc
+    import weakref
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    seen = []
+
+    def fake_capture(module, samples, allow_unused_input=False):
+        seen.append((gc.isenabled(), dead()))
+        if len(seen) == 2:
+            raise RuntimeError("capture failed")
+        return module
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", fake_capture)
+    monkeypatch.setattr(GraphedCore, "graphable", lambda self, x: True)
+    assert gc.isenabled()
+    wrapped = GraphedCore(make_core("janet", D, H).double())
+    x, starts = _inputs()
+    gc.disable()  # keep the cycle alive until the capture's own collection
+    dead = weakref.ref(Cycle())
+    gc.enable()
+    assert dead() is not None
+    _run(wrapped, x, wrapped.initial_state(B), starts)
+    assert seen == [(False, None)]
+    assert gc.isenabled()
+    with pytest.warns(RuntimeWarning, match="capture failed"):
+        _run(wrapped, x[:3], wrapped.initial_state(B), starts[:3])
+    assert seen[1][0] is False and gc.isenabled()

@@ -507,6 +507,7 @@ def graphed_acting_step(
     :raises RuntimeError: the step cannot be captured (e.g. it reads a tensor on the host).
     """
     from agents.policy import obs_to_tensors, sample_actions
+    from cores.graphed import collector_paused
 
     if device.type != "cuda":
         raise ValueError(f"a CUDA graph needs a CUDA device, got {device}")
@@ -529,7 +530,7 @@ def graphed_acting_step(
             body()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
+    with collector_paused(), torch.cuda.graph(graph), torch.no_grad():
         actions = body()
 
     def step() -> np.ndarray:
