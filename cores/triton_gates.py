@@ -8,7 +8,10 @@ Importing this module imports ``triton``; :mod:`cores` imports it only when a Tr
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +205,54 @@ SPLIT_MAX_HIDDEN = 256
 """Above this hidden size a program's weight slice no longer fits its registers."""
 
 
+BARRIERS = ("scalar", "vector")
+PRECISIONS = ("ieee", "tf32")
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    """How the unit-split kernels run, beyond their tile cut: the variants ``memcores bench gpu
+    --parts probe`` times against each other (the defaults are the measured ones).
+
+    :param barrier: how :func:`sync_parts` waits for a tile's other parts: ``scalar`` reads
+        their step counters one after the other, ``vector`` reads them all with one atomic
+        per thread.
+    :param precision: ``tl.dot``'s input precision: ``ieee`` (full float32, what the reference
+        loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa).
+    :param num_warps: warps per program.
+    """
+
+    barrier: str = "scalar"
+    precision: str = "ieee"
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        if self.barrier not in BARRIERS:
+            raise ValueError(f"barrier must be one of {', '.join(BARRIERS)}, got {self.barrier!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
+
+
+_split_options = SplitOptions()
+
+
+@contextlib.contextmanager
+def split_options(**changes: Any) -> Iterator[SplitOptions]:
+    """Run the unit-split kernels launched inside the block with ``changes`` to
+    :class:`SplitOptions` (a backward runs with its forward's options)."""
+    global _split_options
+    previous = _split_options
+    _split_options = dataclasses.replace(previous, **changes)
+    try:
+        yield _split_options
+    finally:
+        _split_options = previous
+
+
 @dataclass(frozen=True)
 class SplitPlan:
     """How a unit-split launch cuts the work: ``tiles`` batch tiles of ``block_b`` rows, each
@@ -212,17 +263,22 @@ class SplitPlan:
     block_h: int
     tiles: int
     parts: int
+    options: SplitOptions = SplitOptions()
 
     @property
     def grid(self) -> tuple[int, int]:
         return (self.tiles, self.parts)
 
-    def meta(self) -> dict[str, int]:
-        """The kernel's compile-time tile sizes."""
+    def meta(self) -> dict[str, Any]:
+        """The kernel's compile-time parameters (tile sizes, barrier, precision) and warps."""
         return dict(
             BLOCK_B=self.block_b,
             BLOCK_N=self.block_n,
             BLOCK_H=self.block_h,
+            VECTOR=self.options.barrier == "vector",
+            PARTS=_pow2_at_least(self.parts),
+            PREC=self.options.precision,
+            num_warps=self.options.num_warps,
         )
 
     def flags(self, device: torch.device) -> Tensor:
@@ -249,7 +305,7 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     if os.environ.get("TRITON_INTERPRET") == "1":
         block_n = SPLIT_UNITS if steps == 1 else block_h
         parts = cdiv(hidden, block_n)
-        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts)
+        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, _split_options)
     if device.type != "cuda":
         return None
     parts = cdiv(hidden, SPLIT_UNITS)
@@ -257,22 +313,34 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     for block_b in (16, 32, 64):
         tiles = cdiv(batch, block_b)
         if tiles * parts <= slots:
-            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts)
+            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, _split_options)
     return None
 
 
 @triton.jit
-def sync_parts(flags_ptr, part, n_parts, step):
+def sync_parts(flags_ptr, part, n_parts, step, VECTOR: tl.constexpr, PARTS: tl.constexpr):
     """A barrier over the ``n_parts`` programs of one batch tile: mark this part done with
     ``step`` and wait until every part is. The counters only grow and each is written by its
     own part, so the wait is the same whichever threads run it; ``acq_rel`` atomics make the
     parts' stores before the barrier visible to the loads after it (which bypass L1). The wait
-    carries scalars only (Triton 3.6 miscompiles a loop that carries a tensor here)."""
+    reads the counters one by one, or with ``VECTOR`` all ``n_parts <= PARTS`` at once. It
+    carries no tensor from one round to the next (Triton 3.6 miscompiles a loop that does)."""
     tl.debug_barrier()  # every thread of this program has stored its step
     tl.atomic_max(flags_ptr + part, step, sem="acq_rel")
-    for other in range(n_parts):
-        while tl.atomic_max(flags_ptr + other, 0, sem="acq_rel") < step:
+    if VECTOR:
+        others = tl.arange(0, PARTS)
+        mine = others < n_parts
+        while (
+            tl.min(
+                tl.where(mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acq_rel"), step)
+            )
+            < step
+        ):
             pass
+    else:
+        for other in range(n_parts):
+            while tl.atomic_max(flags_ptr + other, 0, sem="acq_rel") < step:
+                pass
     tl.debug_barrier()
 
 

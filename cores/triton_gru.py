@@ -263,6 +263,8 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -311,7 +313,7 @@ def forward_split_kernel(
         h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP)
         put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            sync_parts(flags, part, n_parts, t + 1)
+            sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
 
 
 @triton.jit
@@ -336,6 +338,8 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -375,7 +379,7 @@ def backward_split_kernel(
             H, NG, REFINE,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
-            sync_parts(flags, part, n_parts, k + 1)
+            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
             acc = direct + tl.dot(
                 shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
             )

@@ -300,6 +300,8 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -356,7 +358,7 @@ def forward_split_kernel(
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
         put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            sync_parts(flags, part, n_parts, t + 1)
+            sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
 
 
 @triton.jit
@@ -384,6 +386,8 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
 ):
@@ -430,7 +434,7 @@ def backward_split_kernel(
         )  # fmt: skip
         dc = tl.where(start[:, None], 0.0, dc)  # gradient into c_{t-1}
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
-            sync_parts(flags, part, n_parts, k + 1)
+            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
             acc = tl.dot(
                 shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
             )

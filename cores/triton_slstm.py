@@ -245,6 +245,8 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
 ):
     """The forward with a step's units split over programs (the design of
@@ -290,7 +292,7 @@ def forward_split_kernel(
         put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
         put(now + 3 * S, m, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            sync_parts(flags, part, n_parts, t + 1)
+            sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
 
 
 @triton.jit
@@ -311,6 +313,8 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
 ):
     """The reverse-time pass with a step's units split over programs (the design of
@@ -358,7 +362,7 @@ def backward_split_kernel(
         dn = tl.where(reset, 0.0, dn)
         dm = tl.where(reset, 0.0, dm)
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
-            sync_parts(flags, part, n_parts, k + 1)
+            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
             acc = tl.dot(
                 shared_tile(da_t, rows, row_ok, cols_k, k_ok, 4 * H), w_z, input_precision=PREC
             )

@@ -29,6 +29,32 @@ def test_an_unknown_part_is_named_with_the_valid_ones(tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "unknown part(s) speed" in err and "scaling" in err and "supervised" in err
+    assert "probe" in err
+
+
+def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_default(tmp_path):
+    """``--parts probe``: every core, shape and variant of the unit-split kernels timed, each
+    variant's values compared with the default's (on the CPU the kernels' options change
+    nothing, so the difference is 0); the default run leaves the probe out."""
+    from experiments.bench import split_probe
+
+    assert "probe" not in gpu.PARTS and "probe" in gpu.EXTRA_PARTS
+    args = ["bench", "gpu", "--device", "cpu", "--quick", "--parts", "probe"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    part = json.loads((tmp_path / "bench_gpu.json").read_text())["parts"]["probe"]
+    assert not part["errors"] and not part["not_measured"]
+    got = {(r["core"], tuple(r["shape"]), r["variant"]) for r in part["rows"]}
+    want = {
+        (core, shape, variant)
+        for core in split_probe.PROBE_CORES
+        for shape in gpu.QUICK.probe_shapes
+        for variant in split_probe.VARIANTS
+    }
+    assert got == want
+    assert all(r["ms"] > 0 and r["diff"] == 0.0 for r in part["rows"])
+    md = (tmp_path / "bench_gpu.md").read_text()
+    assert "## Unit-split kernel variants" in md and "| vector barrier + tf32 |" in md
+    assert md.count("| slstm |") == len(gpu.QUICK.probe_shapes)
 
 
 @pytest.fixture(scope="module")

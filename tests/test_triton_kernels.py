@@ -180,6 +180,43 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
         torch.testing.assert_close(a, b, **TOL[EXACT])
 
 
+@pytest.mark.parametrize("name", ["ur_lstm", "hdetach_lstm", "gru", "slstm"])
+def test_split_kernels_with_the_probes_options_give_the_reference_values(name: str) -> None:
+    """The variants ``bench gpu --parts probe`` times: the barrier that reads every part's
+    counter at once and two warps per program change nothing; TF32 products (tensor cores on
+    a GPU) stay within TF32's precision. A backward runs with its forward's options."""
+    with triton_gates.split_options(barrier="vector", num_warps=2):
+        _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
+    ref, tri = _pair(name, torch.float32)
+    x, _, starts = _inputs(torch.float32)
+    with torch.no_grad():
+        _, state = ref(x.flip(0), ref.initial_state(B, DEVICE))
+    values_ref, grads_ref = _run(ref, x, state, starts)
+    with triton_gates.split_options(precision="tf32"):
+        y, final = tri(x, state, starts)
+    values_tri, grads_tri = _run(tri, x, state, starts)  # the default again: exact
+    torch.testing.assert_close(y, values_ref[0], rtol=2e-2, atol=2e-3)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+def test_split_options_are_checked_and_restored() -> None:
+    """A bad option names the valid ones; the options in force come back after the block."""
+    with pytest.raises(ValueError, match="barrier must be one of scalar, vector"):
+        triton_gates.SplitOptions(barrier="spin")
+    with pytest.raises(ValueError, match="precision must be one of ieee, tf32"):
+        triton_gates.SplitOptions(precision="bf16")
+    with pytest.raises(ValueError, match="num_warps"):
+        triton_gates.SplitOptions(num_warps=3)
+    with triton_gates.split_options(barrier="vector", num_warps=8) as options:
+        assert options == triton_gates.SplitOptions("vector", "ieee", 8)
+        plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
+        assert plan is not None and plan.meta()["VECTOR"] and plan.meta()["num_warps"] == 8
+    assert triton_gates.split_plan(T, B, H, torch.device(DEVICE)).options == (
+        triton_gates.SplitOptions()
+    )
+
+
 @pytest.mark.parametrize("name", ["ur_lstm", "tied_lstm", "hdetach_lstm", "gru", "ur_gru", "slstm"])
 def test_kernel_with_one_program_per_tile_when_the_split_is_off(name: str, monkeypatch) -> None:
     """MEMCORES_TRITON_SPLIT=0 (and shapes the GPU cannot hold split) run every unit of a
@@ -289,7 +326,7 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         [sys.executable, str(script), "128"], env=env, capture_output=True, text=True, check=True
     ).stdout
     shared = dict(line.split() for line in out.splitlines())
-    assert len(shared) == 12
+    assert len(shared) == 18
     assert all(int(v) < 100 * 1024 for v in shared.values()), shared
 
 
@@ -321,14 +358,19 @@ def test_cudnn_route_matches_the_reference_loop(name: str, monkeypatch) -> None:
 @pytest.mark.parametrize(
     "name", ["fast_lstm", "ur_lstm", "tied_lstm", "hdetach_lstm", "fast_gru", "ur_gru", "slstm"]
 )
-@pytest.mark.parametrize("split", ["1", "0"])
+@pytest.mark.parametrize("split", ["1", "vector", "0"])
 def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     name: str, split: str, monkeypatch
 ) -> None:
-    """At H=128 the split runs 8 parts per batch tile over 24 steps (barriers and all), and
-    with the split off the tuner (cores/triton_tune.py) tries wider tile cuts than the tiny
-    shapes above can: each must give the reference loop's values and gradients."""
+    """At H=128 the split runs 8 parts per batch tile over 24 steps (barriers and all, also
+    the barrier that reads every part's counter at once), and with the split off the tuner
+    (cores/triton_tune.py) tries wider tile cuts than the tiny shapes above can: each must give
+    the reference loop's values and gradients."""
     from cores import triton_tune
+
+    if split == "vector":
+        monkeypatch.setattr(triton_gates, "_split_options", triton_gates.SplitOptions("vector"))
+        split = "1"
 
     monkeypatch.setenv(triton_gates.SPLIT_ENV, split)
     monkeypatch.setenv(triton_tune.ENV_VAR, "0" if split == "1" else "1")

@@ -15,7 +15,7 @@ POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)
 
 
-def shared_bytes(kernel, constants: dict) -> int:
+def shared_bytes(kernel, constants: dict, num_warps: int = 4) -> int:
     """Compile ``kernel`` for an sm_90 GPU (float32 tensors) and return its shared memory."""
     signature = {}
     for name in kernel.arg_names:
@@ -29,35 +29,41 @@ def shared_bytes(kernel, constants: dict) -> int:
             signature[name] = "*fp32" if name.endswith("_ptr") else "i32"
     constexprs = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
-    return compile(source, target=GPUTarget("cuda", 90, 32)).metadata.shared
+    options = {"num_warps": num_warps}
+    return compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared
+
+
+def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, int]:
+    """The unit-split kernels' compile-time parameters at ``hidden`` units, and their warps."""
+    parts = triton_gates.cdiv(hidden, triton_gates.SPLIT_UNITS)
+    plan = triton_gates.SplitPlan(16, triton_gates.SPLIT_UNITS, hidden, 1, parts, options)
+    meta = plan.meta()
+    return meta, meta.pop("num_warps")
 
 
 def main(hidden: int) -> None:
     base = dict(PREC="ieee", HAS_STARTS=True, **triton_gates.block_meta(hidden))
-    lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0)
-    gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)
-    slstm = dict(base, EPS=1e-6)
-    slstm_split = {k: v for k, v in slstm.items() if k != "BLOCK_K"}
-    slstm_split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
-    split = {k: v for k, v in lstm.items() if k != "BLOCK_K"}
-    split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
-    gru_split = {k: v for k, v in gru.items() if k != "BLOCK_K"}
-    gru_split.update(BLOCK_N=triton_gates.SPLIT_UNITS, BLOCK_H=hidden)
-    for name, kernel, constants in (
-        ("lstm.forward", triton_lstm.forward_kernel, lstm),
-        ("lstm.backward", triton_lstm.backward_kernel, dict(lstm, HAS_DETACH=True)),
-        ("lstm.forward_split", triton_lstm.forward_split_kernel, split),
-        ("lstm.backward_split", triton_lstm.backward_split_kernel, dict(split, HAS_DETACH=True)),
-        ("gru.forward", triton_gru.forward_kernel, gru),
-        ("gru.backward", triton_gru.backward_kernel, gru),
-        ("gru.forward_split", triton_gru.forward_split_kernel, gru_split),
-        ("gru.backward_split", triton_gru.backward_split_kernel, gru_split),
-        ("slstm.forward", triton_slstm.forward_kernel, slstm),
-        ("slstm.backward", triton_slstm.backward_kernel, slstm),
-        ("slstm.forward_split", triton_slstm.forward_split_kernel, slstm_split),
-        ("slstm.backward_split", triton_slstm.backward_split_kernel, slstm_split),
-    ):
-        print(name, shared_bytes(kernel, constants), flush=True)
+    families = (
+        ("lstm", triton_lstm, dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0)),
+        ("gru", triton_gru, dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)),
+        ("slstm", triton_slstm, dict(base, EPS=1e-6)),
+    )
+    probe = triton_gates.SplitOptions(barrier="vector", precision="tf32", num_warps=8)
+    for family, module, constants in families:
+        backward = dict(constants, HAS_DETACH=True) if family == "lstm" else constants
+        print(f"{family}.forward", shared_bytes(module.forward_kernel, constants), flush=True)
+        print(f"{family}.backward", shared_bytes(module.backward_kernel, backward), flush=True)
+        unsplit = {k: v for k, v in constants.items() if k not in ("BLOCK_K", "PREC")}
+        # the default split, and the variants bench gpu's probe times
+        for suffix, options in (("", triton_gates.SplitOptions()), ("_probe", probe)):
+            meta, warps = split_meta(hidden, options)
+            for way, kernel, consts in (
+                ("forward", module.forward_split_kernel, unsplit),
+                ("backward", module.backward_split_kernel, {**backward, **unsplit}),
+            ):
+                consts = {k: v for k, v in consts.items() if k not in ("BLOCK_K", "PREC")}
+                shared = shared_bytes(kernel, {**consts, **meta}, warps)
+                print(f"{family}.{way}_split{suffix}", shared, flush=True)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    with the config's own ``train.threads``, as ``memcores train`` would.
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
+7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
+   side (:mod:`experiments.bench.split_probe`).
 
 The results go to ``DIR/bench_gpu.json`` and ``DIR/bench_gpu.md`` (rewritten after each
 part, so a run cut short keeps what it measured). Without a GPU it stops with exit code 2;
@@ -128,6 +130,9 @@ PARTS: dict[str, float] = {
 """Each part's time budget in seconds (340 in all); time a part leaves goes to the next. A
 part checks its clock between measurements, so one measurement can overrun it by its own
 length (the longest: one POPGym update epoch on the CPU)."""
+EXTRA_PARTS: dict[str, float] = {"probe": 90.0}
+"""Parts that run only when ``--parts`` names them, with their budgets: ``probe``, the
+unit-split kernels' variants (:mod:`experiments.bench.split_probe`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +150,7 @@ class Sizes:
     popgym_overrides: tuple[str, ...] = ()
     supervised_overrides: tuple[str, ...] = ("core.hidden_size=128", "train.batch_size=256")
     supervised_updates: int = 20
+    probe_shapes: tuple[tuple[int, int, int, int], ...] = ((256, 64, 64, 128), (1024, 8, 64, 256))
 
 
 QUICK = Sizes(
@@ -175,6 +181,7 @@ QUICK = Sizes(
         "train.eval_size=8",
     ),
     supervised_updates=2,
+    probe_shapes=((8, 2, 8, 8), (16, 2, 8, 16)),
 )
 
 
@@ -743,6 +750,13 @@ def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, quick: boo
     }
 
 
+def part_probe(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """The unit-split kernels' variants (:func:`experiments.bench.split_probe.part_probe`)."""
+    from experiments.bench import split_probe
+
+    return split_probe.part_probe(device, sizes, clock, quick)
+
+
 RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, bool], dict]] = {
     "tests": part_tests,
     "cores": part_cores,
@@ -750,6 +764,7 @@ RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, bool], dict]] = {
     "acting": part_acting,
     "rl": part_rl,
     "supervised": part_supervised,
+    "probe": part_probe,
 }
 
 
@@ -902,6 +917,12 @@ def _md_not_measured(parts: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _md_probe(part: dict[str, Any]) -> list[str]:
+    from experiments.bench import split_probe
+
+    return split_probe.markdown(part)
+
+
 # Each report part's renderer, in the order the parts appear in the report.
 _MD_PARTS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "tests": _md_tests,
@@ -910,6 +931,7 @@ _MD_PARTS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "acting": _md_acting,
     "rl": _md_rl,
     "supervised": _md_supervised,
+    "probe": _md_probe,
 }
 
 
@@ -943,13 +965,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--parts",
         default=",".join(PARTS),
-        help=f"comma-separated parts to run (default all: {','.join(PARTS)})",
+        help=f"comma-separated parts to run (default: {','.join(PARTS)}; also: "
+        f"{','.join(EXTRA_PARTS)})",
     )
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
-    unknown = [p for p in parts if p not in PARTS]
+    budgets = {**PARTS, **EXTRA_PARTS}
+    unknown = [p for p in parts if p not in budgets]
     if unknown:
-        raise ValueError(f"unknown part(s) {', '.join(unknown)}; valid: {', '.join(PARTS)}")
+        raise ValueError(f"unknown part(s) {', '.join(unknown)}; valid: {', '.join(budgets)}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(
             "bench gpu needs a CUDA GPU and none is available "
@@ -962,14 +986,14 @@ def main(argv: list[str]) -> int:
     results: dict[str, Any] = {
         "command": "memcores bench gpu " + " ".join(argv),
         "hardware": info(device),
-        "budgets_s": {p: PARTS[p] for p in parts},
+        "budgets_s": {p: budgets[p] for p in parts},
         "parts": {},
     }
     print(f"bench gpu: device {device}, parts {', '.join(parts)}; writing {out}", flush=True)
     carry = 0.0
     with _quiet_warnings():
         for name in parts:
-            clock = Clock(PARTS[name] + carry)
+            clock = Clock(budgets[name] + carry)
             result = RUNNERS[name](device, sizes, clock, args.quick)
             result["seconds"] = clock.spent()
             carry = max(clock.left(), 0.0)

@@ -1,0 +1,118 @@
+"""``memcores bench gpu --parts probe``: the unit-split kernels' variants, timed side by side.
+
+The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated presets at 3-6x
+cuDNN's ``nn.LSTM``; where a step's time goes has not been profiled. This part times
+forward+backward of ``ur_lstm``, ``fast_gru`` and ``slstm`` through the fused kernels under
+each variant of :class:`cores.triton_gates.SplitOptions` (the barrier that reads every part's
+counter at once, TF32 products, 2 or 8 warps per program, and the split off), beside the
+default, at two shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym
+update's minibatch (T=1024, B=8, hidden 256). Each variant's outputs and parameter
+gradients are compared with the default's (largest difference over the largest value), so a
+faster variant that changes the numbers shows it. Not in the default run; about a minute on
+a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PROBE_CORES = ("ur_lstm", "fast_gru", "slstm")
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "vector barrier": dict(barrier="vector"),
+    "tf32": dict(precision="tf32"),
+    "2 warps": dict(num_warps=2),
+    "8 warps": dict(num_warps=8),
+    "vector barrier + tf32": dict(barrier="vector", precision="tf32"),
+    "split off": {},
+}
+"""Each variant's changes to :class:`cores.triton_gates.SplitOptions` (``split off``: one
+program per batch tile, ``MEMCORES_TRITON_SPLIT=0``)."""
+
+
+def _values(name: str, shape: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
+    """Outputs and every parameter's gradient of one forward+backward, flattened into one
+    vector (the same weights and input for every variant)."""
+    from cores import make_core
+
+    T, B, D, H = shape
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(T, B, D, generator=gen).to(device)
+    torch.manual_seed(0)
+    core = make_core(name, D, H).to(device).train()
+    y, _ = core(x, core.initial_state(B, device))
+    y.sin().sum().backward()
+    grads = [p.grad.flatten() for p in core.parameters() if p.grad is not None]
+    return torch.cat([y.detach().flatten(), *grads]).double().cpu()
+
+
+def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dict:
+    """ms of forward+backward per core, shape and variant, with the variant's largest
+    relative difference from the default's values."""
+    from cores import triton_gates
+    from experiments.bench.gpu import _split_off, core_runner, time_runner
+
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    not_measured: list[str] = []
+    for shape in sizes.probe_shapes:
+        for name in PROBE_CORES:
+            reference = None
+            for variant, changes in VARIANTS.items():
+                label = f"{name} {shape} {variant}"
+                if clock.left() <= 0:
+                    not_measured.append(label)
+                    continue
+                try:
+                    with (
+                        _split_off(variant == "split off"),
+                        triton_gates.split_options(**changes),
+                    ):
+                        values = _values(name, shape, device)
+                        seconds = time_runner(
+                            core_runner(name, *shape, device), device, sizes.reps, clock
+                        )
+                except Exception as err:  # one failing variant must not stop the part
+                    errors[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+                    continue
+                reference = values if variant == "default" else reference
+                diff = None
+                if reference is not None:
+                    scale = reference.abs().max().clamp_min(1e-30)
+                    diff = float((values - reference).abs().max() / scale)
+                rows.append(
+                    dict(core=name, shape=list(shape), variant=variant, ms=1e3 * seconds, diff=diff)
+                )
+    return dict(rows=rows, errors=errors, not_measured=not_measured)
+
+
+def markdown(part: dict[str, Any]) -> list[str]:
+    """The probe's table: one row per core and shape, one column per variant (ms, and x the
+    default's time)."""
+    lines = [
+        "",
+        "## Unit-split kernel variants (forward+backward ms; x default; max relative difference)",
+        "",
+        "| core | T, B, D, H | " + " | ".join(VARIANTS) + " |",
+        "|---|---|" + "---|" * len(VARIANTS),
+    ]
+    cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for row in part["rows"]:
+        cells.setdefault((row["core"], str(tuple(row["shape"]))), {})[row["variant"]] = row
+    for (core, shape), by_variant in cells.items():
+        default = by_variant.get("default")
+        out = []
+        for variant in VARIANTS:
+            row = by_variant.get(variant)
+            if row is None:
+                out.append("-")
+                continue
+            text = f"{row['ms']:.2f}"
+            if default is not None and variant != "default":
+                text += f" ({row['ms'] / default['ms']:.2f}x"
+                text += f", {row['diff']:.0e})" if row["diff"] is not None else ")"
+            out.append(text)
+        lines.append(f"| {core} | {shape} | " + " | ".join(out) + " |")
+    return lines
