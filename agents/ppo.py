@@ -7,14 +7,17 @@ gradient clipping and an optimiser step. They differ only in the loss
 whole rollout) and the optimiser (:func:`make_optimizer`).
 
 A minibatch whose loss or gradient is not finite is skipped (its step is not taken) and
-counted in ``skipped_updates``, so one bad batch cannot corrupt the weights.
+counted in ``skipped_updates``, so one bad batch cannot corrupt the weights. The check runs
+where the tensors are: Adam (fused) skips a step on the device itself, and the loss terms are
+read back once per update, so on a GPU the update never waits for the host between
+minibatches (unless ``target_kl`` asks for the KL after each one).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -188,7 +191,7 @@ def update(
     else:  # a2c: one gradient step on the whole rollout
         loss_fn, n_epochs, chunks_per_mb = a2c_loss, 1, n_chunks
     params = [p for p in policy.parameters() if p.requires_grad]
-    totals, skipped = LossTotals(), 0
+    totals = LossTotals(on_device=device.type == "cuda")
     policy.train()
     for _epoch in range(n_epochs):
         perm = torch.randperm(n_chunks, generator=generator).to(device)
@@ -196,15 +199,26 @@ def update(
             mb = select_chunks(batch, perm[start : start + chunks_per_mb])
             terms = minibatch_loss(policy, mb, agent, loss_fn)
             grad_norm = _backward(optimizer, terms.loss, params, agent.max_grad_norm)
-            # One host sync per minibatch: skip the step rather than write NaN/inf weights.
-            if not totals.add(terms, grad_norm):
-                optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                continue
+            finite = totals.add(terms, grad_norm)
+            _step_if(optimizer, finite)  # never write NaN/inf weights
+            if agent.target_kl is not None and bool(finite) and _kl_too_large(terms, agent):
+                return totals.stats(buffer, early_stopped=True)
+    return totals.stats(buffer)
+
+
+def _step_if(optimizer: torch.optim.Optimizer, finite: Tensor | bool) -> None:
+    """The optimiser's step where ``finite`` holds, else none. Given a device flag, a fused
+    optimiser reads it on the device (its ``found_inf``, which torch.amp's GradScaler sets the
+    same way), so the host does not wait for the minibatch; otherwise it is read here."""
+    if not (isinstance(finite, Tensor) and optimizer.defaults.get("fused")):
+        if bool(finite):
             optimizer.step()
-            if _kl_too_large(terms, agent):
-                return totals.stats(buffer, skipped, early_stopped=True)
-    return totals.stats(buffer, skipped)
+        return
+    optimizer.found_inf = (~finite).float()  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
 
 
 def minibatch_loss(
@@ -238,55 +252,62 @@ def _kl_too_large(terms: LossTerms, agent: AgentConfig) -> bool:
     return float(terms.approx_kl) > 1.5 * agent.target_kl
 
 
+TOTALS = (
+    "loss", "grad_norm", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+    "recon",
+)  # fmt: skip
+"""The per-minibatch values :class:`LossTotals` keeps, in its rows' order."""
+
+
 @dataclass
 class LossTotals:
-    """Sums of the applied minibatches' loss terms, turned into :class:`UpdateStats`."""
+    """Each minibatch's loss terms (:data:`TOTALS`), summed in :meth:`stats`. With
+    ``on_device`` (a GPU) they stay on the device as one ``[8]`` float64 row per minibatch until
+    then, since reading a number makes the host wait for the minibatch to finish; on a CPU
+    reading one costs nothing, and stacking them would cost more."""
 
-    n: int = 0
-    loss: float = 0.0
-    grad_norm: float = 0.0
-    policy_loss: float = 0.0
-    value_loss: float = 0.0
-    entropy: float = 0.0
-    approx_kl: float = 0.0
-    clip_fraction: float = 0.0
-    recon: float = 0.0
+    on_device: bool = False
+    rows: list[Any] = field(default_factory=list)
 
-    def add(self, terms: LossTerms, grad_norm: Tensor) -> bool:
-        """Add one minibatch; ``False`` (and nothing added) when its loss or gradient is not
-        finite."""
-        loss_value, grad_value = float(terms.loss.detach()), float(grad_norm)
-        if not (math.isfinite(loss_value) and math.isfinite(grad_value)):
-            return False
-        self.n += 1
-        self.loss += loss_value
-        self.grad_norm += grad_value
-        self.policy_loss += float(terms.policy_loss.detach())
-        self.value_loss += float(terms.value_loss.detach())
-        self.entropy += float(terms.entropy.detach())
-        self.approx_kl += float(terms.approx_kl)
-        self.clip_fraction += float(terms.clip_fraction)
-        if terms.recon_loss is not None:
-            self.recon += float(terms.recon_loss.detach())
-        return True
+    def add(self, terms: LossTerms, grad_norm: Tensor) -> Tensor | bool:
+        """Keep one minibatch's terms; return whether its loss and gradient norm are finite
+        (with ``on_device``, a 0-d bool tensor on their device: nothing is read back)."""
+        recon = terms.recon_loss if terms.recon_loss is not None else torch.zeros_like(terms.loss)
+        values = (terms.loss, grad_norm, terms.policy_loss, terms.value_loss, terms.entropy)
+        values += (terms.approx_kl, terms.clip_fraction, recon)
+        if not self.on_device:
+            floats = [float(v.detach()) for v in values]
+            self.rows.append(floats)
+            return math.isfinite(floats[0]) and math.isfinite(floats[1])
+        device = terms.loss.device
+        row = torch.stack([v.detach().to(device) for v in values]).double()
+        self.rows.append(row)
+        return torch.isfinite(row[:2]).all()
 
-    def stats(
-        self, buffer: RolloutBuffer, skipped: int, early_stopped: bool = False
-    ) -> UpdateStats:
-        """Means over the applied minibatches, and the rollout's explained variance."""
-        n = max(self.n, 1)
+    def stats(self, buffer: RolloutBuffer, early_stopped: bool = False) -> UpdateStats:
+        """Means over the applied minibatches (those with a finite loss and gradient norm),
+        the skipped ones' count, and the rollout's explained variance."""
+        rows = torch.stack(self.rows).tolist() if self.on_device and self.rows else self.rows
+        applied = [r for r in rows if math.isfinite(r[0]) and math.isfinite(r[1])]
+        # summed in minibatch order, as floats: the same numbers a running sum gives
+        sums = dict(zip(TOTALS, (sum(col) for col in zip(*applied, strict=True)), strict=False))
+        n = max(len(applied), 1)
+
+        def mean(name: str) -> float:
+            return sums.get(name, 0.0) / n
+
         return UpdateStats(
-            policy_loss=self.policy_loss / n,
-            value_loss=self.value_loss / n,
-            entropy_loss=-self.entropy / n,  # SB3 logs the entropy *loss*: minus the entropy
-            approx_kl=self.approx_kl / n,
-            clip_fraction=self.clip_fraction / n,
-            recon_loss=self.recon / n,
-            loss=self.loss / n,
-            grad_norm=self.grad_norm / n,
+            policy_loss=mean("policy_loss"),
+            value_loss=mean("value_loss"),
+            entropy_loss=-mean("entropy"),  # SB3 logs the entropy *loss*: minus the entropy
+            approx_kl=mean("approx_kl"),
+            clip_fraction=mean("clip_fraction"),
+            recon_loss=mean("recon"),
+            loss=mean("loss"),
+            grad_norm=mean("grad_norm"),
             explained_variance=explained_variance(buffer.values, buffer.returns),
-            n_minibatches=self.n,
-            skipped_updates=skipped,
+            n_minibatches=len(applied),
+            skipped_updates=len(rows) - len(applied),
             early_stopped=early_stopped,
         )
 

@@ -3,8 +3,9 @@
 ``lstm``, ``u_lstm`` and ``c_lstm`` (sigmoid gates, untied, no refine gate; differing only in
 their bias initialisation), ``hdetach_lstm`` outside training, and ``gru`` are the equations
 of PyTorch's own cells with the gate blocks in another order. On CUDA tensors, for a call
-without an episode start after its first step (cuDNN cannot reset inside a sequence), they run
-through PyTorch's cuDNN kernels: the weights are reordered with autograd on every call (a few
+without an episode start after its first step (cuDNN cannot reset inside a sequence; starts
+held on the GPU are not read back, see :func:`_no_inner_starts`), they run through PyTorch's
+cuDNN kernels: the weights are reordered with autograd on every call (a few
 small copies), so gradients reach this core's own parameters.
 """
 
@@ -32,8 +33,14 @@ def gru_applies(core: Any, starts: Tensor | None) -> bool:
 
 
 def _no_inner_starts(starts: Tensor | None) -> bool:
-    """No episode starts after the first step (a start at step 0 is a reset of the state)."""
-    return starts is None or not bool(starts[1:].any())
+    """No episode starts after the first step (a start at step 0 is a reset of the state).
+
+    Starts on a GPU are not read: that would make the host wait for every queued kernel (in
+    the RL update, once per minibatch), so there a sequence of more than one step with
+    ``starts`` given counts as having some and runs the fused kernel, which resets anywhere."""
+    if starts is None or starts.shape[0] <= 1:
+        return True
+    return starts.device.type == "cpu" and not bool(starts[1:].any())
 
 
 def _start_state(state: State, starts: Tensor | None) -> State:

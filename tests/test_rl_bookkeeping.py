@@ -190,3 +190,47 @@ def test_episode_stats_sum_each_episode_of_each_env_row_block():
     # env 0 restarted at 0; the window keeps envs 1-3's ends (lengths 3, 2, 1)
     assert list(stats.returns) == [4.0, 1.5, 1.0]
     assert stats.mean_length == pytest.approx(2.0)
+
+
+def test_the_device_path_of_an_update_skips_and_sums_as_the_host_path(monkeypatch):
+    """On a GPU the update reads nothing back between minibatches: the loss terms stay on the
+    device and Adam (fused) skips a non-finite minibatch through its ``found_inf``. Forced on
+    CPU tensors, that path gives the same weights, optimiser state and statistics as reading
+    every minibatch back, with a poisoned minibatch skipped."""
+    from agents import ppo
+
+    real_totals = ppo.LossTotals
+
+    def run(on_device: bool):
+        monkeypatch.setattr(ppo, "LossTotals", lambda **_: real_totals(on_device=on_device))
+        s, buffer, _ = _collect("lstm")
+        buffer.compute_returns(torch.zeros(2), torch.zeros(2, dtype=torch.bool), 0.99, 0.95)
+        buffer.returns[0, 0] = float("nan")  # poisons the minibatches holding that chunk
+        flags = []  # the found_inf each optimiser step saw
+        step = s.optimizer.step
+        monkeypatch.setattr(
+            s.optimizer,
+            "step",
+            lambda: (flags.append(getattr(s.optimizer, "found_inf", None)), step()),
+        )
+        stats = update(s.policy, s.optimizer, buffer, s.config.agent)
+        assert not hasattr(s.optimizer, "found_inf")
+        return stats, s.policy.state_dict(), s.optimizer.state_dict()["state"], flags
+
+    host, host_weights, host_state, host_flags = run(False)
+    dev, dev_weights, dev_state, dev_flags = run(True)
+    # (the returns' NaN makes the explained variance NaN in both)
+    assert vars(dev).keys() == vars(host).keys() and host.skipped_updates > 0
+    assert all(
+        getattr(dev, k) == v or (v != v and getattr(dev, k) != getattr(dev, k))
+        for k, v in vars(host).items()
+    )
+    assert host.n_minibatches > 0
+    assert host_flags == [None] * host.n_minibatches  # the host path steps only finite ones
+    assert len(dev_flags) == host.n_minibatches + host.skipped_updates
+    assert [float(f) for f in dev_flags].count(1.0) == host.skipped_updates
+    for key, value in host_weights.items():
+        torch.testing.assert_close(dev_weights[key], value, rtol=0, atol=0)
+    for key, value in host_state.items():
+        for name, tensor in value.items():
+            torch.testing.assert_close(dev_state[key][name], tensor, rtol=0, atol=0)

@@ -344,7 +344,10 @@ def test_cudnn_route_matches_the_reference_loop(name: str, monkeypatch) -> None:
     first_only[0] = starts[0]
     applies = cudnn.lstm_applies if ref.state_arity == 2 else cudnn.gru_applies
     run = cudnn.lstm if ref.state_arity == 2 else cudnn.gru
-    assert applies(ref, first_only) and not applies(ref, starts)
+    assert applies(ref, first_only.cpu()) and not applies(ref, starts.cpu())
+    assert applies(ref, starts[:1]) and applies(ref, None)
+    # starts on a GPU are not read back (no host sync): beyond one step, the fused kernel
+    assert applies(ref, first_only) == (DEVICE == "cpu")
     values_ref, grads_ref = _run(ref, x, state, first_only)
     via_dnn = lambda *args: run(ref, *args)  # noqa: E731
     values_dnn, grads_dnn = _run(via_dnn, x, state, first_only, params=ref.parameters())
