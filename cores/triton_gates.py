@@ -147,6 +147,28 @@ def put(ptr, value, rows, row_ok, cols, col_ok, width):
     tl.store(ptr + rows[:, None] * width + cols[None, :], value, mask=mask)
 
 
+MAX_OFFSET = 2**31 - 1
+"""The kernels address their buffers with 32-bit offsets (``t * B * G`` and the like), so no
+buffer a launch touches may hold more elements than this."""
+
+
+def time_chunks(steps: int, per_step: int) -> list[slice]:
+    """Steps ``0 .. steps-1`` cut into consecutive runs, each short enough that a launch's
+    largest buffer, ``(run + 1) * per_step`` elements, stays within :data:`MAX_OFFSET` (one
+    run unless the sequence is very long); the wrappers run one launch pair per run, carrying
+    the state from one to the next.
+
+    :raises ValueError: a single step's buffers are already too large.
+    """
+    longest = MAX_OFFSET // per_step - 1
+    if longest < 1:
+        raise ValueError(
+            f"one step's buffers ({per_step} elements) exceed the Triton kernels' 32-bit "
+            "offsets; valid instead: impl='loop'"
+        )
+    return [slice(i, min(i + longest, steps)) for i in range(0, steps, longest)]
+
+
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
     """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here).
 

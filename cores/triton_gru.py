@@ -503,15 +503,18 @@ def triton_gru(
     tg.check_device(x)
     if starts is not None:
         starts = starts.to(device=x.device, dtype=torch.bool)
-    (h0,) = state
-    y, h = _TritonGRU.apply(
-        x.contiguous(),
-        core.weight_ih,
-        core.bias,
-        core.weight_hh,
-        core.bias_hn,
-        h0,
-        starts,
-        _meta(core),
-    )
-    return y, (h,)
+    (h,) = state
+    meta, ys = _meta(core), []
+    for steps in tg.time_chunks(x.shape[0], x.shape[1] * core.weight_ih.shape[0]):
+        y, h = _TritonGRU.apply(
+            x[steps].contiguous(),
+            core.weight_ih,
+            core.bias,
+            core.weight_hh,
+            core.bias_hn,
+            h,
+            None if starts is None else starts[steps],
+            meta,
+        )
+        ys.append(y)
+    return (ys[0] if len(ys) == 1 else torch.cat(ys)), (h,)

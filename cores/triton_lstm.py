@@ -609,8 +609,19 @@ def triton_lstm(
     mask = None
     if any(detach):
         mask = torch.tensor(detach, dtype=torch.int8, device=x.device)
-    h0, c0 = state
-    y, h, c = _TritonLSTM.apply(
-        x.contiguous(), core.weight_ih, core.bias, core.weight_hh, h0, c0, starts, mask, spec
-    )
-    return y, (h, c)
+    h, c = state
+    ys = []
+    for steps in tg.time_chunks(x.shape[0], x.shape[1] * core.weight_ih.shape[0]):
+        y, h, c = _TritonLSTM.apply(
+            x[steps].contiguous(),
+            core.weight_ih,
+            core.bias,
+            core.weight_hh,
+            h,
+            c,
+            None if starts is None else starts[steps],
+            None if mask is None else mask[steps],
+            spec,
+        )
+        ys.append(y)
+    return (ys[0] if len(ys) == 1 else torch.cat(ys)), (h, c)

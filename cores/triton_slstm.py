@@ -484,13 +484,17 @@ def triton_slstm(
         PREC="ieee",  # full float32 products (no TF32): the kernel matches the reference loop
         **tg.block_meta(core.hidden_size),
     )
-    y, final = _TritonSLSTM.apply(
-        x.contiguous(),
-        core.input.weight,
-        core.input.bias,
-        dense_recurrent(core.recurrent),
-        torch.stack(state),
-        starts,
-        meta,
-    )
-    return y, tuple(final.unbind(0))
+    recurrent, final, ys = dense_recurrent(core.recurrent), torch.stack(state), []
+    # the states' buffer [4, T+1, B, H] is the largest a launch addresses
+    for steps in tg.time_chunks(x.shape[0], 4 * x.shape[1] * core.hidden_size):
+        y, final = _TritonSLSTM.apply(
+            x[steps].contiguous(),
+            core.input.weight,
+            core.input.bias,
+            recurrent,
+            final,
+            None if starts is None else starts[steps],
+            meta,
+        )
+        ys.append(y)
+    return (ys[0] if len(ys) == 1 else torch.cat(ys)), tuple(final.unbind(0))

@@ -194,6 +194,25 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
         torch.testing.assert_close(a, b, **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("name", ["hdetach_lstm", "ur_gru", "slstm"])
+def test_a_sequence_past_32_bit_offsets_runs_in_chunks_of_steps(name: str, monkeypatch) -> None:
+    """The kernels address their buffers with 32-bit offsets, so a longer sequence runs as
+    several launches, the state carried across: the same values and gradients (resets and
+    h-detach draws included). The limit is lowered here so that T=6 needs three runs."""
+    per_step = B * (4 if name == "slstm" else make_core(name, D, H).weight_ih.shape[0] // H) * H
+    monkeypatch.setattr(triton_gates, "MAX_OFFSET", 3 * per_step)  # runs of two steps
+    assert triton_gates.time_chunks(T, per_step) == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    launches = []
+    launch = triton_gates.launch
+    monkeypatch.setattr(
+        triton_gates, "launch", lambda *a, **k: (launches.append(a[0]), launch(*a, **k))
+    )
+    _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
+    assert len(launches) == 2 * 3  # a forward and a backward per run
+    with pytest.raises(ValueError, match="32-bit offsets; valid instead: impl='loop'"):
+        triton_gates.time_chunks(T, 4 * per_step)
+
+
 def test_split_options_are_checked_and_restored() -> None:
     """A bad option names the valid ones; the options in force come back after the block."""
     with pytest.raises(ValueError, match="barrier must be one of scalar, vector"):
