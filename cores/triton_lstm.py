@@ -146,6 +146,28 @@ def cell_grads(
 
 
 @triton.jit
+def step_grads(
+    a_t, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n, n_ok, NG: tl.constexpr,
+    ACT: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr, R: tl.constexpr,
+    CLAMP: tl.constexpr,
+):  # fmt: skip
+    """One step's backward for a tile: read the pre-activations at ``a_t`` and ``c_t``,
+    ``c_{t-1}`` (zero where ``start``), store the gate gradients at ``da_t`` and return the
+    gradient into ``c_{t-1}`` (zero where ``start``)."""
+    a_o, a_f, a_u, a_i, a_r = load_gates(a_t, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R)
+    c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+    c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    c_prev = tl.where(start[:, None], 0.0, c_prev)
+    da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
+        a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP
+    )
+    put_gates(
+        da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+    )
+    return tl.where(start[:, None], 0.0, dc_prev)
+
+
+@triton.jit
 def forward_kernel(
     g_ptr,  # [T, B, NG*H] x W^T + b
     a_ptr,  # [T, B, NG*H] out: the pre-activations a_t
@@ -245,20 +267,10 @@ def backward_kernel(
             dh = tile(dh_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
             dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             dc = tile(dc_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
-            a_o, a_f, a_u, a_i, a_r = load_gates(
-                a_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
-            )
-            c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
-            c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-            c_prev = tl.where(start[:, None], 0.0, c_prev)
-            da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
-                a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP
-            )
-            put_gates(
-                da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED,
-                REFINE, R,
+            dc_prev = step_grads(
+                a_ptr + t * B * GH, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n,
+                n_ok, NG, ACT, TIED, REFINE, R, CLAMP,
             )  # fmt: skip
-            dc_prev = tl.where(start[:, None], 0.0, dc_prev)  # gradient into c_{t-1}
             put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
         stop = False
@@ -419,20 +431,10 @@ def backward_split_kernel(
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         da_t = da_ptr + t * B * GH
         dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        a_o, a_f, a_u, a_i, a_r = load_gates(
-            a_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
-        )
-        c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
-        c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        c_prev = tl.where(start[:, None], 0.0, c_prev)
-        da_o, da_f, da_u, da_i, da_r, dc = cell_grads(
-            a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP
-        )
-        put_gates(
-            da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED,
-            REFINE, R,
+        dc = step_grads(
+            a_ptr + t * B * GH, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n, n_ok,
+            NG, ACT, TIED, REFINE, R, CLAMP,
         )  # fmt: skip
-        dc = tl.where(start[:, None], 0.0, dc)  # gradient into c_{t-1}
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
             sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
             acc = tl.dot(
