@@ -17,12 +17,13 @@ the decay term ``(1 - g) c_{t-1}`` hidden in ``g * c_{t-1}`` is replaced by
 ``(1 - g) |c_{t-1}|^r c_{t-1}``; ``power=0`` is the ordinary cell. The paper writes the rule
 for a gated state ``h_t = f h_{t-1} + i h~_t`` without saying, for an LSTM, whether that state
 is the cell or the output; here it is the **cell** ``c``, the state that the forget gate
-multiplies (the output ``h = o tanh(c)`` has no decay term to replace). With ``power > 0`` the
-reference loop runs (the fused backward knows only the linear decay). The rule is an explicit
-Euler step of ``dc/dt = -(1 - g)|c|^r c``, unstable once ``(1 - g)(r + 1)|c|^r > 2`` (with
-``g`` near 0 it overshoots from ``|c| <= 1`` to 1.39 and then diverges); the new cell is
-therefore clipped to ``[-1, 1]``, the range of the gate-tied cell, inside which the paper's
-rule applies unchanged.
+multiplies (the output ``h = o tanh(c)`` has no decay term to replace). With ``power > 0``
+CUDA tensors take the Triton kernels (``r`` is one of their compile-time parameters) and CPU
+tensors the reference loop (the CPU fused function knows only the linear decay). The rule is
+an explicit Euler step of ``dc/dt = -(1 - g)|c|^r c``, unstable once
+``(1 - g)(r + 1)|c|^r > 2`` (with ``g`` near 0 it overshoots from ``|c| <= 1`` to 1.39 and then
+diverges); the new cell is therefore clipped to ``[-1, 1]``, the range of the gate-tied cell,
+inside which the paper's rule applies unchanged.
 
 Bias initialisation (``init``): ``b_f`` from :func:`cores.gates.forget_bias`; for ``uniform``
 and ``chrono`` the untied input gate gets ``b_i = -b_f``; with ``uniform`` the refine gate gets
@@ -105,7 +106,7 @@ class GatedLSTM(BlockGatedCore):
         self.hdetach = bool(hdetach)
         self.p = float(p)
         self.impl = impl
-        self.has_fused = impl != "loop" and self.power == 0.0
+        self.has_fused = impl != "loop"
         # Gate blocks o, f, [i], [r], u: the sigmoid gates are contiguous (one sigmoid call) and
         # so are the gates whose gradient is a multiple of dc (the fused backward relies on it)
         names = ["o", "f"] + ([] if self.tied else ["i"]) + (["r"] if self.refine else []) + ["u"]
@@ -188,7 +189,8 @@ class GatedLSTM(BlockGatedCore):
         check_sequence(self, x, state, starts)
         detach = self._draw_detach(x.shape[0])
         # the fused paths write into preallocated buffers, which autocast's dtype changes
-        # would break; under autocast (and with the power-law cell) the reference loop runs
+        # would break; under autocast (and on the CPU with the power-law cell) the reference
+        # loop runs
         if self.has_fused and not autocast_enabled(x.device.type):
             if x.is_cuda and self.impl == "fused" and cudnn.lstm_applies(self, starts):
                 return cudnn.lstm(self, x, state, starts)  # nn.LSTM's maths: its kernels
@@ -196,9 +198,10 @@ class GatedLSTM(BlockGatedCore):
                 from cores.triton_lstm import triton_lstm
 
                 return triton_lstm(self, x, state, starts, detach)
-            from cores._fused_lstm import fused_lstm
+            if self.power == 0.0:
+                from cores._fused_lstm import fused_lstm
 
-            return fused_lstm(self, x, state, starts, detach)
+                return fused_lstm(self, x, state, starts, detach)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps
         w_hh_t = self.weight_hh.t()
         draws = iter(detach)  # one h-detach draw per step, consumed in order

@@ -75,7 +75,7 @@ class GatedGRU(BlockGatedCore):
             raise ValueError(f"unknown impl {impl!r}; valid: {', '.join(IMPLS)}")
         self.power = float(power)
         self.impl = impl
-        self.has_fused = impl != "loop" and self.power == 0.0
+        self.has_fused = impl != "loop"
         self.activation = activation
         self.refine = bool(refine)
         self.init = init
@@ -131,7 +131,7 @@ class GatedGRU(BlockGatedCore):
         """``x [T, B, D]`` -> ``y [T, B, H]`` and ``(h,)``; see :class:`MemoryCore`."""
         check_sequence(self, x, state, starts)
         # the kernels write into preallocated buffers, which autocast's dtype changes would
-        # break; under autocast (and with the power-law rule) the step loop runs
+        # break; under autocast the step loop runs
         if self.has_fused and not autocast_enabled(x.device.type):
             if x.is_cuda and self.impl == "fused" and cudnn.gru_applies(self, starts):
                 return cudnn.gru(self, x, state, starts)  # nn.GRU's maths: its kernels

@@ -98,6 +98,36 @@ def gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
 
 
 @triton.jit
+def power_decay(x, POWER: tl.constexpr):
+    """Ohno & Kumagai's decay term ``|x|^r x`` (``r = POWER > 0``, as
+    :func:`cores.power_rnn.power_decay`) and its slope ``(r + 1) |x|^r``."""
+    if POWER == 2.0:  # the presets' r: exactly the reference's x * x * x
+        x2 = x * x
+        decay = x2 * x
+        slope = 3.0 * x2
+    else:
+        ax = tl.abs(x)
+        nonzero = ax > 0.0
+        # |x|^r through log2 and exp2, the log kept finite at 0, where both terms are 0
+        x_r = tl.where(nonzero, tl.exp2(POWER * tl.log2(tl.where(nonzero, ax, 1.0))), 0.0)
+        decay = x * x_r
+        slope = (POWER + 1.0) * x_r
+    return decay, slope
+
+
+@triton.jit
+def clip_unit(x):
+    """``x`` clipped to ``[-1, 1]``, the power-law cells' range."""
+    return tl.minimum(tl.maximum(x, -1.0), 1.0)
+
+
+@triton.jit
+def inside_unit(x):
+    """Where :func:`clip_unit` passes gradient (``torch.clamp``'s rule: bounds included)."""
+    return (x >= -1.0) & (x <= 1.0)
+
+
+@triton.jit
 def starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr):
     """Which of the tile's rows start an episode at step ``t`` (``starts_ptr`` at ``[T, B]``
     int8): ``[BLOCK_B]`` bool, all false without ``HAS_STARTS``. Those rows read the zero

@@ -25,8 +25,11 @@ from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
     back,
     back_slice,
+    clip_unit,
     gate,
     gate_slope,
+    inside_unit,
+    power_decay,
     put,
     rec,
     shared_tile,
@@ -41,28 +44,35 @@ from cores.triton_gates import (
 
 @triton.jit
 def cell(
-    a_z, a_q, a_n, h_prev, ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr
+    a_z, a_q, a_n, h_prev, ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr,
+    POWER: tl.constexpr,
 ):  # fmt: skip
     """One step of :meth:`cores.gru.GatedGRU.cell` from its pre-activations (``a_n`` with the
-    reset gate applied): ``h_t = n + z (h_{t-1} - n)``. Every tensor is ``[BLOCK_B, BLOCK_N]``;
-    ``a_q`` is not read without ``REFINE``."""
+    reset gate applied): ``h_t = n + z (h_{t-1} - n)``, or with ``POWER > 0`` the power-law
+    rule ``h_{t-1} - (1 - z)(|h_{t-1}|^r h_{t-1} - n)`` clipped to ``[-1, 1]``. Every tensor
+    is ``[BLOCK_B, BLOCK_N]``; ``a_q`` is not read without ``REFINE``."""
     z = gate(a_z, ACT, CLAMP)
     if REFINE:
         q = sigmoid(a_q)
         z = z * (2.0 * q + (1.0 - 2.0 * q) * z)
     n = tanh(a_n)
-    return n + z * (h_prev - n)
+    if POWER == 0.0:
+        h = n + z * (h_prev - n)
+    else:
+        decay, _ = power_decay(h_prev, POWER)
+        h = clip_unit(h_prev - (1.0 - z) * (decay - n))
+    return h
 
 
 @triton.jit
 def cell_grads(
     a_z, a_q, a_r, a_n, hn, h_prev, dh, ACT: tl.constexpr, REFINE: tl.constexpr,
-    CLAMP: tl.constexpr,
+    CLAMP: tl.constexpr, POWER: tl.constexpr,
 ):  # fmt: skip
     """The backward of :func:`cell`, its gates recomputed from the pre-activations: given the
     gradient ``dh`` into ``h_t``, returns those of ``a_z, a_q, a_r, a_n``, of ``U_n h + b_hn``
-    (``hn``) and the direct part of ``h_{t-1}``'s, ``z dh`` (``a_q``'s is a stand-in that
-    nothing stores without ``REFINE``)."""
+    (``hn``) and the direct part of ``h_{t-1}``'s (``z dh`` for the GRU; ``a_q``'s is a
+    stand-in that nothing stores without ``REFINE``)."""
     zf = gate(a_z, ACT, CLAMP)
     z = zf
     if REFINE:
@@ -70,20 +80,27 @@ def cell_grads(
         z = zf * (2.0 * q + (1.0 - 2.0 * q) * zf)
     r = sigmoid(a_r)
     n = tanh(a_n)
+    if POWER == 0.0:
+        dz = dh * (h_prev - n)
+        direct = dh * z
+    else:  # h_t = clip(h_{t-1} - (1 - z)(decay(h_{t-1}) - n)): the unclipped value recomputed
+        decay, slope = power_decay(h_prev, POWER)
+        dh = tl.where(inside_unit(h_prev - (1.0 - z) * (decay - n)), dh, 0.0)
+        dz = dh * (decay - n)
+        direct = dh * (1.0 - (1.0 - z) * slope)
     da_n = dh * (1.0 - z) * (1.0 - n * n)
-    dz = dh * (h_prev - n)
     da_q = da_n
     if REFINE:
         da_q = dz * 2.0 * zf * (1.0 - zf) * q * (1.0 - q)
         dz = dz * (2.0 * q + 2.0 * (1.0 - 2.0 * q) * zf)
     da_z = dz * gate_slope(a_z, zf, ACT, CLAMP)
-    return da_z, da_q, da_n * hn * r * (1.0 - r), da_n, da_n * r, dh * z
+    return da_z, da_q, da_n * hn * r * (1.0 - r), da_n, da_n * r, direct
 
 
 @triton.jit
 def _step_grads(
     a_t, hn_t, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr,
-    ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr,
+    ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr, POWER: tl.constexpr,
 ):  # fmt: skip
     """:func:`cell_grads` of a step's tile, reading its pre-activations at ``a_t``
     (``[B, NG*H]``) and ``U_n h + b_hn`` at ``hn_t`` (``[B, H]``)."""
@@ -95,7 +112,7 @@ def _step_grads(
     a_r = tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
     a_n = tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
     hn = tile(hn_t, rows, row_ok, cols_n, n_ok, H)
-    return cell_grads(a_z, a_q, a_r, a_n, hn, h_prev, dh, ACT, REFINE, CLAMP)
+    return cell_grads(a_z, a_q, a_r, a_n, hn, h_prev, dh, ACT, REFINE, CLAMP, POWER)
 
 
 @triton.jit
@@ -134,6 +151,7 @@ def forward_kernel(
     BLOCK_K: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
 ):
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     row_ok = rows < B
@@ -171,7 +189,7 @@ def forward_kernel(
                 put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
             h_prev = tile(h_prev_ptr, rows, row_ok, cols_n, n_ok, H)
             h_prev = tl.where(start[:, None], 0.0, h_prev)
-            h_new = cell(a_z, a_q, a_n, h_prev, ACT, REFINE, CLAMP)
+            h_new = cell(a_z, a_q, a_n, h_prev, ACT, REFINE, CLAMP, POWER)
             put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # h_t is read by every thread of the program at the next step
 
@@ -200,6 +218,7 @@ def backward_kernel(
     BLOCK_K: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
 ):
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     row_ok = rows < B
@@ -218,7 +237,7 @@ def backward_kernel(
             h_prev = tl.where(start[:, None], 0.0, h_prev)
             da_z, da_q, da_r, da_n, dhn, direct = _step_grads(
                 a_t, hn_ptr + t * B * H, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG, ACT,
-                REFINE, CLAMP,
+                REFINE, CLAMP, POWER,
             )  # fmt: skip
             _put_grads(
                 da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n,
@@ -267,6 +286,7 @@ def forward_split_kernel(
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
 ):
     """The forward with a step's units split over programs (the design of
     :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights and
@@ -310,7 +330,7 @@ def forward_split_kernel(
                 h, w_q, input_precision=PREC
             )
             put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
-        h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP)
+        h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP, POWER)
         put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
             sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
@@ -342,6 +362,7 @@ def backward_split_kernel(
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
 ):
     """The reverse-time pass with a step's units split over programs (the design of
     :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is finished
@@ -372,7 +393,7 @@ def backward_split_kernel(
         h_prev = tl.where(start[:, None], 0.0, h_prev)
         da_z, da_q, da_r, da_n, dhn, direct = _step_grads(
             a_t, hn_ptr + t * B * H, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG, ACT, REFINE,
-            CLAMP,
+            CLAMP, POWER,
         )  # fmt: skip
         _put_grads(
             da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n, n_ok,
@@ -403,6 +424,7 @@ def _meta(core: Any) -> dict[str, Any]:
         REFINE=core.refine,
         PREC="ieee",  # full float32 products (no TF32): the kernel matches the reference loop
         CLAMP=FAST_CLAMP,
+        POWER=core.power,
         **tg.block_meta(core.hidden_size),
     )
 

@@ -40,8 +40,11 @@ from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
     back,
     back_slice,
+    clip_unit,
     gate,
     gate_slope,
+    inside_unit,
+    power_decay,
     put,
     rec,
     shared_tile,
@@ -94,10 +97,11 @@ def put_gates(
 @triton.jit
 def cell(
     a_o, a_f, a_u, a_i, a_r, c_prev, ACT: tl.constexpr, TIED: tl.constexpr,
-    REFINE: tl.constexpr, CLAMP: tl.constexpr,
+    REFINE: tl.constexpr, CLAMP: tl.constexpr, POWER: tl.constexpr,
 ):  # fmt: skip
     """One step of :meth:`cores.gated.GatedLSTM.cell` from its pre-activations: ``c_t, h_t``.
-    Every tensor is ``[BLOCK_B, BLOCK_N]``."""
+    Every tensor is ``[BLOCK_B, BLOCK_N]``. ``POWER > 0`` is the power-law cell
+    ``c_{t-1} - (1 - g) |c_{t-1}|^r c_{t-1} + i u`` clipped to ``[-1, 1]``."""
     f = gate(a_f, ACT, CLAMP)
     g = f  # the forget gate, refined by r where the preset has it
     if REFINE:
@@ -107,14 +111,18 @@ def cell(
         i = 1.0 - g
     else:
         i = sigmoid(a_i)
-    c = g * c_prev + i * tanh(a_u)
+    if POWER == 0.0:
+        c = g * c_prev + i * tanh(a_u)
+    else:
+        decay, _ = power_decay(c_prev, POWER)
+        c = clip_unit(c_prev - (1.0 - g) * decay + i * tanh(a_u))
     return c, sigmoid(a_o) * tanh(c)
 
 
 @triton.jit
 def cell_grads(
     a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT: tl.constexpr, TIED: tl.constexpr,
-    REFINE: tl.constexpr, CLAMP: tl.constexpr,
+    REFINE: tl.constexpr, CLAMP: tl.constexpr, POWER: tl.constexpr,
 ):  # fmt: skip
     """The backward of :func:`cell`, its gates recomputed from the pre-activations: given the
     gradients ``dh, dc`` into ``h_t, c_t``, returns those of ``a_o, a_f, a_u, a_i, a_r`` and
@@ -129,20 +137,29 @@ def cell_grads(
     tc = tanh(c)
     da_o = dh * tc * o * (1.0 - o)
     dcs = dc + dh * o * (1.0 - tc * tc)  # gradient into c_t
-    dg = dcs * c_prev
-    da_i = da_o
     if TIED:
-        dg -= dcs * u
         i = 1.0 - g
     else:
         i = sigmoid(a_i)
+    if POWER == 0.0:
+        dg = dcs * c_prev
+        dc_prev = dcs * g
+    else:  # c_t = clip(c_{t-1} - (1 - g) decay(c_{t-1}) + i u): the unclipped value recomputed
+        decay, slope = power_decay(c_prev, POWER)
+        dcs = tl.where(inside_unit(c_prev - (1.0 - g) * decay + i * u), dcs, 0.0)
+        dg = dcs * decay
+        dc_prev = dcs * (1.0 - (1.0 - g) * slope)
+    da_i = da_o
+    if TIED:
+        dg -= dcs * u
+    else:
         da_i = dcs * u * i * (1.0 - i)
     da_r = da_o
     if REFINE:
         da_r = dg * 2.0 * f * (1.0 - f) * r * (1.0 - r)
         dg = dg * (2.0 * r + 2.0 * (1.0 - 2.0 * r) * f)
     da_f = dg * gate_slope(a_f, f, ACT, CLAMP)
-    return da_o, da_f, dcs * i * (1.0 - u * u), da_i, da_r, dcs * g
+    return da_o, da_f, dcs * i * (1.0 - u * u), da_i, da_r, dc_prev
 
 
 @triton.jit
@@ -150,6 +167,7 @@ def step_grads(
     a_t, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n, n_ok, NG: tl.constexpr,
     ACT: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr, R: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):  # fmt: skip
     """One step's backward for a tile: read the pre-activations at ``a_t`` and ``c_t``,
     ``c_{t-1}`` (zero where ``start``), store the gate gradients at ``da_t`` and return the
@@ -159,7 +177,7 @@ def step_grads(
     c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
     c_prev = tl.where(start[:, None], 0.0, c_prev)
     da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
-        a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP
+        a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP, POWER
     )
     put_gates(
         da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
@@ -189,6 +207,7 @@ def forward_kernel(
     BLOCK_K: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     row_ok = rows < B
@@ -220,7 +239,7 @@ def forward_kernel(
             c = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             c, h_new = cell(
                 a_o, a_f, a_u, a_i, a_r, tl.where(start[:, None], 0.0, c), ACT, TIED, REFINE,
-                CLAMP,
+                CLAMP, POWER,
             )  # fmt: skip
             put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
             put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
@@ -253,6 +272,7 @@ def backward_kernel(
     BLOCK_K: tl.constexpr,
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     row_ok = rows < B
@@ -269,7 +289,7 @@ def backward_kernel(
             dc = tile(dc_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
             dc_prev = step_grads(
                 a_ptr + t * B * GH, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n,
-                n_ok, NG, ACT, TIED, REFINE, R, CLAMP,
+                n_ok, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
             )  # fmt: skip
             put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
@@ -316,6 +336,7 @@ def forward_split_kernel(
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):
     """The forward with a step's units split over programs: program ``(tile, part)`` owns
     ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights and its
@@ -364,9 +385,8 @@ def forward_split_kernel(
             a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
             a_i += tl.dot(h, w_i, input_precision=PREC)
             put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
-        c, h_new = cell(
-            a_o, a_f, a_u, a_i, a_r, tl.where(start[:, None], 0.0, c), ACT, TIED, REFINE, CLAMP
-        )
+        c_prev = tl.where(start[:, None], 0.0, c)
+        c, h_new = cell(a_o, a_f, a_u, a_i, a_r, c_prev, ACT, TIED, REFINE, CLAMP, POWER)
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
         put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
@@ -402,6 +422,7 @@ def backward_split_kernel(
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):
     """The reverse-time pass with a step's units split over programs, as
     :func:`forward_split_kernel`: a part writes its units' ``dA_t``, meets the other parts,
@@ -433,7 +454,7 @@ def backward_split_kernel(
         dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
         dc = step_grads(
             a_ptr + t * B * GH, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n, n_ok,
-            NG, ACT, TIED, REFINE, R, CLAMP,
+            NG, ACT, TIED, REFINE, R, CLAMP, POWER,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
             sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
@@ -471,6 +492,7 @@ def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
         # full float32 products (no TF32), so the kernel matches the reference loop
         PREC="ieee",
         CLAMP=FAST_CLAMP,
+        POWER=spec["power"],
         **tg.block_meta(hidden),
     )
 
@@ -605,6 +627,7 @@ def triton_lstm(
         activation=core.activation,
         tied=core.tied,
         refine=core.refine,
+        power=core.power,
     )
     if starts is not None:
         starts = starts.to(device=x.device, dtype=torch.bool)

@@ -176,8 +176,8 @@ def test_refine_gate_band() -> None:
 
 
 # ---------------------------------------------------------------------------- fused vs loop
-# every preset of the gated LSTM with a fused path (the registry's, so a new one is tested
-# too; the power-law cell has none)
+# every preset of the gated LSTM with a CPU fused function (the registry's, so a new one is
+# tested too; on the CPU the power-law cell runs the reference loop)
 PRESETS = [
     name
     for name, spec in CORES.items()

@@ -43,14 +43,19 @@ def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, i
 
 def main(hidden: int) -> None:
     base = dict(PREC="ieee", HAS_STARTS=True, **triton_gates.block_meta(hidden))
+    lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0, POWER=0.0)
+    gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0, POWER=0.0)
     families = (
-        ("lstm", triton_lstm, dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0)),
-        ("gru", triton_gru, dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0)),
+        ("lstm", triton_lstm, lstm),
+        ("gru", triton_gru, gru),
         ("slstm", triton_slstm, dict(base, EPS=1e-6)),
+        # the power-law cells, with an r that takes the general |x|^r
+        ("lstm_power", triton_lstm, dict(lstm, POWER=1.5)),
+        ("gru_power", triton_gru, dict(gru, POWER=1.5)),
     )
     probe = triton_gates.SplitOptions(barrier="vector", precision="tf32", num_warps=8)
     for family, module, constants in families:
-        backward = dict(constants, HAS_DETACH=True) if family == "lstm" else constants
+        backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
         print(f"{family}.forward", shared_bytes(module.forward_kernel, constants), flush=True)
         print(f"{family}.backward", shared_bytes(module.backward_kernel, backward), flush=True)
         unsplit = {k: v for k, v in constants.items() if k not in ("BLOCK_K", "PREC")}

@@ -76,7 +76,7 @@ GRAPHED = " (CUDA graph)"
 """Suffix of a scaling row timed through :class:`cores.graphed.GraphedCore`."""
 SPLIT_CORES = (
     "fast_lstm", "fast2_lstm", "softsign_lstm", "tied_lstm", "uf_lstm", "ur_lstm", "r_lstm",
-    "hdetach_lstm", "fast_gru", "ur_gru", "slstm",
+    "hdetach_lstm", "power_lstm", "fast_gru", "ur_gru", "power_gru", "slstm",
 )  # fmt: skip
 """Cores whose fused Triton kernels split a step's units over programs: on CUDA the cores
 part also times them with the split off (``MEMCORES_TRITON_SPLIT=0``), after every other
@@ -118,7 +118,19 @@ H100_BASELINE_MS: dict[str, tuple[float, float]] = {
 """The plain step loops' forward+backward on one H100 (PyTorch 2.11, CUDA 13; T=256, B=64,
 input 64, hidden 128), ms per core as ``(low, high)``, as recorded in issue 53: one number for
 some cores, one range for a group of others. The reference of :data:`OTHER_SPEEDUP`."""
-GRU_PRESETS = ("gru", "fast_gru", "ur_gru")
+
+
+def _presets(target: str) -> frozenset[str]:
+    """The registry's presets of one core class (``module:Class``)."""
+    from cores import CORES
+
+    return frozenset(name for name, spec in CORES.items() if spec.target == target)
+
+
+LSTM_PRESETS = _presets("cores.gated:GatedLSTM")
+"""Every gated LSTM preset: the target at most 2x ``nn.LSTM``."""
+GRU_PRESETS = _presets("cores.gru:GatedGRU")
+"""Every gated GRU preset: the target at most 2x ``nn.GRU``."""
 PARTS: dict[str, float] = {
     "tests": 110.0,  # the compiled fused-kernel tests took over 70 s on an H100
     "cores": 70.0,
@@ -308,9 +320,7 @@ def _target(name: str, x_lstm: float | None, x_gru: float | None, ms: float) -> 
     """The target for core ``name`` at its best time ``ms`` (ratios to cuDNN
     ``x_lstm``/``x_gru``), marked ``ok`` or ``MISS``; against a baseline range, ``ok``
     only below the range's low end over 5 and ``MISS`` only above its high end over 5."""
-    from experiments.bench.cores import LSTM_FAMILY
-
-    if name in LSTM_FAMILY and x_lstm is not None:
+    if name in LSTM_PRESETS and x_lstm is not None:
         return f"{'ok' if x_lstm <= 2 else 'MISS'} <=2x nn.LSTM"
     if name in GRU_PRESETS and x_gru is not None:
         return f"{'ok' if x_gru <= 2 else 'MISS'} <=2x nn.GRU"
