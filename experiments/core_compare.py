@@ -149,4 +149,7 @@ def _mean_std(values: Sequence[float]) -> str:
 
 
 def _p(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.3f}"
+    """A p-value to three decimals; below 0.001, to two significant digits (not ``0.000``)."""
+    if math.isnan(value):
+        return "-"
+    return f"{value:.3f}" if value >= 0.001 else f"{value:.2g}"

@@ -24,6 +24,14 @@ def test_separation_and_welch_p():
     assert math.isnan(welch_p([0.5], [0.1, 0.2]))  # one run: no test
 
 
+def test_p_values_below_a_thousandth_keep_two_significant_digits():
+    from experiments.core_compare import _p
+
+    assert _p(0.0123) == "0.012"
+    assert _p(6.44e-05) == "6.4e-05"
+    assert _p(float("nan")) == "-"
+
+
 def test_comparison_rows_pair_the_cores_per_env_and_skip_unshared_pairs():
     points = [
         TransferPoint("lstm", "Fetch-5x5", "Fetch-8x8", train=[0.9, 0.95], test=[0.4, 0.5]),
