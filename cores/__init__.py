@@ -17,7 +17,7 @@ from typing import Any
 
 from cores.base import MemoryCore, State
 
-__all__ = ["CORES", "CoreSpec", "MemoryCore", "State", "core_options", "make_core"]
+__all__ = ["CORES", "CoreSpec", "MemoryCore", "State", "core_options", "make_core", "presets_of"]
 
 
 @dataclass(frozen=True)
@@ -237,6 +237,12 @@ def core_options(name: str) -> dict[str, Any]:
     """The options a user may set for core ``name``, mapped to their defaults."""
     spec = _spec(name)
     return {k: v for k, v in _signature_options(spec.load()).items() if k not in spec.preset}
+
+
+def presets_of(target: str) -> list[str]:
+    """The registered cores built by one class (``module:Class``, e.g. ``cores.gated:GatedLSTM``),
+    in registry order."""
+    return [name for name, spec in CORES.items() if spec.target == target]
 
 
 def _spec(name: str) -> CoreSpec:

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cores import CORES, fast_tanh, gates, make_core
+from cores import CORES, fast_tanh, gates, make_core, presets_of
 from cores.gated import GatedLSTM
 
 ACTS = gates.ACTIVATIONS
@@ -179,9 +179,7 @@ def test_refine_gate_band() -> None:
 # every preset of the gated LSTM with a CPU fused function (the registry's, so a new one is
 # tested too; on the CPU the power-law cell runs the reference loop)
 PRESETS = [
-    name
-    for name, spec in CORES.items()
-    if spec.target == "cores.gated:GatedLSTM" and not spec.preset.get("power")
+    name for name in presets_of("cores.gated:GatedLSTM") if not CORES[name].preset.get("power")
 ]
 
 

@@ -19,13 +19,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton", reason="triton is in the dev extra")
 
-from cores import CORES, make_core, triton_gates  # noqa: E402
+from cores import make_core, presets_of, triton_gates  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 T, B, D, H = 6, 3, 3, 12
 # every preset of the gated LSTM (the registry's, so a new one is tested too)
-PRESETS = [name for name, spec in CORES.items() if spec.target == "cores.gated:GatedLSTM"]
-GRU_PRESETS = ["gru", "fast_gru", "ur_gru", "power_gru"]
+PRESETS = presets_of("cores.gated:GatedLSTM")
+GRU_PRESETS = presets_of("cores.gru:GatedGRU")
 OTHER = ["slstm"]
 # one preset per compiled specialisation (activation, tied, refine, power)
 KERNEL_VARIANTS = ["lstm", "tied_lstm", "fast_lstm", "fast2_lstm", "softsign_lstm", "ur_lstm"]

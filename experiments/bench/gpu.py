@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from agents.device import acting_device, describe_acting, info, resolve_device, sync
+from cores import presets_of
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_S7 = "experiments/configs/memory_s7.yaml"
@@ -118,18 +119,9 @@ H100_BASELINE_MS: dict[str, tuple[float, float]] = {
 """The plain step loops' forward+backward on one H100 (PyTorch 2.11, CUDA 13; T=256, B=64,
 input 64, hidden 128), ms per core as ``(low, high)``, as recorded in issue 53: one number for
 some cores, one range for a group of others. The reference of :data:`OTHER_SPEEDUP`."""
-
-
-def _presets(target: str) -> frozenset[str]:
-    """The registry's presets of one core class (``module:Class``)."""
-    from cores import CORES
-
-    return frozenset(name for name, spec in CORES.items() if spec.target == target)
-
-
-LSTM_PRESETS = _presets("cores.gated:GatedLSTM")
+LSTM_PRESETS = frozenset(presets_of("cores.gated:GatedLSTM"))
 """Every gated LSTM preset: the target at most 2x ``nn.LSTM``."""
-GRU_PRESETS = _presets("cores.gru:GatedGRU")
+GRU_PRESETS = frozenset(presets_of("cores.gru:GatedGRU"))
 """Every gated GRU preset: the target at most 2x ``nn.GRU``."""
 PARTS: dict[str, float] = {
     "tests": 110.0,  # the compiled fused-kernel tests took over 70 s on an H100
