@@ -132,6 +132,42 @@ def test_capturable_cores_get_a_cuda_graph_column_and_the_better_time_counts(qui
         assert scaling[name]["ms"] and scaling[name + gpu.GRAPHED]["ms"]
 
 
+def test_the_baselines_are_timed_three_times_and_the_ratios_use_their_median(quick_run):
+    results, md = quick_run
+    cores = results["parts"]["cores"]
+    rows = {r["core"]: r for r in cores["rows"]}
+    for name in gpu.BASELINES:
+        runs = cores["baseline_runs"][name]
+        assert len(runs) == 3 and all(ms > 0 for ms in runs)
+        assert rows[name]["ms"] == pytest.approx(sorted(runs)[1])
+    lstm_ms = sorted(cores["baseline_runs"]["nn.LSTM"])[1]
+    assert rows["janet"]["x_nn_lstm"] == pytest.approx(rows["janet"]["best_ms"] / lstm_ms)
+    assert "Baselines timed before, between and after the cores: nn.LSTM " in md
+
+
+@pytest.mark.parametrize(("seconds", "calls"), [(0.001, 20), (0.0001, 32), (0.05, 1)])
+def test_short_calls_are_timed_several_to_a_window(monkeypatch, seconds, calls):
+    """A call of ``seconds`` is timed ``calls`` to a window (20 ms, at most 32 calls), after a
+    warm-up and a sizing call; the result is the time per call."""
+    made: list[int] = []
+
+    def run() -> None:
+        made.append(1)
+
+    def fake_timed(fn, device) -> float:  # each call of ``run`` takes ``seconds``
+        before = len(made)
+        fn()
+        return seconds * (len(made) - before)
+
+    monkeypatch.setattr(gpu, "timed", fake_timed)
+    result = gpu.time_runner(run, torch.device("cpu"), reps=3, clock=gpu.Clock(60.0))
+    assert result == pytest.approx(seconds)
+    assert len(made) == 2 + 3 * calls
+    made.clear()  # no time left for a window: the sizing call stands in
+    assert gpu.time_runner(run, torch.device("cpu"), 3, gpu.Clock(0.0)) == pytest.approx(seconds)
+    assert len(made) == 2
+
+
 def test_the_5x_target_against_a_baseline_range():
     low, high = gpu.H100_BASELINE_MS["rel_lstm"]
     assert gpu._target("rel_lstm", None, None, low / 5).startswith("ok")

@@ -7,7 +7,8 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    every test on the ``device`` fixture, the kernel tests that name CUDA, and the fused-kernel
    tests, which run compiled on CUDA).
 2. ``cores``: forward+backward of every core at T=256, B=64, input 64, hidden 128, beside
-   cuDNN's ``nn.LSTM`` and ``nn.GRU`` measured in the same run; every ``graph_safe`` core
+   cuDNN's ``nn.LSTM`` and ``nn.GRU`` timed three times in the same run (before the cores,
+   between and after; the ratios divide by the median); every ``graph_safe`` core
    twice, eagerly and through :class:`cores.graphed.GraphedCore` (CUDA graphs), the better
    of the two counting; on CUDA the fused kernels' cores (:data:`SPLIT_CORES`) also with
    their unit split off. The targets (gated LSTM presets at most 2x ``nn.LSTM``, GRU presets
@@ -37,7 +38,8 @@ The results go to ``DIR/bench_gpu.json`` and ``DIR/bench_gpu.md`` (rewritten aft
 part, so a run cut short keeps what it measured). Without a GPU it stops with exit code 2;
 ``--device cpu --quick`` runs every part at tiny sizes on the CPU (a check that the script
 works, as the tests do; its numbers mean nothing). Timings on a GPU wait for the queued
-kernels before reading the clock.
+kernels before reading the clock; each time is the median of a few windows, a window holding
+as many calls as fill 20 ms (:func:`time_runner`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
 GRAPH_SCALING = ("janet",)
 """Capturable step-loop cores timed against T both eagerly and through CUDA graphs (after
 the other cores' cells, so they never take the scan cores' time)."""
+BASELINES = ("nn.LSTM", "nn.GRU")
+"""cuDNN's cells, the reference of the ratios: timed before the cores, after the eager ones and
+at the end of the cores part; the ratios divide by the median of those times."""
 GRAPHED = " (CUDA graph)"
 """Suffix of a scaling row timed through :class:`cores.graphed.GraphedCore`."""
 SPLIT_CORES = (
@@ -253,16 +258,31 @@ def core_runner(
     return fwd_bwd(wrapped, x, call)
 
 
+WINDOW_S = 0.02
+"""Calls shorter than this are timed several to a window, so that one late launch or one
+GPU clock step weighs on a millisecond-scale time as little as on a long one."""
+MAX_CALLS_PER_WINDOW = 32
+
+
 def time_runner(run: Callable[[], None], device: torch.device, reps: int, clock: Clock) -> float:
-    """Median seconds of ``run`` after a warm-up call (compilation, allocator); fewer rounds
-    when one round would not fit the part's time left."""
-    first = timed(run, device)
-    times = []
+    """Median seconds per call of ``run`` over ``reps`` windows, after a warm-up call
+    (compilation, allocator); a window holds as many calls as fill :data:`WINDOW_S` (sized by
+    the second call); fewer windows when one would not fit the part's time left."""
+    timed(run, device)  # warm-up
+    second = timed(run, device)
+    calls = max(1, min(MAX_CALLS_PER_WINDOW, int(WINDOW_S / max(second, 1e-9))))
+
+    def window() -> None:
+        for _ in range(calls):
+            run()
+
+    times = [second]
     for _ in range(reps):
-        if times and clock.left() < 2 * first:
+        if clock.left() < 2 * calls * second:
             break
-        times.append(timed(run, device))
-    return statistics.median(times) if times else first
+        times.append(timed(window, device) / calls)
+    # the sizing call stands in only when no window fitted
+    return statistics.median(times[1:] if len(times) > 1 else times)
 
 
 # ------------------------------------------------------------------------------ parts
@@ -354,14 +374,18 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
     errors: dict[str, str] = {}
     not_measured = []
     ms_unsplit: dict[str, float] = {}
-    cells = [(name, "") for name in ["nn.LSTM", "nn.GRU", *sorted(CORES)]]
+    baseline_runs: dict[str, list[float]] = {name: [] for name in BASELINES}
+    again = [(name, "") for name in BASELINES]  # the baselines, re-timed to show drift
+    cells = [*again, *[(name, "") for name in sorted(CORES)], *again]
     cells += [(name, GRAPHED) for name in sorted(capturable)]  # after every eager time
     if device.type == "cuda":
         cells += [(name, UNSPLIT) for name in SPLIT_CORES if name in CORES]
+    cells += again
     for name, variant in cells:
         label = name + variant
         if clock.left() <= 0:
-            not_measured.append(label)
+            if label not in not_measured:
+                not_measured.append(label)
             continue
         try:
             with _split_off(variant == UNSPLIT):
@@ -369,6 +393,9 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
                 seconds = time_runner(run, device, sizes.reps, clock)
             target = {"": ms, GRAPHED: ms_graphed, UNSPLIT: ms_unsplit}[variant]
             target[name] = 1e3 * seconds
+            if name in baseline_runs:
+                baseline_runs[name].append(1e3 * seconds)
+                target[name] = statistics.median(baseline_runs[name])
         except Exception as err:  # one broken core must not stop the run
             errors[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         finally:
@@ -398,6 +425,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
     return {
         "shape": dict(T=T, B=B, D=D, H=H),
         "rows": rows,
+        "baseline_runs": baseline_runs,
         "errors": errors,
         "not_measured": not_measured,
         "tile_cuts": _tile_cuts(),
@@ -677,7 +705,8 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> di
     threads = torch.get_num_threads()
     for label, path, overrides, epochs in settings:
         if clock.left() <= 0:
-            not_measured.append(label)
+            if label not in not_measured:
+                not_measured.append(label)
             continue
         row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
         try:
@@ -809,6 +838,7 @@ def _md_cores(c: dict[str, Any]) -> list[str]:
         "is the reference for the 5x target; where it is a group's range, so are the last "
         "columns.",
         "",
+        *_baseline_spread(c.get("baseline_runs", {})),
         "| core | ms | ms, CUDA graph | ms, unsplit | x nn.LSTM | x nn.GRU | H100 baseline ms "
         "| x faster | target |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -829,6 +859,18 @@ def _md_cores(c: dict[str, Any]) -> list[str]:
             f"| {_x(r['x_nn_gru'])} | {_baseline(r['core'])} | {speedup} | {r['target']} |"
         )
     return lines
+
+
+def _baseline_spread(runs: dict[str, list[float]]) -> list[str]:
+    """One line naming each baseline's timings across the part (their median is the row)."""
+    timings = [
+        f"{name} " + " / ".join(f"{ms:.2f}" for ms in values) + " ms"
+        for name, values in runs.items()
+        if values
+    ]
+    if not timings:
+        return []
+    return [f"Baselines timed before, between and after the cores: {'; '.join(timings)}.", ""]
 
 
 def _md_scaling(s: dict[str, Any]) -> list[str]:
