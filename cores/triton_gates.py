@@ -261,22 +261,35 @@ BARRIERS = ("scalar", "vector")
 PRECISIONS = ("ieee", "tf32")
 
 
+def split_warps(block_h: int) -> int:
+    """Warps per unit-split program for ``block_h`` input units: the fewest that hold a
+    program's weight slices without register spills.
+
+    The forward keeps ``NG x block_h x 16`` weights in registers. By ``ptxas -v`` on the
+    sm_90 code (``python tests/triton_compile.py 128 --spills``), at 128 units 4 warps spill
+    312-544 bytes per thread in the LSTM and GRU forwards, 8 warps none; 16 warps would leave
+    a thread at most 128 registers. Up to 64 units 4 warps hold them.
+    """
+    return 4 if block_h <= 64 else 8
+
+
 @dataclass(frozen=True)
 class SplitOptions:
     """How the unit-split kernels run, beyond their tile cut: the variants ``memcores bench gpu
-    --parts probe`` times against each other (the defaults are the measured ones).
+    --parts probe`` times against each other (the barrier and precision defaults are the
+    measured ones; the warps follow the compiler's register report, :func:`split_warps`).
 
     :param barrier: how :func:`sync_parts` waits for a tile's other parts: ``scalar`` reads
         their step counters one after the other, ``vector`` reads them all with one atomic
         per thread.
     :param precision: ``tl.dot``'s input precision: ``ieee`` (full float32, what the reference
         loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa).
-    :param num_warps: warps per program.
+    :param num_warps: warps per program; ``None``: :func:`split_warps` of the hidden size.
     """
 
     barrier: str = "scalar"
     precision: str = "ieee"
-    num_warps: int = 4
+    num_warps: int | None = None
 
     def __post_init__(self) -> None:
         if self.barrier not in BARRIERS:
@@ -285,8 +298,10 @@ class SplitOptions:
             raise ValueError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
+        if self.num_warps not in (None, 1, 2, 4, 8, 16):
+            raise ValueError(
+                f"num_warps must be 1, 2, 4, 8, 16 or None (by hidden size), got {self.num_warps!r}"
+            )
 
 
 _split_options = SplitOptions()
@@ -330,7 +345,7 @@ class SplitPlan:
             VECTOR=self.options.barrier == "vector",
             PARTS=_pow2_at_least(self.parts),
             PREC=self.options.precision,
-            num_warps=self.options.num_warps,
+            num_warps=self.options.num_warps or split_warps(self.block_h),
         )
 
     def flags(self, device: torch.device) -> Tensor:

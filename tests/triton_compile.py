@@ -1,22 +1,30 @@
 """Compile the Triton kernels for a CUDA target without a GPU and print each one's shared
 memory; used by ``tests/test_triton_kernels.py`` in a process without ``TRITON_INTERPRET``
-(the interpreter replaces the compiler). Usage: ``python tests/triton_compile.py H``."""
+(the interpreter replaces the compiler). Usage: ``python tests/triton_compile.py H [--spills]``;
+with ``--spills`` each line also gives the bytes per thread that ``ptxas -v`` spills to local
+memory (stores, then loads)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource, compile
 
 from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
 
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)
+ARCH = 90
 
 
-def shared_bytes(kernel, constants: dict, num_warps: int = 4) -> int:
-    """Compile ``kernel`` for an sm_90 GPU (float32 tensors) and return its shared memory."""
+def compiled(kernel, constants: dict, num_warps: int = 4):
+    """``kernel`` compiled for an sm_90 GPU (float32 tensors)."""
     signature = {}
     for name in kernel.arg_names:
         if name in constants:
@@ -30,7 +38,32 @@ def shared_bytes(kernel, constants: dict, num_warps: int = 4) -> int:
     constexprs = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
     options = {"num_warps": num_warps}
-    return compile(source, target=GPUTarget("cuda", 90, 32), options=options).metadata.shared
+    return compile(source, target=GPUTarget("cuda", ARCH, 32), options=options)
+
+
+def spill_bytes(kernel) -> tuple[int, int]:
+    """Bytes per thread a compiled kernel spills to local memory (stores, loads), from
+    ``ptxas -v`` on its PTX (the assembler Triton itself runs, with its report)."""
+    with tempfile.TemporaryDirectory() as folder:
+        ptx = Path(folder) / "kernel.ptx"
+        ptx.write_text(kernel.asm["ptx"])
+        report = subprocess.run(
+            [get_ptxas(ARCH).path, "-v", f"--gpu-name=sm_{ARCH}a", str(ptx), "-o", "/dev/null"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+    found = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    if found is None:
+        raise RuntimeError(f"no spill line in ptxas's report:\n{report}")
+    return int(found[1]), int(found[2])
+
+
+def describe(kernel, constants: dict, num_warps: int = 4, spills: bool = False) -> str:
+    """The kernel's shared memory in bytes and, with ``spills``, its spilled bytes."""
+    binary = compiled(kernel, constants, num_warps)
+    fields = [binary.metadata.shared, *(spill_bytes(binary) if spills else ())]
+    return " ".join(str(f) for f in fields)
 
 
 def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, int]:
@@ -41,7 +74,7 @@ def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, i
     return meta, meta.pop("num_warps")
 
 
-def main(hidden: int) -> None:
+def main(hidden: int, spills: bool = False) -> None:
     base = dict(PREC="ieee", HAS_STARTS=True, **triton_gates.block_meta(hidden))
     lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0, POWER=0.0)
     gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0, POWER=0.0)
@@ -53,23 +86,27 @@ def main(hidden: int) -> None:
         ("lstm_power", triton_lstm, dict(lstm, POWER=1.5)),
         ("gru_power", triton_gru, dict(gru, POWER=1.5)),
     )
-    probe = triton_gates.SplitOptions(barrier="vector", precision="tf32", num_warps=8)
+    probe = triton_gates.SplitOptions(barrier="vector", precision="tf32", num_warps=16)
+    variants = [("", triton_gates.SplitOptions()), ("_probe", probe)]
+    if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
+        variants.append(("_4_warps", triton_gates.SplitOptions(num_warps=4)))
     for family, module, constants in families:
         backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
-        print(f"{family}.forward", shared_bytes(module.forward_kernel, constants), flush=True)
-        print(f"{family}.backward", shared_bytes(module.backward_kernel, backward), flush=True)
+        forward = describe(module.forward_kernel, constants, spills=spills)
+        print(f"{family}.forward", forward, flush=True)
+        print(f"{family}.backward", describe(module.backward_kernel, backward, spills=spills))
         unsplit = {k: v for k, v in constants.items() if k not in ("BLOCK_K", "PREC")}
         # the default split, and the variants bench gpu's probe times
-        for suffix, options in (("", triton_gates.SplitOptions()), ("_probe", probe)):
+        for suffix, options in variants:
             meta, warps = split_meta(hidden, options)
             for way, kernel, consts in (
                 ("forward", module.forward_split_kernel, unsplit),
                 ("backward", module.backward_split_kernel, {**backward, **unsplit}),
             ):
                 consts = {k: v for k, v in consts.items() if k not in ("BLOCK_K", "PREC")}
-                shared = shared_bytes(kernel, {**consts, **meta}, warps)
-                print(f"{family}.{way}_split{suffix}", shared, flush=True)
+                info = describe(kernel, {**consts, **meta}, warps, spills)
+                print(f"{family}.{way}_split{suffix}", info, flush=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), "--spills" in sys.argv[2:])

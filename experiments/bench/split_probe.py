@@ -4,12 +4,12 @@ The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated prese
 cuDNN's ``nn.LSTM``; where a step's time goes has not been profiled. This part times
 forward+backward of ``ur_lstm``, ``fast_gru`` and ``slstm`` through the fused kernels under
 each variant of :class:`cores.triton_gates.SplitOptions` (the barrier that reads every part's
-counter at once, TF32 products, 2 or 8 warps per program, and the split off), beside the
-default, at two shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym
-update's minibatch (T=1024, B=8, hidden 256). Each variant's outputs and parameter
-gradients are compared with the default's (largest difference over the largest value), so a
-faster variant that changes the numbers shows it. Not in the default run; about a minute on
-a GPU.
+counter at once, TF32 products, 4 or 16 warps per program against the default's 8 at these
+hidden sizes, and the split off), beside the default, at two shapes: the cores table's
+(T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch (T=1024, B=8, hidden
+256). Each variant's outputs and parameter gradients are compared with the default's (largest
+difference over the largest value), so a faster variant that changes the numbers shows it.
+Not in the default run; about a minute on a GPU.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "vector barrier": dict(barrier="vector"),
     "tf32": dict(precision="tf32"),
-    "2 warps": dict(num_warps=2),
-    "8 warps": dict(num_warps=8),
+    "4 warps": dict(num_warps=4),
+    "16 warps": dict(num_warps=16),
     "vector barrier + tf32": dict(barrier="vector", precision="tf32"),
     "split off": {},
 }
