@@ -30,9 +30,12 @@ BLOCK_B = 16
 def block_meta(hidden: int) -> dict[str, int]:
     """Tile sizes: ``BLOCK_B`` rows per program, units in chunks of ``BLOCK_N`` (outputs) and
     ``BLOCK_K`` (inputs of the recurrent product), so a step's working set stays a few small
-    tiles whatever ``H`` is (``tl.dot`` needs 16 or more in every dimension)."""
+    tiles whatever ``H`` is (``tl.dot`` needs 16 or more in every dimension); and the warps
+    per program that hold that working set in registers: with 32-wide chunks 4 warps spill
+    52-596 bytes per thread, 8 warps none (``ptxas -v`` on the sm_90 code, any ``H``:
+    ``python tests/triton_compile.py 128 --spills``); 16-wide chunks fit in 4."""
     chunk = 16 if hidden <= 16 else 32
-    return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk)
+    return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk, num_warps=4 if chunk == 16 else 8)
 
 
 @triton.jit

@@ -49,7 +49,9 @@ def candidates(hidden: int, meta: dict[str, Any]) -> list[dict[str, int]]:
     """The distinct candidate cuts for ``hidden`` units, each at least 16 wide (``tl.dot``'s
     minimum) and at most the next power of two of ``hidden``; the kernel's own default first."""
     cap = max(16, _pow2_at_least(hidden))
-    default = dict(BLOCK_N=meta["BLOCK_N"], BLOCK_K=meta["BLOCK_K"], num_warps=4)
+    default = dict(
+        BLOCK_N=meta["BLOCK_N"], BLOCK_K=meta["BLOCK_K"], num_warps=meta.get("num_warps", 4)
+    )
     seen: list[dict[str, int]] = []
     for cand in (default, *CANDIDATES):
         cut = dict(
@@ -91,7 +93,8 @@ def best_meta(
     :param timer: seconds of one call (replaced in tests).
     """
     shape = tuple(tuple(a.shape) if isinstance(a, Tensor) else a for a in args)
-    frozen = tuple(sorted((k, v) for k, v in meta.items() if k not in ("BLOCK_N", "BLOCK_K")))
+    cut_keys = ("BLOCK_N", "BLOCK_K", "num_warps")
+    frozen = tuple(sorted((k, v) for k, v in meta.items() if k not in cut_keys))
     key = (getattr(kernel, "__name__", repr(kernel)), grid, shape, frozen)
     if key not in _BEST:
         saved = [(a, a.clone()) for a in args if isinstance(a, Tensor)]

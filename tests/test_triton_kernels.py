@@ -260,6 +260,9 @@ def test_split_programs_run_the_warps_that_hold_their_weights(hidden: int, warps
     """By default the warps follow the hidden size (4 up to 64 units, 8 above, where 4 would
     spill the forward's weights: see the compile test); an explicit choice wins."""
     assert triton_gates.split_warps(max(16, 1 << (hidden - 1).bit_length())) == warps
+    # one program per batch tile: 8 warps with 32-wide chunks, 4 with 16-wide ones
+    meta = triton_gates.block_meta(hidden)
+    assert meta["num_warps"] == (4 if meta["BLOCK_N"] == 16 else 8)
     plan = triton_gates.split_plan(T, B, hidden, torch.device(DEVICE))
     if plan is not None:  # the split exists under the interpreter and on CUDA
         assert plan.meta()["num_warps"] == warps
@@ -391,6 +394,8 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     assert len(kernels) == 40
     assert all(shared < 100 * 1024 for shared, _, _ in kernels.values()), kernels
     for family in ("lstm", "gru", "slstm", "lstm_power", "gru_power"):
+        # one program per batch tile (32-wide chunks, 8 warps): no spill either way
+        assert kernels[f"{family}.forward"][1:] == kernels[f"{family}.backward"][1:] == [0, 0]
         assert kernels[f"{family}.forward_split"][1:] == [0, 0], kernels
         assert max(kernels[f"{family}.backward_split"][1:]) <= 32, kernels
     for family in ("lstm", "gru", "lstm_power", "gru_power"):

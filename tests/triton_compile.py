@@ -76,6 +76,7 @@ def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, i
 
 def main(hidden: int, spills: bool = False) -> None:
     base = dict(PREC="ieee", HAS_STARTS=True, **triton_gates.block_meta(hidden))
+    warps = base.pop("num_warps")  # the one-program-per-tile kernels' default
     lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0, POWER=0.0)
     gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0, POWER=0.0)
     families = (
@@ -92,19 +93,19 @@ def main(hidden: int, spills: bool = False) -> None:
         variants.append(("_4_warps", triton_gates.SplitOptions(num_warps=4)))
     for family, module, constants in families:
         backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
-        forward = describe(module.forward_kernel, constants, spills=spills)
+        forward = describe(module.forward_kernel, constants, warps, spills)
         print(f"{family}.forward", forward, flush=True)
-        print(f"{family}.backward", describe(module.backward_kernel, backward, spills=spills))
+        print(f"{family}.backward", describe(module.backward_kernel, backward, warps, spills))
         unsplit = {k: v for k, v in constants.items() if k not in ("BLOCK_K", "PREC")}
         # the default split, and the variants bench gpu's probe times
         for suffix, options in variants:
-            meta, warps = split_meta(hidden, options)
+            meta, split_warps = split_meta(hidden, options)
             for way, kernel, consts in (
                 ("forward", module.forward_split_kernel, unsplit),
                 ("backward", module.backward_split_kernel, {**backward, **unsplit}),
             ):
                 consts = {k: v for k, v in consts.items() if k not in ("BLOCK_K", "PREC")}
-                info = describe(kernel, {**consts, **meta}, warps, spills)
+                info = describe(kernel, {**consts, **meta}, split_warps, spills)
                 print(f"{family}.{way}_split{suffix}", info, flush=True)
 
 
