@@ -264,6 +264,26 @@ BARRIERS = ("scalar", "vector")
 PRECISIONS = ("ieee", "tf32")
 
 
+def recurrent_precision(device: torch.device) -> str:
+    """``tl.dot``'s input precision for the recurrent products on ``device``: on CUDA what
+    PyTorch's own cuDNN RNNs use, ``torch.backends.cudnn.rnn.fp32_precision`` (``"tf32"`` by
+    default, as for ``nn.LSTM``; set ``"ieee"`` for full float32 products), so a preset on these
+    kernels and one routed to cuDNN (``lstm``, ``gru``) compute at the same precision. PyTorch
+    before 2.9 has ``torch.backends.cudnn.allow_tf32`` instead. Elsewhere (Triton's
+    interpreter) ``"ieee"``: TF32 is a mode of NVIDIA tensor cores."""
+    if device.type != "cuda":
+        return "ieee"
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    value = getattr(rnn, "fp32_precision", None)
+    if value is None:  # PyTorch before 2.9 (reading allow_tf32 later raises on a mix of APIs)
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    for parent in (torch.backends.cudnn, torch.backends):  # "none" inherits from its parent
+        if value != "none":
+            break
+        value = getattr(parent, "fp32_precision", "none")
+    return "tf32" if value == "tf32" else "ieee"
+
+
 def split_warps(block_h: int) -> int:
     """Warps per unit-split program for ``block_h`` input units: the fewest that hold a
     program's weight slices without register spills.
@@ -287,18 +307,19 @@ class SplitOptions:
         their step counters one after the other, ``vector`` reads them all with one atomic
         per thread.
     :param precision: ``tl.dot``'s input precision: ``ieee`` (full float32, what the reference
-        loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa).
+        loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa); ``None``:
+        :func:`recurrent_precision` of the device, PyTorch's switch for its own RNNs.
     :param num_warps: warps per program; ``None``: :func:`split_warps` of the hidden size.
     """
 
     barrier: str = "scalar"
-    precision: str = "ieee"
+    precision: str | None = None
     num_warps: int | None = None
 
     def __post_init__(self) -> None:
         if self.barrier not in BARRIERS:
             raise ValueError(f"barrier must be one of {', '.join(BARRIERS)}, got {self.barrier!r}")
-        if self.precision not in PRECISIONS:
+        if self.precision is not None and self.precision not in PRECISIONS:
             raise ValueError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
             )
@@ -357,6 +378,13 @@ class SplitPlan:
         return torch.zeros(self.tiles * self.parts, dtype=torch.int32, device=device)
 
 
+def _options_on(device: torch.device) -> SplitOptions:
+    """The split options in force, their precision resolved for ``device``."""
+    if _split_options.precision is not None:
+        return _split_options
+    return dataclasses.replace(_split_options, precision=recurrent_precision(device))
+
+
 def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -376,7 +404,8 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     if os.environ.get("TRITON_INTERPRET") == "1":
         block_n = SPLIT_UNITS if steps == 1 else block_h
         parts = cdiv(hidden, block_n)
-        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, _split_options)
+        options = _options_on(device)
+        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, options)
     if device.type != "cuda":
         return None
     parts = cdiv(hidden, SPLIT_UNITS)
@@ -384,7 +413,7 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     for block_b in (16, 32, 64):
         tiles = cdiv(batch, block_b)
         if tiles * parts <= slots:
-            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, _split_options)
+            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, _options_on(device))
     return None
 
 

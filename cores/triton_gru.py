@@ -416,13 +416,13 @@ def backward_split_kernel(
             put(dh_ptr, direct, rows, row_ok, cols_n, n_ok, H)
 
 
-def _meta(core: Any) -> dict[str, Any]:
-    """Compile-time parameters of one preset."""
+def _meta(core: Any, device: torch.device) -> dict[str, Any]:
+    """Compile-time parameters of one preset on ``device``."""
     return dict(
         NG=len(core.gate_names),
         ACT=ACTIVATIONS.index(core.activation),
         REFINE=core.refine,
-        PREC="ieee",  # full float32 products (no TF32): the kernel matches the reference loop
+        PREC=tg.recurrent_precision(device),  # PyTorch's switch for its own RNNs
         CLAMP=FAST_CLAMP,
         POWER=core.power,
         **tg.block_meta(core.hidden_size),
@@ -526,7 +526,7 @@ def triton_gru(
     if starts is not None:
         starts = starts.to(device=x.device, dtype=torch.bool)
     (h,) = state
-    meta, ys = _meta(core), []
+    meta, ys = _meta(core, x.device), []
     for steps in tg.time_chunks(x.shape[0], x.shape[1] * core.weight_ih.shape[0]):
         y, h = _TritonGRU.apply(
             x[steps].contiguous(),

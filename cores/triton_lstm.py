@@ -481,16 +481,15 @@ def backward_split_kernel(
     put(dc_ptr, dc, rows, row_ok, cols_n, n_ok, H)
 
 
-def _meta(spec: dict[str, Any], hidden: int) -> dict[str, Any]:
-    """Compile-time parameters of one preset."""
+def _meta(spec: dict[str, Any], hidden: int, device: torch.device) -> dict[str, Any]:
+    """Compile-time parameters of one preset on ``device``."""
     return dict(
         NG=spec["n_gates"],
         ACT=ACTIVATIONS.index(spec["activation"]),
         TIED=spec["tied"],
         REFINE=spec["refine"],
         R=2 if spec["tied"] else 3,
-        # full float32 products (no TF32), so the kernel matches the reference loop
-        PREC="ieee",
+        PREC=tg.recurrent_precision(device),  # PyTorch's switch for its own RNNs
         CLAMP=FAST_CLAMP,
         POWER=spec["power"],
         **tg.block_meta(hidden),
@@ -521,7 +520,7 @@ class _TritonLSTM(torch.autograd.Function):
         Y[0], C[0] = h0, c0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
-        meta = _meta(spec, H)
+        meta = _meta(spec, H, x.device)
         plan = tg.split_plan(T, B, H, x.device)
         if plan is None:
             tg.launch(

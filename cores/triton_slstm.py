@@ -481,7 +481,7 @@ def triton_slstm(
         starts = starts.to(device=x.device, dtype=torch.bool)
     meta = dict(
         EPS=eps,
-        PREC="ieee",  # full float32 products (no TF32): the kernel matches the reference loop
+        PREC=tg.recurrent_precision(x.device),  # PyTorch's switch for its own RNNs
         **tg.block_meta(core.hidden_size),
     )
     recurrent, final, ys = dense_recurrent(core.recurrent), torch.stack(state), []

@@ -4,6 +4,7 @@
   ``"cuda"`` where a GPU is present (``pytest -k cuda`` selects the GPU cases).
 - ``@pytest.mark.needs_ray``: a test of the Ray Tune engine; skipped, with that reason, where
   Ray (the ``ray`` extra) is not installed.
+- With a GPU, cuDNN and the fused kernels run full float32 products (no TF32).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 # must be set before triton is first imported (cores import it only where a kernel is used).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:
+    # PyTorch lets cuDNN's RNNs, and with them the fused Triton kernels, take TF32 products by
+    # default; the tests compare those kernels with the reference loops in full float32 (the
+    # legacy switch sets cuDNN's convolutions and RNNs alike, so either API reads it back)
+    torch.backends.cudnn.allow_tf32 = False
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 """The devices the ``device`` fixture runs a test on."""

@@ -8,6 +8,7 @@ Without a GPU the kernels run under Triton's interpreter (``tests/conftest.py`` 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -247,12 +248,48 @@ def test_split_options_are_checked_and_restored() -> None:
     with pytest.raises(ValueError, match="num_warps"):
         triton_gates.SplitOptions(num_warps=3)
     with triton_gates.split_options(barrier="vector", num_warps=16) as options:
-        assert options == triton_gates.SplitOptions("vector", "ieee", 16)
+        assert options == triton_gates.SplitOptions("vector", None, 16)
         plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
         assert plan is not None and plan.meta()["VECTOR"] and plan.meta()["num_warps"] == 16
-    assert triton_gates.split_plan(T, B, H, torch.device(DEVICE)).options == (
-        triton_gates.SplitOptions()
-    )
+    default = triton_gates.split_plan(T, B, H, torch.device(DEVICE)).options
+    assert dataclasses.replace(default, precision=None) == triton_gates.SplitOptions()
+
+
+def test_recurrent_precision_follows_pytorchs_switch_for_its_rnns(monkeypatch) -> None:
+    """On CUDA the kernels' products take the precision PyTorch gives its cuDNN RNNs
+    (``torch.backends.cudnn.rnn.fp32_precision``, inheriting through ``none``); elsewhere,
+    and in the split plan on a CPU, full float32."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    rnn = torch.backends.cudnn.rnn
+    for value, expected in (("tf32", "tf32"), ("ieee", "ieee")):
+        monkeypatch.setattr(rnn, "fp32_precision", value)
+        assert triton_gates.recurrent_precision(cuda) == expected
+        assert triton_gates.recurrent_precision(cpu) == "ieee"
+    monkeypatch.setattr(rnn, "fp32_precision", "none")
+    monkeypatch.setattr(torch.backends.cudnn, "fp32_precision", "tf32")
+    assert triton_gates.recurrent_precision(cuda) == "tf32"  # inherited from cuDNN's switch
+    monkeypatch.setattr(torch.backends.cudnn, "fp32_precision", "none")
+    assert triton_gates.recurrent_precision(cuda) == "ieee"
+    plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
+    if DEVICE == "cpu":  # under the interpreter
+        assert plan is not None and plan.options.precision == plan.meta()["PREC"] == "ieee"
+    with triton_gates.split_options(precision="tf32"):  # an explicit choice wins
+        assert triton_gates.split_plan(T, B, H, torch.device(DEVICE)).meta()["PREC"] == "tf32"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: TF32 is a GPU mode")
+@pytest.mark.parametrize("name", ["ur_lstm", "fast_gru", "slstm"])
+def test_with_tf32_products_the_kernels_stay_near_the_reference(name: str, monkeypatch) -> None:
+    """PyTorch's default for its RNNs (TF32 products) on the fused kernels: within TF32's
+    rounding of the full-float32 reference loop (the other tests run full float32)."""
+    monkeypatch.setattr(torch.backends.cudnn.rnn, "fp32_precision", "tf32")
+    assert triton_gates.recurrent_precision(torch.device("cuda")) == "tf32"
+    ref, tri = _pair(name, torch.float32)
+    x, state, starts = _inputs(torch.float32, n_state=ref.state_arity)
+    values_ref, grads_ref = _run(ref, x, state, starts)
+    values_tri, grads_tri = _run(tri, x, state, starts)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize(("hidden", "warps"), [(16, 4), (64, 4), (100, 8), (128, 8), (256, 8)])
@@ -374,11 +411,11 @@ def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
-    """Every kernel compiles for an sm_90 GPU (the interpreter never runs Triton's compiler)
-    and, at H=128, needs well under the 227 KiB of shared memory a block may use; the
-    unit-split kernels at their default warps keep their weights in registers (``ptxas -v``:
-    no spill in a forward, a few bytes at most in a backward), where 4 warps would spill in
-    the LSTM and GRU forwards."""
+    """Every kernel compiles for an sm_90 GPU (the interpreter never runs Triton's compiler),
+    at full float32 and TF32 products, and, at H=128, needs well under the 227 KiB of shared
+    memory a block may use; at their default warps the kernels keep their working set in
+    registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
+    4 warps would spill in the LSTM and GRU split forwards."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).with_name("triton_compile.py")
     env["PYTHONPATH"] = os.pathsep.join([str(script.parent.parent), env.get("PYTHONPATH", "")])
@@ -390,14 +427,15 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         check=True,
     ).stdout
     kernels = {name: [int(v) for v in values] for name, *values in map(str.split, out.splitlines())}
-    # 5 families x (forward, backward, 3 x split forward+backward: default, probe, 4 warps)
-    assert len(kernels) == 40
+    # 5 families x 2 precisions x (forward, backward), and 4 split cuts x (forward, backward):
+    # full float32, TF32, the probe's, 4 warps
+    assert len(kernels) == 60
     assert all(shared < 100 * 1024 for shared, _, _ in kernels.values()), kernels
     for family in ("lstm", "gru", "slstm", "lstm_power", "gru_power"):
-        # one program per batch tile (32-wide chunks, 8 warps): no spill either way
-        assert kernels[f"{family}.forward"][1:] == kernels[f"{family}.backward"][1:] == [0, 0]
-        assert kernels[f"{family}.forward_split"][1:] == [0, 0], kernels
-        assert max(kernels[f"{family}.backward_split"][1:]) <= 32, kernels
+        for precision in ("", "_tf32"):  # split or one program per batch tile
+            for split in ("", "_split"):
+                assert kernels[f"{family}.forward{split}{precision}"][1:] == [0, 0], kernels
+                assert max(kernels[f"{family}.backward{split}{precision}"][1:]) <= 32, kernels
     for family in ("lstm", "gru", "lstm_power", "gru_power"):
         assert min(kernels[f"{family}.forward_split_4_warps"][1:]) > 0, kernels
 

@@ -75,7 +75,10 @@ def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, i
 
 
 def main(hidden: int, spills: bool = False) -> None:
-    base = dict(PREC="ieee", HAS_STARTS=True, **triton_gates.block_meta(hidden))
+    """Each kernel at full float32 products (what the tests run), and at TF32 (PyTorch's
+    default for its RNNs on a GPU, :func:`cores.triton_gates.recurrent_precision`): one line
+    per kernel, ``<family>.<way>[_split][<variant>]``."""
+    base = dict(HAS_STARTS=True, **triton_gates.block_meta(hidden))
     warps = base.pop("num_warps")  # the one-program-per-tile kernels' default
     lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0, POWER=0.0)
     gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0, POWER=0.0)
@@ -87,24 +90,32 @@ def main(hidden: int, spills: bool = False) -> None:
         ("lstm_power", triton_lstm, dict(lstm, POWER=1.5)),
         ("gru_power", triton_gru, dict(gru, POWER=1.5)),
     )
-    probe = triton_gates.SplitOptions(barrier="vector", precision="tf32", num_warps=16)
-    variants = [("", triton_gates.SplitOptions()), ("_probe", probe)]
+    options = triton_gates.SplitOptions
+    variants = [
+        ("", options(precision="ieee")),
+        ("_tf32", options(precision="tf32")),
+        ("_probe", options(barrier="vector", precision="ieee", num_warps=16)),
+    ]
     if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
-        variants.append(("_4_warps", triton_gates.SplitOptions(num_warps=4)))
+        variants.append(("_4_warps", options(precision="ieee", num_warps=4)))
     for family, module, constants in families:
         backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
-        forward = describe(module.forward_kernel, constants, warps, spills)
-        print(f"{family}.forward", forward, flush=True)
-        print(f"{family}.backward", describe(module.backward_kernel, backward, warps, spills))
-        unsplit = {k: v for k, v in constants.items() if k not in ("BLOCK_K", "PREC")}
+        for suffix, precision in (("", "ieee"), ("_tf32", "tf32")):
+            forward = describe(
+                module.forward_kernel, {**constants, "PREC": precision}, warps, spills
+            )
+            print(f"{family}.forward{suffix}", forward, flush=True)
+            info = describe(module.backward_kernel, {**backward, "PREC": precision}, warps, spills)
+            print(f"{family}.backward{suffix}", info, flush=True)
+        unsplit = {k: v for k, v in constants.items() if k != "BLOCK_K"}
         # the default split, and the variants bench gpu's probe times
-        for suffix, options in variants:
-            meta, split_warps = split_meta(hidden, options)
+        for suffix, split in variants:
+            meta, split_warps = split_meta(hidden, split)
             for way, kernel, consts in (
                 ("forward", module.forward_split_kernel, unsplit),
                 ("backward", module.backward_split_kernel, {**backward, **unsplit}),
             ):
-                consts = {k: v for k, v in consts.items() if k not in ("BLOCK_K", "PREC")}
+                consts = {k: v for k, v in consts.items() if k != "BLOCK_K"}
                 info = describe(kernel, {**consts, **meta}, split_warps, spills)
                 print(f"{family}.{way}_split{suffix}", info, flush=True)
 

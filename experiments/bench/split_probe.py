@@ -4,7 +4,8 @@ The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated prese
 cuDNN's ``nn.LSTM``; where a step's time goes has not been profiled. This part times
 forward+backward of ``ur_lstm``, ``fast_gru`` and ``slstm`` through the fused kernels under
 each variant of :class:`cores.triton_gates.SplitOptions` (the barrier that reads every part's
-counter at once, TF32 products, 4 or 16 warps per program against the default's 8 at these
+counter at once, full float32 products against the default's (PyTorch's precision for its
+RNNs, TF32 unless set otherwise), 4 or 16 warps per program against the default's 8 at these
 hidden sizes, and the split off), beside the default, at two shapes: the cores table's
 (T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch (T=1024, B=8, hidden
 256). Each variant's outputs and parameter gradients are compared with the default's (largest
@@ -22,14 +23,15 @@ PROBE_CORES = ("ur_lstm", "fast_gru", "slstm")
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "vector barrier": dict(barrier="vector"),
-    "tf32": dict(precision="tf32"),
+    "ieee": dict(precision="ieee"),
     "4 warps": dict(num_warps=4),
     "16 warps": dict(num_warps=16),
-    "vector barrier + tf32": dict(barrier="vector", precision="tf32"),
+    "vector barrier + ieee": dict(barrier="vector", precision="ieee"),
     "split off": {},
 }
 """Each variant's changes to :class:`cores.triton_gates.SplitOptions` (``split off``: one
-program per batch tile, ``MEMCORES_TRITON_SPLIT=0``)."""
+program per batch tile, ``MEMCORES_TRITON_SPLIT=0``). The default's products take PyTorch's
+precision for its RNNs (TF32 unless set otherwise); ``ieee`` is full float32."""
 
 
 def _values(name: str, shape: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
