@@ -290,9 +290,9 @@ def split_warps(block_h: int) -> int:
 
     The forward keeps ``NG x block_h x 16`` weights in registers. By ``ptxas -v`` on the
     sm_90 code (``python tests/triton_compile.py 128 --spills``), at 128 units 4 warps spill
-    312-544 bytes per thread in the LSTM and GRU forwards, 8 warps none; at 256 units 4 warps
-    spill 8.2-13.6 KB, 8 warps 264-432 bytes; 16 warps would leave a thread at most 128
-    registers. Up to 64 units 4 warps hold them.
+    312-544 bytes per thread in the LSTM and GRU forwards (492-616 with Triton 3.6), 8 warps
+    none; at 256 units 4 warps spill 8.2-13.6 KB, 8 warps 264-432 bytes (Triton 3.9); 16
+    warps would leave a thread at most 128 registers. Up to 64 units 4 warps hold them.
     """
     return 4 if block_h <= 64 else 8
 
