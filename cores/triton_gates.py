@@ -300,8 +300,9 @@ def split_warps(block_h: int) -> int:
 @dataclass(frozen=True)
 class SplitOptions:
     """How the unit-split kernels run, beyond their tile cut: the variants ``memcores bench gpu
-    --parts probe`` times against each other (the barrier and precision defaults are the
-    measured ones; the warps follow the compiler's register report, :func:`split_warps`).
+    --parts probe`` times against each other (the barrier default is the measured one; the
+    precision is PyTorch's for its RNNs, :func:`recurrent_precision`; the warps follow the
+    compiler's register report, :func:`split_warps`).
 
     :param barrier: how :func:`sync_parts` waits for a tile's other parts: ``scalar`` reads
         their step counters one after the other, ``vector`` reads them all with one atomic
