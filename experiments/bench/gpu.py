@@ -388,11 +388,11 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
             with _split_off(variant == UNSPLIT):
                 run = core_runner(name, T, B, D, H, device, variant == GRAPHED)
                 seconds = time_runner(run, device, sizes.reps, clock)
-            target = {"": ms, GRAPHED: ms_graphed, UNSPLIT: ms_unsplit}[variant]
-            target[name] = 1e3 * seconds
-            if name in baseline_runs:
-                baseline_runs[name].append(1e3 * seconds)
-                target[name] = statistics.median(baseline_runs[name])
+            value = 1e3 * seconds
+            if name in baseline_runs:  # a baseline's row is the median of its timings so far
+                baseline_runs[name].append(value)
+                value = statistics.median(baseline_runs[name])
+            {"": ms, GRAPHED: ms_graphed, UNSPLIT: ms_unsplit}[variant][name] = value
         except Exception as err:  # one broken core must not stop the run
             errors[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         finally:
@@ -702,8 +702,7 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> di
     threads = torch.get_num_threads()
     for label, path, overrides, epochs in settings:
         if clock.left() <= 0:
-            if label not in not_measured:
-                not_measured.append(label)
+            not_measured.append(label)
             continue
         row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
         try:
