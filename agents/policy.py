@@ -123,10 +123,13 @@ class MissionEncoder(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """``tokens [N, L]`` (pads at the end) -> ``[N, dim]``."""
-        # Missions are short and padded at the end to a fixed length: drop the all-pad tail
-        # columns (one host sync; 4-5x less embedding work for MiniGrid's missions).
-        longest = max(int((tokens > 0).sum(1).max()), 1) if tokens.numel() else 1
-        tokens = tokens[:, :longest]
+        # Missions are short and padded at the end to a fixed length: on the CPU, drop the
+        # all-pad tail columns (4-5x less embedding work for MiniGrid's missions). Off the CPU
+        # that would read the device from the host (a wait per call, and no CUDA graph of the
+        # update); pads embed to zeros and are masked, so keeping them changes nothing.
+        if tokens.device.type == "cpu":
+            longest = max(int((tokens > 0).sum(1).max()), 1) if tokens.numel() else 1
+            tokens = tokens[:, :longest]
         mask = (tokens > 0).unsqueeze(-1)  # [N, L', 1]
         emb = self.embed(tokens)  # [N, L, dim]; pads embed to 0
         if self.gru is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,9 @@ from torch import Tensor, nn
 from agents.policy import RecurrentActorCritic, log_prob_entropy
 from agents.rl_config import AgentConfig
 from agents.rollout import ChunkBatch, RolloutBuffer, batch_to, select_chunks
+
+if TYPE_CHECKING:
+    from agents.update_graph import UpdateGraph
 
 
 @dataclass
@@ -153,6 +156,18 @@ def a2c_loss(
     return LossTerms(loss, pg_loss, v_loss, ent, approx_kl, torch.zeros(()))
 
 
+def minibatch_loss(
+    policy: RecurrentActorCritic, mb: ChunkBatch, agent: AgentConfig, loss_fn: LossFn
+) -> LossTerms:
+    """``loss_fn``'s terms on minibatch ``mb``, plus the weighted reconstruction loss."""
+    new_logprobs, entropy, new_values, recon = replay_chunks(policy, mb)
+    terms = loss_fn(new_logprobs, entropy, new_values, mb, agent)
+    if recon is not None:
+        terms.loss = terms.loss + agent.recon_coef * recon
+        terms.recon_loss = recon
+    return terms
+
+
 def replay_chunks(
     policy: RecurrentActorCritic, mb: ChunkBatch
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
@@ -171,6 +186,7 @@ def update(
     buffer: RolloutBuffer,
     agent: AgentConfig,
     generator: torch.Generator | None = None,
+    graph: UpdateGraph | None = None,
 ) -> UpdateStats:
     """One PPO or A2C update from a filled ``buffer`` (returns already computed).
 
@@ -178,6 +194,8 @@ def update(
     early past ``1.5 * target_kl``); A2C: one gradient step on the whole rollout.
 
     :param generator: RNG for the minibatch permutation (``None``: torch's global RNG).
+    :param graph: where it applies (:meth:`UpdateGraph.bind`), each minibatch step replays
+        one CUDA graph instead of launching its kernels one by one (``train.graph_update``).
     :return: the means over the applied minibatches, and how many were skipped.
     """
     batch = buffer.chunks()  # every tensor [L, K*N], states [K*N, ...]
@@ -191,19 +209,76 @@ def update(
     else:  # a2c: one gradient step on the whole rollout
         loss_fn, n_epochs, chunks_per_mb = a2c_loss, 1, n_chunks
     params = [p for p in policy.parameters() if p.requires_grad]
-    totals = LossTotals(on_device=device.type == "cuda")
+    on_device = rows_on_device(device)
     policy.train()
+
+    def eager_step(index: Tensor) -> Row:
+        return minibatch_step(policy, optimizer, batch, index, agent, loss_fn, params, on_device)
+
+    step = eager_step
+    if graph is not None:
+        step = graph.bind(policy, optimizer, batch, chunks_per_mb, agent, loss_fn) or eager_step
+    totals = LossTotals()
     for _epoch in range(n_epochs):
         perm = torch.randperm(n_chunks, generator=generator).to(device)
         for start in range(0, n_chunks, chunks_per_mb):
-            mb = select_chunks(batch, perm[start : start + chunks_per_mb])
-            terms = minibatch_loss(policy, mb, agent, loss_fn)
-            grad_norm = _backward(optimizer, terms.loss, params, agent.max_grad_norm)
-            finite = totals.add(terms, grad_norm)
-            _step_if(optimizer, finite)  # never write NaN/inf weights
-            if agent.target_kl is not None and bool(finite) and _kl_too_large(terms, agent):
+            row = step(perm[start : start + chunks_per_mb])
+            totals.add(row)
+            if agent.target_kl is not None and bool(row_finite(row)) and _kl_too_large(row, agent):
                 return totals.stats(buffer, early_stopped=True)
     return totals.stats(buffer)
+
+
+def rows_on_device(device: torch.device) -> bool:
+    """Whether an update on ``device`` keeps its loss terms there (a GPU: see :data:`Row`)."""
+    return device.type == "cuda"
+
+
+Row = list[float] | Tensor
+"""One minibatch's :data:`TOTALS`: floats on a CPU; on a GPU, one ``[8]`` float64 tensor on
+the device, since reading a number makes the host wait for the minibatch to finish (on a CPU
+reading one costs nothing, and stacking them would cost more)."""
+
+
+def minibatch_step(
+    policy: RecurrentActorCritic,
+    optimizer: torch.optim.Optimizer,
+    batch: ChunkBatch,
+    index: Tensor,
+    agent: AgentConfig,
+    loss_fn: LossFn,
+    params: list[nn.Parameter],
+    on_device: bool,
+) -> Row:
+    """One gradient step on the chunks ``index [M]`` of ``batch``: the loss, its gradients
+    clipped, and the optimiser's step where the loss and gradient norm are finite (never
+    writing NaN/inf weights). Returns the minibatch's :data:`TOTALS` row (``on_device``: a
+    device tensor, so nothing waits for the host; what :class:`UpdateGraph` records)."""
+    mb = select_chunks(batch, index)
+    terms = minibatch_loss(policy, mb, agent, loss_fn)
+    grad_norm = _backward(optimizer, terms.loss, params, agent.max_grad_norm)
+    row = loss_row(terms, grad_norm, on_device)
+    _step_if(optimizer, row_finite(row))
+    return row
+
+
+def loss_row(terms: LossTerms, grad_norm: Tensor, on_device: bool) -> Row:
+    """The :data:`TOTALS` of one minibatch, as floats or (``on_device``) one tensor."""
+    recon = terms.recon_loss if terms.recon_loss is not None else torch.zeros_like(terms.loss)
+    values = (terms.loss, grad_norm, terms.policy_loss, terms.value_loss, terms.entropy)
+    values += (terms.approx_kl, terms.clip_fraction, recon)
+    if not on_device:
+        return [float(v.detach()) for v in values]
+    device = terms.loss.device
+    return torch.stack([v.detach().to(device) for v in values]).double()
+
+
+def row_finite(row: Row) -> Tensor | bool:
+    """Whether a row's loss and gradient norm are finite (a 0-d bool tensor for a tensor
+    row: nothing is read back)."""
+    if isinstance(row, Tensor):
+        return torch.isfinite(row[:2]).all()
+    return math.isfinite(row[0]) and math.isfinite(row[1])
 
 
 def _step_if(optimizer: torch.optim.Optimizer, finite: Tensor | bool) -> None:
@@ -221,18 +296,6 @@ def _step_if(optimizer: torch.optim.Optimizer, finite: Tensor | bool) -> None:
         del optimizer.found_inf  # type: ignore[attr-defined]
 
 
-def minibatch_loss(
-    policy: RecurrentActorCritic, mb: ChunkBatch, agent: AgentConfig, loss_fn: LossFn
-) -> LossTerms:
-    """``loss_fn``'s terms on minibatch ``mb``, plus the weighted reconstruction loss."""
-    new_logprobs, entropy, new_values, recon = replay_chunks(policy, mb)
-    terms = loss_fn(new_logprobs, entropy, new_values, mb, agent)
-    if recon is not None:
-        terms.loss = terms.loss + agent.recon_coef * recon
-        terms.recon_loss = recon
-    return terms
-
-
 def _backward(
     optimizer: torch.optim.Optimizer, loss: Tensor, params: list[nn.Parameter], max_norm: float
 ) -> Tensor:
@@ -245,11 +308,11 @@ def _backward(
     return torch.sqrt(sum(squares, torch.zeros(())))
 
 
-def _kl_too_large(terms: LossTerms, agent: AgentConfig) -> bool:
+def _kl_too_large(row: Row, agent: AgentConfig) -> bool:
     """PPO's early stop: the minibatch's approximate KL passed ``1.5 * target_kl``."""
     if agent.algo != "ppo" or agent.target_kl is None:
         return False
-    return float(terms.approx_kl) > 1.5 * agent.target_kl
+    return float(row[TOTALS.index("approx_kl")]) > 1.5 * agent.target_kl
 
 
 TOTALS = (
@@ -261,33 +324,21 @@ TOTALS = (
 
 @dataclass
 class LossTotals:
-    """Each minibatch's loss terms (:data:`TOTALS`), summed in :meth:`stats`. With
-    ``on_device`` (a GPU) they stay on the device as one ``[8]`` float64 row per minibatch until
-    then, since reading a number makes the host wait for the minibatch to finish; on a CPU
-    reading one costs nothing, and stacking them would cost more."""
+    """Each minibatch's :data:`Row`, summed in :meth:`stats` (tensor rows are read back
+    there, once per update)."""
 
-    on_device: bool = False
-    rows: list[Any] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
 
-    def add(self, terms: LossTerms, grad_norm: Tensor) -> Tensor | bool:
-        """Keep one minibatch's terms; return whether its loss and gradient norm are finite
-        (with ``on_device``, a 0-d bool tensor on their device: nothing is read back)."""
-        recon = terms.recon_loss if terms.recon_loss is not None else torch.zeros_like(terms.loss)
-        values = (terms.loss, grad_norm, terms.policy_loss, terms.value_loss, terms.entropy)
-        values += (terms.approx_kl, terms.clip_fraction, recon)
-        if not self.on_device:
-            floats = [float(v.detach()) for v in values]
-            self.rows.append(floats)
-            return math.isfinite(floats[0]) and math.isfinite(floats[1])
-        device = terms.loss.device
-        row = torch.stack([v.detach().to(device) for v in values]).double()
+    def add(self, row: Row) -> None:
+        """Keep one minibatch's row."""
         self.rows.append(row)
-        return torch.isfinite(row[:2]).all()
 
     def stats(self, buffer: RolloutBuffer, early_stopped: bool = False) -> UpdateStats:
         """Means over the applied minibatches (those with a finite loss and gradient norm),
         the skipped ones' count, and the rollout's explained variance."""
-        rows = torch.stack(self.rows).tolist() if self.on_device and self.rows else self.rows
+        rows = self.rows
+        if rows and isinstance(rows[0], Tensor):
+            rows = torch.stack(rows).tolist()
         applied = [r for r in rows if math.isfinite(r[0]) and math.isfinite(r[1])]
         # summed in minibatch order, as floats: the same numbers a running sum gives
         sums = dict(zip(TOTALS, (sum(col) for col in zip(*applied, strict=True)), strict=False))

@@ -216,6 +216,12 @@ class TrainConfig(TrainBase):
     """Torch threads during the update (the PPO/A2C epochs); ``0``: as ``threads``. With
     ``env.vector=async`` the env workers idle while the learner updates, so ``2`` puts the
     second core to work there (``memcores bench rl`` measures it)."""
+    graph_update: bool = False
+    """Replay each PPO minibatch step (the core's forward and backward, the loss, clipping and
+    Adam) from one CUDA graph instead of launching its kernels one by one
+    (:mod:`agents.update_graph`). Needs a CUDA device, PPO with Adam, no reconstruction loss
+    and a core that draws nothing on the host (not ``hdetach_lstm``); the same maths as the
+    eager update. Off by default: its speed on a GPU is not yet measured."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
     histogram_every: int = 10

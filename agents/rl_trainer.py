@@ -53,6 +53,7 @@ from agents.rollout import (
     start_rollouts,
 )
 from agents.run import RunLayout, RunSession
+from agents.update_graph import UpdateGraph, refusal
 from cores.diagnostics import timescales
 from cores.graphed import maybe_graphed
 from envs.vector import VectorEnv
@@ -133,10 +134,32 @@ def setup(config: RLConfig) -> Setup:
             load_initial_policy(policy, config.train.init_from, config, n_actions, image_shape)
         policy.core = maybe_graphed(policy.core, device, config.core.cuda_graph)
         optimizer = make_optimizer(policy, config.agent)
+        if config.train.graph_update:
+            check_graph_update(device, policy, optimizer, config.agent)
     except BaseException:
         envs.close()
         raise
     return Setup(config, device, envs, policy, optimizer, n_actions, image_shape)
+
+
+def check_graph_update(
+    device: torch.device,
+    policy: RecurrentActorCritic,
+    optimizer: torch.optim.Optimizer,
+    agent: AgentConfig,
+) -> None:
+    """Refuse ``train.graph_update=true`` where the update cannot be replayed from a graph.
+
+    :raises ValueError: not a CUDA device, or :func:`agents.update_graph.refusal`'s reason.
+    """
+    if device.type != "cuda":
+        raise ValueError(
+            f"train.graph_update=true needs a CUDA device (train.device is {device.type}); "
+            "set train.graph_update=false"
+        )
+    why = refusal(policy, optimizer, agent)
+    if why:
+        raise ValueError(f"train.graph_update=true cannot apply: {why}")
 
 
 def check_bptt_window(config: RLConfig, horizon: int | None) -> None:
@@ -334,13 +357,14 @@ def _rollouts(
         space = obs_shapes(envs.single_observation_space)
         return RolloutBuffer(space, agent.n_steps, n, agent.seq_len, state, act_device)
 
+    graph = UpdateGraph() if cfg.train.graph_update else None
     if not cfg.train.overlap:
-        learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent)  # noqa: E731
+        learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, graph=graph)  # noqa: E731
         return SerialRollouts(collect, learn, make_buffer(), cfg.train.update_threads)
     # The learner draws its minibatch order from its own generator while the collector
     # samples actions from torch's global one, so an overlapped run stays reproducible.
     generator = torch.Generator().manual_seed(seed)
-    learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, generator)  # noqa: E731
+    learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, generator, graph)  # noqa: E731
     return OverlappedRollouts(collect, learn, (make_buffer(), make_buffer()))
 
 

@@ -55,6 +55,7 @@ RESUME_ALLOWED_CHANGES: frozenset[str] = frozenset(
         "train.steps",  # supervised budget: only longer
         "train.device",
         "core.cuda_graph",  # the same maths, eager or replayed
+        "train.graph_update",  # the same maths, eager or replayed
         "train.threads",
         "train.update_threads",
         "train.progress",

@@ -50,6 +50,12 @@ class MemoryCore(nn.Module):
     """Whether :meth:`forward` can be recorded as a CUDA graph (:mod:`cores.graphed`): no host
     synchronisation besides :func:`steps_with_starts`, no shapes that depend on the data."""
 
+    def draws_on_host(self) -> bool:
+        """Whether a training :meth:`forward` draws random numbers on the host (h-detach's
+        per-step choice): a CUDA graph of the training step would replay the recorded draws
+        (:mod:`agents.update_graph` refuses such a core)."""
+        return False
+
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
         if input_size <= 0 or hidden_size <= 0:

@@ -166,6 +166,10 @@ class GatedLSTM(BlockGatedCore):
     def _gate_input(self, h_prev: Tensor, detach: bool) -> Tensor:
         return h_prev.detach() if detach else h_prev
 
+    def draws_on_host(self) -> bool:
+        """h-detach's per-step draws, while training (see :meth:`_draw_detach`)."""
+        return self.hdetach and self.p > 0.0
+
     def _draw_detach(self, steps: int) -> list[bool]:
         """One Bernoulli(p) draw per time step, shared by the batch, only while training."""
         if not (self.hdetach and self.training and self.p > 0.0):

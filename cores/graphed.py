@@ -125,10 +125,17 @@ class GraphedCore(MemoryCore):
         """The wrapped core's reset."""
         return self.core.reset_state(state, mask)
 
+    def draws_on_host(self) -> bool:
+        """The wrapped core's answer."""
+        return self.core.draws_on_host()
+
     def graphable(self, x: Tensor) -> bool:
-        """Whether a call with ``x [T, B, D]`` replays a graph (else it runs eagerly)."""
+        """Whether a call with ``x [T, B, D]`` replays a graph (else it runs eagerly). Not
+        while a graph of the whole update step records (graphs do not nest): the wrapped core
+        is then recorded within it."""
         return (
             x.device.type == "cuda"
+            and not torch.cuda.is_current_stream_capturing()
             and torch.is_grad_enabled()
             and x.shape[0] > 1
             and not autocast_enabled("cuda")

@@ -236,7 +236,9 @@ class _MinRNN(MemoryCore):
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the per-layer ``[B, H]`` states."""
         check_sequence(self, x, state, starts)
         keep = None
-        if starts is not None and bool(starts.any()):
+        # starts on a GPU are not read back (the host would wait for the device, and a CUDA
+        # graph of the update could not be recorded): the mask is applied whatever they hold
+        if starts is not None and (starts.device.type != "cpu" or bool(starts.any())):
             keep = keep_mask(starts, x.dtype)  # [T, B, 1]
         y, new_state = x, []
         for i, (cell, h0) in enumerate(zip(self.cells, state, strict=True)):

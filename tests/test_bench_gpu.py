@@ -91,11 +91,20 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
     assert all(r["rule"] == "cpu" and r["us_cpu"] > 0 for r in parts["acting"]["rows"])
 
     rl = parts["rl"]["rows"]
-    assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] + ["POPGym"] * 4
+    assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] * 2 + ["POPGym"] * 4
     for row in rl:
         assert "error" not in row, row
-        assert row["cpu"]["fps"] > 0 and row["x_cpu"] == 1.0  # the CPU against itself
-    assert rl[1]["cpu"]["epochs_timed"] == "1/30"  # POPGym's 30 epochs, one timed
+        assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0
+    eager, graphed = rl[0], rl[1]
+    assert eager["x_cpu"] == 1.0 and "graph" not in eager["device"]  # the CPU against itself
+    # the update-graph row times the device only, against the eager row's CPU
+    assert graphed["setting"] == eager["setting"] + ", update graph"
+    assert graphed["cpu"] == eager["cpu"]
+    assert graphed["x_cpu"] == pytest.approx(graphed["device"]["fps"] / eager["cpu"]["fps"])
+    replayed = graphed["device"]["graph"]
+    assert replayed.endswith("steps replayed") and int(replayed.split()[0]) > 0, replayed
+    assert f"update: {replayed}" in md
+    assert rl[2]["cpu"]["epochs_timed"] == "1/30"  # POPGym's 30 epochs, one timed
 
     sup = parts["supervised"]
     assert sup["cpu"]["s_per_update"] > 0 and sup["cpu"]["updates"] == gpu.QUICK.supervised_updates

@@ -199,10 +199,8 @@ def test_the_device_path_of_an_update_skips_and_sums_as_the_host_path(monkeypatc
     every minibatch back, with a poisoned minibatch skipped."""
     from agents import ppo
 
-    real_totals = ppo.LossTotals
-
     def run(on_device: bool):
-        monkeypatch.setattr(ppo, "LossTotals", lambda **_: real_totals(on_device=on_device))
+        monkeypatch.setattr(ppo, "rows_on_device", lambda device: on_device)
         s, buffer, _ = _collect("lstm")
         buffer.compute_returns(torch.zeros(2), torch.zeros(2, dtype=torch.bool), 0.99, 0.95)
         buffer.returns[0, 0] = float("nan")  # poisons the minibatches holding that chunk

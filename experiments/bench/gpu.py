@@ -1,7 +1,7 @@
 """``memcores bench gpu --out DIR``: everything GPU-side, measured in one prepared run.
 
 On a machine with a CUDA GPU, in one run of a few minutes (each part has a time budget,
-340 s in all; what a part cannot fit is listed as not measured):
+350 s in all; what a part cannot fit is listed as not measured):
 
 1. ``tests``: the CUDA cases of the test suite (``pytest -k "cuda or triton_kernels"``:
    every test on the ``device`` fixture, the kernel tests that name CUDA, and the fused-kernel
@@ -28,7 +28,9 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    ``min_gru``. One rollout is collected and timed; the update is timed over ``E`` of its
    epochs (all 8 of MemoryS7's, 1 of POPGym's 30; on the GPU after a warm-up epoch) and
    scaled to the whole update: frames/s = frames / (collection + update). Each side runs
-   with the config's own ``train.threads``, as ``memcores train`` would.
+   with the config's own ``train.threads``, as ``memcores train`` would. Each MemoryS7 row is
+   followed by one whose update replays CUDA graphs (``train.graph_update``, the warm-up
+   epoch records them), timed on the GPU only.
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
 7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
@@ -133,10 +135,10 @@ PARTS: dict[str, float] = {
     "cores": 80.0,  # 70 s left four CUDA-graph cells unmeasured on an H100
     "scaling": 30.0,
     "acting": 5.0,  # 2.2 s on an H100
-    "rl": 90.0,
+    "rl": 100.0,  # 78 s on an H100, before the two update-graph rows
     "supervised": 25.0,  # 19 s on an H100
 }
-"""Each part's time budget in seconds (340 in all); time a part leaves goes to the next. A
+"""Each part's time budget in seconds (350 in all); time a part leaves goes to the next. A
 part checks its clock between measurements, so one measurement can overrun it by its own
 length (the longest: one POPGym update epoch on the CPU)."""
 EXTRA_PARTS: dict[str, float] = {"probe": 150.0}  # 8 variants x 3 cores x 2 shapes, each compiled
@@ -631,10 +633,14 @@ def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) 
     return {"rows": rows, "crossover_n_envs": crossover, "not_measured": not_measured}
 
 
-def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
+def rl_rate(
+    path: str, overrides: list[str], device: str, epochs: int | None, graph_update: bool = False
+) -> dict[str, Any]:
     """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout (the trainer's
     acting rule), the update timed over ``epochs`` of its epochs (after a warm-up epoch off the
-    CPU) and scaled to all of them."""
+    CPU) and scaled to all of them. ``graph_update``: the update's minibatch steps replay a
+    recording (``train.graph_update``: CUDA graphs on a GPU; on the CPU, which has none, the
+    same bookkeeping run eagerly, to check the script); the warm-up epoch records it."""
     from agents.ppo import update
     from agents.rl_trainer import (
         acting_policy,
@@ -644,6 +650,7 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
         start_rollouts,
     )
     from agents.rollout import RolloutBuffer
+    from agents.update_graph import CudaRecorder, EagerRecorder, UpdateGraph
 
     s = setup(_rl_config(path, [*overrides, f"train.device={device}"]))
     cfg, agent = s.config, s.config.agent
@@ -664,11 +671,15 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
             lambda: collect_with_returns(acting, s.envs, buffer, carry, agent), s.device
         )
         timed_epochs = agent.n_epochs if epochs is None else min(epochs, agent.n_epochs)
-        if s.device.type != "cpu":  # kernel compilation and autotuning on first use
+        graph = None
+        if graph_update:
+            graph = UpdateGraph(CudaRecorder() if s.device.type == "cuda" else EagerRecorder())
+        if s.device.type != "cpu" or graph is not None:  # compiling, autotuning, recording
             one = dataclasses.replace(agent, n_epochs=1)
-            timed(lambda: update(s.policy, s.optimizer, buffer, one), s.device)
+            timed(lambda: update(s.policy, s.optimizer, buffer, one, graph=graph), s.device)
         part = dataclasses.replace(agent, n_epochs=timed_epochs)
-        upd = timed(lambda: update(s.policy, s.optimizer, buffer, part), s.device)
+        replays = 0 if graph is None else graph.replays
+        upd = timed(lambda: update(s.policy, s.optimizer, buffer, part, graph=graph), s.device)
         upd *= agent.n_epochs / timed_epochs
     finally:
         s.envs.close()
@@ -680,37 +691,58 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
         "epochs_timed": f"{timed_epochs}/{agent.n_epochs}",
         "acting": describe_acting(s.device, n_envs),
         "threads": torch.get_num_threads(),
+        **({} if graph is None else {"graph": _graph_summary(graph, graph.replays - replays)}),
     }
 
 
+def _graph_summary(graph: Any, replays: int) -> str:
+    """How the timed update ran its minibatch steps with ``graph_update``."""
+    if graph.failure is not None:
+        return f"eager: recording failed ({graph.failure})"
+    if graph.refused is not None:
+        return f"eager: {graph.refused}"
+    return f"{replays} steps replayed"
+
+
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
-    """RL frames/s on ``device`` against the CPU, per setting."""
-    settings: list[tuple[str, str, list[str], int | None]] = [
+    """RL frames/s on ``device`` against the CPU, per setting. The ``update graph`` rows
+    (``train.graph_update``) time the device only: their CPU side is the row above theirs."""
+    envs = (8, 64) if not quick else (2,)
+    memory_s7 = [
         (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
-        for n in ((8, 64) if not quick else (2,))
+        for n in envs
     ]
+    settings: list[tuple[str, str, list[str], int | None, bool]] = []
+    for label, path, overrides, epochs in memory_s7:
+        settings += [(label, path, overrides, epochs, False)]
+        settings += [(f"{label}, update graph", path, overrides, epochs, True)]
     settings += [
         (
             f"POPGym RepeatPreviousEasy {core}",
             POPGYM,
             [f"core.name={core}", *sizes.popgym_overrides],
             1,
+            False,
         )
         for core in POPGYM_CORES
     ]
     rows, not_measured = [], []
     threads = torch.get_num_threads()
-    for label, path, overrides, epochs in settings:
+    for label, path, overrides, epochs, graph_update in settings:
         if clock.left() <= 0:
             not_measured.append(label)
             continue
         row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
         try:
-            for side, where in (("cpu", "cpu"), ("device", str(device))):
-                row[side] = rl_rate(path, overrides, where, epochs)
-                if device.type == "cpu":
-                    row["device"] = row["cpu"]
-                    break
+            if graph_update:  # the device only: the eager row above measured this CPU
+                row["cpu"] = rows[-1]["cpu"]
+                row["device"] = rl_rate(path, overrides, str(device), epochs, graph_update=True)
+            else:
+                row["cpu"] = rl_rate(path, overrides, "cpu", epochs)
+                on_device = device.type != "cpu"
+                row["device"] = (
+                    rl_rate(path, overrides, str(device), epochs) if on_device else row["cpu"]
+                )
             row["x_cpu"] = row["device"]["fps"] / row["cpu"]["fps"]
         except Exception as err:
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
@@ -922,10 +954,11 @@ def _md_rl(rl: dict[str, Any]) -> list[str]:
             lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
             continue
         d = r["device"]
+        acting = d["acting"] + (f"; update: {d['graph']}" if "graph" in d else "")
         lines.append(
             f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
             f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
-            f"| {d['acting']} |"
+            f"| {acting} |"
         )
     return lines
 

@@ -1,0 +1,345 @@
+"""The PPO update's minibatch step recorded once as a CUDA graph and replayed.
+
+A minibatch step (one core call over ``[L, M]`` chunks, the loss, backward, gradient clipping,
+fused Adam) is a few hundred small kernels. At RL shapes the GPU waits on their launches, not
+on the arithmetic; :class:`UpdateGraph` launches the whole step as one graph instead
+(``train.graph_update``).
+
+How a step becomes replayable (PyTorch's whole-network capture, with what PPO adds):
+
+- **Fixed addresses.** The rollout is copied into static buffers once per update (one
+  ``_foreach_copy_``) and a minibatch is chosen by copying its chunk indices into a static
+  ``[M]`` index; the graph gathers the minibatch itself. The step returns its loss terms as
+  one static ``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay.
+- **The learning rate** is a device tensor while the graph is recorded, filled before each
+  update, so annealing reaches the replays; the optimiser keeps its float between (checkpoints
+  are unchanged). A non-finite minibatch is skipped on the device (fused Adam's
+  ``found_inf``), as in the eager update.
+- **Warm-up.** The first :data:`WARMUP_STEPS` minibatches of a new layout are real steps,
+  taken eagerly on a side stream (they build the optimiser state, compile and autotune the
+  kernels); the next one is recorded, then every full-size minibatch replays. A smaller last
+  minibatch runs eagerly.
+- **Re-recording.** A new policy, optimiser, rollout layout, loss setting or optimiser state
+  (a resume replaces its tensors) records a new graph.
+- **What cannot be recorded** is refused before anything is recorded (:func:`refusal`): A2C,
+  an optimiser other than fused Adam, the reconstruction loss (it picks cells by the data) and
+  cores that draw random numbers on the host (``hdetach_lstm``), whose draws a graph would
+  freeze. A core that reads the device from the host inside ``forward`` makes the recording
+  raise; the update then warns once and runs eagerly from there on.
+
+The recorder is a parameter: :class:`CudaRecorder` on a GPU; :class:`EagerRecorder` replays by
+running the recorded function again, with the same static buffers and settings, which is how
+the tests check this bookkeeping on a CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from agents.policy import RecurrentActorCritic
+from agents.ppo import LossFn, Row, minibatch_step
+from agents.rl_config import AgentConfig
+from agents.rollout import ChunkBatch
+from cores.base import MemoryCore
+from cores.graphed import collector_paused
+
+WARMUP_STEPS = 3
+"""Eager minibatch steps of a new layout before it is recorded (PyTorch's examples use 3)."""
+
+Replay = Callable[[], Tensor]
+"""Runs the recorded step again; returns its row (a static buffer for a CUDA graph)."""
+
+
+class Recorder(Protocol):
+    """How a step is recorded and replayed."""
+
+    def warmup(self) -> contextlib.AbstractContextManager[None]:
+        """The context for eager steps before recording."""
+        ...
+
+    def record(
+        self,
+        fn: Callable[[], Tensor],
+        settings: Callable[[], contextlib.AbstractContextManager[None]],
+    ) -> Replay:
+        """Record ``fn`` under ``settings()``; return its replay."""
+        ...
+
+
+class CudaRecorder:
+    """CUDA graphs: warm-up on a side stream, one graph per recording."""
+
+    def __init__(self) -> None:
+        self.side = torch.cuda.Stream()
+
+    @contextlib.contextmanager
+    def warmup(self) -> Iterator[None]:
+        """Eager steps on a side stream, ordered after and before the current one."""
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            yield
+        torch.cuda.current_stream().wait_stream(self.side)
+
+    def record(
+        self,
+        fn: Callable[[], Tensor],
+        settings: Callable[[], contextlib.AbstractContextManager[None]],
+    ) -> Replay:
+        """One ``torch.cuda.CUDAGraph`` of ``fn``. ``thread_local``: an overlapped rollout's
+        collector thread may launch its own kernels meanwhile."""
+        graph = torch.cuda.CUDAGraph()
+        with settings(), collector_paused():
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                out = fn()
+
+        def replay() -> Tensor:
+            graph.replay()
+            return out
+
+        return replay
+
+
+class EagerRecorder:
+    """Replays by running the function again under the recorded settings: the same static
+    buffers and optimiser settings as a graph, on any device (a reference for tests)."""
+
+    def warmup(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to set up."""
+        return contextlib.nullcontext()
+
+    def record(
+        self,
+        fn: Callable[[], Tensor],
+        settings: Callable[[], contextlib.AbstractContextManager[None]],
+    ) -> Replay:
+        """``fn``, run under ``settings()`` at every replay."""
+
+        def replay() -> Tensor:
+            with settings():
+                return fn()
+
+        return replay
+
+
+def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentConfig) -> str | None:
+    """Why this update cannot be replayed from a graph (None: it can)."""
+    if agent.algo != "ppo":
+        return "A2C takes one step per update, which leaves nothing to replay"
+    if not (isinstance(optimizer, torch.optim.Adam) and optimizer.defaults.get("fused")):
+        return "it needs the fused Adam optimiser (agent.optimizer=adam)"
+    if getattr(policy, "decoder", None) is not None:
+        return "the reconstruction loss (agent.recon_coef > 0) picks its cells by the data"
+    for module in policy.modules():
+        if isinstance(module, MemoryCore) and module.draws_on_host():
+            return (
+                f"{type(module).__name__} draws random numbers on the host while training, "
+                "which a graph would freeze"
+            )
+    return None
+
+
+def _tensors(batch: ChunkBatch) -> list[Tensor]:
+    """Every tensor of ``batch``, in a fixed order."""
+    obs = [batch.obs[k] for k in sorted(batch.obs)]
+    rest = (batch.starts, batch.actions, batch.logprobs, batch.values, batch.advantages)
+    return [*obs, *rest, batch.returns, *batch.state]
+
+
+def _layout(batch: ChunkBatch) -> tuple:
+    """What a recording depends on in ``batch``: its keys, shapes, dtypes and devices."""
+    return (
+        tuple(sorted(batch.obs)),
+        tuple((tuple(t.shape), t.dtype, t.device) for t in _tensors(batch)),
+        len(batch.state),
+    )
+
+
+def _clone(batch: ChunkBatch) -> ChunkBatch:
+    """A copy of ``batch`` in fresh buffers."""
+    return ChunkBatch(
+        obs={k: v.clone() for k, v in batch.obs.items()},
+        starts=batch.starts.clone(),
+        actions=batch.actions.clone(),
+        logprobs=batch.logprobs.clone(),
+        values=batch.values.clone(),
+        advantages=batch.advantages.clone(),
+        returns=batch.returns.clone(),
+        state=tuple(s.clone() for s in batch.state),
+    )
+
+
+def _storage(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> tuple[int, ...]:
+    """The addresses a recording reads and writes: parameters and optimiser state."""
+    addresses = [p.data_ptr() for p in params]
+    for p in params:
+        addresses += [t.data_ptr() for t in optimizer.state.get(p, {}).values()]
+    return tuple(addresses)
+
+
+@dataclasses.dataclass
+class _Recording:
+    """One recorded layout: its static buffers, settings and replay."""
+
+    policy: RecurrentActorCritic
+    optimizer: torch.optim.Optimizer
+    loss_fn: LossFn
+    agent: AgentConfig  # with learning_rate 0: the rate reaches a replay through `lr`
+    layout: tuple
+    static: ChunkBatch
+    index: Tensor  # [M] long: the chunks of the current minibatch
+    lr: Tensor  # 0-d float32 on the device
+    params: list[nn.Parameter]
+    warmups_left: int
+    storage: tuple[int, ...] = ()
+    replay: Replay | None = None
+
+    def fits(
+        self,
+        policy: RecurrentActorCritic,
+        optimizer: torch.optim.Optimizer,
+        batch: ChunkBatch,
+        chunks_per_mb: int,
+        agent: AgentConfig,
+        loss_fn: LossFn,
+    ) -> bool:
+        """Whether a replay computes what the eager step on these arguments does."""
+        return (
+            policy is self.policy
+            and optimizer is self.optimizer
+            and loss_fn is self.loss_fn
+            and chunks_per_mb == self.index.numel()
+            and _layout(batch) == self.layout
+            and dataclasses.replace(agent, learning_rate=0.0) == self.agent
+            and (self.replay is None or _storage(optimizer, self.params) == self.storage)
+        )
+
+    def eager(self, index: Tensor) -> Row:
+        """The minibatch step, launched op by op (device rows)."""
+        return minibatch_step(
+            self.policy, self.optimizer, self.static, index, self.agent, self.loss_fn,
+            self.params, on_device=True,
+        )  # fmt: skip
+
+    @contextlib.contextmanager
+    def settings(self) -> Iterator[None]:
+        """The optimiser as a recording needs it: the rate as a device tensor, ``capturable``
+        (PyTorch's check for a step inside a graph); restored after."""
+        groups = self.optimizer.param_groups
+        saved = [(g["lr"], g["capturable"]) for g in groups]
+        for g in groups:
+            g["lr"], g["capturable"] = self.lr, True
+        try:
+            yield
+        finally:
+            for g, (lr, capturable) in zip(groups, saved, strict=True):
+                g["lr"], g["capturable"] = lr, capturable
+
+
+class UpdateGraph:
+    """Replays the PPO minibatch step from a recording (see the module docstring).
+
+    :param recorder: :class:`CudaRecorder` (default) or :class:`EagerRecorder`.
+    :param warmup_steps: eager steps of a new layout before it is recorded, at least one:
+        the optimiser's state must exist before a recording (one created inside it would be
+        created anew at every replay).
+    """
+
+    def __init__(self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_STEPS):
+        if warmup_steps < 1:
+            raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
+        self.recorder = recorder if recorder is not None else CudaRecorder()
+        self.warmup_steps = warmup_steps
+        self.failure: str | None = None
+        """Why a recording failed, after which every update runs eagerly (None: none did)."""
+        self.refused: str | None = None
+        """Why the last update could not be replayed (:func:`refusal`), if it could not."""
+        self.replays = 0
+        """Minibatch steps replayed so far."""
+        self._recording: _Recording | None = None
+
+    def bind(
+        self,
+        policy: RecurrentActorCritic,
+        optimizer: torch.optim.Optimizer,
+        batch: ChunkBatch,
+        chunks_per_mb: int,
+        agent: AgentConfig,
+        loss_fn: LossFn,
+    ) -> Callable[[Tensor], Row] | None:
+        """The minibatch step for this update (``index [M] -> row``), replaying where it can;
+        None where this update runs eagerly (a failed recording, or :func:`refusal`)."""
+        self.refused = refusal(policy, optimizer, agent)
+        if self.failure is not None or self.refused is not None:
+            return None
+        rec = self._recording
+        if rec is None or not rec.fits(policy, optimizer, batch, chunks_per_mb, agent, loss_fn):
+            rec = self._recording = self._new_recording(
+                policy, optimizer, batch, chunks_per_mb, agent, loss_fn
+            )
+        else:
+            torch._foreach_copy_(_tensors(rec.static), _tensors(batch))
+        rec.lr.fill_(float(optimizer.param_groups[0]["lr"]))
+        return lambda index: self._step(rec, index)
+
+    def _new_recording(
+        self,
+        policy: RecurrentActorCritic,
+        optimizer: torch.optim.Optimizer,
+        batch: ChunkBatch,
+        chunks_per_mb: int,
+        agent: AgentConfig,
+        loss_fn: LossFn,
+    ) -> _Recording:
+        """Static buffers for a new layout (recorded after its warm-up steps)."""
+        self._recording = None  # the old graph's memory goes before the new one's is taken
+        device = batch.starts.device
+        return _Recording(
+            policy=policy,
+            optimizer=optimizer,
+            loss_fn=loss_fn,
+            agent=dataclasses.replace(agent, learning_rate=0.0),
+            layout=_layout(batch),
+            static=_clone(batch),
+            index=torch.zeros(chunks_per_mb, dtype=torch.long, device=device),
+            lr=torch.zeros((), device=device),
+            params=[p for p in policy.parameters() if p.requires_grad],
+            warmups_left=self.warmup_steps,
+        )
+
+    def _step(self, rec: _Recording, index: Tensor) -> Row:
+        """One minibatch step: eager while warming up (or for a smaller last minibatch), then
+        recorded once and replayed."""
+        if index.numel() != rec.index.numel() or self.failure is not None:
+            return rec.eager(index)
+        if rec.replay is None and rec.warmups_left > 0:
+            rec.warmups_left -= 1
+            with self.recorder.warmup():
+                return rec.eager(index)
+        rec.index.copy_(index)
+        if rec.replay is None:
+            try:
+                rec.replay = self.recorder.record(lambda: rec.eager(rec.index), rec.settings)
+            except RuntimeError as err:  # training goes on, eagerly, rather than stop
+                self._fail(err)
+                return rec.eager(index)
+            rec.storage = _storage(rec.optimizer, rec.params)
+        self.replays += 1
+        return rec.replay().clone()
+
+    def _fail(self, err: RuntimeError) -> None:
+        """Record why recording failed, warn once, and drop the recording."""
+        self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        self._recording = None
+        warnings.warn(
+            f"train.graph_update: recording the update step failed ({self.failure}); "
+            "the update runs eagerly from now on",
+            RuntimeWarning,
+            stacklevel=3,
+        )
