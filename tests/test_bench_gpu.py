@@ -91,7 +91,9 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
     assert all(r["rule"] == "cpu" and r["us_cpu"] > 0 for r in parts["acting"]["rows"])
 
     rl = parts["rl"]["rows"]
-    assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] * 2 + ["POPGym"] * 4
+    assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] * 2 + ["POPGym"] * 5
+    assert rl[5]["setting"] == "POPGym RepeatPreviousEasy ur_lstm, update graph"
+    assert rl[5]["device"]["graph"].endswith("steps replayed"), rl[5]
     for row in rl:
         assert "error" not in row, row
         assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0

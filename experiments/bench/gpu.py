@@ -1,7 +1,7 @@
 """``memcores bench gpu --out DIR``: everything GPU-side, measured in one prepared run.
 
 On a machine with a CUDA GPU, in one run of a few minutes (each part has a time budget,
-350 s in all; what a part cannot fit is listed as not measured):
+355 s in all; what a part cannot fit is listed as not measured):
 
 1. ``tests``: the CUDA cases of the test suite (``pytest -k "cuda or triton_kernels"``:
    every test on the ``device`` fixture, the kernel tests that name CUDA, and the fused-kernel
@@ -30,7 +30,7 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    scaled to the whole update: frames/s = frames / (collection + update). Each side runs
    with the config's own ``train.threads``, as ``memcores train`` would. Each MemoryS7 row is
    followed by one whose update replays CUDA graphs (``train.graph_update``, the warm-up
-   epoch records them), timed on the GPU only.
+   epochs record them), timed on the GPU only, and so is POPGym's ``ur_lstm`` row.
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
 7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
@@ -72,6 +72,8 @@ MEMORY_S7 = "experiments/configs/memory_s7.yaml"
 POPGYM = "experiments/configs/sweep_popgym.yaml"
 COPY = "experiments/configs/copy.yaml"
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
+POPGYM_GRAPH_CORES = ("ur_lstm",)
+"""The POPGym rows timed again with ``train.graph_update`` (``lstm`` runs the same kernel)."""
 SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
 LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
 GRAPH_SCALING = ("janet",)
@@ -135,10 +137,10 @@ PARTS: dict[str, float] = {
     "cores": 80.0,  # 70 s left four CUDA-graph cells unmeasured on an H100
     "scaling": 30.0,
     "acting": 5.0,  # 2.2 s on an H100
-    "rl": 100.0,  # 78 s on an H100, before the two update-graph rows
+    "rl": 105.0,  # 78 s on an H100, before the three update-graph rows
     "supervised": 25.0,  # 19 s on an H100
 }
-"""Each part's time budget in seconds (350 in all); time a part leaves goes to the next. A
+"""Each part's time budget in seconds (355 in all); time a part leaves goes to the next. A
 part checks its clock between measurements, so one measurement can overrun it by its own
 length (the longest: one POPGym update epoch on the CPU)."""
 EXTRA_PARTS: dict[str, float] = {"probe": 150.0}  # 8 variants x 3 cores x 2 shapes, each compiled
@@ -675,8 +677,9 @@ def rl_rate(
         if graph_update:
             graph = UpdateGraph(CudaRecorder() if s.device.type == "cuda" else EagerRecorder())
         if s.device.type != "cpu" or graph is not None:  # compiling, autotuning, recording
-            one = dataclasses.replace(agent, n_epochs=1)
-            timed(lambda: update(s.policy, s.optimizer, buffer, one, graph=graph), s.device)
+            warm_epochs = 1 if graph is None else _epochs_to_record(agent, n_envs, graph)
+            warm = dataclasses.replace(agent, n_epochs=warm_epochs)
+            timed(lambda: update(s.policy, s.optimizer, buffer, warm, graph=graph), s.device)
         part = dataclasses.replace(agent, n_epochs=timed_epochs)
         replays = 0 if graph is None else graph.replays
         upd = timed(lambda: update(s.policy, s.optimizer, buffer, part, graph=graph), s.device)
@@ -693,6 +696,14 @@ def rl_rate(
         "threads": torch.get_num_threads(),
         **({} if graph is None else {"graph": _graph_summary(graph, graph.replays - replays)}),
     }
+
+
+def _epochs_to_record(agent: Any, n_envs: int, graph: Any) -> int:
+    """Update epochs that take ``graph``'s warm-up steps and its recording."""
+    chunks = n_envs * agent.n_steps // agent.seq_len
+    per_minibatch = max(1, agent.minibatch_size // agent.seq_len)
+    full_minibatches = max(1, chunks // per_minibatch)  # a smaller last one is not recorded
+    return math.ceil((graph.warmup_steps + 1) / full_minibatches)
 
 
 def _graph_summary(graph: Any, replays: int) -> str:
@@ -716,16 +727,12 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> di
     for label, path, overrides, epochs in memory_s7:
         settings += [(label, path, overrides, epochs, False)]
         settings += [(f"{label}, update graph", path, overrides, epochs, True)]
-    settings += [
-        (
-            f"POPGym RepeatPreviousEasy {core}",
-            POPGYM,
-            [f"core.name={core}", *sizes.popgym_overrides],
-            1,
-            False,
-        )
-        for core in POPGYM_CORES
-    ]
+    for core in POPGYM_CORES:
+        label, overrides = f"POPGym RepeatPreviousEasy {core}", [f"core.name={core}"]
+        settings += [(label, POPGYM, [*overrides, *sizes.popgym_overrides], 1, False)]
+        if core in POPGYM_GRAPH_CORES:
+            graphed = f"{label}, update graph"
+            settings += [(graphed, POPGYM, [*overrides, *sizes.popgym_overrides], 1, True)]
     rows, not_measured = [], []
     threads = torch.get_num_threads()
     for label, path, overrides, epochs, graph_update in settings:
