@@ -27,105 +27,26 @@ How a step becomes replayable (PyTorch's whole-network capture, with what PPO ad
   freeze. A core that reads the device from the host inside ``forward`` makes the recording
   raise; the update then warns once and runs eagerly from there on.
 
-The recorder is a parameter: :class:`CudaRecorder` on a GPU; :class:`EagerRecorder` replays by
-running the recorded function again, with the same static buffers and settings, which is how
-the tests check this bookkeeping on a CPU.
+The recorder is a parameter (:mod:`agents.graph_recording`): CUDA graphs on a GPU; on a CPU
+the tests replay by running the recorded step again on the same static buffers and settings,
+which checks this bookkeeping.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
+from agents.graph_recording import WARMUP_CALLS, CudaRecorder, RecordedCall, Recorder
 from agents.policy import RecurrentActorCritic
 from agents.ppo import LossFn, Row, minibatch_step
 from agents.rl_config import AgentConfig
 from agents.rollout import ChunkBatch
 from cores.base import MemoryCore
-from cores.graphed import collector_paused
-
-WARMUP_STEPS = 3
-"""Eager minibatch steps of a new layout before it is recorded (PyTorch's examples use 3)."""
-
-Replay = Callable[[], Tensor]
-"""Runs the recorded step again; returns its row (a static buffer for a CUDA graph)."""
-
-
-class Recorder(Protocol):
-    """How a step is recorded and replayed."""
-
-    def warmup(self) -> contextlib.AbstractContextManager[None]:
-        """The context for eager steps before recording."""
-        ...
-
-    def record(
-        self,
-        fn: Callable[[], Tensor],
-        settings: Callable[[], contextlib.AbstractContextManager[None]],
-    ) -> Replay:
-        """Record ``fn`` under ``settings()``; return its replay."""
-        ...
-
-
-class CudaRecorder:
-    """CUDA graphs: warm-up on a side stream, one graph per recording."""
-
-    def __init__(self) -> None:
-        self.side = torch.cuda.Stream()
-
-    @contextlib.contextmanager
-    def warmup(self) -> Iterator[None]:
-        """Eager steps on a side stream, ordered after and before the current one."""
-        self.side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.side):
-            yield
-        torch.cuda.current_stream().wait_stream(self.side)
-
-    def record(
-        self,
-        fn: Callable[[], Tensor],
-        settings: Callable[[], contextlib.AbstractContextManager[None]],
-    ) -> Replay:
-        """One ``torch.cuda.CUDAGraph`` of ``fn``. ``thread_local``: an overlapped rollout's
-        collector thread may launch its own kernels meanwhile."""
-        graph = torch.cuda.CUDAGraph()
-        with settings(), collector_paused():
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                out = fn()
-
-        def replay() -> Tensor:
-            graph.replay()
-            return out
-
-        return replay
-
-
-class EagerRecorder:
-    """Replays by running the function again under the recorded settings: the same static
-    buffers and optimiser settings as a graph, on any device (a reference for tests)."""
-
-    def warmup(self) -> contextlib.AbstractContextManager[None]:
-        """Nothing to set up."""
-        return contextlib.nullcontext()
-
-    def record(
-        self,
-        fn: Callable[[], Tensor],
-        settings: Callable[[], contextlib.AbstractContextManager[None]],
-    ) -> Replay:
-        """``fn``, run under ``settings()`` at every replay."""
-
-        def replay() -> Tensor:
-            with settings():
-                return fn()
-
-        return replay
 
 
 def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentConfig) -> str | None:
@@ -196,9 +117,8 @@ class _Recording:
     index: Tensor  # [M] long: the chunks of the current minibatch
     lr: Tensor  # 0-d float32 on the device
     params: list[nn.Parameter]
-    warmups_left: int
-    storage: tuple[int, ...] = ()
-    replay: Replay | None = None
+    call: RecordedCall[Tensor] | None = None  # the step on `static` and `index`
+    storage: tuple[int, ...] = ()  # `_storage` when it was recorded
 
     def fits(
         self,
@@ -217,7 +137,7 @@ class _Recording:
             and chunks_per_mb == self.index.numel()
             and _layout(batch) == self.layout
             and dataclasses.replace(agent, learning_rate=0.0) == self.agent
-            and (self.replay is None or _storage(optimizer, self.params) == self.storage)
+            and (not self.storage or _storage(optimizer, self.params) == self.storage)
         )
 
     def eager(self, index: Tensor) -> Row:
@@ -245,13 +165,12 @@ class _Recording:
 class UpdateGraph:
     """Replays the PPO minibatch step from a recording (see the module docstring).
 
-    :param recorder: :class:`CudaRecorder` (default) or :class:`EagerRecorder`.
-    :param warmup_steps: eager steps of a new layout before it is recorded, at least one:
-        the optimiser's state must exist before a recording (one created inside it would be
-        created anew at every replay).
+    :param recorder: :class:`agents.graph_recording.CudaRecorder` (default) or
+        :class:`agents.graph_recording.EagerRecorder`.
+    :param warmup_steps: eager steps of a new layout before it is recorded (at least one).
     """
 
-    def __init__(self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_STEPS):
+    def __init__(self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_CALLS):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
         self.recorder = recorder if recorder is not None else CudaRecorder()
@@ -280,6 +199,7 @@ class UpdateGraph:
             return None
         rec = self._recording
         if rec is None or not rec.fits(policy, optimizer, batch, chunks_per_mb, agent, loss_fn):
+            self._recording = None  # the old graph's memory goes before the new one's is taken
             rec = self._recording = self._new_recording(
                 policy, optimizer, batch, chunks_per_mb, agent, loss_fn
             )
@@ -297,10 +217,9 @@ class UpdateGraph:
         agent: AgentConfig,
         loss_fn: LossFn,
     ) -> _Recording:
-        """Static buffers for a new layout (recorded after its warm-up steps)."""
-        self._recording = None  # the old graph's memory goes before the new one's is taken
+        """Static buffers for a new layout, and its step (recorded after its warm-up)."""
         device = batch.starts.device
-        return _Recording(
+        rec = _Recording(
             policy=policy,
             optimizer=optimizer,
             loss_fn=loss_fn,
@@ -310,36 +229,32 @@ class UpdateGraph:
             index=torch.zeros(chunks_per_mb, dtype=torch.long, device=device),
             lr=torch.zeros((), device=device),
             params=[p for p in policy.parameters() if p.requires_grad],
-            warmups_left=self.warmup_steps,
         )
+        rec.call = RecordedCall(
+            lambda: rec.eager(rec.index),
+            self.recorder,
+            "train.graph_update: the update step",
+            rec.settings,
+            self.warmup_steps,
+        )
+        return rec
 
     def _step(self, rec: _Recording, index: Tensor) -> Row:
-        """One minibatch step: eager while warming up (or for a smaller last minibatch), then
-        recorded once and replayed."""
+        """One minibatch step: a smaller last minibatch eagerly; a full one through the
+        recorded call (eager while it warms up, then replayed)."""
+        call = rec.call
+        assert call is not None
         if index.numel() != rec.index.numel() or self.failure is not None:
             return rec.eager(index)
-        if rec.replay is None and rec.warmups_left > 0:
-            rec.warmups_left -= 1
-            with self.recorder.warmup():
-                return rec.eager(index)
         rec.index.copy_(index)
-        if rec.replay is None:
-            try:
-                rec.replay = self.recorder.record(lambda: rec.eager(rec.index), rec.settings)
-            except RuntimeError as err:  # training goes on, eagerly, rather than stop
-                self._fail(err)
-                return rec.eager(index)
-            rec.storage = _storage(rec.optimizer, rec.params)
-        self.replays += 1
-        return rec.replay().clone()
-
-    def _fail(self, err: RuntimeError) -> None:
-        """Record why recording failed, warn once, and drop the recording."""
-        self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-        self._recording = None
-        warnings.warn(
-            f"train.graph_update: recording the update step failed ({self.failure}); "
-            "the update runs eagerly from now on",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        replays = call.replays
+        row = call()
+        if call.failure is not None:  # warned once; the next updates run eagerly
+            self.failure, self._recording = call.failure, None
+            return row
+        if call.replays > replays:
+            if not rec.storage:
+                rec.storage = _storage(rec.optimizer, rec.params)
+            self.replays += 1
+            return row.clone()  # the static row, which the next replay overwrites
+        return row

@@ -16,10 +16,11 @@ import torch
 from rl_helpers import tiny_config
 
 from agents import ppo
+from agents.graph_recording import CudaRecorder, EagerRecorder
 from agents.ppo import update
 from agents.rl_trainer import check_graph_update, setup
 from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
-from agents.update_graph import CudaRecorder, EagerRecorder, UpdateGraph, refusal
+from agents.update_graph import UpdateGraph, refusal
 
 RATES = (2.0**-12, 2.0**-13)  # float32 numbers: the recorded rate is a float32 tensor
 
@@ -108,7 +109,7 @@ def test_a_recording_follows_the_rollout_and_a_replaced_optimiser_state(monkeypa
     graph = UpdateGraph(EagerRecorder(), warmup_steps=1)
     update(s.policy, s.optimizer, buffer, agent, graph=graph)
     first = graph._recording
-    assert first is not None and first.replay is not None
+    assert first is not None and first.call.replay is not None
     buffer.advantages.mul_(-1.0)
     update(s.policy, s.optimizer, buffer, agent, graph=graph)
     assert graph._recording is first
@@ -133,7 +134,7 @@ def test_a_failed_recording_warns_once_and_trains_eagerly(monkeypatch):
 
     eager = _train("cpu", None, monkeypatch)
     graph = UpdateGraph(Failing(), warmup_steps=1)
-    with pytest.warns(RuntimeWarning, match="recording the update step failed") as caught:
+    with pytest.warns(RuntimeWarning, match="the update step: recording failed") as caught:
         failed = _train("cpu", graph, monkeypatch)
     assert len(caught) == 1 and graph.failure.startswith("RuntimeError: operation not")
     assert graph.replays == 0
@@ -228,7 +229,7 @@ def test_a_cuda_training_run_with_graph_update_records_without_falling_back(tmp_
         "train.graph_update=true",
     )  # fmt: skip
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*recording the update step failed")
+        warnings.filterwarnings("error", message=".*recording failed")
         result = rl_trainer.train(config, tmp_path / "run")
     assert result is not None
 

@@ -643,6 +643,7 @@ def rl_rate(
     CPU) and scaled to all of them. ``graph_update``: the update's minibatch steps replay a
     recording (``train.graph_update``: CUDA graphs on a GPU; on the CPU, which has none, the
     same bookkeeping run eagerly, to check the script); the warm-up epoch records it."""
+    from agents.graph_recording import CudaRecorder, EagerRecorder
     from agents.ppo import update
     from agents.rl_trainer import (
         acting_policy,
@@ -652,7 +653,7 @@ def rl_rate(
         start_rollouts,
     )
     from agents.rollout import RolloutBuffer
-    from agents.update_graph import CudaRecorder, EagerRecorder, UpdateGraph
+    from agents.update_graph import UpdateGraph
 
     s = setup(_rl_config(path, [*overrides, f"train.device={device}"]))
     cfg, agent = s.config, s.config.agent
