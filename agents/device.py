@@ -66,27 +66,33 @@ def to_device(tensors: T, device: torch.device) -> T:
 
 
 def acting_device(
-    learner: torch.device | str, n_envs: int, threshold: int = ACT_ON_LEARNER_FROM
+    learner: torch.device | str,
+    n_envs: int,
+    threshold: int = ACT_ON_LEARNER_FROM,
+    graphed: bool = False,
 ) -> torch.device:
     """Where a policy acts for a learner on ``learner`` with ``n_envs`` envs.
 
     A CPU learner acts on the CPU (the policy itself acts; nothing is copied). A learner on
     another device acts there from ``threshold`` envs on, and on a CPU copy below it (see
-    :data:`ACT_ON_LEARNER_FROM`). ``learner`` may be any device string, so the rule is tested
-    without a GPU (``"meta"``, ``"cuda"``).
+    :data:`ACT_ON_LEARNER_FROM`); with ``graphed`` (acting steps replayed from CUDA graphs,
+    ``train.graph_acting``) it acts there at any number of envs. ``learner`` may be any
+    device string, so the rule is tested without a GPU (``"meta"``, ``"cuda"``).
     """
     learner = torch.device(learner)
-    if learner.type == "cpu" or n_envs < threshold:
+    if learner.type == "cpu" or (n_envs < threshold and not graphed):
         return torch.device("cpu")
     return learner
 
 
-def describe_acting(learner: torch.device | str, n_envs: int) -> str:
+def describe_acting(learner: torch.device | str, n_envs: int, graphed: bool = False) -> str:
     """One line for logs and benchmarks: ``"acting on cpu (learner cuda, 8 envs < 128)"``."""
-    act = acting_device(learner, n_envs)
+    act = acting_device(learner, n_envs, graphed=graphed)
     learner = torch.device(learner)
     if learner.type == "cpu":
         return "acting on cpu (cpu learner)"
+    if graphed:
+        return f"acting on {act} through CUDA graphs ({n_envs} envs)"
     sign = ">=" if act == learner else "<"
     return f"acting on {act} (learner {learner}, {n_envs} envs {sign} {ACT_ON_LEARNER_FROM})"
 

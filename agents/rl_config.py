@@ -222,6 +222,11 @@ class TrainConfig(TrainBase):
     (:mod:`agents.update_graph`). Needs a CUDA device, PPO with Adam, no reconstruction loss
     and a core that draws nothing on the host (not ``hdetach_lstm``); the same maths as the
     eager update. Off by default: its speed on a GPU is not yet measured."""
+    graph_acting: bool = False
+    """Act on the GPU learner itself at any number of envs, each acting step (encoders, the
+    core's step, heads, action sampling) replayed from one CUDA graph
+    (:mod:`agents.acting_graph`) instead of on a CPU copy below 128 envs. Needs a CUDA device
+    and no ``overlap``. Off by default: its speed in training is not yet measured."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
     histogram_every: int = 10

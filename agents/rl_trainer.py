@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from agents.acting_graph import ActingGraph
 from agents.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -136,6 +137,8 @@ def setup(config: RLConfig) -> Setup:
         optimizer = make_optimizer(policy, config.agent)
         if config.train.graph_update:
             check_graph_update(device, policy, optimizer, config.agent)
+        if config.train.graph_acting:
+            check_graph_acting(device, config)
     except BaseException:
         envs.close()
         raise
@@ -160,6 +163,23 @@ def check_graph_update(
     why = refusal(policy, optimizer, agent)
     if why:
         raise ValueError(f"train.graph_update=true cannot apply: {why}")
+
+
+def check_graph_acting(device: torch.device, config: RLConfig) -> None:
+    """Refuse ``train.graph_acting=true`` without a CUDA learner, or with ``train.overlap``
+    (whose collector thread acts while the learner updates).
+
+    :raises ValueError: naming the setting to change.
+    """
+    if device.type != "cuda":
+        raise ValueError(
+            f"train.graph_acting=true needs a CUDA device (train.device is {device.type}); "
+            "set train.graph_acting=false"
+        )
+    if config.train.overlap:
+        raise ValueError(
+            "train.graph_acting=true does not run with train.overlap=true; set one to false"
+        )
 
 
 def check_bptt_window(config: RLConfig, horizon: int | None) -> None:
@@ -348,8 +368,10 @@ def _rollouts(
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 
+    step = ActingGraph(acting) if cfg.train.graph_acting else None
+
     def collect(buffer: RolloutBuffer) -> None:
-        carry[0] = collect_with_returns(acting, envs, buffer, carry[0], agent, episodes)
+        carry[0] = collect_with_returns(acting, envs, buffer, carry[0], agent, episodes, step)
 
     def make_buffer() -> RolloutBuffer:
         n = cfg.env.n_envs
@@ -412,7 +434,9 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
     # acting_device); the rollout is stored where the policy acts and each update moves it to
     # the learner's device once. Overlapped, the copy is what lets the next rollout be
     # collected while the learner updates.
-    acting = acting_policy(s.policy, s.device, separate=cfg.train.overlap, n_envs=cfg.env.n_envs)
+    acting = acting_policy(
+        s.policy, s.device, cfg.train.overlap, cfg.env.n_envs, cfg.train.graph_acting
+    )
     episodes = EpisodeStats(cfg.env.n_envs)
     rollouts = _rollouts(s, acting, episodes, updates)
     guard = run.guard(cfg.train.max_skipped_updates, global_step, "frame")
@@ -533,13 +557,17 @@ def _threads(n: int) -> Iterator[None]:
 
 
 def acting_policy(
-    policy: RecurrentActorCritic, device: torch.device, separate: bool = False, n_envs: int = 1
+    policy: RecurrentActorCritic,
+    device: torch.device,
+    separate: bool = False,
+    n_envs: int = 1,
+    graphed: bool = False,
 ) -> RecurrentActorCritic:
     """The policy that acts in the envs: ``policy`` itself where it acts on the learner's
     device, else a copy on the acting device (:func:`agents.device.acting_device`: the CPU for
-    a CPU learner, and for a GPU learner with few envs); always a copy when ``separate``
-    (acting while the learner updates)."""
-    act = acting_device(device, n_envs)
+    a CPU learner, and for a GPU learner with few envs unless ``graphed``); always a copy when
+    ``separate`` (acting while the learner updates)."""
+    act = acting_device(device, n_envs, graphed=graphed)
     if act == device and not separate:
         return policy
     return copy.deepcopy(policy).to(act)

@@ -16,6 +16,8 @@ from exactly the state the policy acted with. Chunk ``c = k * N + e`` is steps
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -211,6 +213,29 @@ class RolloutCarry:
     state: State  # core state before reading obs, [N, ...] each
 
 
+class Act(NamedTuple):
+    """One acting step's outputs for ``R`` envs."""
+
+    actions: Tensor  # [R] int64
+    logprobs: Tensor  # [R]
+    values: Tensor  # [R]
+    state: State  # each [R, ...]: the core state after the step
+
+
+Acting = Callable[[Obs, State, Tensor], Act]
+"""``(obs [1, R, ...], state [R, ...], starts [R]) -> Act``: :func:`act`, or a replay of it
+(:class:`agents.acting_graph.ActingGraph`), whose outputs hold until its next call."""
+
+
+def act(policy: RecurrentActorCritic, obs: Obs, state: State, starts: Tensor) -> Act:
+    """One acting step of ``policy`` (``T = 1``, no autograd): rows where ``starts`` begin an
+    episode are reset, then actions are sampled."""
+    with torch.no_grad():
+        out = policy(obs, state, starts.unsqueeze(0))
+        actions, logprobs = sample_actions(out.logits[0])  # [R], [R]
+    return Act(actions, logprobs, out.values[0], out.state)
+
+
 def start_rollouts(
     policy: RecurrentActorCritic, envs: VectorEnv, seed: int, device: torch.device
 ) -> RolloutCarry:
@@ -227,8 +252,10 @@ def collect_rollout(
     buffer: RolloutBuffer,
     carry: RolloutCarry,
     episodes: EpisodeStats | None = None,
+    acting: Acting | None = None,
 ) -> RolloutCarry:
-    """Fill ``buffer`` with ``n_steps`` steps of every env, the core stepping with ``T = 1``.
+    """Fill ``buffer`` with ``n_steps`` steps of every env, the core stepping with ``T = 1``
+    (through ``acting``: :func:`act` of ``policy`` by default).
 
     The envs come in groups (:attr:`envs.vector.VectorEnv.groups`): at each step the policy
     acts on group 0 and hands its actions to the envs, then acts on group 1 while group 0
@@ -242,6 +269,7 @@ def collect_rollout(
     starts, state = carry.starts, carry.state
     groups = envs.groups
     policy.eval()  # deterministic cores while acting (h-detach/online rules are training-only)
+    step = acting if acting is not None else functools.partial(act, policy)
 
     def collect(t: int, g: int, rows: slice) -> None:
         """The results of step ``t`` of group ``g`` -> rewards, starts, episode stats."""
@@ -258,13 +286,11 @@ def collect_rollout(
             obs = obs_to_tensors({k: v[rows] for k, v in envs.obs.items()}, device)
             state_g = tuple(s[rows] for s in state)  # views: [R, ...]
             starts_g = starts[rows]
-            with torch.no_grad():
-                out = policy(obs, state_g, starts_g.unsqueeze(0))
-                actions, logprobs = sample_actions(out.logits[0])  # [R], [R]
-            buffer.add(t, obs, starts_g, state_g, actions, logprobs, out.values[0], rows)
+            out = step(obs, state_g, starts_g)
+            buffer.add(t, obs, starts_g, state_g, out.actions, out.logprobs, out.values, rows)
             for s, new in zip(state, out.state, strict=True):
                 s[rows] = new
-            envs.step_async(g, actions.cpu().numpy())
+            envs.step_async(g, out.actions.cpu().numpy())
     for g, rows in enumerate(groups):
         collect(buffer.n_steps - 1, g, rows)
     return RolloutCarry(envs.obs, starts, state)
@@ -277,9 +303,10 @@ def collect_with_returns(
     carry: RolloutCarry,
     agent: AgentConfig,
     episodes: EpisodeStats | None = None,
+    acting: Acting | None = None,
 ) -> RolloutCarry:
     """:func:`collect_rollout`, then GAE from ``policy``'s value of the observation after it."""
-    carry = collect_rollout(policy, envs, buffer, carry, episodes)
+    carry = collect_rollout(policy, envs, buffer, carry, episodes, acting)
     with torch.no_grad():
         obs = obs_to_tensors(carry.obs, buffer.device)
         last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]

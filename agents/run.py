@@ -56,6 +56,7 @@ RESUME_ALLOWED_CHANGES: frozenset[str] = frozenset(
         "train.device",
         "core.cuda_graph",  # the same maths, eager or replayed
         "train.graph_update",  # the same maths, eager or replayed
+        "train.graph_acting",  # where and how the policy acts, not what it learns
         "train.threads",
         "train.update_threads",
         "train.progress",

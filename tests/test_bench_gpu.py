@@ -92,20 +92,22 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
 
     rl = parts["rl"]["rows"]
     assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] * 2 + ["POPGym"] * 5
-    assert rl[5]["setting"] == "POPGym RepeatPreviousEasy ur_lstm, update graph"
+    assert rl[5]["setting"] == "POPGym RepeatPreviousEasy ur_lstm, graphs"
     assert rl[5]["device"]["graph"].endswith("steps replayed"), rl[5]
     for row in rl:
         assert "error" not in row, row
         assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0
     eager, graphed = rl[0], rl[1]
     assert eager["x_cpu"] == 1.0 and "graph" not in eager["device"]  # the CPU against itself
-    # the update-graph row times the device only, against the eager row's CPU
-    assert graphed["setting"] == eager["setting"] + ", update graph"
+    # the graphs row times the device only, against the eager row's CPU
+    assert graphed["setting"] == eager["setting"] + ", graphs"
     assert graphed["cpu"] == eager["cpu"]
     assert graphed["x_cpu"] == pytest.approx(graphed["device"]["fps"] / eager["cpu"]["fps"])
-    replayed = graphed["device"]["graph"]
-    assert replayed.endswith("steps replayed") and int(replayed.split()[0]) > 0, replayed
-    assert f"update: {replayed}" in md
+    summary = graphed["device"]["graph"]
+    steps = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides)).agent.n_steps
+    assert summary.startswith(f"acting {steps} steps replayed; update "), summary
+    assert summary.endswith(" steps replayed") and int(summary.split()[-3]) > 0, summary
+    assert f"; {summary}" in md
     assert rl[2]["cpu"]["epochs_timed"] == "1/30"  # POPGym's 30 epochs, one timed
 
     sup = parts["supervised"]

@@ -29,8 +29,9 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    epochs (all 8 of MemoryS7's, 1 of POPGym's 30; on the GPU after a warm-up epoch) and
    scaled to the whole update: frames/s = frames / (collection + update). Each side runs
    with the config's own ``train.threads``, as ``memcores train`` would. Each MemoryS7 row is
-   followed by one whose update replays CUDA graphs (``train.graph_update``, the warm-up
-   epochs record them), timed on the GPU only, and so is POPGym's ``ur_lstm`` row.
+   followed by one that acts on the GPU through CUDA graphs (``train.graph_acting``) and
+   replays the update's minibatch steps from one (``train.graph_update``), timed on the GPU
+   only after their warm-up and recording, and so is POPGym's ``ur_lstm`` row.
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
 7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
@@ -73,7 +74,8 @@ POPGYM = "experiments/configs/sweep_popgym.yaml"
 COPY = "experiments/configs/copy.yaml"
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
 POPGYM_GRAPH_CORES = ("ur_lstm",)
-"""The POPGym rows timed again with ``train.graph_update`` (``lstm`` runs the same kernel)."""
+"""The POPGym rows timed again with the acting and update graphs (``lstm`` runs the same
+kernel)."""
 SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
 LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
 GRAPH_SCALING = ("janet",)
@@ -137,7 +139,7 @@ PARTS: dict[str, float] = {
     "cores": 80.0,  # 70 s left four CUDA-graph cells unmeasured on an H100
     "scaling": 30.0,
     "acting": 5.0,  # 2.2 s on an H100
-    "rl": 105.0,  # 78 s on an H100, before the three update-graph rows
+    "rl": 105.0,  # 78 s on an H100, before the three graphs rows
     "supervised": 25.0,  # 19 s on an H100
 }
 """Each part's time budget in seconds (355 in all); time a part leaves goes to the next. A
@@ -636,14 +638,20 @@ def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) 
 
 
 def rl_rate(
-    path: str, overrides: list[str], device: str, epochs: int | None, graph_update: bool = False
+    path: str, overrides: list[str], device: str, epochs: int | None, graphs: bool = False
 ) -> dict[str, Any]:
     """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout (the trainer's
     acting rule), the update timed over ``epochs`` of its epochs (after a warm-up epoch off the
-    CPU) and scaled to all of them. ``graph_update``: the update's minibatch steps replay a
-    recording (``train.graph_update``: CUDA graphs on a GPU; on the CPU, which has none, the
-    same bookkeeping run eagerly, to check the script); the warm-up epoch records it."""
+    CPU) and scaled to all of them.
+
+    ``graphs``: the policy acts on the learner's device through an acting graph
+    (``train.graph_acting``) and the update's minibatch steps replay an update graph
+    (``train.graph_update``), each warmed up and recorded before the timing; CUDA graphs on a
+    GPU, and on the CPU, which has none, the same bookkeeping run eagerly (a check of the
+    script)."""
+    from agents.acting_graph import ActingGraph
     from agents.graph_recording import CudaRecorder, EagerRecorder
+    from agents.policy import obs_to_tensors
     from agents.ppo import update
     from agents.rl_trainer import (
         acting_policy,
@@ -658,8 +666,9 @@ def rl_rate(
     s = setup(_rl_config(path, [*overrides, f"train.device={device}"]))
     cfg, agent = s.config, s.config.agent
     n_envs, n_steps = cfg.env.n_envs, agent.n_steps
+    cuda = s.device.type == "cuda"
     try:
-        acting = acting_policy(s.policy, s.device, n_envs=n_envs)
+        acting = acting_policy(s.policy, s.device, n_envs=n_envs, graphed=graphs)
         act_device = next(acting.parameters()).device
         buffer = RolloutBuffer(
             obs_shapes(s.envs.single_observation_space),
@@ -670,33 +679,46 @@ def rl_rate(
             act_device,
         )
         carry = start_rollouts(acting, s.envs, cfg.train.seed, act_device)
+        acting_graph = update_graph = None
+        if graphs:
+            acting_graph = ActingGraph(acting, CudaRecorder() if cuda else EagerRecorder())
+            update_graph = UpdateGraph(CudaRecorder() if cuda else EagerRecorder())
+            obs = obs_to_tensors(carry.obs, act_device)
+            for _ in range(acting_graph.warmup_calls + 1):  # warm-up steps and the recording
+                acting_graph(obs, carry.state, carry.starts)
+        acted = 0 if acting_graph is None else acting_graph.replays
         collect = timed(
-            lambda: collect_with_returns(acting, s.envs, buffer, carry, agent), s.device
+            lambda: collect_with_returns(acting, s.envs, buffer, carry, agent, None, acting_graph),
+            s.device,
         )
         timed_epochs = agent.n_epochs if epochs is None else min(epochs, agent.n_epochs)
-        graph = None
-        if graph_update:
-            graph = UpdateGraph(CudaRecorder() if s.device.type == "cuda" else EagerRecorder())
-        if s.device.type != "cpu" or graph is not None:  # compiling, autotuning, recording
-            warm_epochs = 1 if graph is None else _epochs_to_record(agent, n_envs, graph)
+        if cuda or graphs:  # compiling, autotuning, recording
+            warm_epochs = 1 if not graphs else _epochs_to_record(agent, n_envs, update_graph)
             warm = dataclasses.replace(agent, n_epochs=warm_epochs)
-            timed(lambda: update(s.policy, s.optimizer, buffer, warm, graph=graph), s.device)
+            timed(lambda: update(s.policy, s.optimizer, buffer, warm, graph=update_graph), s.device)
         part = dataclasses.replace(agent, n_epochs=timed_epochs)
-        replays = 0 if graph is None else graph.replays
-        upd = timed(lambda: update(s.policy, s.optimizer, buffer, part, graph=graph), s.device)
+        replays = 0 if update_graph is None else update_graph.replays
+        upd = timed(
+            lambda: update(s.policy, s.optimizer, buffer, part, graph=update_graph), s.device
+        )
         upd *= agent.n_epochs / timed_epochs
     finally:
         s.envs.close()
     frames = n_envs * n_steps
-    return {
+    out = {
         "fps": frames / (collect + upd),
         "collect_s": collect,
         "update_s": upd,
         "epochs_timed": f"{timed_epochs}/{agent.n_epochs}",
-        "acting": describe_acting(s.device, n_envs),
+        "acting": describe_acting(s.device, n_envs, graphed=graphs),
         "threads": torch.get_num_threads(),
-        **({} if graph is None else {"graph": _graph_summary(graph, graph.replays - replays)}),
     }
+    if acting_graph is not None and update_graph is not None:
+        acted = acting_graph.replays - acted
+        out["graph"] = _graph_summary(
+            acting_graph, acted, update_graph, update_graph.replays - replays
+        )
+    return out
 
 
 def _epochs_to_record(agent: Any, n_envs: int, graph: Any) -> int:
@@ -707,18 +729,25 @@ def _epochs_to_record(agent: Any, n_envs: int, graph: Any) -> int:
     return math.ceil((graph.warmup_steps + 1) / full_minibatches)
 
 
-def _graph_summary(graph: Any, replays: int) -> str:
-    """How the timed update ran its minibatch steps with ``graph_update``."""
-    if graph.failure is not None:
-        return f"eager: recording failed ({graph.failure})"
-    if graph.refused is not None:
-        return f"eager: {graph.refused}"
-    return f"{replays} steps replayed"
+def _graph_summary(acting: Any, acted: int, update: Any, replays: int) -> str:
+    """How the timed rollout and update ran with their graphs (``acted`` and ``replays``:
+    the steps they replayed)."""
+    if acting.failure is not None:
+        acted_line = f"acting eager (recording failed: {acting.failure})"
+    else:
+        acted_line = f"acting {acted} steps replayed"
+    if update.failure is not None:
+        updated = f"update eager (recording failed: {update.failure})"
+    elif update.refused is not None:
+        updated = f"update eager ({update.refused})"
+    else:
+        updated = f"update {replays} steps replayed"
+    return f"{acted_line}; {updated}"
 
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
-    """RL frames/s on ``device`` against the CPU, per setting. The ``update graph`` rows
-    (``train.graph_update``) time the device only: their CPU side is the row above theirs."""
+    """RL frames/s on ``device`` against the CPU, per setting. The ``graphs`` rows (acting and
+    update graphs) time the device only: their CPU side is the row above theirs."""
     envs = (8, 64) if not quick else (2,)
     memory_s7 = [
         (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
@@ -727,24 +756,24 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> di
     settings: list[tuple[str, str, list[str], int | None, bool]] = []
     for label, path, overrides, epochs in memory_s7:
         settings += [(label, path, overrides, epochs, False)]
-        settings += [(f"{label}, update graph", path, overrides, epochs, True)]
+        settings += [(f"{label}, graphs", path, overrides, epochs, True)]
     for core in POPGYM_CORES:
         label, overrides = f"POPGym RepeatPreviousEasy {core}", [f"core.name={core}"]
         settings += [(label, POPGYM, [*overrides, *sizes.popgym_overrides], 1, False)]
         if core in POPGYM_GRAPH_CORES:
-            graphed = f"{label}, update graph"
+            graphed = f"{label}, graphs"
             settings += [(graphed, POPGYM, [*overrides, *sizes.popgym_overrides], 1, True)]
     rows, not_measured = [], []
     threads = torch.get_num_threads()
-    for label, path, overrides, epochs, graph_update in settings:
+    for label, path, overrides, epochs, graphs in settings:
         if clock.left() <= 0:
             not_measured.append(label)
             continue
         row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
         try:
-            if graph_update:  # the device only: the eager row above measured this CPU
+            if graphs:  # the device only: the eager row above measured this CPU
                 row["cpu"] = rows[-1]["cpu"]
-                row["device"] = rl_rate(path, overrides, str(device), epochs, graph_update=True)
+                row["device"] = rl_rate(path, overrides, str(device), epochs, graphs=True)
             else:
                 row["cpu"] = rl_rate(path, overrides, "cpu", epochs)
                 on_device = device.type != "cpu"
@@ -962,7 +991,7 @@ def _md_rl(rl: dict[str, Any]) -> list[str]:
             lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
             continue
         d = r["device"]
-        acting = d["acting"] + (f"; update: {d['graph']}" if "graph" in d else "")
+        acting = d["acting"] + (f"; {d['graph']}" if "graph" in d else "")
         lines.append(
             f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
             f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
