@@ -109,7 +109,8 @@ def test_rl_training_with_many_envs_acts_on_the_learner_device(device, tmp_path,
     """With the threshold at 2 envs, a GPU learner acts on the GPU (rollout stored there);
     the run on the CPU is the same as ever."""
     monkeypatch.setattr(
-        "agents.rl_trainer.acting_device", lambda d, n: acting_device(d, n, threshold=2)
+        "agents.rl_trainer.acting_device",
+        lambda d, n, graphed=False: acting_device(d, n, threshold=2, graphed=graphed),
     )
     result = train(tiny_config(f"train.device={device}"), tmp_path / "run")
     assert result.global_step == 128 and np.isfinite(result.history[-1]["train/value_loss"])
