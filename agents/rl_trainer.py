@@ -435,7 +435,11 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
     # the learner's device once. Overlapped, the copy is what lets the next rollout be
     # collected while the learner updates.
     acting = acting_policy(
-        s.policy, s.device, cfg.train.overlap, cfg.env.n_envs, cfg.train.graph_acting
+        s.policy,
+        s.device,
+        separate=cfg.train.overlap,
+        n_envs=cfg.env.n_envs,
+        graphed=cfg.train.graph_acting,
     )
     episodes = EpisodeStats(cfg.env.n_envs)
     rollouts = _rollouts(s, acting, episodes, updates)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import warnings
 
 import pytest
@@ -219,19 +220,21 @@ def test_a_training_run_replays_its_updates_and_ends_as_the_eager_run(tmp_path, 
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs: needs a GPU")
-def test_a_cuda_training_run_with_graph_update_records_without_falling_back(tmp_path):
-    """On a GPU: a run with ``train.graph_update=true`` records its update and never warns
-    that it fell back to the eager steps."""
+def test_a_cuda_training_run_with_both_graphs_records_them_without_falling_back(tmp_path):
+    """On a GPU: a run that acts and updates through CUDA graphs (``train.graph_acting``,
+    ``train.graph_update``) records both, never warns that one fell back to eager steps, and
+    learns finite numbers."""
     from agents import rl_trainer
 
     config = tiny_config(
         "core.name=ur_lstm", "train.device=cuda", "agent.minibatch_size=16",
-        "train.graph_update=true",
+        "train.graph_update=true", "train.graph_acting=true",
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*recording failed")
         result = rl_trainer.train(config, tmp_path / "run")
-    assert result is not None
+    assert result.global_step == 128
+    assert all(math.isfinite(row["train/loss"]) for row in result.history)
 
 
 @pytest.mark.parametrize(
