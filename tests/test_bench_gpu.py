@@ -208,20 +208,23 @@ def test_a_spent_budget_leaves_the_rest_listed_as_not_measured():
 
 
 def test_graphed_acting_step_needs_cuda_and_replays_there(device):
-    """The CUDA-graph column of the acting part: refused off CUDA with one clear error; on a
-    GPU the captured step replays with fresh observations and carries the state."""
+    """The CUDA-graph column of the acting part, through the trainer's acting graph: refused
+    off CUDA with one clear error; replayed with fresh observations and the state carried on
+    a GPU (and on the CPU through the eager recorder)."""
     import numpy as np
 
+    from agents.graph_recording import EagerRecorder
     from agents.policy import build_policy
 
     config = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides))
     policy = build_policy(config, 7, (7, 7, 3)).to(device).eval()
     obs = {"image": np.zeros((4, 7, 7, 3), np.uint8), "direction": np.zeros(4, np.int64)}
+    recorder = None
     if device == "cpu":
         with pytest.raises(ValueError, match="needs a CUDA device"):
             gpu.graphed_acting_step(policy, obs, torch.device(device))
-        return
-    step = gpu.graphed_acting_step(policy, obs, torch.device(device))
+        recorder = EagerRecorder()
+    step = gpu.graphed_acting_step(policy, obs, torch.device(device), recorder)
     obs["image"][:] = 3  # new values reach the graph through its input copy
     for _ in range(3):
         actions = step()

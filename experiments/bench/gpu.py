@@ -19,8 +19,9 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    :data:`GRAPH_SCALING` also through CUDA graphs); target: a scan core's time at T=16384 at
    most 8x its time at T=256.
 4. ``acting``: one acting step of the MemoryS7 policy (observations from NumPy, T=1 forward,
-   sampled actions back to NumPy) on the CPU, on the GPU, and on the GPU as one CUDA graph
-   replay (:func:`graphed_acting_step`) per ``n_envs``, beside the rule the trainer applies
+   sampled actions back to NumPy) on the CPU, on the GPU, and on the GPU through the
+   trainer's acting graph (:func:`graphed_acting_step`) per ``n_envs``, beside the rule the
+   trainer applies
    (:func:`agents.device.acting_device`), and where CPU and GPU cross.
 5. ``rl``: PPO frames/s on the GPU against the same machine's CPU: MemoryS7
    (``experiments/configs/memory_s7.yaml``) at 8 and 64 envs, and POPGym's settings
@@ -536,50 +537,44 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -
 
 
 def graphed_acting_step(
-    policy: torch.nn.Module, obs: dict[str, np.ndarray], device: torch.device
+    policy: torch.nn.Module,
+    obs: dict[str, np.ndarray],
+    device: torch.device,
+    recorder: Any = None,
 ) -> Callable[[], np.ndarray]:
-    """One acting step of ``policy`` (on a CUDA ``device``) captured as a CUDA graph: the
-    observations are copied into fixed input tensors, the graph replays the forward, the
-    action sampling and the state update in one launch, and the actions come back to NumPy.
-    The returned step reads the arrays of ``obs`` each call (refill them in place).
+    """One acting step of ``policy`` on ``device`` as ``train.graph_acting`` takes it
+    (:class:`agents.acting_graph.ActingGraph`): the observations from NumPy, the replay of
+    the forward, the action sampling and the state update, the actions back to NumPy. Warmed
+    up and recorded before it is returned; each call reads the arrays of ``obs`` (refill them
+    in place) and carries the state.
 
-    :raises ValueError: ``device`` is not a CUDA device.
-    :raises RuntimeError: the step cannot be captured (e.g. it reads a tensor on the host).
+    :param recorder: CUDA graphs (default), or the tests' eager recorder on any device.
+    :raises ValueError: ``device`` is not a CUDA device and no recorder is given.
     """
-    from agents.policy import obs_to_tensors, sample_actions
-    from cores.graphed import collector_paused
+    from agents.acting_graph import ActingGraph
+    from agents.graph_recording import CudaRecorder
+    from agents.policy import obs_to_tensors
 
-    if device.type != "cuda":
-        raise ValueError(f"a CUDA graph needs a CUDA device, got {device}")
+    if recorder is None:
+        if device.type != "cuda":
+            raise ValueError(f"a CUDA graph needs a CUDA device, got {device}")
+        recorder = CudaRecorder()
     n = len(next(iter(obs.values())))
-    static_obs = obs_to_tensors(obs, device)  # each [1, n, ...]
+    acting = ActingGraph(policy, recorder)
     state = tuple(s.clone() for s in policy.initial_state(n, device))
-    starts = torch.zeros(1, n, dtype=torch.bool, device=device)
-
-    def body() -> torch.Tensor:
-        out = policy(static_obs, state, starts)
-        actions, _ = sample_actions(out.logits[0])
-        for s, new in zip(state, out.state, strict=True):
-            s.copy_(new)
-        return actions
-
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side), torch.no_grad():  # warm-up off the capture, as CUDA asks
-        for _ in range(3):
-            body()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with collector_paused(), torch.cuda.graph(graph), torch.no_grad():
-        actions = body()
+    starts = torch.zeros(n, dtype=torch.bool, device=device)
 
     def step() -> np.ndarray:
         """Read ``obs`` (the same dict, refilled by the caller), act: actions ``[n]``."""
-        for key, value in obs.items():
-            static_obs[key][0].copy_(torch.from_numpy(np.asarray(value)), non_blocking=True)
-        graph.replay()
-        return actions.cpu().numpy()
+        out = acting(obs_to_tensors(obs, device), state, starts)
+        for s, new in zip(state, out.state, strict=True):
+            s.copy_(new)
+        return out.actions.cpu().numpy()
 
+    for _ in range(acting.warmup_calls + 1):  # the warm-up steps and the recording
+        step()
+    if acting.failure is not None:
+        raise RuntimeError(acting.failure)
     return step
 
 
