@@ -15,7 +15,7 @@ How a step becomes replayable (PyTorch's whole-network capture, with what PPO ad
   update, so annealing reaches the replays; the optimiser keeps its float between (checkpoints
   are unchanged). A non-finite minibatch is skipped on the device (fused Adam's
   ``found_inf``), as in the eager update.
-- **Warm-up.** The first :data:`WARMUP_STEPS` minibatches of a new layout are real steps,
+- **Warm-up.** The first three minibatches of a new layout (``warmup_steps``) are real steps,
   taken eagerly on a side stream (they build the optimiser state, compile and autotune the
   kernels); the next one is recorded, then every full-size minibatch replays. A smaller last
   minibatch runs eagerly.
