@@ -104,15 +104,30 @@ def _storage(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> tu
     return tuple(addresses)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """What a recording holds fixed: the objects it reads (compared by identity), the loss
+    settings (the agent, its learning rate left out: the rate reaches a replay through a
+    tensor), the minibatch size and the rollout's layout."""
+
+    policy: RecurrentActorCritic = dataclasses.field(compare=False)
+    optimizer: torch.optim.Optimizer = dataclasses.field(compare=False)
+    loss_fn: LossFn = dataclasses.field(compare=False)
+    agent: AgentConfig
+    chunks_per_mb: int
+    layout: tuple
+
+    def same(self, other: _Target) -> bool:
+        """The same objects and settings."""
+        objects = ("policy", "optimizer", "loss_fn")
+        return self == other and all(getattr(self, k) is getattr(other, k) for k in objects)
+
+
 @dataclasses.dataclass
 class _Recording:
-    """One recorded layout: its static buffers, settings and replay."""
+    """One recorded target: its static buffers, settings and recorded step."""
 
-    policy: RecurrentActorCritic
-    optimizer: torch.optim.Optimizer
-    loss_fn: LossFn
-    agent: AgentConfig  # with learning_rate 0: the rate reaches a replay through `lr`
-    layout: tuple
+    target: _Target
     static: ChunkBatch
     index: Tensor  # [M] long: the chunks of the current minibatch
     lr: Tensor  # 0-d float32 on the device
@@ -120,38 +135,26 @@ class _Recording:
     call: RecordedCall[Tensor] | None = None  # the step on `static` and `index`
     storage: tuple[int, ...] = ()  # `_storage` when it was recorded
 
-    def fits(
-        self,
-        policy: RecurrentActorCritic,
-        optimizer: torch.optim.Optimizer,
-        batch: ChunkBatch,
-        chunks_per_mb: int,
-        agent: AgentConfig,
-        loss_fn: LossFn,
-    ) -> bool:
-        """Whether a replay computes what the eager step on these arguments does."""
-        return (
-            policy is self.policy
-            and optimizer is self.optimizer
-            and loss_fn is self.loss_fn
-            and chunks_per_mb == self.index.numel()
-            and _layout(batch) == self.layout
-            and dataclasses.replace(agent, learning_rate=0.0) == self.agent
-            and (not self.storage or _storage(optimizer, self.params) == self.storage)
-        )
+    def fits(self, target: _Target) -> bool:
+        """Whether a replay computes what the eager step for ``target`` does (the optimiser
+        state, which a resume replaces, still where it was recorded)."""
+        optimizer = self.target.optimizer
+        same_storage = not self.storage or _storage(optimizer, self.params) == self.storage
+        return target.same(self.target) and same_storage
 
     def eager(self, index: Tensor) -> Row:
         """The minibatch step, launched op by op (device rows)."""
+        t = self.target
         return minibatch_step(
-            self.policy, self.optimizer, self.static, index, self.agent, self.loss_fn,
-            self.params, on_device=True,
+            t.policy, t.optimizer, self.static, index, t.agent, t.loss_fn, self.params,
+            on_device=True,
         )  # fmt: skip
 
     @contextlib.contextmanager
     def settings(self) -> Iterator[None]:
         """The optimiser as a recording needs it: the rate as a device tensor, ``capturable``
         (PyTorch's check for a step inside a graph); restored after."""
-        groups = self.optimizer.param_groups
+        groups = self.target.optimizer.param_groups
         saved = [(g["lr"], g["capturable"]) for g in groups]
         for g in groups:
             g["lr"], g["capturable"] = self.lr, True
@@ -197,38 +200,28 @@ class UpdateGraph:
         self.refused = refusal(policy, optimizer, agent)
         if self.failure is not None or self.refused is not None:
             return None
+        target = _Target(
+            policy, optimizer, loss_fn, dataclasses.replace(agent, learning_rate=0.0),
+            chunks_per_mb, _layout(batch),
+        )  # fmt: skip
         rec = self._recording
-        if rec is None or not rec.fits(policy, optimizer, batch, chunks_per_mb, agent, loss_fn):
+        if rec is None or not rec.fits(target):
             self._recording = None  # the old graph's memory goes before the new one's is taken
-            rec = self._recording = self._new_recording(
-                policy, optimizer, batch, chunks_per_mb, agent, loss_fn
-            )
+            rec = self._recording = self._new_recording(target, batch)
         else:
             torch._foreach_copy_(_tensors(rec.static), _tensors(batch))
         rec.lr.fill_(float(optimizer.param_groups[0]["lr"]))
         return lambda index: self._step(rec, index)
 
-    def _new_recording(
-        self,
-        policy: RecurrentActorCritic,
-        optimizer: torch.optim.Optimizer,
-        batch: ChunkBatch,
-        chunks_per_mb: int,
-        agent: AgentConfig,
-        loss_fn: LossFn,
-    ) -> _Recording:
-        """Static buffers for a new layout, and its step (recorded after its warm-up)."""
+    def _new_recording(self, target: _Target, batch: ChunkBatch) -> _Recording:
+        """Static buffers for a new target, and its step (recorded after its warm-up)."""
         device = batch.starts.device
         rec = _Recording(
-            policy=policy,
-            optimizer=optimizer,
-            loss_fn=loss_fn,
-            agent=dataclasses.replace(agent, learning_rate=0.0),
-            layout=_layout(batch),
+            target=target,
             static=_clone(batch),
-            index=torch.zeros(chunks_per_mb, dtype=torch.long, device=device),
+            index=torch.zeros(target.chunks_per_mb, dtype=torch.long, device=device),
             lr=torch.zeros((), device=device),
-            params=[p for p in policy.parameters() if p.requires_grad],
+            params=[p for p in target.policy.parameters() if p.requires_grad],
         )
         rec.call = RecordedCall(
             lambda: rec.eager(rec.index),
@@ -254,7 +247,7 @@ class UpdateGraph:
             return row
         if call.replays > replays:
             if not rec.storage:
-                rec.storage = _storage(rec.optimizer, rec.params)
+                rec.storage = _storage(rec.target.optimizer, rec.params)
             self.replays += 1
             return row.clone()  # the static row, which the next replay overwrites
         return row
