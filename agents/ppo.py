@@ -10,7 +10,9 @@ A minibatch whose loss or gradient is not finite is skipped (its step is not tak
 counted in ``skipped_updates``, so one bad batch cannot corrupt the weights. The check runs
 where the tensors are: Adam (fused) skips a step on the device itself, and the loss terms are
 read back once per update, so on a GPU the update never waits for the host between
-minibatches (unless ``target_kl`` asks for the KL after each one).
+minibatches (unless ``target_kl`` asks for the KL after each one). That also makes the step
+(:func:`minibatch_step`, written once) recordable: with ``train.graph_update`` each one
+replays a CUDA graph (:mod:`agents.update_graph`).
 """
 
 from __future__ import annotations
