@@ -54,9 +54,11 @@ class CudaRecorder:
     def warmup(self) -> Iterator[None]:
         """Eager calls on a side stream, ordered after and before the current one."""
         self.side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.side):
-            yield
-        torch.cuda.current_stream().wait_stream(self.side)
+        try:
+            with torch.cuda.stream(self.side):
+                yield
+        finally:
+            torch.cuda.current_stream().wait_stream(self.side)
 
     def record(self, fn: Callable[[], Out], settings: Settings) -> Callable[[], Out]:
         """One graph of ``fn``, with Python's cyclic collector paused (a dead graph destroyed
