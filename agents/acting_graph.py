@@ -10,8 +10,8 @@ recorded on them (after warm-up steps, :class:`agents.graph_recording.RecordedCa
 returns the static outputs, which the rollout reads before the next step. The weights are read
 where they live, so every update reaches the replays; the sampling draws from the device's
 generator, whose offsets a CUDA graph advances at each replay. A step that cannot be recorded
-(a core whose step reads the device from the host, such as ``mem_lstm``'s growing memory)
-warns once and acts eagerly.
+(a core whose step reads the device from the host, such as ``mem_lstm``, which reads its
+memory's width) warns once and acts eagerly.
 """
 
 from __future__ import annotations

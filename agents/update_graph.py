@@ -22,10 +22,11 @@ How a step becomes replayable (PyTorch's whole-network capture, with what PPO ad
 - **Re-recording.** A new policy, optimiser, rollout layout, loss setting or optimiser state
   (a resume replaces its tensors) records a new graph.
 - **What cannot be recorded** is refused before anything is recorded (:func:`refusal`): A2C,
-  an optimiser other than fused Adam, the reconstruction loss (it picks cells by the data) and
+  an optimiser other than fused Adam, the reconstruction loss (it picks cells by the data),
   cores that draw random numbers on the host (``hdetach_lstm``), whose draws a graph would
-  freeze. A core that reads the device from the host inside ``forward`` makes the recording
-  raise; the update then warns once and runs eagerly from there on.
+  freeze, and cores whose graphs are keyed by their state (``mem_lstm``'s memory width). A
+  core that reads the device from the host inside ``forward`` makes the recording raise; the
+  update then warns once and runs eagerly from there on.
 
 The recorder is a parameter (:mod:`agents.graph_recording`): CUDA graphs on a GPU; on a CPU
 the tests replay by running the recorded step again on the same static buffers and settings,
@@ -58,10 +59,18 @@ def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentCon
     if getattr(policy, "decoder", None) is not None:
         return "the reconstruction loss (agent.recon_coef > 0) picks its cells by the data"
     for module in policy.modules():
-        if isinstance(module, MemoryCore) and module.draws_on_host():
+        if not isinstance(module, MemoryCore):
+            continue
+        if module.draws_on_host():
             return (
                 f"{type(module).__name__} draws random numbers on the host while training, "
                 "which a graph would freeze"
+            )
+        state = module.initial_state(1, next(module.parameters()).device)
+        if module.graph_key(state) is not None:
+            return (
+                f"{type(module).__name__} reads from its state on the host, once per call, "
+                "what one graph would have to fix (mem_lstm: its memory's width)"
             )
     return None
 

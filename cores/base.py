@@ -8,10 +8,11 @@ knowing which core produced it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import ClassVar
 
 import torch
@@ -49,6 +50,16 @@ class MemoryCore(nn.Module):
     graph_safe: ClassVar[bool] = False
     """Whether :meth:`forward` can be recorded as a CUDA graph (:mod:`cores.graphed`): no host
     synchronisation besides :func:`steps_with_starts`, no shapes that depend on the data."""
+
+    def graph_key(self, state: State) -> Hashable:
+        """What a CUDA graph of :meth:`forward` holds fixed beyond the input shapes, read from
+        ``state`` on the host once per call (:class:`cores.graphed.GraphedCore` records one
+        graph per key, under :meth:`recording`). ``None``: the shapes alone fix the graph."""
+        return None
+
+    def recording(self, key: Hashable) -> contextlib.AbstractContextManager[None]:
+        """The context a graph for ``key`` (:meth:`graph_key`) is recorded under."""
+        return contextlib.nullcontext()
 
     def draws_on_host(self) -> bool:
         """Whether a training :meth:`forward` draws random numbers on the host (h-detach's

@@ -17,8 +17,11 @@ What makes a loop capturable is declared by the core (``graph_safe``): no host
 synchronisation and no data-dependent shapes inside ``forward``. Episode resets are read on
 the host by :func:`cores.base.steps_with_starts`, which inside a capture returns every step
 instead, so the reset mask is applied (as a ``torch.where``) at every step and the graph is
-right for any later ``starts``. The memory LSTM (``mem_lstm``) grows its memory by the
-number of stored states, a data-dependent shape, and is not capturable.
+right for any later ``starts``. What the shapes leave open is read from the state once per
+call by the core's ``graph_key`` and keys the graphs: the memory LSTM (``mem_lstm``) attends
+to as many memory columns as its fullest row stores, rounded up to a power of two, so it
+records one graph per width (its ``on_full="error"`` policy reads the memory at every step
+and is not capturable).
 
 The wrapper is transparent to checkpoints and diagnostics: its ``state_dict`` holds the
 wrapped core's keys (a run trained with graphs on a GPU loads into an unwrapped core on the
@@ -129,6 +132,14 @@ class GraphedCore(MemoryCore):
         """The wrapped core's answer."""
         return self.core.draws_on_host()
 
+    def graph_key(self, state: State) -> Hashable:
+        """The wrapped core's key."""
+        return self.core.graph_key(state)
+
+    def recording(self, key: Hashable) -> contextlib.AbstractContextManager[None]:
+        """The wrapped core's recording context."""
+        return self.core.recording(key)
+
     def graphable(self, x: Tensor) -> bool:
         """Whether a call with ``x [T, B, D]`` replays a graph (else it runs eagerly). Not
         while a graph of the whole update step records (graphs do not nest): the wrapped core
@@ -150,15 +161,17 @@ class GraphedCore(MemoryCore):
             return self.core(x, state, starts)
         args = (x,) if starts is None else (x, starts.to(device=x.device, dtype=torch.bool))
         args = (*args, *state)
+        fixed = self.core.graph_key(state)  # what the shapes leave open (mem_lstm's width)
         key = (
             self.core.training,
             starts is None,
+            fixed,
             *((tuple(a.shape), a.dtype, a.requires_grad) for a in args),
         )
         graphed = self._graphs.get(key)
         if graphed is None:
             try:
-                graphed = self._capture(args, starts is not None)
+                graphed = self._capture(args, starts is not None, fixed)
             except RuntimeError as err:  # a training run goes on, eagerly, rather than stop
                 self.capture_error = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
                 warnings.warn(
@@ -176,11 +189,12 @@ class GraphedCore(MemoryCore):
         y, *new_state = (t.clone() for t in graphed(*args))
         return y, tuple(new_state)
 
-    def _capture(self, args: tuple[Tensor, ...], with_starts: bool) -> Callable:
-        """Record one graph each way for inputs shaped like ``args`` (warm-up runs included)."""
+    def _capture(self, args: tuple[Tensor, ...], with_starts: bool, fixed: Hashable) -> Callable:
+        """Record one graph each way for inputs shaped like ``args`` (warm-up runs included),
+        under the core's :meth:`~cores.base.MemoryCore.recording` of ``fixed``."""
         samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
         # allow_unused_input: a parameter some option leaves out of forward gets no gradient
-        with collector_paused():
+        with collector_paused(), self.core.recording(fixed):
             return torch.cuda.make_graphed_callables(
                 _Flat(self.core, with_starts), samples, allow_unused_input=True
             )

@@ -59,7 +59,9 @@ state (memory and compute stay quadratic in T, which is what the model is meant 
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Hashable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +72,7 @@ from cores.base import (
     MemoryCore,
     State,
     autocast_enabled,
+    capturing,
     check_sequence,
     reset_where,
     steps_with_starts,
@@ -487,6 +490,9 @@ class MemLSTM(_AttentiveLSTM):
         super().__init__(input_size, hidden_size, average)
         self.max_len = int(max_len)
         self.on_full = on_full
+        # "error" reads the memory's fill on the host at every step once it is full
+        self.graph_safe = on_full == "drop"
+        self._recorded_columns: int | None = None
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         """All zeros: an empty memory."""
@@ -505,26 +511,55 @@ class MemLSTM(_AttentiveLSTM):
         return y[0], state
 
     def _columns_in_use(self, count: Tensor) -> int:
-        """How many trailing memory slots any row uses (one host sync per call)."""
+        """How many trailing memory slots a call attends to (one host sync): the most any row
+        uses, rounded up to a power of two (at most ``max_len``), so that one CUDA graph
+        serves every state up to it; a row's columns before its own count are masked."""
         if count.device.type == "meta":
             # meta tensors hold no values (used by the memory benchmark's accounting): the
             # benchmark always starts from the empty initial state.
             return 0
-        return int(count.max().item()) if count.numel() else 0
+        used = int(count.max().item()) if count.numel() else 0
+        return 0 if used == 0 else min(self.max_len, 1 << (used - 1).bit_length())
+
+    def graph_key(self, state: State) -> int:
+        """The memory columns a call attends to (:meth:`_columns_in_use`), which a graph
+        fixes."""
+        return self._columns_in_use(state[4])
+
+    @contextlib.contextmanager
+    def recording(self, key: Hashable) -> Iterator[None]:
+        """Record with ``key`` columns: the host cannot read ``count`` during a capture."""
+        self._recorded_columns = int(key)  # type: ignore[call-overload]
+        try:
+            yield
+        finally:
+            self._recorded_columns = None
+
+    def _columns(self, count: Tensor) -> int:
+        """:meth:`_columns_in_use`, or while a graph records, the columns it records with."""
+        if not capturing(count):
+            return self._columns_in_use(count)
+        if self._recorded_columns is None:
+            raise RuntimeError(
+                "MemLSTM reads its memory's width on the host once per call: record it "
+                "through cores.graphed.GraphedCore, which keys a graph by it"
+            )
+        return self._recorded_columns
 
     def forward(
         self, x: Tensor, state: State, starts: Tensor | None = None
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state.
 
-        Within the call the memory grows by concatenation (only the columns some row uses are
-        attended to), so cost is quadratic in the number of stored states, not in ``max_len``.
+        Within the call the memory grows by concatenation (only the columns some row uses,
+        rounded up to a power of two, are attended to), so cost is quadratic in the number of
+        stored states, not in ``max_len``.
         """
         check_sequence(self, x, state, starts)
         h, c, s, memory, count = state
         B, L = x.shape[1], self.max_len
         reset_steps = steps_with_starts(starts)
-        used = self._columns_in_use(count)
+        used = self._columns(count)
         values = memory[:, L - used :]  # [B, used, H]
         keys = self.key(values)  # U_a m once per stored state
         # column j of `values` is valid for row b iff j >= first[b] (episode start)

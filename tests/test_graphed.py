@@ -20,6 +20,7 @@ GRAPH_SAFE = [
     "janet",
     "leaky_rnn",
     "linear_rnn",
+    "mem_lstm",
     "nru",
     "o_lstm",
     "om_lstm",
@@ -54,7 +55,7 @@ def test_the_capturable_cores_are_the_step_loop_cores_without_a_fused_path() -> 
 
 def test_wrapping_an_uncapturable_core_is_refused_or_left_as_it_is() -> None:
     with pytest.raises(ValueError, match="MemLSTM cannot be captured in a CUDA graph"):
-        GraphedCore(make_core("mem_lstm", D, H))
+        GraphedCore(make_core("mem_lstm", D, H, on_full="error"))
     core = make_core("min_gru", D, H)
     assert graphed(core) is core
     assert isinstance(graphed(make_core("janet", D, H)), GraphedCore)
@@ -128,8 +129,11 @@ def test_capturable_cores_give_the_same_values_with_a_reset_at_every_step(
     x, starts = _inputs()
     state = core.initial_state(B)
     want = _run(core, x, state, starts)
+    key = core.graph_key(state)  # read before a capture, as GraphedCore does
     monkeypatch.setattr("cores.base.capturing", lambda like: True)
-    got = _run(core, x, state, starts)
+    monkeypatch.setattr("cores.rel_lstm.capturing", lambda like: True)
+    with core.recording(key):
+        got = _run(core, x, state, starts)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
 
@@ -139,10 +143,12 @@ def test_capturable_cores_read_nothing_back_to_the_host(name, monkeypatch) -> No
     """Forward and backward on ``meta`` tensors (no values: ``.item()``, ``bool()`` or
     ``.tolist()`` of a tensor raise) while a capture is simulated."""
     monkeypatch.setattr("cores.base.capturing", lambda like: True)
+    monkeypatch.setattr("cores.rel_lstm.capturing", lambda like: True)
     core = make_core(name, D, H).to("meta")
     x, starts = (t.to("meta") for t in _inputs(dtype=torch.float32))
     state = core.initial_state(B, "meta")
-    y, final = core(x.requires_grad_(True), state, starts)
+    with core.recording(5):  # a width for mem_lstm: meta tensors hold no count to read
+        y, final = core(x.requires_grad_(True), state, starts)
     y.sum().backward()
     assert y.shape == (T, B, H) and x.grad.shape == x.shape
 
@@ -202,3 +208,43 @@ def test_capture_runs_with_the_collector_paused_after_collecting_dead_graphs(mon
     with pytest.warns(RuntimeWarning, match="capture failed"):
         _run(wrapped, x[:3], wrapped.initial_state(B), starts[:3])
     assert seen[1][0] is False and gc.isenabled()
+
+
+def test_mem_lstm_records_one_graph_per_memory_width(monkeypatch) -> None:
+    """``mem_lstm`` attends to its fullest row's stored columns rounded up to a power of two,
+    read on the host once per call: one graph per width (1, 2, 4, 8, ...), each giving the
+    eager values for every state up to it; a recording without its width is an error."""
+    captured = []
+
+    def fake_capture(module, samples, allow_unused_input=False):
+        """Record as a capture would: the host cannot read the state (so the core must take
+        the width it is recording with)."""
+        captured.append(module.core._recorded_columns)
+        with monkeypatch.context() as m:
+            m.setattr("cores.base.capturing", lambda like: True)
+            m.setattr("cores.rel_lstm.capturing", lambda like: True)
+            module(*samples)
+        return module
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", fake_capture)
+    monkeypatch.setattr(GraphedCore, "graphable", lambda self, x: True)
+    torch.manual_seed(0)
+    core = make_core("mem_lstm", D, H, max_len=16).double()
+    wrapped = GraphedCore(core)
+    x, starts = _inputs()
+    empty = core.initial_state(B)
+    for steps, width in ((0, 0), (3, 4), (4, 4), (5, 8), (9, 16), (20, 16)):
+        state = empty
+        if steps:  # a memory holding `steps` states in its fullest row
+            with torch.no_grad():
+                _, state = core(torch.randn(steps, B, D, dtype=torch.float64), empty)
+        assert core.graph_key(state) == width
+        for got, want in zip(
+            _run(wrapped, x, state, starts), _run(core, x, state, starts), strict=True
+        ):
+            torch.testing.assert_close(got, want)
+    assert captured == [0, 4, 8, 16]  # widths 4 and 16 recorded once each
+    with monkeypatch.context() as m:
+        m.setattr("cores.rel_lstm.capturing", lambda like: True)
+        with pytest.raises(RuntimeError, match="reads its memory's width on the host"):
+            core(x, empty, starts)

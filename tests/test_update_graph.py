@@ -151,6 +151,7 @@ def test_a_failed_recording_warns_once_and_trains_eagerly(monkeypatch):
         (("agent.optimizer=rmsprop",), "fused Adam"),
         (("agent.recon_coef=0.1",), "reconstruction"),
         (("core.name=hdetach_lstm",), "draws random numbers on the host"),
+        (("core.name=mem_lstm",), "mem_lstm: its memory's width"),
     ],
 )
 def test_updates_a_graph_cannot_replay_are_refused(overrides, reason, monkeypatch):
