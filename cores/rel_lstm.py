@@ -511,20 +511,19 @@ class MemLSTM(_AttentiveLSTM):
         return y[0], state
 
     def _columns_in_use(self, count: Tensor) -> int:
-        """How many trailing memory slots a call attends to (one host sync): the most any row
-        uses, rounded up to a power of two (at most ``max_len``), so that one CUDA graph
-        serves every state up to it; a row's columns before its own count are masked."""
+        """How many trailing memory slots any row uses (one host sync per call)."""
         if count.device.type == "meta":
             # meta tensors hold no values (used by the memory benchmark's accounting): the
             # benchmark always starts from the empty initial state.
             return 0
-        used = int(count.max().item()) if count.numel() else 0
-        return 0 if used == 0 else min(self.max_len, 1 << (used - 1).bit_length())
+        return int(count.max().item()) if count.numel() else 0
 
     def graph_key(self, state: State) -> int:
-        """The memory columns a call attends to (:meth:`_columns_in_use`), which a graph
-        fixes."""
-        return self._columns_in_use(state[4])
+        """The memory columns a recorded call attends to: :meth:`_columns_in_use` rounded up
+        to a power of two (at most ``max_len``), so that one graph serves every state up to
+        it (a row's columns before its own count are masked, as in any call)."""
+        used = self._columns_in_use(state[4])
+        return 0 if used == 0 else min(self.max_len, 1 << (used - 1).bit_length())
 
     @contextlib.contextmanager
     def recording(self, key: Hashable) -> Iterator[None]:
@@ -551,9 +550,9 @@ class MemLSTM(_AttentiveLSTM):
     ) -> tuple[Tensor, State]:
         """``x [T, B, D]`` -> ``y [T, B, H]`` (the macro-states ``s_t``) and the final state.
 
-        Within the call the memory grows by concatenation (only the columns some row uses,
-        rounded up to a power of two, are attended to), so cost is quadratic in the number of
-        stored states, not in ``max_len``.
+        Within the call the memory grows by concatenation (only the columns some row uses are
+        attended to; in a CUDA graph, their number rounded up to a power of two), so cost is
+        quadratic in the number of stored states, not in ``max_len``.
         """
         check_sequence(self, x, state, starts)
         h, c, s, memory, count = state

@@ -211,20 +211,26 @@ def test_capture_runs_with_the_collector_paused_after_collecting_dead_graphs(mon
 
 
 def test_mem_lstm_records_one_graph_per_memory_width(monkeypatch) -> None:
-    """``mem_lstm`` attends to its fullest row's stored columns rounded up to a power of two,
-    read on the host once per call: one graph per width (1, 2, 4, 8, ...), each giving the
-    eager values for every state up to it; a recording without its width is an error."""
+    """Recorded, ``mem_lstm`` attends to its fullest row's stored columns rounded up to a power
+    of two, read on the host once per call: one graph per width, each giving the eager values
+    (which attend to the exact columns) for every state up to it; a recording without its
+    width is an error."""
     captured = []
 
     def fake_capture(module, samples, allow_unused_input=False):
-        """Record as a capture would: the host cannot read the state (so the core must take
-        the width it is recording with)."""
-        captured.append(module.core._recorded_columns)
-        with monkeypatch.context() as m:
-            m.setattr("cores.base.capturing", lambda like: True)
-            m.setattr("cores.rel_lstm.capturing", lambda like: True)
-            module(*samples)
-        return module
+        """A "graph" that runs the module as a capture would, at every replay: the host cannot
+        read the state, so the core takes the width recorded with it."""
+        width = module.core._recorded_columns
+        captured.append(width)
+
+        def replay(*args):
+            with monkeypatch.context() as m, module.core.recording(width):
+                m.setattr("cores.base.capturing", lambda like: True)
+                m.setattr("cores.rel_lstm.capturing", lambda like: True)
+                return module(*args)
+
+        replay(*samples)
+        return replay
 
     monkeypatch.setattr(torch.cuda, "make_graphed_callables", fake_capture)
     monkeypatch.setattr(GraphedCore, "graphable", lambda self, x: True)
