@@ -8,10 +8,10 @@ for one fixed shape recorded once as a CUDA graph (``torch.cuda.make_graphed_cal
 and replayed afterwards as one launch each way.
 
 :class:`GraphedCore` wraps a core: on CUDA tensors, with autograd on and more than one step,
-it captures one graph per input shape/dtype/mode (a few are kept, least recently used
-dropped) and replays it; everywhere else (CPU, acting under ``torch.no_grad``, one step,
-autocast) it runs the wrapped core as it is. Outputs are copied out of the graph's static
-buffers, so results behave like eager ones.
+it captures one graph per input shape/dtype/mode and ``graph_key`` (:data:`MAX_GRAPHS` are
+kept, least recently used dropped) and replays it; everywhere else (CPU, acting under
+``torch.no_grad``, one step, autocast) it runs the wrapped core as it is. Outputs are copied
+out of the graph's static buffers, so results behave like eager ones.
 
 What makes a loop capturable is declared by the core (``graph_safe``): no host
 synchronisation and no data-dependent shapes inside ``forward``. Episode resets are read on
@@ -49,8 +49,12 @@ CUDA_GRAPH_CHOICES = ("auto", "true", "false")
 insists (an error where the device is not CUDA or no core can be captured); ``false`` never
 wraps."""
 
-MAX_GRAPHS = 4
-"""Graphs kept per wrapped core (one per shape and mode seen); each holds its own memory."""
+MAX_GRAPHS = 12
+"""Graphs kept per wrapped core (one per shape, mode and ``graph_key`` seen); each holds its
+own memory. Most cores need one to three (the RL update's full and smaller last minibatch, the
+supervised batch); ``mem_lstm`` one per memory width, up to ``log2(max_len) + 1`` (11 at its
+default ``max_len``), which the RL update's chunks, each starting from a stored memory, may
+all use in turn."""
 
 
 class _Flat(nn.Module):

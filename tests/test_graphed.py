@@ -109,8 +109,11 @@ def test_one_graph_per_shape_and_mode_and_the_oldest_dropped(monkeypatch) -> Non
     wrapped.eval()
     _run(wrapped, x, state, starts)  # evaluation mode: another graph
     assert len(captured) == 3
-    for steps in range(2, 2 + graphed_module.MAX_GRAPHS):
-        _run(wrapped, x[:steps], state, starts[:steps])
+    most = graphed_module.MAX_GRAPHS
+    long_x = torch.randn(T + most, B, D, dtype=torch.float64)
+    long_starts = torch.zeros(T + most, B, dtype=torch.bool)
+    for steps in range(T + 1, T + 1 + most):  # one new shape each
+        _run(wrapped, long_x[:steps], state, long_starts[:steps])
     assert len(wrapped._graphs) == graphed_module.MAX_GRAPHS
     assert len(captured) == 3 + graphed_module.MAX_GRAPHS
     wrapped.train()
