@@ -2,8 +2,8 @@
 
 One acting step of a GPU policy (``T = 1``: the encoders, the core's step with its reset,
 the heads and the action sampling) is a few dozen small kernels, so at RL batch sizes the GPU
-waits on their launches: one step of the MemoryS7 policy measured 1,298 µs eagerly on an
-H100 at 8 envs, 635 µs on its CPU, and 150 µs as one CUDA graph replay (docs/cores.md).
+waits on their launches, and an eager GPU step is slower than the CPU's below a few hundred
+envs (docs/cores.md, "Speed on a GPU", has the H100 timings).
 :class:`ActingGraph` is a drop-in :data:`agents.rollout.Acting`: per input shape (one per env
 group) it copies the step's inputs into static buffers, replays :func:`agents.rollout.act`
 recorded on them (after warm-up steps, :class:`agents.graph_recording.RecordedCall`) and
