@@ -235,6 +235,11 @@ def capturing(like: Tensor) -> bool:
     return like.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two ``>= n`` (for ``n >= 1``)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
 def steps_with_starts(starts: Tensor | None) -> set[int]:
     """The time indices at which at least one batch row resets (one host sync per call).
 

@@ -74,6 +74,7 @@ from cores.base import (
     autocast_enabled,
     capturing,
     check_sequence,
+    pow2_at_least,
     reset_where,
     steps_with_starts,
 )
@@ -523,7 +524,7 @@ class MemLSTM(_AttentiveLSTM):
         to a power of two (at most ``max_len``), so that one graph serves every state up to
         it (a row's columns before its own count are masked, as in any call)."""
         used = self._columns_in_use(state[4])
-        return 0 if used == 0 else min(self.max_len, 1 << (used - 1).bit_length())
+        return 0 if used == 0 else min(self.max_len, pow2_at_least(used))
 
     @contextlib.contextmanager
     def recording(self, key: Hashable) -> Iterator[None]:

@@ -21,7 +21,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cores import triton_tune
-from cores.base import reset_where
+from cores.base import pow2_at_least, reset_where
 
 BLOCK_B = 16
 """Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
@@ -369,7 +369,7 @@ class SplitPlan:
             BLOCK_N=self.block_n,
             BLOCK_H=self.block_h,
             VECTOR=self.options.barrier == "vector",
-            PARTS=_pow2_at_least(self.parts),
+            PARTS=pow2_at_least(self.parts),
             PREC=self.options.precision,
             num_warps=self.options.num_warps or split_warps(self.block_h),
         )
@@ -386,10 +386,6 @@ def _options_on(device: torch.device) -> SplitOptions:
     return dataclasses.replace(_split_options, precision=recurrent_precision(device))
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> SplitPlan | None:
     """The cut of a unit-split launch, or ``None`` where one program per batch tile must do.
 
@@ -401,7 +397,7 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     """
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
-    block_h = max(16, _pow2_at_least(hidden))
+    block_h = max(16, pow2_at_least(hidden))
     if os.environ.get("TRITON_INTERPRET") == "1":
         block_n = SPLIT_UNITS if steps == 1 else block_h
         parts = cdiv(hidden, block_n)

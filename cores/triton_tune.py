@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cores.base import pow2_at_least
+
 ENV_VAR = "MEMCORES_TRITON_TUNE"
 CANDIDATES: tuple[dict[str, int], ...] = (
     dict(BLOCK_N=32, BLOCK_K=32, num_warps=4),
@@ -41,14 +43,10 @@ def enabled(args: Sequence[Any]) -> bool:
     return any(isinstance(a, Tensor) and a.is_cuda for a in args)
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def candidates(hidden: int, meta: dict[str, Any]) -> list[dict[str, int]]:
     """The distinct candidate cuts for ``hidden`` units, each at least 16 wide (``tl.dot``'s
     minimum) and at most the next power of two of ``hidden``; the kernel's own default first."""
-    cap = max(16, _pow2_at_least(hidden))
+    cap = max(16, pow2_at_least(hidden))
     default = dict(
         BLOCK_N=meta["BLOCK_N"], BLOCK_K=meta["BLOCK_K"], num_warps=meta.get("num_warps", 4)
     )
