@@ -206,19 +206,21 @@ class UpdateGraph:
     ) -> Callable[[Tensor], Row] | None:
         """The minibatch step for this update (``index [M] -> row``), replaying where it can;
         None where this update runs eagerly (a failed recording, or :func:`refusal`)."""
-        self.refused = refusal(policy, optimizer, agent)
-        if self.failure is not None or self.refused is not None:
+        if self.failure is not None:
             return None
         target = _Target(
             policy, optimizer, loss_fn, dataclasses.replace(agent, learning_rate=0.0),
             chunks_per_mb, _layout(batch),
         )  # fmt: skip
         rec = self._recording
-        if rec is None or not rec.fits(target):
-            self._recording = None  # the old graph's memory goes before the new one's is taken
-            rec = self._recording = self._new_recording(target, batch)
-        else:
+        if rec is not None and rec.fits(target):  # checked when it was made: not refused
             torch._foreach_copy_(_tensors(rec.static), _tensors(batch))
+        else:
+            self._recording = None  # the old graph's memory goes before the new one's is taken
+            self.refused = refusal(policy, optimizer, agent)
+            if self.refused is not None:
+                return None
+            rec = self._recording = self._new_recording(target, batch)
         rec.lr.fill_(float(optimizer.param_groups[0]["lr"]))
         return lambda index: self._step(rec, index)
 
