@@ -155,11 +155,7 @@ def check_graph_update(
 
     :raises ValueError: not a CUDA device, or :func:`agents.update_graph.refusal`'s reason.
     """
-    if device.type != "cuda":
-        raise ValueError(
-            f"train.graph_update=true needs a CUDA device (train.device is {device.type}); "
-            "set train.graph_update=false"
-        )
+    _require_cuda("train.graph_update", device)
     why = refusal(policy, optimizer, agent)
     if why:
         raise ValueError(f"train.graph_update=true cannot apply: {why}")
@@ -171,14 +167,18 @@ def check_graph_acting(device: torch.device, config: RLConfig) -> None:
 
     :raises ValueError: naming the setting to change.
     """
-    if device.type != "cuda":
-        raise ValueError(
-            f"train.graph_acting=true needs a CUDA device (train.device is {device.type}); "
-            "set train.graph_acting=false"
-        )
+    _require_cuda("train.graph_acting", device)
     if config.train.overlap:
         raise ValueError(
             "train.graph_acting=true does not run with train.overlap=true; set one to false"
+        )
+
+
+def _require_cuda(option: str, device: torch.device) -> None:
+    """Refuse ``option=true`` (a CUDA graph switch) on a device other than CUDA."""
+    if device.type != "cuda":
+        raise ValueError(
+            f"{option}=true needs a CUDA device (train.device is {device.type}); set {option}=false"
         )
 
 
