@@ -98,8 +98,11 @@ def best_meta(
         saved = [(a, a.clone()) for a in args if isinstance(a, Tensor)]
 
         def restore() -> None:
+            # through ``.data``, as a kernel writes: a copy_ on the tensor itself would bump its
+            # autograd version, and a backward that tunes would then invalidate the views its
+            # forward returned (a GRU's ``Y[1:]``: "its base ... has been modified inplace")
             for live, copy in saved:
-                live.copy_(copy)
+                live.data.copy_(copy)
 
         times: list[tuple[float, int]] = []
         cuts = candidates(hidden, meta)
