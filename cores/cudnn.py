@@ -11,12 +11,25 @@ small copies), so gradients reach this core's own parameters.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from cores.base import State, reset_where
+
+# the weights are reordered into new tensors on every call by design (so gradients reach the
+# core's own parameters); PyTorch's advice to flatten them does not apply
+warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous")
+
+
+def _keeps_backward() -> bool:
+    """cuDNN's ``train`` flag: whether the call keeps what its backward needs. Not the module's
+    ``training``: an eval-mode core is still differentiated (the memory probe, gradient
+    diagnostics), and cuDNN refuses a backward of a call made with ``train=False``. Without
+    dropout the flag changes nothing else."""
+    return torch.is_grad_enabled()
 
 
 def lstm_applies(core: Any, starts: Tensor | None) -> bool:
@@ -65,7 +78,7 @@ def lstm(core: Any, x: Tensor, state: State, starts: Tensor | None) -> tuple[Ten
         True,  # biases
         1,  # layers
         0.0,  # dropout
-        core.training,
+        _keeps_backward(),
         False,  # bidirectional
         False,  # batch_first
     )
@@ -84,6 +97,6 @@ def gru(core: Any, x: Tensor, state: State, starts: Tensor | None) -> tuple[Tens
     b_hh = torch.cat([core.bias_hn.new_zeros(2 * core.hidden_size), core.bias_hn])
     (h0,) = _start_state(state, starts)
     y, h = torch._VF.gru(
-        x, h0.unsqueeze(0), [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, core.training, False, False
+        x, h0.unsqueeze(0), [w_ih, w_hh, b_ih, b_hh], True, 1, 0.0, _keeps_backward(), False, False
     )
     return y, (h[0],)

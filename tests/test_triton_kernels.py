@@ -466,6 +466,33 @@ def test_cudnn_route_matches_the_reference_loop(name: str, monkeypatch) -> None:
     assert not cudnn.gru_applies(make_core("fast_gru", D, H), None)
 
 
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_cudnn_route_keeps_its_backward_for_an_eval_core_with_gradients(name, monkeypatch):
+    """cuDNN refuses a backward of a call made with ``train=False`` ("cudnn RNN backward can
+    only be called in training mode"), so the flag follows autograd, not ``core.training``:
+    an eval-mode core differentiated (the memory probe) keeps its backward."""
+    from cores import cudnn
+
+    fn = "lstm" if name == "lstm" else "gru"
+    flags: list[bool] = []
+    real = getattr(torch._VF, fn)
+
+    def spy(*args):
+        flags.append(args[-3])  # (..., dropout, train, bidirectional, batch_first)
+        return real(*args)
+
+    monkeypatch.setattr(torch._VF, fn, spy)
+    core = make_core(name, D, H).eval()
+    x, state, _ = _inputs(torch.float32, n_state=core.state_arity)
+    core.to(DEVICE)
+    y, _ = getattr(cudnn, fn)(core, x, state, None)
+    y.sum().backward()
+    with torch.no_grad():
+        getattr(cudnn, fn)(core, x, state, None)
+    assert flags == [True, False]
+    assert all(p.grad is not None for p in core.parameters() if p.requires_grad)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: compiled tile cuts")
 @pytest.mark.parametrize(
     "name", ["fast_lstm", "ur_lstm", "tied_lstm", "hdetach_lstm", "fast_gru", "ur_gru", "slstm"]
