@@ -127,6 +127,8 @@ class RolloutBuffer:
         :param last_value: ``[N]`` value of the observation after the last step.
         :param next_start: ``[N]`` bool, whether the last step ended an episode.
         """
+        last_value = last_value.to(self.values.device)
+        next_start = next_start.to(self.values.device)  # a CPU env's flags into a GPU buffer
         last_gae = torch.zeros_like(last_value)
         for t in reversed(range(self.n_steps)):
             if t == self.n_steps - 1:

@@ -232,3 +232,11 @@ def test_the_device_path_of_an_update_skips_and_sums_as_the_host_path(monkeypatc
     for key, value in host_state.items():
         for name, tensor in value.items():
             torch.testing.assert_close(dev_state[key][name], tensor, rtol=0, atol=0)
+
+
+def test_returns_accept_the_envs_flags_from_the_cpu_on_any_buffer_device():
+    """A GPU learner's buffer with the last value and episode flags as the envs give them (CPU
+    tensors); the ``meta`` device stands in for the GPU (mixing it with the CPU raises)."""
+    on_meta = RolloutBuffer({}, 8, 2, 4, (torch.zeros(2, 3),), torch.device("meta"))
+    on_meta.compute_returns(torch.zeros(2), torch.tensor([False, True]), 0.99, 0.95)
+    assert on_meta.returns.device.type == "meta" and on_meta.returns.shape == (8, 2)

@@ -285,7 +285,11 @@ def test_with_tf32_products_the_kernels_stay_near_the_reference(name: str, monke
     monkeypatch.setattr(torch.backends.cudnn.rnn, "fp32_precision", "tf32")
     assert triton_gates.recurrent_precision(torch.device("cuda")) == "tf32"
     ref, tri = _pair(name, torch.float32)
-    x, state, starts = _inputs(torch.float32, n_state=ref.state_arity)
+    x, _, starts = _inputs(torch.float32)
+    # a state the core can reach: from random states sLSTM's normaliser can sit near zero, and
+    # h = c / n turns TF32's rounding into gradients 1e5 apart
+    with torch.no_grad():
+        _, state = ref(x.flip(0), ref.initial_state(B, DEVICE))
     values_ref, grads_ref = _run(ref, x, state, starts)
     values_tri, grads_tri = _run(tri, x, state, starts)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):

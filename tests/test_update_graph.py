@@ -46,7 +46,10 @@ def _rollout(device: str, core: str = "ur_lstm", *extra: str):
     collect_rollout(s.policy, s.envs, buffer, carry)
     s.envs.close()
     buffer.compute_returns(
-        torch.zeros(n, device=s.device), torch.zeros(n, dtype=torch.bool), 0.99, 0.95
+        torch.zeros(n, device=s.device),
+        torch.zeros(n, dtype=torch.bool, device=s.device),
+        0.99,
+        0.95,
     )
     return s, buffer
 
