@@ -53,7 +53,7 @@ def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_defau
     assert got == want
     assert all(r["ms"] > 0 and r["diff"] == 0.0 for r in part["rows"])
     md = (tmp_path / "bench_gpu.md").read_text()
-    assert "## Unit-split kernel variants" in md and "| vector barrier + ieee |" in md
+    assert "## Unit-split kernel variants" in md and "| scalar barrier |" in md
     assert md.count("| slstm |") == len(gpu.QUICK.probe_shapes)
 
 

@@ -1,15 +1,16 @@
 """``memcores bench gpu --parts probe``: the unit-split kernels' variants, timed side by side.
 
-The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated presets at 3-6x
+The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated presets above
 cuDNN's ``nn.LSTM``; where a step's time goes has not been profiled. This part times
 forward+backward of ``ur_lstm``, ``fast_gru`` and ``slstm`` through the fused kernels under
-each variant of :class:`cores.triton_gates.SplitOptions` (the barrier that reads every part's
-counter at once, full float32 products against the default's (PyTorch's precision for its
-RNNs, TF32 unless set otherwise), 4 or 16 warps per program against the default's 8 at these
-hidden sizes, and the split off), beside the default, at two shapes: the cores table's
-(T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch (T=1024, B=8, hidden
-256). Each variant's outputs and parameter gradients are compared with the default's (largest
-difference over the largest value), so a faster variant that changes the numbers shows it.
+each variant of :class:`cores.triton_gates.SplitOptions` (the barrier that reads the parts'
+counters one after another instead of all at once, full float32 products against the
+default's (PyTorch's precision for its RNNs, TF32 unless set otherwise), 4 or 16 warps per
+program against the default's 8 at these hidden sizes, and the split off), beside the
+default, at two shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym
+update's minibatch (T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients
+are compared with the default's (largest difference over the largest value), so a faster
+variant that changes the numbers shows it.
 Not in the default run; its budget is 150 s (each variant compiles its own kernels).
 """
 
@@ -22,12 +23,11 @@ import torch
 PROBE_CORES = ("ur_lstm", "fast_gru", "slstm")
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
-    "vector barrier": dict(barrier="vector"),
+    "scalar barrier": dict(barrier="scalar"),
     "ieee": dict(precision="ieee"),
-    "4 warps": dict(num_warps=4),
+    "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
     "16 warps": dict(num_warps=16),
-    "vector barrier + ieee": dict(barrier="vector", precision="ieee"),
-    "4 warps + ieee": dict(num_warps=4, precision="ieee"),  # the cut docs/cores.md's H100 run timed
+    "4 warps + ieee": dict(num_warps=4, precision="ieee"),
     "split off": {},
 }
 """Each variant's changes to :class:`cores.triton_gates.SplitOptions` (``split off``: one
