@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 import torch
+from torch import nn
 
+from cores.base import MemoryCore
 from cores.graphed import collector_paused
 
 Out = TypeVar("Out")
@@ -143,3 +145,16 @@ class RecordedCall(Generic[Out]):
                 return self.fn()
         self.replays += 1
         return self.replay()
+
+
+def keyed_by_state(policy: nn.Module) -> str | None:
+    """The class name of the first core in ``policy`` whose calls depend on a value of its
+    state read on the host (:meth:`cores.base.MemoryCore.graph_key`: ``mem_lstm``'s memory
+    width), which one recording would fix; ``None`` where there is none."""
+    for module in policy.modules():
+        if not isinstance(module, MemoryCore):
+            continue
+        state = module.initial_state(1, next(module.parameters()).device)
+        if module.graph_key(state) is not None:
+            return type(module).__name__
+    return None

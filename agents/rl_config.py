@@ -27,6 +27,7 @@ from agents.run_config import (  # noqa: F401  (MAX_SEED: part of this schema's 
     TrainBase,
     migrate_saved_config,
 )
+from cores.graphed import cuda_graph_choice
 
 
 @dataclass
@@ -222,11 +223,14 @@ class TrainConfig(TrainBase):
     (:mod:`agents.update_graph`). Needs a CUDA device, PPO with Adam, no reconstruction loss
     and a core that draws nothing on the host (not ``hdetach_lstm``); the same maths as the
     eager update. Off by default: its speed on a GPU is not yet measured."""
-    graph_acting: bool = False
+    graph_acting: Any = "auto"
     """Act on the GPU learner itself at any number of envs, each acting step (encoders, the
     core's step, heads, action sampling) replayed from one CUDA graph
-    (:mod:`agents.acting_graph`) instead of on a CPU copy below 128 envs. Needs a CUDA device
-    and no ``overlap``. Off by default: its speed in training is not yet measured."""
+    (:mod:`agents.acting_graph`) instead of on a CPU copy below 128 envs. ``auto`` (a bool or
+    ``auto``): on for a CUDA learner without ``overlap`` whose core can be recorded (not
+    ``mem_lstm``), where a replayed step measured faster than both the CPU and the eager GPU
+    at every number of envs; ``true`` asks for it and is refused without CUDA or with
+    ``overlap``."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
     histogram_every: int = 10
@@ -240,6 +244,7 @@ class TrainConfig(TrainBase):
             raise ValueError(f"train.checkpoint_every must be >= 1, got {self.checkpoint_every}")
         if self.update_threads < 0:
             raise ValueError(f"train.update_threads must be >= 0, got {self.update_threads}")
+        cuda_graph_choice(self.graph_acting, "train.graph_acting")
 
 
 @dataclass

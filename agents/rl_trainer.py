@@ -33,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from agents.acting_graph import ActingGraph
 from agents.checkpoint import (
@@ -44,6 +45,7 @@ from agents.checkpoint import (
 from agents.device import acting_device, module_device, resolve_device
 from agents.divergence import DivergenceGuard
 from agents.episodes import EpisodeStats
+from agents.graph_recording import keyed_by_state
 from agents.policy import RecurrentActorCritic, build_policy, observation_shape
 from agents.ppo import UpdateStats, make_optimizer, update
 from agents.rl_config import AgentConfig, RLConfig
@@ -56,7 +58,7 @@ from agents.rollout import (
 from agents.run import RunLayout, RunSession
 from agents.update_graph import UpdateGraph, refusal
 from cores.diagnostics import timescales
-from cores.graphed import maybe_graphed
+from cores.graphed import cuda_graph_choice, maybe_graphed
 from envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
@@ -105,6 +107,7 @@ class Setup:
     optimizer: torch.optim.Optimizer
     n_actions: int
     image_shape: tuple[int, ...]  # (H, W, 3) images, or (n,) vector observations
+    graph_acting: bool = False  # train.graph_acting resolved (graph_acting_on)
 
 
 def setup(config: RLConfig) -> Setup:
@@ -137,12 +140,11 @@ def setup(config: RLConfig) -> Setup:
         optimizer = make_optimizer(policy, config.agent)
         if config.train.graph_update:
             check_graph_update(device, policy, optimizer, config.agent)
-        if config.train.graph_acting:
-            check_graph_acting(device, config)
+        graph_acting = graph_acting_on(config, device, policy)
     except BaseException:
         envs.close()
         raise
-    return Setup(config, device, envs, policy, optimizer, n_actions, image_shape)
+    return Setup(config, device, envs, policy, optimizer, n_actions, image_shape, graph_acting)
 
 
 def check_graph_update(
@@ -159,6 +161,20 @@ def check_graph_update(
     why = refusal(policy, optimizer, agent)
     if why:
         raise ValueError(f"train.graph_update=true cannot apply: {why}")
+
+
+def graph_acting_on(config: RLConfig, device: torch.device, policy: nn.Module) -> bool:
+    """``train.graph_acting`` resolved: ``true`` checked by :func:`check_graph_acting`;
+    ``auto`` on for a CUDA learner without ``train.overlap`` whose cores can be recorded
+    (:func:`agents.graph_recording.keyed_by_state`: not ``mem_lstm``, whose acting step would
+    fall back to eager GPU steps, slower than the CPU copy's at few envs)."""
+    choice = cuda_graph_choice(config.train.graph_acting, "train.graph_acting")
+    if choice == "true":
+        check_graph_acting(device, config)
+        return True
+    if choice == "false":
+        return False
+    return device.type == "cuda" and not config.train.overlap and keyed_by_state(policy) is None
 
 
 def check_graph_acting(device: torch.device, config: RLConfig) -> None:
@@ -368,7 +384,7 @@ def _rollouts(
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 
-    step = ActingGraph(acting) if cfg.train.graph_acting else None
+    step = ActingGraph(acting) if s.graph_acting else None
 
     def collect(buffer: RolloutBuffer) -> None:
         carry[0] = collect_with_returns(acting, envs, buffer, carry[0], agent, episodes, step)
@@ -439,7 +455,7 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
         s.device,
         separate=cfg.train.overlap,
         n_envs=cfg.env.n_envs,
-        graphed=cfg.train.graph_acting,
+        graphed=s.graph_acting,
     )
     episodes = EpisodeStats(cfg.env.n_envs)
     rollouts = _rollouts(s, acting, episodes, updates)

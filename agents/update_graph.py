@@ -42,7 +42,13 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from agents.graph_recording import WARMUP_CALLS, CudaRecorder, RecordedCall, Recorder
+from agents.graph_recording import (
+    WARMUP_CALLS,
+    CudaRecorder,
+    RecordedCall,
+    Recorder,
+    keyed_by_state,
+)
 from agents.policy import RecurrentActorCritic
 from agents.ppo import LossFn, Row, minibatch_step
 from agents.rl_config import AgentConfig
@@ -66,12 +72,12 @@ def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentCon
                 f"{type(module).__name__} draws random numbers on the host while training, "
                 "which a graph would freeze"
             )
-        state = module.initial_state(1, next(module.parameters()).device)
-        if module.graph_key(state) is not None:
-            return (
-                f"{type(module).__name__} reads from its state on the host, once per call, "
-                "what one graph would have to fix (mem_lstm: its memory's width)"
-            )
+    keyed = keyed_by_state(policy)
+    if keyed:
+        return (
+            f"{keyed} reads from its state on the host, once per call, "
+            "what one graph would have to fix (mem_lstm: its memory's width)"
+        )
     return None
 
 

@@ -240,9 +240,9 @@ def graphed(core: MemoryCore) -> MemoryCore:
     return GraphedCore(core) if core.graph_safe else core
 
 
-def cuda_graph_choice(value: bool | str) -> str:
-    """``value`` (a config's ``core.cuda_graph``: a bool or one of :data:`CUDA_GRAPH_CHOICES`)
-    as one of those strings.
+def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
+    """``value`` (a config's ``option``, such as ``core.cuda_graph``: a bool or one of
+    :data:`CUDA_GRAPH_CHOICES`) as one of those strings.
 
     :raises ValueError: any other value, named with the valid choices.
     """
@@ -250,9 +250,7 @@ def cuda_graph_choice(value: bool | str) -> str:
         return "true" if value else "false"
     if isinstance(value, str) and value.lower() in CUDA_GRAPH_CHOICES:
         return value.lower()
-    raise ValueError(
-        f"core.cuda_graph must be one of {', '.join(CUDA_GRAPH_CHOICES)}, got {value!r}"
-    )
+    raise ValueError(f"{option} must be one of {', '.join(CUDA_GRAPH_CHOICES)}, got {value!r}")
 
 
 def maybe_graphed(

@@ -15,7 +15,7 @@ from rl_helpers import evaluate_chunks, tiny_config
 from agents.acting_graph import ActingGraph
 from agents.device import acting_device, describe_acting
 from agents.graph_recording import CudaRecorder, EagerRecorder
-from agents.rl_trainer import acting_policy, check_graph_acting, setup
+from agents.rl_trainer import acting_policy, check_graph_acting, graph_acting_on, setup
 from agents.rollout import RolloutBuffer, act, collect_rollout, obs_shapes, start_rollouts
 from cores import CORES
 
@@ -127,6 +127,28 @@ def test_graph_acting_needs_a_cuda_learner_and_no_overlap():
     with pytest.raises(ValueError, match="does not run with train.overlap=true"):
         check_graph_acting(torch.device("cuda"), overlapped)
     check_graph_acting(torch.device("cuda"), config)  # accepted
+
+
+def test_graph_acting_is_on_by_default_for_a_cuda_learner_that_can_record_its_step():
+    """``auto`` (the default): a CUDA learner without overlap acts through graphs, unless its
+    core reads its state on the host (``mem_lstm``, whose step would fall back to eager GPU
+    steps); a CPU learner never; ``false`` turns it off; a bad value names the choices."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+
+    def on(device, *overrides, core="lstm"):
+        s = setup(tiny_config(f"core.name={core}", "core.hidden_size=8"))  # a CPU learner
+        s.envs.close()
+        config = tiny_config(f"core.name={core}", "core.hidden_size=8", *overrides)
+        return graph_acting_on(config, device, s.policy)
+
+    assert on(cuda) and not on(cpu)
+    assert not on(cuda, "train.overlap=true") and not on(cuda, "train.graph_acting=false")
+    assert not on(cuda, core="mem_lstm")
+    assert on(cuda, "train.graph_acting=true")  # asked for: checked, not second-guessed
+    with pytest.raises(ValueError, match="train.graph_acting=true needs a CUDA device"):
+        on(cpu, "train.graph_acting=true")
+    with pytest.raises(ValueError, match="train.graph_acting must be one of auto, true, false"):
+        tiny_config("train.graph_acting=sometimes")
 
 
 def test_a_training_run_acts_through_the_graph_and_ends_as_the_eager_run(tmp_path, monkeypatch):
