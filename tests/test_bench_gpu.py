@@ -50,11 +50,14 @@ def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_defau
         for shape in gpu.QUICK.probe_shapes
         for variant in split_probe.VARIANTS
     }
+    want |= {(b, s, "default") for b in ("nn.LSTM", "nn.GRU") for s in gpu.QUICK.probe_shapes}
     assert got == want
-    assert all(r["ms"] > 0 and r["diff"] == 0.0 for r in part["rows"])
+    cores = [r for r in part["rows"] if r["core"] in split_probe.PROBE_CORES]
+    assert all(r["ms"] > 0 and r["diff"] == 0.0 for r in cores)
     md = (tmp_path / "bench_gpu.md").read_text()
     assert "## Unit-split kernel variants" in md and "| scalar barrier |" in md
     assert md.count("| slstm |") == len(gpu.QUICK.probe_shapes)
+    assert md.count("x nn.LSTM)") == 2 * len(gpu.QUICK.probe_shapes)  # ur_lstm and slstm
 
 
 @pytest.fixture(scope="module")

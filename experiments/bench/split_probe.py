@@ -21,6 +21,8 @@ from typing import Any
 import torch
 
 PROBE_CORES = ("ur_lstm", "fast_gru", "slstm")
+BASELINE_OF = {"ur_lstm": "nn.LSTM", "fast_gru": "nn.GRU", "slstm": "nn.LSTM"}
+"""The cuDNN module each probed core's target is set against, timed at the same shapes."""
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "scalar barrier": dict(barrier="scalar"),
@@ -61,6 +63,14 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
     errors: dict[str, str] = {}
     not_measured: list[str] = []
     for shape in sizes.probe_shapes:
+        for baseline in dict.fromkeys(BASELINE_OF.values()):  # side by side with the variants
+            if clock.left() > 0:
+                seconds = time_runner(
+                    core_runner(baseline, *shape, device), device, sizes.reps, clock
+                )
+                rows.append(
+                    dict(core=baseline, shape=list(shape), variant="default", ms=1e3 * seconds)
+                )
         for name in PROBE_CORES:
             reference = None
             for variant, changes in VARIANTS.items():
@@ -93,7 +103,8 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
 
 def markdown(part: dict[str, Any]) -> list[str]:
     """The probe's table: one row per core and shape, one column per variant (ms, and x the
-    default's time)."""
+    default's time); cuDNN's rows fill the default column, and each core's default says its
+    multiple of its cuDNN module at that shape."""
     lines = [
         "",
         "## Unit-split kernel variants (forward+backward ms; x default; max relative difference)",
@@ -106,6 +117,7 @@ def markdown(part: dict[str, Any]) -> list[str]:
         cells.setdefault((row["core"], str(tuple(row["shape"]))), {})[row["variant"]] = row
     for (core, shape), by_variant in cells.items():
         default = by_variant.get("default")
+        base = cells.get((BASELINE_OF.get(core, ""), shape), {}).get("default")
         out = []
         for variant in VARIANTS:
             row = by_variant.get(variant)
@@ -113,6 +125,8 @@ def markdown(part: dict[str, Any]) -> list[str]:
                 out.append("-")
                 continue
             text = f"{row['ms']:.2f}"
+            if variant == "default" and base is not None:
+                text += f" ({row['ms'] / base['ms']:.2f}x {base['core']})"
             if default is not None and variant != "default":
                 text += f" ({row['ms'] / default['ms']:.2f}x"
                 text += f", {row['diff']:.0e})" if row["diff"] is not None else ")"
