@@ -248,3 +248,26 @@ def test_split_off_sets_and_restores_the_switch(monkeypatch):
     assert os.environ[triton_gates.SPLIT_ENV] == "1"
     with gpu._split_off(False):
         assert os.environ[triton_gates.SPLIT_ENV] == "1"
+
+
+def test_a_tests_part_the_budget_stops_still_says_what_ended(monkeypatch):
+    """The CUDA tests run verbosely; when the budget stops them, the part reports how many
+    passed and which failed by then."""
+    import subprocess
+
+    partial = (
+        "tests/test_a.py::test_one[cuda] PASSED                 [  1%]\n"
+        "tests/test_a.py::test_two[cuda] FAILED                 [  2%]\n"
+        "tests/test_b.py::test_three PASSED                     [  3%]\n"
+        "tests/test_b.py::test_four "
+    )
+
+    def stopped(command, **kwargs):
+        assert "-v" in command
+        raise subprocess.TimeoutExpired(command, 1.0, output=partial.encode())
+
+    monkeypatch.setattr(subprocess, "run", stopped)
+    part = gpu.part_tests(torch.device("cpu"), gpu.QUICK, gpu.Clock(1.0), quick=False)
+    assert part["returncode"] is None
+    assert part["summary"].endswith("(2 passed, 1 failed by then)")
+    assert part["failed"] == ["FAILED tests/test_a.py::test_two[cuda]"]

@@ -295,7 +295,8 @@ def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
     of ``tests/test_devices.py``)."""
     # the CUDA-named cases, and the fused-kernel tests, which run on CUDA where it exists
     selection = "cuda or triton_kernels"
-    command = [sys.executable, "-m", "pytest", "-q", "--tb=line", "-k", selection]
+    # -v: a line per test as it ends, so a run the budget stops still says what passed
+    command = [sys.executable, "-m", "pytest", "-v", "--tb=line", "-k", selection]
     command += ["-p", "no:cacheprovider"]
     if quick:  # collect one file's cases: the subprocess and the parsing, in seconds
         command += ["--collect-only", "tests/test_devices.py"]
@@ -316,11 +317,16 @@ def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         output, rc = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as err:
         text = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        ended = tests_ended(text)
+        counts = ", ".join(f"{len(v)} {k.lower()}" for k, v in ended.items() if v)
         return {
             "command": " ".join(command[2:]),
             "returncode": None,
-            "summary": f"stopped by the time budget after {clock.budget:.0f} s",
-            "failed": [line for line in text.splitlines() if line.startswith("FAILED")],
+            "summary": f"stopped by the time budget after {clock.budget:.0f} s"
+            + (f" ({counts} by then)" if counts else ""),
+            "failed": [
+                f"{outcome} {name}" for outcome in ("FAILED", "ERROR") for name in ended[outcome]
+            ],
         }
     lines = [line for line in output.strip().splitlines() if line.strip()]
     return {
@@ -330,6 +336,17 @@ def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         "failed": [line for line in lines if line.startswith(("FAILED", "ERROR"))],
         "output_tail": lines[-80:],  # the failures' one-line tracebacks, for the JSON
     }
+
+
+def tests_ended(verbose_output: str) -> dict[str, list[str]]:
+    """The tests a ``pytest -v`` output says have ended, by outcome (``PASSED``, ``FAILED``,
+    ``ERROR``, ``SKIPPED``): ``tests/x.py::name[id] PASSED  [ 5%]`` lines."""
+    ended: dict[str, list[str]] = {k: [] for k in ("PASSED", "FAILED", "ERROR", "SKIPPED")}
+    for line in verbose_output.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and "::" in parts[0] and parts[1] in ended:
+            ended[parts[1]].append(parts[0])
+    return ended
 
 
 def _target(name: str, x_lstm: float | None, x_gru: float | None, ms: float) -> str:
