@@ -271,3 +271,14 @@ def test_a_tests_part_the_budget_stops_still_says_what_ended(monkeypatch):
     assert part["returncode"] is None
     assert part["summary"].endswith("(2 passed, 1 failed by then)")
     assert part["failed"] == ["FAILED tests/test_a.py::test_two[cuda]"]
+
+
+def test_a_plain_rl_row_acts_as_the_trainer_does_by_default(monkeypatch):
+    """Where ``train.graph_acting=auto`` turns the acting graph on (a CUDA learner, faked
+    here), the plain row acts through it and updates eagerly, as ``memcores train`` would."""
+    from agents import rl_trainer
+
+    monkeypatch.setattr(rl_trainer, "graph_acting_on", lambda *args: True)
+    out = gpu.rl_rate(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides), "cpu", None)
+    steps = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides)).agent.n_steps
+    assert out["graph"] == f"acting {steps} steps replayed; update eager"

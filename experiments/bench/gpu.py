@@ -29,10 +29,11 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    ``min_gru``. One rollout is collected and timed; the update is timed over ``E`` of its
    epochs (all 8 of MemoryS7's, 1 of POPGym's 30; on the GPU after a warm-up epoch) and
    scaled to the whole update: frames/s = frames / (collection + update). Each side runs
-   with the config's own ``train.threads``, as ``memcores train`` would. Each MemoryS7 row is
-   followed by one that acts on the GPU through CUDA graphs (``train.graph_acting``) and
-   replays the update's minibatch steps from one (``train.graph_update``), timed on the GPU
-   only after their warm-up and recording, and so is POPGym's ``ur_lstm`` row.
+   with the config's own ``train.threads``, and acts as ``memcores train`` does by default
+   (on a GPU through acting graphs, ``train.graph_acting=auto``). Each MemoryS7 row is
+   followed by one that also replays the update's minibatch steps from a CUDA graph
+   (``train.graph_update``), timed on the GPU only after its warm-up and recording, and so is
+   POPGym's ``ur_lstm`` row.
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
 7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
@@ -75,8 +76,7 @@ POPGYM = "experiments/configs/sweep_popgym.yaml"
 COPY = "experiments/configs/copy.yaml"
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
 POPGYM_GRAPH_CORES = ("ur_lstm",)
-"""The POPGym rows timed again with the acting and update graphs (``lstm`` runs the same
-kernel)."""
+"""The POPGym rows timed again with the update graph (``lstm`` runs the same kernel)."""
 SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
 LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
 GRAPH_SCALING = ("janet",)
@@ -652,15 +652,14 @@ def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) 
 def rl_rate(
     path: str, overrides: list[str], device: str, epochs: int | None, graphs: bool = False
 ) -> dict[str, Any]:
-    """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout (the trainer's
-    acting rule), the update timed over ``epochs`` of its epochs (after a warm-up epoch off the
-    CPU) and scaled to all of them.
+    """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout (acting as the
+    trainer does with the config's ``train.graph_acting``), the update timed over ``epochs`` of
+    its epochs (after a warm-up epoch off the CPU) and scaled to all of them.
 
-    ``graphs``: the policy acts on the learner's device through an acting graph
-    (``train.graph_acting``) and the update's minibatch steps replay an update graph
-    (``train.graph_update``), each warmed up and recorded before the timing; CUDA graphs on a
-    GPU, and on the CPU, which has none, the same bookkeeping run eagerly (a check of the
-    script)."""
+    ``graphs``: the policy also acts through an acting graph where the config would not, and
+    the update's minibatch steps replay an update graph (``train.graph_update``), each warmed
+    up and recorded before the timing; CUDA graphs on a GPU, and on the CPU, which has none,
+    the same bookkeeping run eagerly (a check of the script)."""
     from agents.acting_graph import ActingGraph
     from agents.graph_recording import CudaRecorder, EagerRecorder
     from agents.policy import obs_to_tensors
@@ -680,7 +679,8 @@ def rl_rate(
     n_envs, n_steps = cfg.env.n_envs, agent.n_steps
     cuda = s.device.type == "cuda"
     try:
-        acting = acting_policy(s.policy, s.device, n_envs=n_envs, graphed=graphs)
+        act_graphed = graphs or s.graph_acting
+        acting = acting_policy(s.policy, s.device, n_envs=n_envs, graphed=act_graphed)
         act_device = next(acting.parameters()).device
         buffer = RolloutBuffer(
             obs_shapes(s.envs.single_observation_space),
@@ -693,8 +693,9 @@ def rl_rate(
         carry = start_rollouts(acting, s.envs, cfg.train.seed, act_device)
         acting_graph = update_graph = None
         if graphs:
-            acting_graph = ActingGraph(acting, CudaRecorder() if cuda else EagerRecorder())
             update_graph = UpdateGraph(CudaRecorder() if cuda else EagerRecorder())
+        if act_graphed:
+            acting_graph = ActingGraph(acting, CudaRecorder() if cuda else EagerRecorder())
             obs = obs_to_tensors(carry.obs, act_device)
             for _ in range(acting_graph.warmup_calls + 1):  # warm-up steps and the recording
                 acting_graph(obs, carry.state, carry.starts)
@@ -722,14 +723,13 @@ def rl_rate(
         "collect_s": collect,
         "update_s": upd,
         "epochs_timed": f"{timed_epochs}/{agent.n_epochs}",
-        "acting": describe_acting(s.device, n_envs, graphed=graphs),
+        "acting": describe_acting(s.device, n_envs, graphed=act_graphed),
         "threads": torch.get_num_threads(),
     }
-    if acting_graph is not None and update_graph is not None:
+    if acting_graph is not None:
         acted = acting_graph.replays - acted
-        out["graph"] = _graph_summary(
-            acting_graph, acted, update_graph, update_graph.replays - replays
-        )
+        updated = None if update_graph is None else update_graph.replays - replays
+        out["graph"] = _graph_summary(acting_graph, acted, update_graph, updated)
     return out
 
 
@@ -741,14 +741,16 @@ def _epochs_to_record(agent: Any, n_envs: int, graph: Any) -> int:
     return math.ceil((graph.warmup_steps + 1) / full_minibatches)
 
 
-def _graph_summary(acting: Any, acted: int, update: Any, replays: int) -> str:
+def _graph_summary(acting: Any, acted: int, update: Any, replays: int | None) -> str:
     """How the timed rollout and update ran with their graphs (``acted`` and ``replays``:
-    the steps they replayed)."""
+    the steps they replayed; ``update`` None: an eager update)."""
     if acting.failure is not None:
         acted_line = f"acting eager (recording failed: {acting.failure})"
     else:
         acted_line = f"acting {acted} steps replayed"
-    if update.failure is not None:
+    if update is None:
+        updated = "update eager"
+    elif update.failure is not None:
         updated = f"update eager (recording failed: {update.failure})"
     elif update.refused is not None:
         updated = f"update eager ({update.refused})"
@@ -759,7 +761,8 @@ def _graph_summary(acting: Any, acted: int, update: Any, replays: int) -> str:
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
     """RL frames/s on ``device`` against the CPU, per setting. The ``graphs`` rows (acting and
-    update graphs) time the device only: their CPU side is the row above theirs."""
+    update graphs) time the device only: their CPU side is the row above theirs, which acts as
+    the trainer does by default and updates eagerly."""
     envs = (8, 64) if not quick else (2,)
     memory_s7 = [
         (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
