@@ -221,8 +221,9 @@ class TrainConfig(TrainBase):
     """Replay each PPO minibatch step (the core's forward and backward, the loss, clipping and
     Adam) from one CUDA graph instead of launching its kernels one by one
     (:mod:`agents.update_graph`). Needs a CUDA device, PPO with Adam, no reconstruction loss
-    and a core that draws nothing on the host (not ``hdetach_lstm``); the same maths as the
-    eager update. Off by default: its speed on a GPU is not yet measured."""
+    and a core that draws nothing on the host and is not keyed by its state (not
+    ``hdetach_lstm`` or ``mem_lstm``); the same maths as the eager update. Off by default
+    until its CUDA equivalence test has passed on a GPU (docs/cores.md has its speed)."""
     graph_acting: Any = "auto"
     """Act on the GPU learner itself at any number of envs, each acting step (encoders, the
     core's step, heads, action sampling) replayed from one CUDA graph

@@ -445,11 +445,12 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
     else:
         np.random.seed(cfg.train.seed)  # noqa: NPY002  (third-party code draws from it)
         torch.manual_seed(cfg.train.seed)
-    # Acting (batch of N, T = 1) is latency-bound: on a GPU learner with few envs it stays on
-    # the CPU with a copy of the policy, refreshed after every update (agents.device.
-    # acting_device); the rollout is stored where the policy acts and each update moves it to
-    # the learner's device once. Overlapped, the copy is what lets the next rollout be
-    # collected while the learner updates.
+    # Acting (batch of N, T = 1) is latency-bound: a GPU learner acts itself through acting
+    # graphs (train.graph_acting), and without them, with few envs, on a CPU copy of the
+    # policy refreshed after every update (agents.device.acting_device); the rollout is stored
+    # where the policy acts and each update moves it to the learner's device once.
+    # Overlapped, the copy is what lets the next rollout be collected while the learner
+    # updates.
     acting = acting_policy(
         s.policy,
         s.device,
