@@ -135,7 +135,11 @@ def test_capturable_cores_get_a_cuda_graph_column_and_the_better_time_counts(qui
             assert row["ms_graphed"] is None and row["best_ms"] == row["ms"]
     # the H100 baseline covers every core; the 5x target checks the other cores
     assert set(CORES) <= gpu.H100_BASELINE_MS.keys()
-    assert rows["janet"]["target"].endswith(">=5x faster than the H100 baseline")
+    assert rows["janet"]["target"].endswith(">=5x faster than its step loop")
+    janet = rows["janet"]
+    own = janet["ms"] / janet["best_ms"] if janet["best_ms"] < janet["ms"] else None
+    assert janet["x_own_loop"] == (None if own is None else pytest.approx(own))
+    assert "| x own loop |" in md
     assert rows["janet"]["x_faster"] == pytest.approx(
         tuple(ms / rows["janet"]["best_ms"] for ms in gpu.H100_BASELINE_MS["janet"])
     )
@@ -191,6 +195,15 @@ def test_the_5x_target_against_a_baseline_range():
     assert gpu._target("rel_lstm", None, None, (low + high) / 10).startswith("?")
     assert gpu._target("rel_lstm", None, None, high / 4).startswith("MISS")
     assert gpu._target("min_gru", None, None, 1.0) == ""  # scan cores: the T-scaling target
+
+
+def test_the_5x_target_reads_the_cores_own_loop_timed_in_the_same_run():
+    low, high = gpu.H100_BASELINE_MS["nru"]
+    between = (low + high) / 10
+    assert gpu._target("nru", None, None, between, loop_ms=5 * between).startswith("ok")
+    assert gpu._target("nru", None, None, between, loop_ms=4 * between).startswith("?")
+    assert gpu._target("nru", None, None, high / 4, loop_ms=4 * high / 4).startswith("MISS")
+    assert gpu._target("nru", None, None, between, loop_ms=between).startswith("?")
 
 
 def test_a_spent_budget_leaves_the_rest_listed_as_not_measured():
