@@ -58,6 +58,14 @@ def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_defau
     assert "## Unit-split kernel variants" in md and "| scalar barrier |" in md
     assert md.count("| slstm |") == len(gpu.QUICK.probe_shapes)
     assert md.count("x nn.LSTM)") == 2 * len(gpu.QUICK.probe_shapes)  # ur_lstm and slstm
+    # the defaults and the cuDNN modules are profiled: their time per kernel (on a CPU, per op)
+    for row in part["rows"]:
+        profiled = row["variant"] == "default"
+        assert bool(row["kernels_us"]) == profiled
+        if profiled:
+            assert all(us > 0 for us in row["kernels_us"].values())
+            assert list(row["kernels_us"].values()) == sorted(row["kernels_us"].values())[::-1]
+    assert md.count("- slstm (") == len(gpu.QUICK.probe_shapes) and "wall " in md
 
 
 @pytest.fixture(scope="module")

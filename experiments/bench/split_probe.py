@@ -10,7 +10,10 @@ program against the default's 8 at these hidden sizes, and the split off), besid
 default, at two shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym
 update's minibatch (T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients
 are compared with the default's (largest difference over the largest value), so a faster
-variant that changes the numbers shows it.
+variant that changes the numbers shows it. The default of each core and the cuDNN modules are
+also profiled (:func:`kernel_times`): each kernel's time per call beside the wall time, so
+the table says where a step's time goes (forward or backward kernel, the matmuls outside
+them, or the GPU waiting on launches).
 Not in the default run; its budget is 150 s (each variant compiles its own kernels).
 """
 
@@ -53,6 +56,40 @@ def _values(name: str, shape: tuple[int, int, int, int], device: torch.device) -
     return torch.cat([y.detach().flatten(), *grads]).double().cpu()
 
 
+PROFILED_CALLS = 5
+"""Forward+backward calls under :mod:`torch.profiler` per profiled row."""
+NAMED_KERNELS = 4
+"""A profile names its longest kernels, this many; the rest is summed as ``other``."""
+
+
+def kernel_times(run: Any, device: torch.device, calls: int = PROFILED_CALLS) -> dict[str, float]:
+    """Where one forward+backward's time goes: microseconds per call of each kernel that
+    ``run`` launches, by name, from :mod:`torch.profiler` (on a CPU, each operator's own CPU
+    time instead, so the part runs there too), longest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    run()  # compiled and allocated before the profile starts
+    if cuda:
+        torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            run()
+        if cuda:
+            torch.cuda.synchronize(device)
+    times: dict[str, float] = {}
+    for event in prof.key_averages():
+        us = event.self_device_time_total if cuda else event.self_cpu_time_total
+        if us > 0:
+            times[event.key] = times.get(event.key, 0.0) + us / calls
+    return dict(sorted(times.items(), key=lambda item: -item[1]))
+
+
+def _profiled(run: Any, device: torch.device, clock: Any) -> dict[str, float] | None:
+    """:func:`kernel_times` of ``run`` where the part has time left for it, else ``None``."""
+    return kernel_times(run, device) if clock.left() > 0 else None
+
+
 def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dict:
     """ms of forward+backward per core, shape and variant, with the variant's largest
     relative difference from the default's values."""
@@ -65,11 +102,16 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
     for shape in sizes.probe_shapes:
         for baseline in dict.fromkeys(BASELINE_OF.values()):  # side by side with the variants
             if clock.left() > 0:
-                seconds = time_runner(
-                    core_runner(baseline, *shape, device), device, sizes.reps, clock
-                )
+                run = core_runner(baseline, *shape, device)
+                seconds = time_runner(run, device, sizes.reps, clock)
                 rows.append(
-                    dict(core=baseline, shape=list(shape), variant="default", ms=1e3 * seconds)
+                    dict(
+                        core=baseline,
+                        shape=list(shape),
+                        variant="default",
+                        ms=1e3 * seconds,
+                        kernels_us=_profiled(run, device, clock),
+                    )
                 )
         for name in PROBE_CORES:
             reference = None
@@ -84,9 +126,10 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
                         triton_gates.split_options(**changes),
                     ):
                         values = _values(name, shape, device)
-                        seconds = time_runner(
-                            core_runner(name, *shape, device), device, sizes.reps, clock
-                        )
+                        run = core_runner(name, *shape, device)
+                        seconds = time_runner(run, device, sizes.reps, clock)
+                        # where the default's time goes, kernel by kernel
+                        kernels = _profiled(run, device, clock) if variant == "default" else None
                 except Exception as err:  # one failing variant must not stop the part
                     errors[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
                     continue
@@ -96,7 +139,14 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
                     scale = reference.abs().max().clamp_min(1e-30)
                     diff = float((values - reference).abs().max() / scale)
                 rows.append(
-                    dict(core=name, shape=list(shape), variant=variant, ms=1e3 * seconds, diff=diff)
+                    dict(
+                        core=name,
+                        shape=list(shape),
+                        variant=variant,
+                        ms=1e3 * seconds,
+                        diff=diff,
+                        kernels_us=kernels,
+                    )
                 )
     return dict(rows=rows, errors=errors, not_measured=not_measured)
 
@@ -132,4 +182,31 @@ def markdown(part: dict[str, Any]) -> list[str]:
                 text += f", {row['diff']:.0e})" if row["diff"] is not None else ")"
             out.append(text)
         lines.append(f"| {core} | {shape} | " + " | ".join(out) + " |")
+    return lines + _md_kernels(part["rows"])
+
+
+def _md_kernels(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per profiled row: its wall time per call, the kernels' summed time and the
+    longest kernels by name (the rest as ``other``)."""
+    profiled = [r for r in rows if r.get("kernels_us")]
+    if not profiled:
+        return []
+    lines = [
+        "",
+        "Where a default forward+backward's time goes (torch.profiler, microseconds per call; "
+        "on a GPU the kernels' own time, so wall minus their sum is time the GPU waited; on a "
+        "CPU each operator's own time):",
+        "",
+    ]
+    for r in profiled:
+        kernels = r["kernels_us"]
+        named = list(kernels.items())[:NAMED_KERNELS]
+        other = sum(kernels.values()) - sum(us for _, us in named)
+        parts = [f"`{name[:60]}` {us:.0f}" for name, us in named]
+        if other > 0:
+            parts.append(f"other {other:.0f}")
+        lines.append(
+            f"- {r['core']} {tuple(r['shape'])}: wall {1e3 * r['ms']:.0f}, kernels "
+            f"{sum(kernels.values()):.0f}: " + ", ".join(parts)
+        )
     return lines
