@@ -260,6 +260,12 @@ SPLIT_MAX_HIDDEN = 256
 """Above this hidden size a program's weight slice no longer fits its registers."""
 
 
+GATHER_MAX_H = tl.constexpr(128)
+"""Up to this many input units (``BLOCK_H``) a prefetching backward reads every part's gate
+gradients before its products: their tiles then sit in shared memory at once, 64 KB per
+program at 128 units on sm_90, where wider would exceed the 99 KB a block gets on consumer
+GPUs (``python tests/triton_compile.py 256``: 128 KB)."""
+
 BARRIERS = ("scalar", "vector")
 PRECISIONS = ("ieee", "tf32")
 
@@ -311,11 +317,15 @@ class SplitOptions:
         loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa); ``None``:
         :func:`recurrent_precision` of the device, PyTorch's switch for its own RNNs.
     :param num_warps: warps per program; ``None``: :func:`split_warps` of the hidden size.
+    :param prefetch: read the next step's own inputs (those no other program writes) before
+        waiting at the barrier, so that after it only the values the other parts wrote are
+        read from memory; off, they are read at the start of their step.
     """
 
     barrier: str = "vector"  # 0.47-0.61x the scalar wait's time on an H100, same numbers
     precision: str | None = None
     num_warps: int | None = None
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         if self.barrier not in BARRIERS:
@@ -370,6 +380,7 @@ class SplitPlan:
             BLOCK_H=self.block_h,
             VECTOR=self.options.barrier == "vector",
             PARTS=pow2_at_least(self.parts),
+            PREFETCH=self.options.prefetch,
             PREC=self.options.precision,
             num_warps=self.options.num_warps or split_warps(self.block_h),
         )

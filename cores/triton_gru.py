@@ -23,6 +23,7 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
+    GATHER_MAX_H,
     back,
     back_slice,
     clip_unit,
@@ -128,6 +129,40 @@ def _put_grads(
     put(da_t + (NG - 2) * H, da_r, rows, row_ok, cols_n, n_ok, GH)
     put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
     put(dhn_t, dhn, rows, row_ok, cols_n, n_ok, H)
+
+
+@triton.jit
+def input_side(g_t, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr, REFINE: tl.constexpr):
+    """A step's input-side pre-activations of units ``cols_n`` (``g_t`` at ``[B, NG*H]``):
+    ``z, q, r, n``, read in one go so the reads' latencies overlap (``q`` is ``z``'s
+    stand-in without ``REFINE``)."""
+    GH = NG * H
+    g_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
+    g_q = g_z
+    if REFINE:
+        g_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
+    g_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
+    g_n = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+    return g_z, g_q, g_r, g_n
+
+
+@triton.jit
+def step_saved(
+    a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t, B, H, rows, row_ok, cols_n, n_ok,
+    NG: tl.constexpr, REFINE: tl.constexpr, BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr,
+):  # fmt: skip
+    """Everything step ``t``'s backward reads that no other program writes, read in one go:
+    its pre-activations ``a_z, a_q, a_r, a_n``, ``U_n h + b_hn``, ``h_{t-1}`` (zero where
+    ``start``), the output's gradient ``dy_t`` (``[BLOCK_B, BLOCK_N]`` each) and ``start``
+    (``[BLOCK_B]``)."""
+    a_z, a_q, a_r, a_n = input_side(
+        a_ptr + t * B * NG * H, rows, row_ok, cols_n, n_ok, H, NG, REFINE
+    )
+    hn = tile(hn_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    h_prev = tile(y_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
+    return a_z, a_q, a_r, a_n, hn, tl.where(start[:, None], 0.0, h_prev), dy, start
 
 
 @triton.jit
@@ -284,6 +319,7 @@ def forward_split_kernel(
     BLOCK_H: tl.constexpr,
     VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
+    PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
@@ -291,7 +327,8 @@ def forward_split_kernel(
     """The forward with a step's units split over programs (the design of
     :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights and
     state in registers, reads every unit of ``h_{t-1}`` and meets the other parts after each
-    step."""
+    step. The input side is read in one go (:func:`input_side`), with ``PREFETCH`` the next
+    step's while the barrier waits."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -309,30 +346,35 @@ def forward_split_kernel(
     w_n = weight_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
     b_hn = tl.load(bhn_ptr + cols_n, mask=n_ok, other=0.0)
     h_own = tile(y_ptr, rows, row_ok, cols_n, n_ok, H)
+    g_z, g_q, g_r, g_n = input_side(g_ptr, rows, row_ok, cols_n, n_ok, H, NG, REFINE)
     for t in range(T):
+        if not PREFETCH:  # (with PREFETCH the previous step read them)
+            g_z, g_q, g_r, g_n = input_side(
+                g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
+            )
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(start[:, None], 0.0, h)
-        g_t = g_ptr + t * B * GH
         a_t = a_ptr + t * B * GH
-        a_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH) + tl.dot(h, w_z, input_precision=PREC)
-        a_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
-        a_r += tl.dot(h, w_r, input_precision=PREC)
+        a_z = g_z + tl.dot(h, w_z, input_precision=PREC)
+        a_r = g_r + tl.dot(h, w_r, input_precision=PREC)
         hn = tl.dot(h, w_n, input_precision=PREC) + b_hn[None, :]
-        a_n = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH) + sigmoid(a_r) * hn
+        a_n = g_n + sigmoid(a_r) * hn
         put(a_t, a_z, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + (NG - 2) * H, a_r, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + (NG - 1) * H, a_n, rows, row_ok, cols_n, n_ok, GH)
         put(hn_ptr + t * B * H, hn, rows, row_ok, cols_n, n_ok, H)
         a_q = a_z  # a stand-in that cell() does not read without REFINE
         if REFINE:
-            a_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH) + tl.dot(
-                h, w_q, input_precision=PREC
-            )
+            a_q = g_q + tl.dot(h, w_q, input_precision=PREC)
             put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
         h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP, POWER)
         put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
+            if PREFETCH:
+                g_z, g_q, g_r, g_n = input_side(
+                    g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
+                )
             sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
 
 
@@ -360,13 +402,16 @@ def backward_split_kernel(
     BLOCK_H: tl.constexpr,
     VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
+    PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
 ):
     """The reverse-time pass with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is finished
-    by one matmul after the launch."""
+    :func:`cores.triton_lstm.backward_split_kernel`: a step's own values read in one go,
+    :func:`step_saved`, with ``PREFETCH`` the earlier step's while the barrier waits; every
+    part's gradients read in one go before the products); the gradient into ``h_0`` is
+    finished by one matmul after the launch."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -383,34 +428,57 @@ def backward_split_kernel(
     w_r = back_slice(w_ptr, NG - 2, cols_k, k_ok, cols_n, n_ok, H)
     w_n = back_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
     dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
+    s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(
+        a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, T - 1, B, H, rows, row_ok, cols_n, n_ok, NG,
+        REFINE, BLOCK_B, HAS_STARTS,
+    )  # fmt: skip
     for k in range(T):
         t = T - 1 - k
-        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        a_t = a_ptr + t * B * GH
+        if not PREFETCH:  # (with PREFETCH the later step read them)
+            s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(
+                a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t, B, H, rows, row_ok, cols_n, n_ok,
+                NG, REFINE, BLOCK_B, HAS_STARTS,
+            )  # fmt: skip
+        start = s_start
         da_t = da_ptr + t * B * GH
-        dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        h_prev = tile(y_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        h_prev = tl.where(start[:, None], 0.0, h_prev)
-        da_z, da_q, da_r, da_n, dhn, direct = _step_grads(
-            a_t, hn_ptr + t * B * H, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG, ACT, REFINE,
-            CLAMP, POWER,
-        )  # fmt: skip
+        dh += s_dy
+        da_z, da_q, da_r, da_n, dhn, direct = cell_grads(
+            s_z, s_q, s_r, s_n, s_hn, s_h, dh, ACT, REFINE, CLAMP, POWER
+        )
         _put_grads(
             da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n, n_ok,
             H, NG, REFINE,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
+            if PREFETCH:
+                s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(
+                    a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t - 1, B, H, rows, row_ok, cols_n,
+                    n_ok, NG, REFINE, BLOCK_B, HAS_STARTS,
+                )  # fmt: skip
             sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
-            acc = direct + tl.dot(
-                shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
-            )
-            if REFINE:
-                da_q_all = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
-                acc += tl.dot(da_q_all, w_q, input_precision=PREC)
-            da_r_all = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
-            acc += tl.dot(da_r_all, w_r, input_precision=PREC)
-            dhn_all = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
-            acc += tl.dot(dhn_all, w_n, input_precision=PREC)
+            if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
+                d_z = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
+                d_q = d_z  # a stand-in, not read without REFINE
+                if REFINE:
+                    d_q = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
+                d_r = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
+                d_hn = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+                acc = direct + tl.dot(d_z, w_z, input_precision=PREC)
+                if REFINE:
+                    acc += tl.dot(d_q, w_q, input_precision=PREC)
+                acc += tl.dot(d_r, w_r, input_precision=PREC)
+                acc += tl.dot(d_hn, w_n, input_precision=PREC)
+            else:  # each block read before its product: less shared memory at once
+                acc = direct + tl.dot(
+                    shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
+                )
+                if REFINE:
+                    da_q_all = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
+                    acc += tl.dot(da_q_all, w_q, input_precision=PREC)
+                da_r_all = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_r_all, w_r, input_precision=PREC)
+                dhn_all = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+                acc += tl.dot(dhn_all, w_n, input_precision=PREC)
             dh = tl.where(start[:, None], 0.0, acc)
         else:
             put(dh_ptr, direct, rows, row_ok, cols_n, n_ok, H)

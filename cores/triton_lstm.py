@@ -38,6 +38,7 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
+    GATHER_MAX_H,
     back,
     back_slice,
     clip_unit,
@@ -183,6 +184,29 @@ def step_grads(
         da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
     )
     return tl.where(start[:, None], 0.0, dc_prev)
+
+
+@triton.jit
+def step_saved(
+    a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t, B, H, rows, row_ok, cols_n, n_ok,
+    NG: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr, R: tl.constexpr,
+    BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_DETACH: tl.constexpr,
+):  # fmt: skip
+    """Everything step ``t``'s backward reads that no other program writes, read in one go so
+    the reads' latencies overlap: its pre-activations ``a_o, a_f, a_u, a_i, a_r``, ``c_t``,
+    ``c_{t-1}`` (zero where ``start``), the output's gradient ``dy_t`` (``[BLOCK_B,
+    BLOCK_N]`` each), ``start`` (``[BLOCK_B]``) and h-detach's ``stop`` (a scalar)."""
+    a_o, a_f, a_u, a_i, a_r = load_gates(
+        a_ptr + t * B * NG * H, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+    )
+    c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+    c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
+    stop = tl.zeros([1], dtype=tl.int1)
+    if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
+        stop = tl.load(detach_ptr + t + tl.zeros([1], dtype=tl.int32)) != 0
+    return a_o, a_f, a_u, a_i, a_r, c, tl.where(start[:, None], 0.0, c_prev), dy, start, stop
 
 
 @triton.jit
@@ -334,6 +358,7 @@ def forward_split_kernel(
     BLOCK_H: tl.constexpr,
     VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
+    PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
@@ -341,7 +366,10 @@ def forward_split_kernel(
     """The forward with a step's units split over programs: program ``(tile, part)`` owns
     ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights and its
     cells in registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
-    each step (:func:`~cores.triton_gates.sync_parts`)."""
+    each step (:func:`~cores.triton_gates.sync_parts`). Every gate's input side ``G_t`` is
+    read in one go (:func:`load_gates`), so the reads' memory latencies overlap; with
+    ``PREFETCH`` the next step's is read while the barrier waits, so after the barrier
+    only ``h_{t-1}`` is read from memory."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -360,36 +388,39 @@ def forward_split_kernel(
     if REFINE:
         w_r = weight_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
     c = tile(c_ptr, rows, row_ok, cols_n, n_ok, H)
+    g_o, g_f, g_u, g_i, g_r = load_gates(g_ptr, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R)
     for t in range(T):
+        if not PREFETCH:  # (with PREFETCH the previous step read them)
+            g_o, g_f, g_u, g_i, g_r = load_gates(
+                g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+            )
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(start[:, None], 0.0, h)
-        g_t = g_ptr + t * B * GH
         a_t = a_ptr + t * B * GH
-        a_o = tile(g_t, rows, row_ok, cols_n, n_ok, GH) + tl.dot(h, w_o, input_precision=PREC)
-        a_f = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH) + tl.dot(h, w_f, input_precision=PREC)
-        a_u = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
-        a_u += tl.dot(h, w_u, input_precision=PREC)
+        a_o = g_o + tl.dot(h, w_o, input_precision=PREC)
+        a_f = g_f + tl.dot(h, w_f, input_precision=PREC)
+        a_u = g_u + tl.dot(h, w_u, input_precision=PREC)
         put(a_t, a_o, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + H, a_f, rows, row_ok, cols_n, n_ok, GH)
         put(a_t + (NG - 1) * H, a_u, rows, row_ok, cols_n, n_ok, GH)
-        # i and r are read after o, f, u are stored: with every block read first (as
-        # load_gates does), the sm_90 code has about three times the shared-memory traffic
         a_r = a_f  # stand-ins that cell() does not read where the preset lacks the block
         a_i = a_f
         if REFINE:
-            a_r = tile(g_t + R * H, rows, row_ok, cols_n, n_ok, GH)
-            a_r += tl.dot(h, w_r, input_precision=PREC)
+            a_r = g_r + tl.dot(h, w_r, input_precision=PREC)
             put(a_t + R * H, a_r, rows, row_ok, cols_n, n_ok, GH)
         if not TIED:
-            a_i = tile(g_t + 2 * H, rows, row_ok, cols_n, n_ok, GH)
-            a_i += tl.dot(h, w_i, input_precision=PREC)
+            a_i = g_i + tl.dot(h, w_i, input_precision=PREC)
             put(a_t + 2 * H, a_i, rows, row_ok, cols_n, n_ok, GH)
         c_prev = tl.where(start[:, None], 0.0, c)
         c, h_new = cell(a_o, a_f, a_u, a_i, a_r, c_prev, ACT, TIED, REFINE, CLAMP, POWER)
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
         put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
+            if PREFETCH:
+                g_o, g_f, g_u, g_i, g_r = load_gates(
+                    g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+                )
             sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
 
 
@@ -420,14 +451,17 @@ def backward_split_kernel(
     BLOCK_H: tl.constexpr,
     VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
+    PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):
     """The reverse-time pass with a step's units split over programs, as
     :func:`forward_split_kernel`: a part writes its units' ``dA_t``, meets the other parts,
-    then reads every unit's ``dA_t`` for its units of ``dh_{t-1}``. The gradient into ``h_0``
-    is one matmul after the launch (step 0 needs no barrier)."""
+    then reads every unit's ``dA_t`` for its units of ``dh_{t-1}`` (all gate blocks in one
+    go, before the products). A step's own values (:func:`step_saved`) are read in one go
+    too; with ``PREFETCH`` the earlier step's are read while the barrier waits. The
+    gradient into ``h_0`` is one matmul after the launch (step 0 needs no barrier)."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -447,37 +481,72 @@ def backward_split_kernel(
         w_r = back_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
     dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
     dc = tile(dc_ptr, rows, row_ok, cols_n, n_ok, H)
+    s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
+        a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, T - 1, B, H, rows, row_ok, cols_n, n_ok,
+        NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
+    )  # fmt: skip
     for k in range(T):
         t = T - 1 - k
-        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        da_t = da_ptr + t * B * GH
-        dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        dc = step_grads(
-            a_ptr + t * B * GH, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n, n_ok,
-            NG, ACT, TIED, REFINE, R, CLAMP, POWER,
-        )  # fmt: skip
-        if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
-            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
-            acc = tl.dot(
-                shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
-            )
-            acc += tl.dot(
-                shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH), w_f, input_precision=PREC
-            )
-            acc += tl.dot(
-                shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH), w_u,
-                input_precision=PREC,
+        if not PREFETCH:  # (with PREFETCH the later step read them)
+            s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
+                a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t, B, H, rows, row_ok, cols_n,
+                n_ok, NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
             )  # fmt: skip
-            if not TIED:
-                da_i_all = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
-                acc += tl.dot(da_i_all, w_i, input_precision=PREC)
-            if REFINE:
-                da_r_all = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
-                acc += tl.dot(da_r_all, w_r, input_precision=PREC)
-            stop = False
-            if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
-                stop = tl.load(detach_ptr + t) != 0
-            dh = tl.where(start[:, None] | stop, 0.0, acc)
+        start = s_start
+        stop = s_stop
+        da_t = da_ptr + t * B * GH
+        dh += s_dy
+        da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
+            s_o, s_f, s_u, s_i, s_r, s_c, s_cp, dh, dc, ACT, TIED, REFINE, CLAMP, POWER
+        )
+        put_gates(
+            da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE,
+            R,
+        )  # fmt: skip
+        dc = tl.where(start[:, None], 0.0, dc_prev)
+        if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
+            if PREFETCH:
+                s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
+                    a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t - 1, B, H, rows, row_ok,
+                    cols_n, n_ok, NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
+                )  # fmt: skip
+            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
+            if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
+                d_o = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
+                d_f = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
+                d_u = shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH)
+                d_i = d_o  # stand-ins, not read where the preset lacks the block
+                d_r = d_o
+                if not TIED:
+                    d_i = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
+                if REFINE:
+                    d_r = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
+                acc = tl.dot(d_o, w_o, input_precision=PREC)
+                acc += tl.dot(d_f, w_f, input_precision=PREC)
+                acc += tl.dot(d_u, w_u, input_precision=PREC)
+                if not TIED:
+                    acc += tl.dot(d_i, w_i, input_precision=PREC)
+                if REFINE:
+                    acc += tl.dot(d_r, w_r, input_precision=PREC)
+            else:  # each block read before its product: less shared memory at once
+                acc = tl.dot(
+                    shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
+                )
+                acc += tl.dot(
+                    shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH), w_f,
+                    input_precision=PREC,
+                )  # fmt: skip
+                acc += tl.dot(
+                    shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH), w_u,
+                    input_precision=PREC,
+                )  # fmt: skip
+                if not TIED:
+                    da_i_all = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
+                    acc += tl.dot(da_i_all, w_i, input_precision=PREC)
+                if REFINE:
+                    da_r_all = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
+                    acc += tl.dot(da_r_all, w_r, input_precision=PREC)
+            dh = tl.where(start[:, None] | stop[:, None], 0.0, acc)
     put(dc_ptr, dc, rows, row_ok, cols_n, n_ok, H)
 
 

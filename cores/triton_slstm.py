@@ -29,6 +29,7 @@ from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
 from cores.triton_gates import (
+    GATHER_MAX_H,
     back,
     back_slice,
     put,
@@ -103,12 +104,49 @@ def load_gates(ptr, rows, row_ok, cols_n, n_ok, H):
 
 
 @triton.jit
+def load_shared_gates(ptr, rows, row_ok, cols, col_ok, H):
+    """:func:`load_gates` of blocks other programs wrote in this launch (read from L2)."""
+    a_z = shared_tile(ptr, rows, row_ok, cols, col_ok, 4 * H)
+    a_i = shared_tile(ptr + H, rows, row_ok, cols, col_ok, 4 * H)
+    a_f = shared_tile(ptr + 2 * H, rows, row_ok, cols, col_ok, 4 * H)
+    a_o = shared_tile(ptr + 3 * H, rows, row_ok, cols, col_ok, 4 * H)
+    return a_z, a_i, a_f, a_o
+
+
+@triton.jit
 def put_gates(ptr, a_z, a_i, a_f, a_o, rows, row_ok, cols_n, n_ok, H):
     """Store the gate blocks :func:`load_gates` reads (pre-activations or their gradients)."""
     put(ptr, a_z, rows, row_ok, cols_n, n_ok, 4 * H)
     put(ptr + H, a_i, rows, row_ok, cols_n, n_ok, 4 * H)
     put(ptr + 2 * H, a_f, rows, row_ok, cols_n, n_ok, 4 * H)
     put(ptr + 3 * H, a_o, rows, row_ok, cols_n, n_ok, 4 * H)
+
+
+@triton.jit
+def step_saved(
+    a_ptr, s_ptr, dy_ptr, starts_ptr, t, T, B, H, rows, row_ok, cols_n, n_ok,
+    BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr,
+):  # fmt: skip
+    """Everything step ``t``'s backward reads that no other program writes, read in one go so
+    the reads' latencies overlap: its pre-activations ``a_z, a_i, a_f, a_o``, the states
+    ``c_{t-1}, n_{t-1}, m_{t-1}`` (zero where ``start``) and ``c_t, n_t``, the output's
+    gradient ``dy_t`` (``[BLOCK_B, BLOCK_N]`` each) and ``start`` (``[BLOCK_B]``)."""
+    S = (T + 1) * B * H
+    prev = s_ptr + t * B * H
+    now = prev + B * H
+    a_z, a_i, a_f, a_o = load_gates(a_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
+    c_prev = tile(prev + S, rows, row_ok, cols_n, n_ok, H)
+    n_prev = tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H)
+    m_prev = tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H)
+    c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
+    n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
+    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
+    reset = start[:, None]
+    c_prev = tl.where(reset, 0.0, c_prev)
+    n_prev = tl.where(reset, 0.0, n_prev)
+    m_prev = tl.where(reset, 0.0, m_prev)
+    return a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dy, start
 
 
 @triton.jit
@@ -247,11 +285,12 @@ def forward_split_kernel(
     BLOCK_H: tl.constexpr,
     VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
+    PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
 ):
     """The forward with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.forward_split_kernel`); ``c, n, m`` of a part's units stay in
-    its registers."""
+    :func:`cores.triton_lstm.forward_split_kernel`, ``PREFETCH`` included); ``c, n, m`` of a
+    part's units stay in its registers."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -269,15 +308,17 @@ def forward_split_kernel(
     c = tile(s_ptr + S, rows, row_ok, cols_n, n_ok, H)
     n = tile(s_ptr + 2 * S, rows, row_ok, cols_n, n_ok, H)
     m = tile(s_ptr + 3 * S, rows, row_ok, cols_n, n_ok, H)
+    g_z, g_i, g_f, g_o = load_gates(g_ptr, rows, row_ok, cols_n, n_ok, H)
     for t in range(T):
+        if not PREFETCH:  # (with PREFETCH the previous step read them)
+            g_z, g_i, g_f, g_o = load_gates(g_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         reset = start[:, None]
         h = shared_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(reset, 0.0, h)
         now = s_ptr + (t + 1) * B * H
-        g_t = g_ptr + t * B * 4 * H
         a_t = a_ptr + t * B * 4 * H
-        a_z, a_i, a_f, a_o = load_gates(g_t, rows, row_ok, cols_n, n_ok, H)
+        a_z, a_i, a_f, a_o = g_z, g_i, g_f, g_o
         a_z += tl.dot(h, w_z, input_precision=PREC)
         a_i += tl.dot(h, w_i, input_precision=PREC)
         a_f += tl.dot(h, w_f, input_precision=PREC)
@@ -292,6 +333,10 @@ def forward_split_kernel(
         put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
         put(now + 3 * S, m, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
+            if PREFETCH:
+                g_z, g_i, g_f, g_o = load_gates(
+                    g_ptr + (t + 1) * B * 4 * H, rows, row_ok, cols_n, n_ok, H
+                )
             sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
 
 
@@ -315,11 +360,14 @@ def backward_split_kernel(
     BLOCK_H: tl.constexpr,
     VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
+    PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
 ):
     """The reverse-time pass with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is one matmul
-    after the launch."""
+    :func:`cores.triton_lstm.backward_split_kernel`: a step's own values read in one go,
+    :func:`step_saved`, with ``PREFETCH`` the earlier step's while the barrier waits; every
+    part's gradients read in one go before the products); the gradient into ``h_0`` is one
+    matmul after the launch."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -329,7 +377,6 @@ def backward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
-    S = (T + 1) * B * H
     D = B * H  # one state's gradient in ds_ptr
     w_z = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     w_i = back_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
@@ -339,44 +386,56 @@ def backward_split_kernel(
     dc = tile(ds_ptr + D, rows, row_ok, cols_n, n_ok, H)
     dn = tile(ds_ptr + 2 * D, rows, row_ok, cols_n, n_ok, H)
     dm = tile(ds_ptr + 3 * D, rows, row_ok, cols_n, n_ok, H)
+    s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
+        a_ptr, s_ptr, dy_ptr, starts_ptr, T - 1, T, B, H, rows, row_ok, cols_n, n_ok, BLOCK_B,
+        HAS_STARTS,
+    )  # fmt: skip
     for k in range(T):
         t = T - 1 - k
-        start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        reset = start[:, None]
-        prev = s_ptr + t * B * H
-        now = s_ptr + (t + 1) * B * H
-        a_t = a_ptr + t * B * 4 * H
+        if not PREFETCH:  # (with PREFETCH the later step read them)
+            s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
+                a_ptr, s_ptr, dy_ptr, starts_ptr, t, T, B, H, rows, row_ok, cols_n, n_ok,
+                BLOCK_B, HAS_STARTS,
+            )  # fmt: skip
+        reset = s_start[:, None]
         da_t = da_ptr + t * B * 4 * H
-        dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-        c_prev = tl.where(reset, 0.0, tile(prev + S, rows, row_ok, cols_n, n_ok, H))
-        n_prev = tl.where(reset, 0.0, tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H))
-        m_prev = tl.where(reset, 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
-        c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
-        n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
-        a_z, a_i, a_f, a_o = load_gates(a_t, rows, row_ok, cols_n, n_ok, H)
+        dh += s_dy
         da_z, da_i, da_f, da_o, dc, dn, dm = cell_grads(
-            a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dh, dc, dn, dm, EPS
+            s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, dh, dc, dn, dm, EPS
         )
         put_gates(da_t, da_z, da_i, da_f, da_o, rows, row_ok, cols_n, n_ok, H)
         dc = tl.where(reset, 0.0, dc)
         dn = tl.where(reset, 0.0, dn)
         dm = tl.where(reset, 0.0, dm)
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
+            if PREFETCH:
+                s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
+                    a_ptr, s_ptr, dy_ptr, starts_ptr, t - 1, T, B, H, rows, row_ok, cols_n,
+                    n_ok, BLOCK_B, HAS_STARTS,
+                )  # fmt: skip
             sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
-            acc = tl.dot(
-                shared_tile(da_t, rows, row_ok, cols_k, k_ok, 4 * H), w_z, input_precision=PREC
-            )
-            acc += tl.dot(
-                shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, 4 * H), w_i, input_precision=PREC
-            )
-            acc += tl.dot(
-                shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_f,
-                input_precision=PREC,
-            )  # fmt: skip
-            acc += tl.dot(
-                shared_tile(da_t + 3 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_o,
-                input_precision=PREC,
-            )  # fmt: skip
+            if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
+                d_z, d_i, d_f, d_o = load_shared_gates(da_t, rows, row_ok, cols_k, k_ok, H)
+                acc = tl.dot(d_z, w_z, input_precision=PREC)
+                acc += tl.dot(d_i, w_i, input_precision=PREC)
+                acc += tl.dot(d_f, w_f, input_precision=PREC)
+                acc += tl.dot(d_o, w_o, input_precision=PREC)
+            else:  # each block read before its product: less shared memory at once
+                acc = tl.dot(
+                    shared_tile(da_t, rows, row_ok, cols_k, k_ok, 4 * H), w_z, input_precision=PREC
+                )
+                acc += tl.dot(
+                    shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, 4 * H), w_i,
+                    input_precision=PREC,
+                )  # fmt: skip
+                acc += tl.dot(
+                    shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_f,
+                    input_precision=PREC,
+                )  # fmt: skip
+                acc += tl.dot(
+                    shared_tile(da_t + 3 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_o,
+                    input_precision=PREC,
+                )  # fmt: skip
             dh = tl.where(reset, 0.0, acc)
     put(ds_ptr + D, dc, rows, row_ok, cols_n, n_ok, H)
     put(ds_ptr + 2 * D, dn, rows, row_ok, cols_n, n_ok, H)

@@ -203,9 +203,12 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
 @pytest.mark.parametrize("name", ["ur_lstm", "hdetach_lstm", "gru", "slstm"])
 def test_split_kernels_with_the_probes_options_give_the_reference_values(name: str) -> None:
     """The variants ``bench gpu --parts probe`` times: the barrier that reads every part's
-    counter at once and two warps per program change nothing; TF32 products (tensor cores on
+    counter at once, two warps per program and a step's own inputs read at its start rather
+    than before the previous step's barrier change nothing; TF32 products (tensor cores on
     a GPU) stay within TF32's precision. A backward runs with its forward's options."""
     with triton_gates.split_options(barrier="vector", num_warps=2):
+        _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
+    with triton_gates.split_options(prefetch=False):
         _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
     ref, tri = _pair(name, torch.float32)
     x, _, starts = _inputs(torch.float32)
@@ -248,7 +251,7 @@ def test_split_options_are_checked_and_restored() -> None:
     with pytest.raises(ValueError, match="num_warps"):
         triton_gates.SplitOptions(num_warps=3)
     with triton_gates.split_options(barrier="vector", num_warps=16) as options:
-        assert options == triton_gates.SplitOptions("vector", None, 16)
+        assert options == triton_gates.SplitOptions("vector", None, 16, True)
         plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
         assert plan is not None and plan.meta()["VECTOR"] and plan.meta()["num_warps"] == 16
     default = triton_gates.split_plan(T, B, H, torch.device(DEVICE)).options
@@ -418,22 +421,32 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     at full float32 and TF32 products, and, at H=128, needs well under the 227 KiB of shared
     memory a block may use; at their default warps the kernels keep their working set in
     registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
-    4 warps would spill in the LSTM and GRU split forwards."""
+    4 warps would spill in the LSTM and GRU split forwards. At H=256 every kernel stays under
+    the 99 KiB a block gets on consumer GPUs (the prefetching backward reads its gate
+    gradients one block at a time there, ``GATHER_MAX_H``)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     script = Path(__file__).with_name("triton_compile.py")
     env["PYTHONPATH"] = os.pathsep.join([str(script.parent.parent), env.get("PYTHONPATH", "")])
-    out = subprocess.run(
-        [sys.executable, str(script), "128", "--spills"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    kernels = {name: [int(v) for v in values] for name, *values in map(str.split, out.splitlines())}
+
+    def compiled(*args: str) -> dict[str, list[int]]:
+        out = subprocess.run(
+            [sys.executable, str(script), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return {
+            name: [int(v) for v in values] for name, *values in map(str.split, out.splitlines())
+        }
+
+    kernels = compiled("128", "--spills")
     # 5 families x 2 precisions x (forward, backward), and 4 split cuts x (forward, backward):
     # full float32, TF32, the probe's, 4 warps
     assert len(kernels) == 60
     assert all(shared < 100 * 1024 for shared, _, _ in kernels.values()), kernels
+    wide = compiled("256")
+    assert all(shared <= 99 * 1024 for shared, *_ in wide.values()), wide
     for family in ("lstm", "gru", "slstm", "lstm_power", "gru_power"):
         for precision in ("", "_tf32"):  # split or one program per batch tile
             for split in ("", "_split"):

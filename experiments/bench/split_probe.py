@@ -1,19 +1,20 @@
 """``memcores bench gpu --parts probe``: the unit-split kernels' variants, timed side by side.
 
 The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated presets above
-cuDNN's ``nn.LSTM``; where a step's time goes has not been profiled. This part times
-forward+backward of ``ur_lstm``, ``fast_gru`` and ``slstm`` through the fused kernels under
-each variant of :class:`cores.triton_gates.SplitOptions` (the barrier that reads the parts'
+cuDNN's ``nn.LSTM``. This part times forward+backward of ``ur_lstm``, ``fast_gru`` and
+``slstm`` through the fused kernels under each variant of
+:class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that reads the parts'
 counters one after another instead of all at once, full float32 products against the
-default's (PyTorch's precision for its RNNs, TF32 unless set otherwise), 4 or 16 warps per
-program against the default's 8 at these hidden sizes, and the split off), beside the
-default, at two shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym
-update's minibatch (T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients
-are compared with the default's (largest difference over the largest value), so a faster
-variant that changes the numbers shows it. The default of each core and the cuDNN modules are
-also profiled (:func:`kernel_times`): each kernel's time per call beside the wall time, so
-the table says where a step's time goes (forward or backward kernel, the matmuls outside
-them, or the GPU waiting on launches).
+default's (PyTorch's precision for its RNNs, TF32 unless set otherwise), 4 warps per program
+against the default's 8 at these hidden sizes, a step's own inputs read after the barrier
+instead of before it, and the split off), beside the default and cuDNN's modules, at two
+shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch
+(T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients are compared with
+the default's (largest difference over the largest value), so a faster variant that changes
+the numbers shows it. The default of each core and the cuDNN modules are also profiled
+(:func:`kernel_times`): each kernel's time per call beside the wall time, so the table says
+where a step's time goes (forward or backward kernel, the matmuls outside them, or the GPU
+waiting on launches).
 Not in the default run; its budget is 150 s (each variant compiles its own kernels).
 """
 
@@ -28,16 +29,17 @@ BASELINE_OF = {"ur_lstm": "nn.LSTM", "fast_gru": "nn.GRU", "slstm": "nn.LSTM"}
 """The cuDNN module each probed core's target is set against, timed at the same shapes."""
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
-    "scalar barrier": dict(barrier="scalar"),
+    "scalar barrier": dict(barrier="scalar"),  # 1.6-2.1x the vector wait's time on an H100
     "ieee": dict(precision="ieee"),
     "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
-    "16 warps": dict(num_warps=16),
-    "4 warps + ieee": dict(num_warps=4, precision="ieee"),
+    "no prefetch": dict(prefetch=False),
     "split off": {},
 }
 """Each variant's changes to :class:`cores.triton_gates.SplitOptions` (``split off``: one
 program per batch tile, ``MEMCORES_TRITON_SPLIT=0``). The default's products take PyTorch's
-precision for its RNNs (TF32 unless set otherwise); ``ieee`` is full float32."""
+precision for its RNNs (TF32 unless set otherwise); ``ieee`` is full float32; ``no prefetch``
+reads a step's own inputs at its start, after the barrier, and the other parts' gradients
+one gate block before each product."""
 
 
 def _values(name: str, shape: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
