@@ -266,7 +266,7 @@ gradients before its products: their tiles then sit in shared memory at once, 64
 program at 128 units on sm_90, where wider would exceed the 99 KB a block gets on consumer
 GPUs (``python tests/triton_compile.py 256``: 128 KB)."""
 
-BARRIERS = ("scalar", "vector")
+BARRIERS = ("scalar", "vector", "release")
 PRECISIONS = ("ieee", "tf32")
 
 
@@ -312,7 +312,9 @@ class SplitOptions:
 
     :param barrier: how :func:`sync_parts` waits for a tile's other parts: ``scalar`` reads
         their step counters one after the other, ``vector`` reads them all with one atomic
-        per thread.
+        per thread, ``release`` as ``vector`` with the part's own mark a ``release`` atomic
+        and the reads ``acquire`` ones instead of ``acq_rel`` (the mark's round trip then
+        overlaps the first read's).
     :param precision: ``tl.dot``'s input precision: ``ieee`` (full float32, what the reference
         loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa); ``None``:
         :func:`recurrent_precision` of the device, PyTorch's switch for its own RNNs.
@@ -378,7 +380,7 @@ class SplitPlan:
             BLOCK_B=self.block_b,
             BLOCK_N=self.block_n,
             BLOCK_H=self.block_h,
-            VECTOR=self.options.barrier == "vector",
+            BARRIER=BARRIERS.index(self.options.barrier),
             PARTS=pow2_at_least(self.parts),
             PREFETCH=self.options.prefetch,
             PREC=self.options.precision,
@@ -426,28 +428,48 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
 
 
 @triton.jit
-def sync_parts(flags_ptr, part, n_parts, step, VECTOR: tl.constexpr, PARTS: tl.constexpr):
+def sync_parts(flags_ptr, part, n_parts, step, BARRIER: tl.constexpr, PARTS: tl.constexpr):
     """A barrier over the ``n_parts`` programs of one batch tile: mark this part done with
     ``step`` and wait until every part is. The counters only grow and each is written by its
-    own part, so the wait is the same whichever threads run it; ``acq_rel`` atomics make the
-    parts' stores before the barrier visible to the loads after it (which bypass L1). The wait
-    reads the counters one by one, or with ``VECTOR`` all ``n_parts <= PARTS`` at once. It
-    carries no tensor from one round to the next (Triton 3.6 miscompiles a loop that does)."""
+    own part, so the wait is the same whichever threads run it. ``BARRIER`` indexes
+    :data:`BARRIERS`: ``0`` reads the counters one by one, ``1`` all ``n_parts <= PARTS`` at
+    once, each with ``acq_rel`` atomics (the mark waits for its own round trip); ``2`` reads
+    them at once too, but marks with a ``release`` atomic and waits with ``acquire`` ones, the
+    least the pattern needs: the parts' stores before the mark are visible to the loads after
+    the wait (which bypass L1), and the wait's first read need not follow the mark's round
+    trip. It carries no tensor from one round to the next (Triton 3.6 miscompiles a loop that
+    does)."""
     tl.debug_barrier()  # every thread of this program has stored its step
-    tl.atomic_max(flags_ptr + part, step, sem="acq_rel")
-    if VECTOR:
-        others = tl.arange(0, PARTS)
-        mine = others < n_parts
-        while (
-            tl.min(
-                tl.where(mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acq_rel"), step)
-            )
-            < step
-        ):
-            pass
+    if BARRIER == 2:
+        tl.atomic_max(flags_ptr + part, step, sem="release")
     else:
+        tl.atomic_max(flags_ptr + part, step, sem="acq_rel")
+    if BARRIER == 0:
         for other in range(n_parts):
             while tl.atomic_max(flags_ptr + other, 0, sem="acq_rel") < step:
+                pass
+    else:
+        others = tl.arange(0, PARTS)
+        mine = others < n_parts
+        if BARRIER == 2:
+            while (
+                tl.min(
+                    tl.where(
+                        mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acquire"), step
+                    )
+                )
+                < step
+            ):
+                pass
+        else:
+            while (
+                tl.min(
+                    tl.where(
+                        mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acq_rel"), step
+                    )
+                )
+                < step
+            ):
                 pass
     tl.debug_barrier()
 

@@ -356,7 +356,7 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
@@ -421,7 +421,7 @@ def forward_split_kernel(
                 g_o, g_f, g_u, g_i, g_r = load_gates(
                     g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
                 )
-            sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
+            sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
 
 
 @triton.jit
@@ -449,7 +449,7 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
@@ -510,7 +510,7 @@ def backward_split_kernel(
                     a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t - 1, B, H, rows, row_ok,
                     cols_n, n_ok, NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
                 )  # fmt: skip
-            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
+            sync_parts(flags, part, n_parts, k + 1, BARRIER, PARTS)
             if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
                 d_o = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
                 d_f = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)

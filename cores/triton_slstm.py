@@ -283,7 +283,7 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
@@ -337,7 +337,7 @@ def forward_split_kernel(
                 g_z, g_i, g_f, g_o = load_gates(
                     g_ptr + (t + 1) * B * 4 * H, rows, row_ok, cols_n, n_ok, H
                 )
-            sync_parts(flags, part, n_parts, t + 1, VECTOR, PARTS)
+            sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
 
 
 @triton.jit
@@ -358,7 +358,7 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    VECTOR: tl.constexpr,  # the barrier reads every part's counter at once
+    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
     PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
@@ -413,7 +413,7 @@ def backward_split_kernel(
                     a_ptr, s_ptr, dy_ptr, starts_ptr, t - 1, T, B, H, rows, row_ok, cols_n,
                     n_ok, BLOCK_B, HAS_STARTS,
                 )  # fmt: skip
-            sync_parts(flags, part, n_parts, k + 1, VECTOR, PARTS)
+            sync_parts(flags, part, n_parts, k + 1, BARRIER, PARTS)
             if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
                 d_z, d_i, d_f, d_o = load_shared_gates(da_t, rows, row_ok, cols_k, k_ok, H)
                 acc = tl.dot(d_z, w_z, input_precision=PREC)

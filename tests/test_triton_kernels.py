@@ -202,14 +202,18 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["ur_lstm", "hdetach_lstm", "gru", "slstm"])
 def test_split_kernels_with_the_probes_options_give_the_reference_values(name: str) -> None:
-    """The variants ``bench gpu --parts probe`` times: the barrier that reads every part's
-    counter at once, two warps per program and a step's own inputs read at its start rather
-    than before the previous step's barrier change nothing; TF32 products (tensor cores on
-    a GPU) stay within TF32's precision. A backward runs with its forward's options."""
-    with triton_gates.split_options(barrier="vector", num_warps=2):
-        _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
-    with triton_gates.split_options(prefetch=False):
-        _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
+    """The variants ``bench gpu --parts probe`` times: the barrier that reads the parts'
+    counters one by one, the one with release and acquire atomics, two warps per program and
+    a step's own inputs read at its start rather than before the previous step's barrier
+    change nothing; TF32 products (tensor cores on a GPU) stay within TF32's precision. A
+    backward runs with its forward's options."""
+    for changes in (
+        dict(barrier="scalar", num_warps=2),
+        dict(barrier="release"),
+        dict(prefetch=False),
+    ):
+        with triton_gates.split_options(**changes):
+            _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
     ref, tri = _pair(name, torch.float32)
     x, _, starts = _inputs(torch.float32)
     with torch.no_grad():
@@ -253,7 +257,7 @@ def test_split_options_are_checked_and_restored() -> None:
     with triton_gates.split_options(barrier="vector", num_warps=16) as options:
         assert options == triton_gates.SplitOptions("vector", None, 16, True)
         plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
-        assert plan is not None and plan.meta()["VECTOR"] and plan.meta()["num_warps"] == 16
+        assert plan is not None and plan.meta()["BARRIER"] == 1 and plan.meta()["num_warps"] == 16
     default = triton_gates.split_plan(T, B, H, torch.device(DEVICE)).options
     assert dataclasses.replace(default, precision=None) == triton_gates.SplitOptions()
 

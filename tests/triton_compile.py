@@ -94,7 +94,7 @@ def main(hidden: int, spills: bool = False) -> None:
     variants = [
         ("", options(precision="ieee")),
         ("_tf32", options(precision="tf32")),
-        ("_probe", options(barrier="scalar", precision="ieee", prefetch=False)),
+        ("_probe", options(barrier="release", precision="ieee", prefetch=False)),
     ]
     if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
         variants.append(("_4_warps", options(precision="ieee", num_warps=4)))

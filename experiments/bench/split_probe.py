@@ -4,7 +4,8 @@ The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated prese
 cuDNN's ``nn.LSTM``. This part times forward+backward of ``ur_lstm``, ``fast_gru`` and
 ``slstm`` through the fused kernels under each variant of
 :class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that reads the parts'
-counters one after another instead of all at once, full float32 products against the
+counters one after another instead of all at once, the one that marks a part's step with a
+``release`` reduction and waits with ``acquire`` reads, full float32 products against the
 default's (PyTorch's precision for its RNNs, TF32 unless set otherwise), 4 warps per program
 against the default's 8 at these hidden sizes, a step's own inputs read after the barrier
 instead of before it, and the split off), beside the default and cuDNN's modules, at two
@@ -30,6 +31,7 @@ BASELINE_OF = {"ur_lstm": "nn.LSTM", "fast_gru": "nn.GRU", "slstm": "nn.LSTM"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "scalar barrier": dict(barrier="scalar"),  # 1.6-2.1x the vector wait's time on an H100
+    "release barrier": dict(barrier="release"),
     "ieee": dict(precision="ieee"),
     "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
     "no prefetch": dict(prefetch=False),
