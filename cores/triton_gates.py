@@ -451,27 +451,22 @@ def sync_parts(flags_ptr, part, n_parts, step, BARRIER: tl.constexpr, PARTS: tl.
     else:
         others = tl.arange(0, PARTS)
         mine = others < n_parts
-        if BARRIER == 2:
-            while (
-                tl.min(
-                    tl.where(
-                        mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acquire"), step
-                    )
-                )
-                < step
-            ):
-                pass
-        else:
-            while (
-                tl.min(
-                    tl.where(
-                        mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acq_rel"), step
-                    )
-                )
-                < step
-            ):
-                pass
+        while (
+            tl.min(tl.where(mine, _counters(flags_ptr + others, mine, BARRIER == 2), step)) < step
+        ):
+            pass
     tl.debug_barrier()
+
+
+@triton.jit
+def _counters(ptrs, mask, ACQUIRE: tl.constexpr):
+    """The step counters at ``ptrs`` (where ``mask``), read by atomics: ``acquire`` ones, or
+    ``acq_rel``."""
+    if ACQUIRE:
+        seen = tl.atomic_max(ptrs, 0, mask=mask, sem="acquire")
+    else:
+        seen = tl.atomic_max(ptrs, 0, mask=mask, sem="acq_rel")
+    return seen
 
 
 @triton.jit
@@ -481,6 +476,16 @@ def shared_tile(ptr, rows, row_ok, cols, col_ok, width):
     return tl.load(
         ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0, cache_modifier=".cg"
     )
+
+
+@triton.jit
+def any_tile(ptr, rows, row_ok, cols, col_ok, width, SHARED: tl.constexpr):
+    """:func:`shared_tile` with ``SHARED``, else :func:`tile`."""
+    if SHARED:
+        value = shared_tile(ptr, rows, row_ok, cols, col_ok, width)
+    else:
+        value = tile(ptr, rows, row_ok, cols, col_ok, width)
+    return value
 
 
 @triton.jit

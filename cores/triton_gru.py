@@ -99,19 +99,28 @@ def cell_grads(
 
 
 @triton.jit
+def input_side(g_t, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr, REFINE: tl.constexpr):
+    """A step's input-side pre-activations of units ``cols_n`` (``g_t`` at ``[B, NG*H]``):
+    ``z, q, r, n``, read in one go so the reads' latencies overlap (``q`` is ``z``'s
+    stand-in without ``REFINE``)."""
+    GH = NG * H
+    g_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
+    g_q = g_z
+    if REFINE:
+        g_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
+    g_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
+    g_n = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+    return g_z, g_q, g_r, g_n
+
+
+@triton.jit
 def _step_grads(
     a_t, hn_t, h_prev, dh, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr,
     ACT: tl.constexpr, REFINE: tl.constexpr, CLAMP: tl.constexpr, POWER: tl.constexpr,
 ):  # fmt: skip
     """:func:`cell_grads` of a step's tile, reading its pre-activations at ``a_t``
     (``[B, NG*H]``) and ``U_n h + b_hn`` at ``hn_t`` (``[B, H]``)."""
-    GH = NG * H
-    a_z = tile(a_t, rows, row_ok, cols_n, n_ok, GH)
-    a_q = a_z
-    if REFINE:
-        a_q = tile(a_t + H, rows, row_ok, cols_n, n_ok, GH)
-    a_r = tile(a_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
-    a_n = tile(a_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
+    a_z, a_q, a_r, a_n = input_side(a_t, rows, row_ok, cols_n, n_ok, H, NG, REFINE)
     hn = tile(hn_t, rows, row_ok, cols_n, n_ok, H)
     return cell_grads(a_z, a_q, a_r, a_n, hn, h_prev, dh, ACT, REFINE, CLAMP, POWER)
 
@@ -129,21 +138,6 @@ def _put_grads(
     put(da_t + (NG - 2) * H, da_r, rows, row_ok, cols_n, n_ok, GH)
     put(da_t + (NG - 1) * H, da_n, rows, row_ok, cols_n, n_ok, GH)
     put(dhn_t, dhn, rows, row_ok, cols_n, n_ok, H)
-
-
-@triton.jit
-def input_side(g_t, rows, row_ok, cols_n, n_ok, H, NG: tl.constexpr, REFINE: tl.constexpr):
-    """A step's input-side pre-activations of units ``cols_n`` (``g_t`` at ``[B, NG*H]``):
-    ``z, q, r, n``, read in one go so the reads' latencies overlap (``q`` is ``z``'s
-    stand-in without ``REFINE``)."""
-    GH = NG * H
-    g_z = tile(g_t, rows, row_ok, cols_n, n_ok, GH)
-    g_q = g_z
-    if REFINE:
-        g_q = tile(g_t + H, rows, row_ok, cols_n, n_ok, GH)
-    g_r = tile(g_t + (NG - 2) * H, rows, row_ok, cols_n, n_ok, GH)
-    g_n = tile(g_t + (NG - 1) * H, rows, row_ok, cols_n, n_ok, GH)
-    return g_z, g_q, g_r, g_n
 
 
 @triton.jit

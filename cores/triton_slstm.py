@@ -30,6 +30,7 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.triton_gates import (
     GATHER_MAX_H,
+    any_tile,
     back,
     back_slice,
     put,
@@ -94,22 +95,13 @@ def cell_grads(
 
 
 @triton.jit
-def load_gates(ptr, rows, row_ok, cols_n, n_ok, H):
-    """The gate blocks ``z, i, f, o`` of one step (``ptr`` at ``[B, 4H]``)."""
-    a_z = tile(ptr, rows, row_ok, cols_n, n_ok, 4 * H)
-    a_i = tile(ptr + H, rows, row_ok, cols_n, n_ok, 4 * H)
-    a_f = tile(ptr + 2 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-    a_o = tile(ptr + 3 * H, rows, row_ok, cols_n, n_ok, 4 * H)
-    return a_z, a_i, a_f, a_o
-
-
-@triton.jit
-def load_shared_gates(ptr, rows, row_ok, cols, col_ok, H):
-    """:func:`load_gates` of blocks other programs wrote in this launch (read from L2)."""
-    a_z = shared_tile(ptr, rows, row_ok, cols, col_ok, 4 * H)
-    a_i = shared_tile(ptr + H, rows, row_ok, cols, col_ok, 4 * H)
-    a_f = shared_tile(ptr + 2 * H, rows, row_ok, cols, col_ok, 4 * H)
-    a_o = shared_tile(ptr + 3 * H, rows, row_ok, cols, col_ok, 4 * H)
+def load_gates(ptr, rows, row_ok, cols, col_ok, H, SHARED: tl.constexpr = False):
+    """The gate blocks ``z, i, f, o`` of one step (``ptr`` at ``[B, 4H]``); with ``SHARED``,
+    blocks other programs wrote in this launch (:func:`~cores.triton_gates.shared_tile`)."""
+    a_z = any_tile(ptr, rows, row_ok, cols, col_ok, 4 * H, SHARED)
+    a_i = any_tile(ptr + H, rows, row_ok, cols, col_ok, 4 * H, SHARED)
+    a_f = any_tile(ptr + 2 * H, rows, row_ok, cols, col_ok, 4 * H, SHARED)
+    a_o = any_tile(ptr + 3 * H, rows, row_ok, cols, col_ok, 4 * H, SHARED)
     return a_z, a_i, a_f, a_o
 
 
@@ -415,7 +407,7 @@ def backward_split_kernel(
                 )  # fmt: skip
             sync_parts(flags, part, n_parts, k + 1, BARRIER, PARTS)
             if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
-                d_z, d_i, d_f, d_o = load_shared_gates(da_t, rows, row_ok, cols_k, k_ok, H)
+                d_z, d_i, d_f, d_o = load_gates(da_t, rows, row_ok, cols_k, k_ok, H, True)
                 acc = tl.dot(d_z, w_z, input_precision=PREC)
                 acc += tl.dot(d_i, w_i, input_precision=PREC)
                 acc += tl.dot(d_f, w_f, input_precision=PREC)
