@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.runtime.errors import OutOfResources
 
 from cores import triton_tune
 from cores.base import pow2_at_least, reset_where
@@ -411,6 +413,8 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
     block_h = max(16, pow2_at_least(hidden))
+    if (str(device), block_h) in _UNFIT:
+        return None
     if os.environ.get("TRITON_INTERPRET") == "1":
         block_n = SPLIT_UNITS if steps == 1 else block_h
         parts = cdiv(hidden, block_n)
@@ -425,6 +429,33 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
         if tiles * parts <= slots:
             return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, _options_on(device))
     return None
+
+
+_UNFIT: set[tuple[str, int]] = set()
+"""``(device, BLOCK_H)`` where a unit-split kernel needed more shared memory than the GPU
+gives a block: :func:`split_plan` keeps to one program per batch tile there."""
+
+
+def launch_split(kernel: Any, plan: SplitPlan, *args: Any, **meta: Any) -> bool:
+    """Launch a unit-split kernel on ``plan``'s grid; ``False``, having run nothing, where the
+    GPU cannot give a program the shared memory it needs (Triton raises ``OutOfResources``
+    before the launch: up to 80 KB at 256 units, more than a T4's 64 KB). The caller then
+    runs its one-program-per-tile kernel, as every later call at that width does (warned
+    once)."""
+    try:
+        launch(kernel, plan.grid, *args, **meta)
+    except OutOfResources as err:
+        device = next(a.device for a in args if isinstance(a, Tensor))
+        _UNFIT.add((str(device), plan.block_h))
+        warnings.warn(
+            f"memcores: {err}; the fused Triton kernels at hidden width {plan.block_h} run "
+            f"with one program per batch tile on {device} (slower; MEMCORES_TRITON_SPLIT=0 "
+            "does so without this warning)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+    return True
 
 
 @triton.jit

@@ -515,6 +515,17 @@ class _TritonGRU(torch.autograd.Function):
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
         plan = tg.split_plan(T, B, H, x.device)
+        tile_meta = meta
+        if plan is not None:
+            meta = {**tile_meta, **plan.meta()}
+            del meta["BLOCK_K"]
+            if not tg.launch_split(
+                forward_split_kernel, plan,
+                G, A, HN, w, bias_hn.contiguous(), starts8, Y, plan.flags(x.device), T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            ):  # fmt: skip
+                plan, meta = None, tile_meta
         if plan is None:
             tg.launch(
                 forward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
@@ -522,16 +533,8 @@ class _TritonGRU(torch.autograd.Function):
                 HAS_STARTS=starts is not None,
                 **meta,
             )  # fmt: skip
-        else:
-            meta = {**meta, **plan.meta()}
-            del meta["BLOCK_K"]
-            tg.launch(
-                forward_split_kernel, plan.grid,
-                G, A, HN, w, bias_hn.contiguous(), starts8, Y, plan.flags(x.device), T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            )  # fmt: skip
-        ctx.meta, ctx.has_starts, ctx.plan = meta, starts is not None, plan
+        ctx.meta, ctx.tile_meta, ctx.plan = meta, tile_meta, plan
+        ctx.has_starts = starts is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, A, HN, Y)
         return Y[1:], Y[-1].clone()
 
@@ -544,29 +547,30 @@ class _TritonGRU(torch.autograd.Function):
         dY = torch.zeros_like(HN) if dY is None else dY.contiguous()
         dA = torch.empty_like(A)  # the kernel writes every gate block
         dHN = torch.empty_like(HN)
-        if ctx.plan is None:
+        split = ctx.plan is not None
+        if split:
+            dh = x.new_zeros(B, H) if dhT is None else dhT.clone()  # out: z_0 dh_0
+            split = tg.launch_split(
+                backward_split_kernel, ctx.plan,
+                A, HN, w, Y, starts8, dY, dh, dA, dHN, ctx.plan.flags(x.device), T, B, H,
+                HAS_STARTS=ctx.has_starts,
+                **ctx.meta,
+            )  # fmt: skip
+        if not split:  # one program per batch tile (or a GPU the split does not fit)
             dH = x.new_empty(T + 1, B, H)  # gradient into h_t from the steps after t
             dH[T] = 0.0 if dhT is None else dhT
             tg.launch(
                 backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
                 A, HN, w, Y, starts8, dY, dH, x.new_empty(B, H), dA, dHN, T, B, H,
                 HAS_STARTS=ctx.has_starts,
-                **ctx.meta,
+                **ctx.tile_meta,
             )  # fmt: skip
             dh0 = dH[0]
-        else:
-            dh = x.new_zeros(B, H) if dhT is None else dhT.clone()  # out: z_0 dh_0
-            tg.launch(
-                backward_split_kernel, ctx.plan.grid,
-                A, HN, w, Y, starts8, dY, dh, dA, dHN, ctx.plan.flags(x.device), T, B, H,
-                HAS_STARTS=ctx.has_starts,
-                **ctx.meta,
-            )  # fmt: skip
         # the recurrent side's gradient is dA with its n block replaced by dHN
         h_prev = tg.previous_states(Y[:-1], starts8, ctx.has_starts)
         dA_flat = dA.view(T * B, -1)
         dA_rec = torch.cat([dA_flat[:, : w.shape[0] - H], dHN.view(T * B, H)], 1)
-        if ctx.plan is not None:  # step 0 needs every part's dA_0: one matmul after the launch
+        if split:  # step 0 needs every part's dA_0: one matmul after the launch
             dh0 = dh + dA_rec[:B].mm(w)
             if ctx.has_starts:
                 dh0 = dh0.masked_fill(starts8[0].bool()[:, None], 0.0)

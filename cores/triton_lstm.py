@@ -589,24 +589,26 @@ class _TritonLSTM(torch.autograd.Function):
         Y[0], C[0] = h0, c0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
-        meta = _meta(spec, H, x.device)
+        tile_meta = _meta(spec, H, x.device)
         plan = tg.split_plan(T, B, H, x.device)
+        meta = tile_meta
+        if plan is not None:
+            meta = {**tile_meta, **plan.meta()}
+            del meta["BLOCK_K"]
+            if not tg.launch_split(
+                forward_split_kernel, plan, G, A, w, starts8, Y, C, plan.flags(x.device),
+                T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            ):  # fmt: skip
+                plan, meta = None, tile_meta
         if plan is None:
             tg.launch(
                 forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, Y, C, T, B, H,
                 HAS_STARTS=starts is not None,
                 **meta,
             )  # fmt: skip
-        else:
-            meta = {**meta, **plan.meta()}
-            del meta["BLOCK_K"]
-            tg.launch(
-                forward_split_kernel, plan.grid, G, A, w, starts8, Y, C, plan.flags(x.device),
-                T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            )  # fmt: skip
-        ctx.meta, ctx.plan = meta, plan
+        ctx.meta, ctx.tile_meta, ctx.plan = meta, tile_meta, plan
         ctx.has_starts = starts is not None
         ctx.has_detach = detach is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, Y, C)
@@ -619,8 +621,11 @@ class _TritonLSTM(torch.autograd.Function):
         T, B, _ = x.shape
         H = w.shape[1]
         dY = torch.zeros_like(Y[1:]) if dY is None else dY.contiguous()
+        split = None
         if ctx.plan is not None:
-            dA, dh0, dc0 = _split_backward(ctx, A, w, C, starts8, detach, dY, dhT, dcT)
+            split = _split_backward(ctx, A, w, C, starts8, detach, dY, dhT, dcT)
+        if split is not None:
+            dA, dh0, dc0 = split
             h_prev = tg.previous_states(Y[:-1], starts8, ctx.has_starts)
             d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
             dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)
@@ -636,7 +641,7 @@ class _TritonLSTM(torch.autograd.Function):
             A, w, C, starts8, detach8, dY, dH, dC, dA, T, B, H,
             HAS_STARTS=ctx.has_starts,
             HAS_DETACH=ctx.has_detach,
-            **ctx.meta,
+            **ctx.tile_meta,
         )  # fmt: skip
         # weight and input gradients: one matmul each over all steps
         h_prev = tg.previous_states(Y[:-1], starts8, ctx.has_starts)
@@ -655,22 +660,24 @@ def _split_backward(
     dY: Tensor,
     dhT: Tensor | None,
     dcT: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor] | None:
     """The unit-split reverse pass: ``dA [T, B, NG*H]`` and the gradients into ``h_0`` and
-    ``c_0`` (``[B, H]``)."""
+    ``c_0`` (``[B, H]``); ``None`` where the GPU cannot fit its programs
+    (:func:`~cores.triton_gates.launch_split`)."""
     T, B, H = dY.shape
     plan = ctx.plan
     dh = dY.new_zeros(B, H) if dhT is None else dhT.contiguous()
     dc = dY.new_zeros(B, H) if dcT is None else dcT.clone()  # the kernel writes dc_0 here
     dA = torch.empty_like(A)
     detach8 = detach if detach is not None else starts8
-    tg.launch(
-        backward_split_kernel, plan.grid,
+    if not tg.launch_split(
+        backward_split_kernel, plan,
         A, w, C, starts8, detach8, dY, dh, dc, dA, plan.flags(dY.device), T, B, H,
         HAS_STARTS=ctx.has_starts,
         HAS_DETACH=ctx.has_detach,
         **ctx.meta,
-    )  # fmt: skip
+    ):  # fmt: skip
+        return None
     # step 0's gradient into h_0 needs every part's dA_0: one matmul after the launch
     dh0 = dA[0].mm(w)
     if ctx.has_starts:

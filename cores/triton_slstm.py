@@ -456,22 +456,25 @@ class _TritonSLSTM(torch.autograd.Function):
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
         plan = tg.split_plan(T, B, H, x.device)
+        tile_meta = meta
+        if plan is not None:
+            meta = {**tile_meta, **plan.meta()}
+            del meta["BLOCK_K"]
+            if not tg.launch_split(
+                forward_split_kernel, plan, G, A, w, starts8, S, plan.flags(x.device),
+                T, B, H,
+                HAS_STARTS=starts is not None,
+                **meta,
+            ):  # fmt: skip
+                plan, meta = None, tile_meta
         if plan is None:
             tg.launch(
                 forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, S, T, B, H,
                 HAS_STARTS=starts is not None,
                 **meta,
             )  # fmt: skip
-        else:
-            meta = {**meta, **plan.meta()}
-            del meta["BLOCK_K"]
-            tg.launch(
-                forward_split_kernel, plan.grid, G, A, w, starts8, S, plan.flags(x.device),
-                T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            )  # fmt: skip
-        ctx.meta, ctx.has_starts, ctx.plan = meta, starts is not None, plan
+        ctx.meta, ctx.tile_meta, ctx.plan = meta, tile_meta, plan
+        ctx.has_starts = starts is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, A, S)
         return S[0, 1:], S[:, -1].clone()
 
@@ -483,28 +486,30 @@ class _TritonSLSTM(torch.autograd.Function):
         H = w.shape[1]
         dY = x.new_zeros(T, B, H) if dY is None else dY.contiguous()
         dA = torch.empty_like(A)  # the kernel writes every gate block
-        if ctx.plan is None:
+        split = ctx.plan is not None
+        if split:
+            dS0 = x.new_zeros(4, B, H) if dS is None else dS.clone()  # out: the initial state's
+            split = tg.launch_split(
+                backward_split_kernel, ctx.plan,
+                A, w, S, starts8, dY, dS0, dA, ctx.plan.flags(x.device), T, B, H,
+                HAS_STARTS=ctx.has_starts,
+                **ctx.meta,
+            )  # fmt: skip
+        if split:
+            # step 0's gradient into h_0 needs every part's dA_0: one matmul after the launch
+            dS0[0] = dA[0].mm(w)
+            if ctx.has_starts:
+                dS0[0].masked_fill_(starts8[0].bool()[:, None], 0.0)
+        else:  # one program per batch tile (or a GPU the split does not fit)
             dSall = torch.empty_like(S)  # gradient into each state from the steps after it
             dSall[:, T] = 0.0 if dS is None else dS
             tg.launch(
                 backward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
                 A, w, S, starts8, dY, dSall, dA, T, B, H,
                 HAS_STARTS=ctx.has_starts,
-                **ctx.meta,
+                **ctx.tile_meta,
             )  # fmt: skip
             dS0 = dSall[:, 0]
-        else:
-            dS0 = x.new_zeros(4, B, H) if dS is None else dS.clone()  # out: the initial state's
-            tg.launch(
-                backward_split_kernel, ctx.plan.grid,
-                A, w, S, starts8, dY, dS0, dA, ctx.plan.flags(x.device), T, B, H,
-                HAS_STARTS=ctx.has_starts,
-                **ctx.meta,
-            )  # fmt: skip
-            # step 0's gradient into h_0 needs every part's dA_0: one matmul after the launch
-            dS0[0] = dA[0].mm(w)
-            if ctx.has_starts:
-                dS0[0].masked_fill_(starts8[0].bool()[:, None], 0.0)
         h_prev = tg.previous_states(S[0, :-1], starts8, ctx.has_starts)
         d_weight_hh = dA.view(T * B, -1).t().mm(h_prev.reshape(T * B, H))
         dx, d_weight_ih, d_bias = tg.input_side_grads(ctx.needs_input_grad, dA, x, weight_ih)

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,49 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
     torch.testing.assert_close(y, values_ref[0], rtol=2e-2, atol=2e-3)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("failing", ["forward_split_kernel", "backward_split_kernel"])
+@pytest.mark.parametrize("name", ["hdetach_lstm", "ur_gru", "slstm"])
+def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_tile(
+    name: str, failing: str, monkeypatch
+) -> None:
+    """Triton refuses, before launching it, a kernel whose programs need more shared memory
+    than the GPU gives a block (``OutOfResources``; the split kernels at 256 units on a T4).
+    The wrapper then runs the one-program-per-tile kernel instead, whether the forward or
+    only the backward was refused: the same values and gradients, one warning, and later
+    calls at that width go straight to the unsplit kernels."""
+    from triton.runtime.errors import OutOfResources
+
+    from cores import triton_gru, triton_lstm, triton_slstm
+
+    monkeypatch.setattr(triton_gates, "_UNFIT", set())
+    refused = {getattr(module, failing) for module in (triton_lstm, triton_gru, triton_slstm)}
+    split = {
+        getattr(module, way)
+        for module in (triton_lstm, triton_gru, triton_slstm)
+        for way in ("forward_split_kernel", "backward_split_kernel")
+    }
+    launched = []
+    launch = triton_gates.launch
+
+    def short_of_shared_memory(kernel, grid, *args, **meta):
+        launched.append(kernel)
+        if kernel in refused:
+            raise OutOfResources(200_000, 65_536, "shared memory")
+        return launch(kernel, grid, *args, **meta)
+
+    monkeypatch.setattr(triton_gates, "launch", short_of_shared_memory)
+    options = {"p": 0.5} if "hdetach" in name else {}
+    with pytest.warns(RuntimeWarning, match="one program per batch tile") as caught:
+        _assert_match(name, EXACT, **options)
+    assert len(caught) == 1 and launched[0] in split and set(launched) & refused
+    launched.clear()
+    with warnings.catch_warnings(record=True) as later:
+        warnings.simplefilter("always")
+        _assert_match(name, EXACT, **options)
+    assert not [w for w in later if issubclass(w.category, RuntimeWarning)]
+    assert launched and not set(launched) & split
 
 
 @pytest.mark.parametrize("name", ["hdetach_lstm", "ur_gru", "slstm"])
