@@ -296,7 +296,7 @@ def split_warps(block_h: int) -> int:
     """Warps per unit-split program for ``block_h`` input units: the fewest that hold a
     program's weight slices without register spills.
 
-    The forward keeps ``NG x block_h x 16`` weights in registers. By ``ptxas -v`` on the
+    The forward multiplies by ``NG x block_h x 16`` weights every step. By ``ptxas -v`` on the
     sm_90 code (``python tests/triton_compile.py 128 --spills``), at 128 units 4 warps spill
     312-544 bytes per thread in the LSTM and GRU forwards (492-616 with Triton 3.6), 8 warps
     none; at 256 units 4 warps spill 8.2-13.6 KB, 8 warps 264-432 bytes (Triton 3.9); 16
@@ -405,7 +405,7 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     """The cut of a unit-split launch, or ``None`` where one program per batch tile must do.
 
     Splitting a step's units over ``parts`` programs runs them side by side (each keeps its
-    slice of ``weight_hh`` in registers), but the programs of a tile must meet after every
+    slice of ``weight_hh`` on chip), but the programs of a tile must meet after every
     step, so all of them have to be resident at once: the grid may not exceed the GPU's
     multiprocessors. Triton's interpreter runs programs one after the other, so there a tile
     has one part, except for a single step, which needs no barrier.

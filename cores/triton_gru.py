@@ -319,8 +319,8 @@ def forward_split_kernel(
     POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
 ):
     """The forward with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights and
-    state in registers, reads every unit of ``h_{t-1}`` and meets the other parts after each
+    :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights on
+    chip and its state in registers, reads every unit of ``h_{t-1}`` and meets the other parts after each
     step. The input side is read in one go (:func:`input_side`), with ``PREFETCH`` the next
     step's while the barrier waits."""
     part = tl.program_id(1)

@@ -364,8 +364,9 @@ def forward_split_kernel(
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
 ):
     """The forward with a step's units split over programs: program ``(tile, part)`` owns
-    ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights and its
-    cells in registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
+    ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights on chip
+    (shared memory, where the sm_90 code puts ``tl.dot``'s operands) and its cells in
+    registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
     each step (:func:`~cores.triton_gates.sync_parts`). Every gate's input side ``G_t`` is
     read in one go (:func:`load_gates`), so the reads' memory latencies overlap; with
     ``PREFETCH`` the next step's is read while the barrier waits, so after the barrier
