@@ -320,9 +320,9 @@ def forward_split_kernel(
 ):
     """The forward with a step's units split over programs (the design of
     :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights on
-    chip and its state in registers, reads every unit of ``h_{t-1}`` and meets the other parts after each
-    step. The input side is read in one go (:func:`input_side`), with ``PREFETCH`` the next
-    step's while the barrier waits."""
+    chip and its state in registers, reads every unit of ``h_{t-1}`` and meets the other
+    parts after each step. The input side is read in one go (:func:`input_side`), with
+    ``PREFETCH`` the next step's while the barrier waits."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
