@@ -458,6 +458,29 @@ def launch_split(kernel: Any, plan: SplitPlan, *args: Any, **meta: Any) -> bool:
     return True
 
 
+def launch_forward(
+    split_kernel: Any, tile_kernel: Any, buffers: tuple[Tensor, ...], T: int, B: int, H: int,
+    tile_meta: dict[str, Any], **flags: Any,
+) -> tuple[SplitPlan | None, dict[str, Any]]:  # fmt: skip
+    """Run a family's forward over ``buffers`` (its kernels' arguments before ``T, B, H``; the
+    split kernel also takes the barrier's counters after them): the unit-split kernel where
+    :func:`split_plan` gives a cut and the GPU fits it (:func:`launch_split`), else one
+    program per batch tile with ``tile_meta``. ``flags``: the compile-time switches both take.
+
+    :return: the plan taken (``None``: one program per tile) and the compile-time parameters
+        it ran with, which its backward launches with too.
+    """
+    device = buffers[0].device
+    plan = split_plan(T, B, H, device)
+    if plan is not None:
+        meta = {**tile_meta, **plan.meta()}
+        del meta["BLOCK_K"]
+        if launch_split(split_kernel, plan, *buffers, plan.flags(device), T, B, H, **flags, **meta):
+            return plan, meta
+    launch(tile_kernel, (cdiv(B, BLOCK_B),), *buffers, T, B, H, **flags, **tile_meta)
+    return None, tile_meta
+
+
 @triton.jit
 def sync_parts(flags_ptr, part, n_parts, step, BARRIER: tl.constexpr, PARTS: tl.constexpr):
     """A barrier over the ``n_parts`` programs of one batch tile: mark this part done with

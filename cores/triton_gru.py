@@ -514,26 +514,12 @@ class _TritonGRU(torch.autograd.Function):
         Y[0] = h0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
-        plan = tg.split_plan(T, B, H, x.device)
-        tile_meta = meta
-        if plan is not None:
-            meta = {**tile_meta, **plan.meta()}
-            del meta["BLOCK_K"]
-            if not tg.launch_split(
-                forward_split_kernel, plan,
-                G, A, HN, w, bias_hn.contiguous(), starts8, Y, plan.flags(x.device), T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            ):  # fmt: skip
-                plan, meta = None, tile_meta
-        if plan is None:
-            tg.launch(
-                forward_kernel, (tg.cdiv(B, tg.BLOCK_B),),
-                G, A, HN, w, bias_hn.contiguous(), starts8, Y, T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            )  # fmt: skip
-        ctx.meta, ctx.tile_meta, ctx.plan = meta, tile_meta, plan
+        buffers = (G, A, HN, w, bias_hn.contiguous(), starts8, Y)
+        ctx.plan, ctx.meta = tg.launch_forward(
+            forward_split_kernel, forward_kernel, buffers, T, B, H, meta,
+            HAS_STARTS=starts is not None,
+        )  # fmt: skip
+        ctx.tile_meta = meta
         ctx.has_starts = starts is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, A, HN, Y)
         return Y[1:], Y[-1].clone()

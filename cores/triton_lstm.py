@@ -164,19 +164,27 @@ def cell_grads(
 
 
 @triton.jit
-def step_grads(
-    a_t, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n, n_ok, NG: tl.constexpr,
-    ACT: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr, R: tl.constexpr,
-    CLAMP: tl.constexpr,
-    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
+def cell_saved(
+    a_t, c_ptr, t, B, H, start, rows, row_ok, cols_n, n_ok, NG: tl.constexpr,
+    TIED: tl.constexpr, REFINE: tl.constexpr, R: tl.constexpr,
 ):  # fmt: skip
-    """One step's backward for a tile: read the pre-activations at ``a_t`` and ``c_t``,
-    ``c_{t-1}`` (zero where ``start``), store the gate gradients at ``da_t`` and return the
-    gradient into ``c_{t-1}`` (zero where ``start``)."""
+    """What the forward stored for step ``t``'s backward, for a tile: the pre-activations
+    ``a_o, a_f, a_u, a_i, a_r`` at ``a_t``, ``c_t`` and ``c_{t-1}`` (zero where ``start``)."""
     a_o, a_f, a_u, a_i, a_r = load_gates(a_t, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R)
     c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
     c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-    c_prev = tl.where(start[:, None], 0.0, c_prev)
+    return a_o, a_f, a_u, a_i, a_r, c, tl.where(start[:, None], 0.0, c_prev)
+
+
+@triton.jit
+def step_grads(
+    a_o, a_f, a_u, a_i, a_r, c, c_prev, da_t, start, dh, dc, rows, row_ok, cols_n, n_ok, H,
+    NG: tl.constexpr, ACT: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr,
+    R: tl.constexpr, CLAMP: tl.constexpr,
+    POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
+):  # fmt: skip
+    """One step's backward for a tile from its :func:`cell_saved` values: store the gate
+    gradients at ``da_t`` and return the gradient into ``c_{t-1}`` (zero where ``start``)."""
     da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
         a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP, POWER
     )
@@ -193,20 +201,19 @@ def step_saved(
     BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_DETACH: tl.constexpr,
 ):  # fmt: skip
     """Everything step ``t``'s backward reads that no other program writes, read in one go so
-    the reads' latencies overlap: its pre-activations ``a_o, a_f, a_u, a_i, a_r``, ``c_t``,
-    ``c_{t-1}`` (zero where ``start``), the output's gradient ``dy_t`` (``[BLOCK_B,
-    BLOCK_N]`` each), ``start`` (``[BLOCK_B]``) and h-detach's ``stop`` (a scalar)."""
-    a_o, a_f, a_u, a_i, a_r = load_gates(
-        a_ptr + t * B * NG * H, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
-    )
-    c = tile(c_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
-    c_prev = tile(c_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
+    the reads' latencies overlap: :func:`cell_saved`'s values, the output's gradient ``dy_t``
+    (``[BLOCK_B, BLOCK_N]`` each), ``start`` (``[BLOCK_B]``) and h-detach's ``stop``
+    (``[1]``)."""
     start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
+    a_o, a_f, a_u, a_i, a_r, c, c_prev = cell_saved(
+        a_ptr + t * B * NG * H, c_ptr, t, B, H, start, rows, row_ok, cols_n, n_ok, NG, TIED,
+        REFINE, R,
+    )  # fmt: skip
+    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
     stop = tl.zeros([1], dtype=tl.int1)
     if HAS_DETACH:  # the reference's h_{t-1}.detach() at this step
         stop = tl.load(detach_ptr + t + tl.zeros([1], dtype=tl.int32)) != 0
-    return a_o, a_f, a_u, a_i, a_r, c, tl.where(start[:, None], 0.0, c_prev), dy, start, stop
+    return a_o, a_f, a_u, a_i, a_r, c, c_prev, dy, start, stop
 
 
 @triton.jit
@@ -311,9 +318,13 @@ def backward_kernel(
             dh = tile(dh_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
             dh += tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
             dc = tile(dc_ptr + (t + 1) * B * H, rows, row_ok, cols_n, n_ok, H)
+            a_o, a_f, a_u, a_i, a_r, c, c_prev = cell_saved(
+                a_ptr + t * B * GH, c_ptr, t, B, H, start, rows, row_ok, cols_n, n_ok, NG, TIED,
+                REFINE, R,
+            )  # fmt: skip
             dc_prev = step_grads(
-                a_ptr + t * B * GH, da_t, c_ptr, t, B, H, start, dh, dc, rows, row_ok, cols_n,
-                n_ok, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
+                a_o, a_f, a_u, a_i, a_r, c, c_prev, da_t, start, dh, dc, rows, row_ok, cols_n,
+                n_ok, H, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
             )  # fmt: skip
             put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
@@ -497,14 +508,10 @@ def backward_split_kernel(
         stop = s_stop
         da_t = da_ptr + t * B * GH
         dh += s_dy
-        da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
-            s_o, s_f, s_u, s_i, s_r, s_c, s_cp, dh, dc, ACT, TIED, REFINE, CLAMP, POWER
-        )
-        put_gates(
-            da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE,
-            R,
+        dc = step_grads(
+            s_o, s_f, s_u, s_i, s_r, s_c, s_cp, da_t, start, dh, dc, rows, row_ok, cols_n, n_ok,
+            H, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
         )  # fmt: skip
-        dc = tl.where(start[:, None], 0.0, dc_prev)
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
             if PREFETCH:
                 s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
@@ -590,26 +597,12 @@ class _TritonLSTM(torch.autograd.Function):
         Y[0], C[0] = h0, c0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
-        tile_meta = _meta(spec, H, x.device)
-        plan = tg.split_plan(T, B, H, x.device)
-        meta = tile_meta
-        if plan is not None:
-            meta = {**tile_meta, **plan.meta()}
-            del meta["BLOCK_K"]
-            if not tg.launch_split(
-                forward_split_kernel, plan, G, A, w, starts8, Y, C, plan.flags(x.device),
-                T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            ):  # fmt: skip
-                plan, meta = None, tile_meta
-        if plan is None:
-            tg.launch(
-                forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, Y, C, T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            )  # fmt: skip
-        ctx.meta, ctx.tile_meta, ctx.plan = meta, tile_meta, plan
+        ctx.tile_meta = _meta(spec, H, x.device)
+        ctx.plan, ctx.meta = tg.launch_forward(
+            forward_split_kernel, forward_kernel, (G, A, w, starts8, Y, C), T, B, H,
+            ctx.tile_meta,
+            HAS_STARTS=starts is not None,
+        )  # fmt: skip
         ctx.has_starts = starts is not None
         ctx.has_detach = detach is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, Y, C)

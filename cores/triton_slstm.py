@@ -115,29 +115,39 @@ def put_gates(ptr, a_z, a_i, a_f, a_o, rows, row_ok, cols_n, n_ok, H):
 
 
 @triton.jit
-def step_saved(
-    a_ptr, s_ptr, dy_ptr, starts_ptr, t, T, B, H, rows, row_ok, cols_n, n_ok,
-    BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr,
-):  # fmt: skip
-    """Everything step ``t``'s backward reads that no other program writes, read in one go so
-    the reads' latencies overlap: its pre-activations ``a_z, a_i, a_f, a_o``, the states
-    ``c_{t-1}, n_{t-1}, m_{t-1}`` (zero where ``start``) and ``c_t, n_t``, the output's
-    gradient ``dy_t`` (``[BLOCK_B, BLOCK_N]`` each) and ``start`` (``[BLOCK_B]``)."""
+def cell_saved(a_t, s_ptr, t, T, B, H, start, rows, row_ok, cols_n, n_ok):
+    """What the forward stored for step ``t``'s backward, for a tile: the pre-activations
+    ``a_z, a_i, a_f, a_o`` at ``a_t``, the states ``c_{t-1}, n_{t-1}, m_{t-1}`` (zero where
+    ``start``) and ``c_t, n_t`` (``s_ptr`` at ``[4, T+1, B, H]``)."""
     S = (T + 1) * B * H
     prev = s_ptr + t * B * H
     now = prev + B * H
-    a_z, a_i, a_f, a_o = load_gates(a_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
+    a_z, a_i, a_f, a_o = load_gates(a_t, rows, row_ok, cols_n, n_ok, H)
     c_prev = tile(prev + S, rows, row_ok, cols_n, n_ok, H)
     n_prev = tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H)
     m_prev = tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H)
     c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
     n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
-    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
-    start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
     reset = start[:, None]
     c_prev = tl.where(reset, 0.0, c_prev)
     n_prev = tl.where(reset, 0.0, n_prev)
     m_prev = tl.where(reset, 0.0, m_prev)
+    return a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n
+
+
+@triton.jit
+def step_saved(
+    a_ptr, s_ptr, dy_ptr, starts_ptr, t, T, B, H, rows, row_ok, cols_n, n_ok,
+    BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr,
+):  # fmt: skip
+    """Everything step ``t``'s backward reads that no other program writes, read in one go so
+    the reads' latencies overlap: :func:`cell_saved`'s values, the output's gradient ``dy_t``
+    (``[BLOCK_B, BLOCK_N]`` each) and ``start`` (``[BLOCK_B]``)."""
+    start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
+    a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n = cell_saved(
+        a_ptr + t * B * 4 * H, s_ptr, t, T, B, H, start, rows, row_ok, cols_n, n_ok
+    )
+    dy = tile(dy_ptr + t * B * H, rows, row_ok, cols_n, n_ok, H)
     return a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dy, start
 
 
@@ -216,8 +226,6 @@ def backward_kernel(
     for k in range(T):
         t = T - 1 - k
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        prev = s_ptr + t * B * H
-        now = s_ptr + (t + 1) * B * H
         d_now = ds_ptr + (t + 1) * B * H
         d_prev = ds_ptr + t * B * H
         a_t = a_ptr + t * B * 4 * H
@@ -231,12 +239,9 @@ def backward_kernel(
             dn = tile(d_now + 2 * S, rows, row_ok, cols_n, n_ok, H)
             dm = tile(d_now + 3 * S, rows, row_ok, cols_n, n_ok, H)
             reset = start[:, None]
-            c_prev = tl.where(reset, 0.0, tile(prev + S, rows, row_ok, cols_n, n_ok, H))
-            n_prev = tl.where(reset, 0.0, tile(prev + 2 * S, rows, row_ok, cols_n, n_ok, H))
-            m_prev = tl.where(reset, 0.0, tile(prev + 3 * S, rows, row_ok, cols_n, n_ok, H))
-            c = tile(now + S, rows, row_ok, cols_n, n_ok, H)
-            n = tile(now + 2 * S, rows, row_ok, cols_n, n_ok, H)
-            a_z, a_i, a_f, a_o = load_gates(a_t, rows, row_ok, cols_n, n_ok, H)
+            a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n = cell_saved(
+                a_t, s_ptr, t, T, B, H, start, rows, row_ok, cols_n, n_ok
+            )
             da_z, da_i, da_f, da_o, dc_prev, dn_prev, dm_prev = cell_grads(
                 a_z, a_i, a_f, a_o, c_prev, n_prev, m_prev, c, n, dh, dc, dn, dm, EPS
             )
@@ -455,25 +460,11 @@ class _TritonSLSTM(torch.autograd.Function):
         S[:, 0] = s0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
-        plan = tg.split_plan(T, B, H, x.device)
-        tile_meta = meta
-        if plan is not None:
-            meta = {**tile_meta, **plan.meta()}
-            del meta["BLOCK_K"]
-            if not tg.launch_split(
-                forward_split_kernel, plan, G, A, w, starts8, S, plan.flags(x.device),
-                T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            ):  # fmt: skip
-                plan, meta = None, tile_meta
-        if plan is None:
-            tg.launch(
-                forward_kernel, (tg.cdiv(B, tg.BLOCK_B),), G, A, w, starts8, S, T, B, H,
-                HAS_STARTS=starts is not None,
-                **meta,
-            )  # fmt: skip
-        ctx.meta, ctx.tile_meta, ctx.plan = meta, tile_meta, plan
+        ctx.plan, ctx.meta = tg.launch_forward(
+            forward_split_kernel, forward_kernel, (G, A, w, starts8, S), T, B, H, meta,
+            HAS_STARTS=starts is not None,
+        )  # fmt: skip
+        ctx.tile_meta = meta
         ctx.has_starts = starts is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, A, S)
         return S[0, 1:], S[:, -1].clone()
