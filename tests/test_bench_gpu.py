@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -274,12 +276,13 @@ def test_split_off_sets_and_restores_the_switch(monkeypatch):
 def test_a_tests_part_the_budget_stops_still_says_what_ended(monkeypatch):
     """The CUDA tests run verbosely; when the budget stops them, the part reports how many
     passed and which failed by then."""
-    import subprocess
-
     partial = (
         "tests/test_a.py::test_one[cuda] PASSED                 [  1%]\n"
         "tests/test_a.py::test_two[cuda] FAILED                 [  2%]\n"
         "tests/test_b.py::test_three PASSED                     [  3%]\n"
+        "[gw1] [  4%] PASSED tests/test_c.py::test_five\n"  # pytest-xdist's order
+        "[gw0] node down: Not properly terminated\n"
+        "[gw0] [  5%] FAILED tests/test_c.py::test_six[cuda]\n"
         "tests/test_b.py::test_four "
     )
 
@@ -290,8 +293,50 @@ def test_a_tests_part_the_budget_stops_still_says_what_ended(monkeypatch):
     monkeypatch.setattr(subprocess, "run", stopped)
     part = gpu.part_tests(torch.device("cpu"), gpu.QUICK, gpu.Clock(1.0), quick=False)
     assert part["returncode"] is None
-    assert part["summary"].endswith("(2 passed, 1 failed by then)")
-    assert part["failed"] == ["FAILED tests/test_a.py::test_two[cuda]"]
+    assert part["summary"].endswith("(3 passed, 2 failed by then)")
+    assert part["failed"] == [
+        "FAILED tests/test_a.py::test_two[cuda]",
+        "FAILED tests/test_c.py::test_six[cuda]",
+    ]
+
+
+@pytest.mark.parametrize("xdist", [True, False])
+@pytest.mark.parametrize("timeout", [True, False])
+def test_the_cuda_tests_spread_over_workers_and_stop_a_hung_test(monkeypatch, xdist, timeout):
+    """Where pytest-xdist is installed the CUDA tests run over several workers; where
+    pytest-timeout is, a test past the limit ends its worker, so a kernel that never returns
+    is named instead of taking the part's budget."""
+    installed = {"xdist": xdist, "pytest_timeout": timeout}
+    monkeypatch.setattr(gpu, "_installed", lambda module: installed[module])
+    command = gpu.test_command(quick=False)
+    assert command[:3] == [sys.executable, "-m", "pytest"] and "-v" in command
+    assert ("-n" in command) == xdist
+    if xdist:
+        assert 1 <= int(command[command.index("-n") + 1]) <= 8
+    assert (f"--timeout={gpu.TEST_TIMEOUT_S:.0f}" in command) == timeout
+    assert ("--timeout-method=thread" in command) == timeout
+    assert "-n" not in gpu.test_command(quick=True)
+
+
+def test_a_hung_test_is_reported_by_name_and_the_others_still_run(tmp_path, monkeypatch):
+    """The part's command on a real pytest (xdist and pytest-timeout are dev dependencies):
+    a test that never returns fails by name after the limit, and the tests beside it pass."""
+    (tmp_path / "test_hang.py").write_text(
+        "import time\n"
+        "def test_cuda_hangs():\n    time.sleep(60)\n"
+        "def test_cuda_one():\n    pass\n"
+        "def test_triton_kernels_two():\n    pass\n"
+    )
+    monkeypatch.setattr(gpu, "TEST_TIMEOUT_S", 3.0)
+    command = [*gpu.test_command(quick=False), "test_hang.py"]
+    assert "-n" in command and "--timeout=3" in command
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    ended = gpu.tests_ended(done.stdout)
+    assert ended["FAILED"] == ["test_hang.py::test_cuda_hangs"]
+    assert sorted(ended["PASSED"]) == [
+        "test_hang.py::test_cuda_one",
+        "test_hang.py::test_triton_kernels_two",
+    ]
 
 
 def test_a_plain_rl_row_acts_as_the_trainer_does_by_default(monkeypatch):

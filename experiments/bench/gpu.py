@@ -5,7 +5,8 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
 
 1. ``tests``: the CUDA cases of the test suite (``pytest -k "cuda or triton_kernels"``:
    every test on the ``device`` fixture, the kernel tests that name CUDA, and the fused-kernel
-   tests, which run compiled on CUDA).
+   tests, which run compiled on CUDA; over several workers with ``pytest-xdist``, each test
+   stopped after 120 s with ``pytest-timeout``, :func:`test_command`).
 2. ``cores``: forward+backward of every core at T=256, B=64, input 64, hidden 128, beside
    cuDNN's ``nn.LSTM`` and ``nn.GRU`` timed three times in the same run (before the cores,
    between and after; the ratios divide by the median); every ``graph_safe`` core
@@ -137,7 +138,7 @@ LSTM_PRESETS = frozenset(presets_of("cores.gated:GatedLSTM"))
 GRU_PRESETS = frozenset(presets_of("cores.gru:GatedGRU"))
 """Every gated GRU preset: the target at most 2x ``nn.GRU``."""
 PARTS: dict[str, float] = {
-    "tests": 160.0,  # 240 s on an H100, 90 of them in tuned cases since cut to 3 presets
+    "tests": 160.0,  # 240 s on an H100 in one worker, 90 of them in tuned cases since cut
     "cores": 80.0,  # 79 s on an H100, every cell measured
     "scaling": 30.0,  # 22 s on an H100
     "acting": 5.0,  # 2.2 s on an H100
@@ -291,16 +292,39 @@ def time_runner(run: Callable[[], None], device: torch.device, reps: int, clock:
 
 
 # ------------------------------------------------------------------------------ parts
-def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
-    """Run the CUDA cases of the test suite in a subprocess (``--quick``: only collect those
-    of ``tests/test_devices.py``)."""
-    # the CUDA-named cases, and the fused-kernel tests, which run on CUDA where it exists
-    selection = "cuda or triton_kernels"
-    # -v: a line per test as it ends, so a run the budget stops still says what passed
-    command = [sys.executable, "-m", "pytest", "-v", "--tb=line", "-k", selection]
+TEST_TIMEOUT_S = 120.0
+"""A CUDA test running longer is stopped and reported failed by name (``pytest-timeout``): a
+kernel whose programs never meet at their barrier would otherwise take the whole budget."""
+
+
+def test_command(quick: bool) -> list[str]:
+    """The ``pytest`` command of the ``tests`` part: the CUDA-named cases and the fused-kernel
+    tests (which run compiled on CUDA), verbose, so a run the budget stops still says what
+    passed; over several workers where ``pytest-xdist`` is installed (the kernels' compiles,
+    most of the part's time, run side by side), and each test under :data:`TEST_TIMEOUT_S`
+    where ``pytest-timeout`` is (its worker is ended and the test reported; another worker
+    takes the rest). ``quick``: only collect ``tests/test_devices.py``'s cases."""
+    command = [sys.executable, "-m", "pytest", "-v", "--tb=line", "-k", "cuda or triton_kernels"]
     command += ["-p", "no:cacheprovider"]
-    if quick:  # collect one file's cases: the subprocess and the parsing, in seconds
-        command += ["--collect-only", "tests/test_devices.py"]
+    if quick:  # the subprocess and the parsing, in seconds
+        return [*command, "--collect-only", "tests/test_devices.py"]
+    if _installed("xdist"):
+        command += ["-n", str(max(1, min(8, os.cpu_count() or 1)))]
+    if _installed("pytest_timeout"):
+        # "thread" ends a hung test's process: a GPU kernel cannot be interrupted otherwise
+        command += [f"--timeout={TEST_TIMEOUT_S:.0f}", "--timeout-method=thread"]
+    return command
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
+    """Run the CUDA cases of the test suite in a subprocess (:func:`test_command`)."""
+    command = test_command(quick)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -341,12 +365,15 @@ def part_tests(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
 
 def tests_ended(verbose_output: str) -> dict[str, list[str]]:
     """The tests a ``pytest -v`` output says have ended, by outcome (``PASSED``, ``FAILED``,
-    ``ERROR``, ``SKIPPED``): ``tests/x.py::name[id] PASSED  [ 5%]`` lines."""
+    ``ERROR``, ``SKIPPED``): ``tests/x.py::name[id] PASSED  [ 5%]`` lines, or with
+    ``pytest-xdist`` ``[gw0] [  5%] PASSED tests/x.py::name[id]``."""
     ended: dict[str, list[str]] = {k: [] for k in ("PASSED", "FAILED", "ERROR", "SKIPPED")}
     for line in verbose_output.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and "::" in parts[0] and parts[1] in ended:
-            ended[parts[1]].append(parts[0])
+        words = line.split()
+        outcome = next((w for w in words if w in ended), None)
+        name = next((w for w in words if "::" in w), None)
+        if outcome is not None and name is not None and not line.startswith(outcome):
+            ended[outcome].append(name)
     return ended
 
 
