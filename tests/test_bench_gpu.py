@@ -339,6 +339,36 @@ def test_a_hung_test_is_reported_by_name_and_the_others_still_run(tmp_path, monk
     ]
 
 
+def test_a_part_that_never_returns_stops_the_run_with_what_was_measured(tmp_path):
+    """The watchdog names a hung part, keeps the parts written before it, and exits with 3."""
+    import time
+
+    hardware = gpu.info(torch.device("cpu"))
+    results = {"command": "c", "hardware": hardware, "budgets_s": {}, "parts": {}}
+    results["parts"]["tests"] = {
+        "command": "pytest",
+        "returncode": 0,
+        "summary": "3 passed",
+        "failed": [],
+    }
+    stopped = []
+    with gpu.watchdog("cores", 0.05, results, tmp_path, stop=stopped.append):
+        deadline = time.monotonic() + 5.0
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert stopped == [3]
+    saved = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert saved["parts"]["tests"]["summary"] == "3 passed"
+    assert "taken for hung" in saved["parts"]["cores"]["hung"]
+    md = (tmp_path / "bench_gpu.md").read_text()
+    assert "## cores" in md and "taken for hung" in md and "3 passed" in md
+    with gpu.watchdog("scaling", 5.0, results, tmp_path, stop=stopped.append):
+        pass  # a part that returns in time cancels its watchdog
+    time.sleep(0.05)
+    assert stopped == [3] and "scaling" not in results["parts"]
+    assert gpu.hang_limit(80.0) > 80.0
+
+
 def test_a_plain_rl_row_acts_as_the_trainer_does_by_default(monkeypatch):
     """Where ``train.graph_acting=auto`` turns the acting graph on (a CUDA learner, faked
     here), the plain row acts through it and updates eagerly, as ``memcores train`` would."""

@@ -42,7 +42,9 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    side (:mod:`experiments.bench.split_probe`).
 
 The results go to ``DIR/bench_gpu.json`` and ``DIR/bench_gpu.md`` (rewritten after each
-part, so a run cut short keeps what it measured). Without a GPU it stops with exit code 2;
+part, so a run cut short keeps what it measured; a part that has not returned after
+:func:`hang_limit` of its budget is named as hung and the run stops there with exit code 3,
+:func:`watchdog`). Without a GPU it stops with exit code 2;
 ``--device cpu --quick`` runs every part at tiny sizes on the CPU (a check that the script
 works, as the tests do; its numbers mean nothing). Timings on a GPU wait for the queued
 kernels before reading the clock; each time is the median of a few windows, a window holding
@@ -61,6 +63,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -1105,10 +1108,54 @@ def markdown(results: dict[str, Any]) -> str:
     lines = _md_header(results)
     parts = results["parts"]
     for name, render in _MD_PARTS.items():
-        if name in parts:
+        if name in parts and "hung" in parts[name]:  # :func:`watchdog` stopped the run here
+            lines += ["", f"## {name}", "", parts[name]["hung"]]
+        elif name in parts:
             lines += render(parts[name])
     lines += _md_not_measured(parts)
     return "\n".join(lines) + "\n"
+
+
+def hang_limit(budget: float) -> float:
+    """Seconds after which a part that has not returned is taken for hung: twice its budget
+    and a minute (a part checks its clock between measurements, so one measurement may
+    overrun the budget by its own length, but not by this much)."""
+    return 2.0 * budget + 60.0
+
+
+def _write(results: dict[str, Any], out: Path) -> None:
+    (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / "bench_gpu.md").write_text(markdown(results))
+
+
+@contextlib.contextmanager
+def watchdog(
+    name: str, seconds: float, results: dict[str, Any], out: Path,
+    stop: Callable[[int], Any] = os._exit,
+) -> Iterator[None]:  # fmt: skip
+    """Stop the run if part ``name`` has not returned after ``seconds``: its entry says so,
+    the results written so far stay written, and the process exits with code 3 (``stop``).
+
+    A GPU kernel that never returns (e.g. programs that never meet at their barrier) cannot
+    be interrupted from Python, and would hold the machine until the caller's own limit; this
+    way the run ends early with what it measured and the hung part named."""
+
+    def give_up() -> None:
+        hung = f"did not return within {seconds:.0f} s (taken for hung); the run stopped here"
+        print(f"  {name}: {hung}", flush=True)
+        try:
+            results["parts"][name] = {"hung": hung, "seconds": seconds}
+            _write(results, out)
+        finally:
+            stop(3)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @contextlib.contextmanager
@@ -1159,12 +1206,12 @@ def main(argv: list[str]) -> int:
     with _quiet_warnings():
         for name in parts:
             clock = Clock(budgets[name] + carry)
-            result = RUNNERS[name](device, sizes, clock, args.quick)
+            with watchdog(name, hang_limit(clock.budget), results, out):
+                result = RUNNERS[name](device, sizes, clock, args.quick)
             result["seconds"] = clock.spent()
             carry = max(clock.left(), 0.0)
             results["parts"][name] = result
-            (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
-            (out / "bench_gpu.md").write_text(markdown(results))
+            _write(results, out)
             print(f"  {name}: {result['seconds']:.1f} s", flush=True)
     print()
     print(markdown(results))
