@@ -21,6 +21,13 @@ How a step becomes replayable (PyTorch's whole-network capture, with what PPO ad
   minibatch runs eagerly.
 - **Re-recording.** A new policy, optimiser, rollout layout, loss setting or optimiser state
   (a resume replaces its tensors) records a new graph.
+- **Checked against the eager step.** The recording's first replay is compared with the eager
+  step on the same minibatch from the same weights and optimiser state (both are copied
+  first and restored between the two): where the weights after them, or the loss terms,
+  differ by more than :data:`CHECK_TOLERANCE` of the step's own change, the update warns once
+  and runs eagerly from there on, keeping the eager step's result. So a recording that would
+  replay something else than the eager step (a graph that froze a value it should read) never
+  trains a run. The check costs one more minibatch step per recording.
 - **What cannot be recorded** is refused before anything is recorded (:func:`refusal`): A2C,
   an optimiser other than fused Adam, the reconstruction loss (it picks cells by the data),
   cores that draw random numbers on the host (``hdetach_lstm``), whose draws a graph would
@@ -37,6 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -54,6 +63,12 @@ from agents.ppo import LossFn, Row, minibatch_step
 from agents.rl_config import AgentConfig
 from agents.rollout import ChunkBatch
 from cores.base import MemoryCore
+
+CHECK_TOLERANCE = 1e-2
+"""How far a recording's first replay may be from the eager step, as a fraction of the
+largest change the eager step made to a weight (and of each loss term's size): float32
+kernels that sum in another order differ by about 1e-6 of it, a replay of the wrong minibatch,
+learning rate or optimiser state by its whole size."""
 
 
 def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentConfig) -> str | None:
@@ -186,13 +201,19 @@ class UpdateGraph:
     :param recorder: :class:`agents.graph_recording.CudaRecorder` (default) or
         :class:`agents.graph_recording.EagerRecorder`.
     :param warmup_steps: eager steps of a new layout before it is recorded (at least one).
+    :param check: compare each recording's first replay with the eager step, and run eagerly
+        from there on where they differ (see the module docstring).
     """
 
-    def __init__(self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_CALLS):
+    def __init__(
+        self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_CALLS, check: bool = True
+    ):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
         self.recorder = recorder if recorder is not None else CudaRecorder()
         self.warmup_steps = warmup_steps
+        self.check = check
+        """Compare each recording's first replay with the eager step (:func:`_checked`)."""
         self.failure: str | None = None
         """Why a recording failed, after which every update runs eagerly (None: none did)."""
         self.refused: str | None = None
@@ -258,7 +279,10 @@ class UpdateGraph:
             return rec.eager(index)
         rec.index.copy_(index)
         replays = call.replays
-        row = call()
+        if self.check and call.replay is None and call.warmups_left == 0:  # this call records
+            row = self._checked(rec)
+        else:
+            row = call()
         if call.failure is not None:  # warned once; the next updates run eagerly
             self.failure, self._recording = call.failure, None
             return row
@@ -268,3 +292,72 @@ class UpdateGraph:
             self.replays += 1
             return row.clone()  # the static row, which the next replay overwrites
         return row
+
+    def _checked(self, rec: _Recording) -> Row:
+        """Record ``rec``'s step and replay it once, then take the eager step on the same
+        minibatch from the same weights and optimiser state; the eager step's result stands.
+        Where the two differ (:func:`step_difference`) the call is marked failed, with a
+        warning, so this update and the later ones run eagerly."""
+        call = rec.call
+        assert call is not None
+        optimizer, params = rec.target.optimizer, rec.params
+        before = _snapshot(optimizer, params)
+        replayed = call()
+        if call.failure is not None:  # the recording raised: `replayed` is the eager step
+            return replayed
+        replayed = replayed.clone()
+        after_replay = [p.detach().clone() for p in params]
+        _restore(optimizer, params, before)
+        row = rec.eager(rec.index)
+        gap = step_difference(
+            before[: len(params)], after_replay, [p.detach() for p in params], replayed, row
+        )
+        if gap > CHECK_TOLERANCE:
+            call.failure = (
+                f"its first replay differs from the eager step by {gap:.3g} of the step's size "
+                f"(at most {CHECK_TOLERANCE:g})"
+            )
+            warnings.warn(
+                f"{call.what}: {call.failure}; it runs eagerly from now on",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return row
+
+
+def _snapshot(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[Tensor]:
+    """Copies of ``params`` and then of their optimiser state's tensors, in a fixed order."""
+    copies = [p.detach().clone() for p in params]
+    for p in params:
+        copies += [t.clone() for t in optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
+    return copies
+
+
+def _restore(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], copies: list[Tensor]):
+    """Write :func:`_snapshot`'s ``copies`` back in place (the recording's addresses stay)."""
+    targets = [p.detach() for p in params]
+    for p in params:
+        targets += [t for t in optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
+    torch._foreach_copy_(targets, copies)
+
+
+def step_difference(
+    before: list[Tensor], replayed: list[Tensor], eager: list[Tensor], row_a: Tensor, row_b: Tensor
+) -> float:
+    """How far two takes of one step are apart: the largest difference between the weights
+    after them, over the largest change the eager one made to a weight, or between their loss
+    terms (:data:`agents.ppo.Row`, the non-finite ones equal where both are), over each
+    term's size; whichever is larger."""
+    change = max(
+        (float((e - b).abs().max()) for b, e in zip(before, eager, strict=True)), default=0.0
+    )
+    apart = max(
+        (float((r - e).abs().max()) for r, e in zip(replayed, eager, strict=True)), default=0.0
+    )
+    weights = apart / change if change > 0 else (0.0 if apart == 0 else math.inf)
+    a, b = row_a.double(), row_b.double()
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    same_inf = torch.isinf(a) & (a == b)
+    terms = ((a - b).abs() / b.abs().clamp_min(1e-3)).masked_fill(both_nan | same_inf, 0.0)
+    terms = terms.nan_to_num(nan=math.inf)
+    return max(weights, float(terms.max()))
