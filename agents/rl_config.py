@@ -217,13 +217,15 @@ class TrainConfig(TrainBase):
     """Torch threads during the update (the PPO/A2C epochs); ``0``: as ``threads``. With
     ``env.vector=async`` the env workers idle while the learner updates, so ``2`` puts the
     second core to work there (``memcores bench rl`` measures it)."""
-    graph_update: bool = False
+    graph_update: Any = "auto"
     """Replay each PPO minibatch step (the core's forward and backward, the loss, clipping and
     Adam) from one CUDA graph instead of launching its kernels one by one
-    (:mod:`agents.update_graph`). Needs a CUDA device, PPO with Adam, no reconstruction loss
-    and a core that draws nothing on the host and is not keyed by its state (not
-    ``hdetach_lstm`` or ``mem_lstm``); the same maths as the eager update. Off by default
-    until its CUDA equivalence test has passed on a GPU (docs/cores.md has its speed)."""
+    (:mod:`agents.update_graph`; the same maths as the eager update, and each recording's
+    first replay is checked against the eager step, falling back to it where they differ).
+    ``auto`` (a bool or ``auto``): on for a CUDA learner without ``overlap`` where the update
+    can be recorded (PPO with Adam, no reconstruction loss, a core that draws nothing on the
+    host and is not keyed by its state: not ``hdetach_lstm`` or ``mem_lstm``), off elsewhere;
+    ``true`` asks for it and is refused where it cannot apply; ``false`` turns it off."""
     graph_acting: Any = "auto"
     """Act on the GPU learner itself at any number of envs, each acting step (encoders, the
     core's step, heads, action sampling) replayed from one CUDA graph
@@ -246,6 +248,7 @@ class TrainConfig(TrainBase):
         if self.update_threads < 0:
             raise ValueError(f"train.update_threads must be >= 0, got {self.update_threads}")
         cuda_graph_choice(self.graph_acting, "train.graph_acting")
+        cuda_graph_choice(self.graph_update, "train.graph_update")
 
 
 @dataclass

@@ -108,6 +108,7 @@ class Setup:
     n_actions: int
     image_shape: tuple[int, ...]  # (H, W, 3) images, or (n,) vector observations
     graph_acting: bool = False  # train.graph_acting resolved (graph_acting_on)
+    graph_update: bool = False  # train.graph_update resolved (graph_update_on)
 
 
 def setup(config: RLConfig) -> Setup:
@@ -138,13 +139,35 @@ def setup(config: RLConfig) -> Setup:
             load_initial_policy(policy, config.train.init_from, config, n_actions, image_shape)
         policy.core = maybe_graphed(policy.core, device, config.core.cuda_graph)
         optimizer = make_optimizer(policy, config.agent)
-        if config.train.graph_update:
-            check_graph_update(device, policy, optimizer, config.agent)
+        graph_update = graph_update_on(config, device, policy, optimizer)
         graph_acting = graph_acting_on(config, device, policy)
     except BaseException:
         envs.close()
         raise
-    return Setup(config, device, envs, policy, optimizer, n_actions, image_shape, graph_acting)
+    return Setup(
+        config, device, envs, policy, optimizer, n_actions, image_shape, graph_acting, graph_update
+    )
+
+
+def graph_update_on(
+    config: RLConfig,
+    device: torch.device,
+    policy: RecurrentActorCritic,
+    optimizer: torch.optim.Optimizer,
+) -> bool:
+    """``train.graph_update`` resolved: ``true`` checked by :func:`check_graph_update`;
+    ``auto`` on for a CUDA learner without ``train.overlap`` (whose collector thread would
+    launch its own kernels while a recording is made) whose update can be recorded
+    (:func:`agents.update_graph.refusal` gives no reason against it)."""
+    choice = cuda_graph_choice(config.train.graph_update, "train.graph_update")
+    if choice == "true":
+        check_graph_update(device, policy, optimizer, config.agent)
+        return True
+    if choice == "false":
+        return False
+    if device.type != "cuda" or config.train.overlap:
+        return False
+    return refusal(policy, optimizer, config.agent) is None
 
 
 def check_graph_update(
@@ -395,7 +418,7 @@ def _rollouts(
         space = obs_shapes(envs.single_observation_space)
         return RolloutBuffer(space, agent.n_steps, n, agent.seq_len, state, act_device)
 
-    graph = UpdateGraph() if cfg.train.graph_update else None
+    graph = UpdateGraph() if s.graph_update else None
     if not cfg.train.overlap:
         learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, graph=graph)  # noqa: E731
         return SerialRollouts(collect, learn, make_buffer(), cfg.train.update_threads)

@@ -105,22 +105,18 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
 
     rl = parts["rl"]["rows"]
     assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] * 2 + ["POPGym"] * 5
-    assert rl[5]["setting"] == "POPGym RepeatPreviousEasy ur_lstm, graphs"
-    assert rl[5]["device"]["graph"].endswith("steps replayed"), rl[5]
+    assert rl[5]["setting"] == f"POPGym RepeatPreviousEasy ur_lstm, {gpu.EAGER_UPDATE}"
+    assert rl[5]["overrides"][-1] == "train.graph_update=false"
     for row in rl:
         assert "error" not in row, row
         assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0
-    eager, graphed = rl[0], rl[1]
-    assert eager["x_cpu"] == 1.0 and "graph" not in eager["device"]  # the CPU against itself
-    # the graphs row times the device only, against the eager row's CPU
-    assert graphed["setting"] == eager["setting"] + ", graphs"
-    assert graphed["cpu"] == eager["cpu"]
-    assert graphed["x_cpu"] == pytest.approx(graphed["device"]["fps"] / eager["cpu"]["fps"])
-    summary = graphed["device"]["graph"]
-    steps = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides)).agent.n_steps
-    assert summary.startswith(f"acting {steps} steps replayed; update "), summary
-    assert summary.endswith(" steps replayed") and int(summary.split()[-3]) > 0, summary
-    assert f"; {summary}" in md
+    plain, eager = rl[0], rl[1]
+    # the CPU against itself; no graphs there (their bookkeeping: the test below)
+    assert plain["x_cpu"] == 1.0 and "graph" not in plain["device"]
+    # the eager-update row times the device only, against the plain row's CPU
+    assert eager["setting"] == f"{plain['setting']}, {gpu.EAGER_UPDATE}"
+    assert eager["cpu"] == plain["cpu"]
+    assert eager["x_cpu"] == pytest.approx(eager["device"]["fps"] / plain["cpu"]["fps"])
     assert rl[2]["cpu"]["epochs_timed"] == "1/30"  # POPGym's 30 epochs, one timed
 
     sup = parts["supervised"]
@@ -369,12 +365,25 @@ def test_a_part_that_never_returns_stops_the_run_with_what_was_measured(tmp_path
     assert gpu.hang_limit(80.0) > 80.0
 
 
-def test_a_plain_rl_row_acts_as_the_trainer_does_by_default(monkeypatch):
-    """Where ``train.graph_acting=auto`` turns the acting graph on (a CUDA learner, faked
-    here), the plain row acts through it and updates eagerly, as ``memcores train`` would."""
+def test_a_plain_rl_row_acts_and_updates_as_the_trainer_does_by_default(monkeypatch):
+    """Where ``train.graph_acting`` and ``train.graph_update`` resolve on (a CUDA learner,
+    faked here: on the CPU the recordings rerun eagerly), the plain row acts through the acting
+    graph and replays the update's steps, as ``memcores train`` would; the eager-update row's
+    ``train.graph_update=false`` updates eagerly."""
     from agents import rl_trainer
+    from cores.graphed import cuda_graph_choice
+
+    def update_on(config, *args):
+        return cuda_graph_choice(config.train.graph_update) != "false"
 
     monkeypatch.setattr(rl_trainer, "graph_acting_on", lambda *args: True)
-    out = gpu.rl_rate(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides), "cpu", None)
-    steps = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides)).agent.n_steps
+    monkeypatch.setattr(rl_trainer, "graph_update_on", update_on)
+    overrides = list(gpu.QUICK.rl_overrides)
+    steps = gpu._rl_config(gpu.MEMORY_S7, overrides).agent.n_steps
+    out = gpu.rl_rate(gpu.MEMORY_S7, overrides, "cpu", None)
+    acted, updated = out["graph"].split("; ")
+    assert acted == f"acting {steps} steps replayed"
+    assert updated.startswith("update ") and updated.endswith(" steps replayed"), updated
+    assert int(updated.split()[1]) > 0
+    out = gpu.rl_rate(gpu.MEMORY_S7, [*overrides, "train.graph_update=false"], "cpu", None)
     assert out["graph"] == f"acting {steps} steps replayed; update eager"

@@ -19,7 +19,7 @@ from rl_helpers import tiny_config
 from agents import ppo
 from agents.graph_recording import CudaRecorder, EagerRecorder
 from agents.ppo import update
-from agents.rl_trainer import check_graph_update, setup
+from agents.rl_trainer import check_graph_update, graph_update_on, setup
 from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from agents.update_graph import UpdateGraph, refusal
 
@@ -147,6 +147,63 @@ def test_a_failed_recording_warns_once_and_trains_eagerly(monkeypatch):
         assert isinstance(group["lr"], float) and group["capturable"] is False
 
 
+class _Twice(EagerRecorder):
+    """A recording whose replay takes the step twice: a replay that is not the eager step."""
+
+    def record(self, fn, settings):
+        def replay():
+            with settings():
+                fn()
+                return fn()
+
+        return replay
+
+
+def test_a_replay_that_differs_from_the_eager_step_warns_and_trains_eagerly(monkeypatch):
+    """A recording whose replay computes something else than the eager step (here it takes
+    the step twice, as a graph that froze a stale value would go astray) is caught at its
+    first replay: one warning, every later step eager, the same training as never recording."""
+
+    eager = _train("cpu", None, monkeypatch)
+    graph = UpdateGraph(_Twice(), warmup_steps=1)
+    with pytest.warns(RuntimeWarning, match="first replay differs from the eager step") as caught:
+        checked = _train("cpu", graph, monkeypatch)
+    assert len(caught) == 1 and graph.failure is not None and graph.replays == 0
+    _assert_same_training(eager, checked, exact=True)
+    for group in checked[0].optimizer.param_groups:  # the recording settings were undone
+        assert isinstance(group["lr"], float) and group["capturable"] is False
+
+
+def test_unchecked_replays_are_what_the_check_would_catch(monkeypatch):
+    """Without the check the same recording trains differently: the check is what stops it."""
+
+    eager = _train("cpu", None, monkeypatch)
+    unchecked = _train("cpu", UpdateGraph(_Twice(), warmup_steps=1, check=False), monkeypatch)
+    with pytest.raises(AssertionError):
+        _assert_same_training(eager, unchecked, exact=True)
+
+
+def test_the_step_difference_is_relative_to_the_step_and_reads_non_finite_rows():
+    """Weights apart by a small part of the step's change pass, by its size fail; loss terms
+    that are NaN in both takes (a skipped minibatch) agree, NaN in one does not."""
+    from agents.update_graph import CHECK_TOLERANCE, step_difference
+
+    before = [torch.zeros(3)]
+    eager = [torch.tensor([1e-3, -2e-3, 0.0])]
+    row = torch.tensor([0.5, 1.0, float("nan")], dtype=torch.float64)
+    close = [eager[0] + 1e-9]
+    assert step_difference(before, close, eager, row, row) < 1e-5
+    far = [eager[0] * 2]
+    assert step_difference(before, far, eager, row, row) == pytest.approx(1.0)
+    other = row.clone()
+    other[2] = 0.25
+    assert step_difference(before, eager, eager, other, row) == math.inf
+    assert step_difference(before, eager, eager, row * (1 + 1e-5), row) < CHECK_TOLERANCE
+    assert step_difference(before, eager, eager, row * 1.1, row) > CHECK_TOLERANCE
+    still = [torch.zeros(3)]  # a skipped step changes nothing, in both takes
+    assert step_difference(before, still, still, row, row) == 0.0
+
+
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
@@ -175,6 +232,29 @@ def test_graph_update_needs_a_cuda_device():
     assert refusal(s.policy, s.optimizer, s.config.agent) is None
     with pytest.raises(ValueError, match="needs a CUDA device"):
         check_graph_update(torch.device("cpu"), s.policy, s.optimizer, s.config.agent)
+
+
+def test_graph_update_is_on_by_default_for_a_cuda_learner_whose_update_can_be_recorded():
+    """``auto`` (the default): on for a CUDA learner without overlap whose update has no
+    :func:`refusal`; off on a CPU, with overlap, for A2C or ``hdetach_lstm``, and with
+    ``false``; ``true`` is checked; a bad value names the choices."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+
+    def on(device, *overrides, core="lstm"):
+        algo = [o for o in overrides if o.startswith("agent.")]
+        s = setup(tiny_config(f"core.name={core}", "core.hidden_size=8", *algo))  # on the CPU
+        s.envs.close()
+        config = tiny_config(f"core.name={core}", "core.hidden_size=8", *overrides)
+        return graph_update_on(config, device, s.policy, s.optimizer)
+
+    assert on(cuda) and on(cuda, core="ur_lstm") and not on(cpu)
+    assert not on(cuda, "train.overlap=true") and not on(cuda, "train.graph_update=false")
+    assert not on(cuda, "agent.algo=a2c") and not on(cuda, core="hdetach_lstm")
+    assert on(cuda, "train.graph_update=true")
+    with pytest.raises(ValueError, match="train.graph_update=true cannot apply"):
+        on(cuda, "train.graph_update=true", core="hdetach_lstm")
+    with pytest.raises(ValueError, match="train.graph_update must be one of auto, true, false"):
+        tiny_config("train.graph_update=sometimes")
 
 
 def test_train_refuses_graph_update_on_the_cpu(tmp_path):

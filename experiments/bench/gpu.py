@@ -31,11 +31,11 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    ``min_gru``. One rollout is collected and timed; the update is timed over ``E`` of its
    epochs (all 8 of MemoryS7's, 1 of POPGym's 30; on the GPU after a warm-up epoch) and
    scaled to the whole update: frames/s = frames / (collection + update). Each side runs
-   with the config's own ``train.threads``, and acts as ``memcores train`` does by default
-   (on a GPU through acting graphs, ``train.graph_acting=auto``). Each MemoryS7 row is
-   followed by one that also replays the update's minibatch steps from a CUDA graph
-   (``train.graph_update``), timed on the GPU only after its warm-up and recording, and so is
-   POPGym's ``ur_lstm`` row.
+   with the config's own ``train.threads``, and acts and updates as ``memcores train`` does
+   by default (on a GPU through acting graphs and update graphs, ``train.graph_acting`` and
+   ``train.graph_update`` ``auto``, timed after their warm-up and recording). Each MemoryS7
+   row is followed by one that updates eagerly (``train.graph_update=false``), timed on the
+   GPU only, and so is POPGym's ``ur_lstm`` row.
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
 7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
@@ -80,8 +80,10 @@ MEMORY_S7 = "experiments/configs/memory_s7.yaml"
 POPGYM = "experiments/configs/sweep_popgym.yaml"
 COPY = "experiments/configs/copy.yaml"
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
-POPGYM_GRAPH_CORES = ("ur_lstm",)
-"""The POPGym rows timed again with the update graph (``lstm`` runs the same kernel)."""
+POPGYM_EAGER_UPDATE_CORES = ("ur_lstm",)
+"""The POPGym rows timed again with an eager update (``lstm`` runs the same kernel)."""
+EAGER_UPDATE = "eager update"
+"""The label of the RL rows timed with ``train.graph_update=false``."""
 SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
 LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
 GRAPH_SCALING = ("janet",)
@@ -145,7 +147,7 @@ PARTS: dict[str, float] = {
     "cores": 80.0,  # 79 s on an H100, every cell measured
     "scaling": 30.0,  # 22 s on an H100
     "acting": 5.0,  # 2.2 s on an H100
-    "rl": 65.0,  # 54 s on an H100, the three graphs rows included
+    "rl": 65.0,  # 54 s on an H100, three rows with and without the update graph included
     "supervised": 20.0,  # 13 s on an H100
 }
 """Each part's time budget in seconds (360 in all); time a part leaves goes to the next. A
@@ -690,17 +692,16 @@ def _acting_rows(device: torch.device, sizes: Sizes, clock: Clock, config: Any) 
     return {"rows": rows, "crossover_n_envs": crossover, "not_measured": not_measured}
 
 
-def rl_rate(
-    path: str, overrides: list[str], device: str, epochs: int | None, graphs: bool = False
-) -> dict[str, Any]:
-    """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout (acting as the
-    trainer does with the config's ``train.graph_acting``), the update timed over ``epochs`` of
-    its epochs (after a warm-up epoch off the CPU) and scaled to all of them.
+def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
+    """Frames/s of ``path``'s PPO recipe on ``device``: one timed rollout, the update timed over
+    ``epochs`` of its epochs (after a warm-up epoch off the CPU) and scaled to all of them.
 
-    ``graphs``: the policy also acts through an acting graph where the config would not, and
-    the update's minibatch steps replay an update graph (``train.graph_update``), each warmed
-    up and recorded before the timing; CUDA graphs on a GPU, and on the CPU, which has none,
-    the same bookkeeping run eagerly (a check of the script)."""
+    It acts and updates as the trainer does with the config: through an acting graph where
+    ``train.graph_acting`` resolves on, and replaying the update's minibatch steps from an
+    update graph where ``train.graph_update`` does (on a GPU by default), each warmed up and
+    recorded (and the update's recording checked) before the timing; CUDA graphs on a GPU,
+    and where the tests turn them on on a CPU, which has none, the same bookkeeping run
+    eagerly."""
     from agents.acting_graph import ActingGraph
     from agents.graph_recording import CudaRecorder, EagerRecorder
     from agents.policy import obs_to_tensors
@@ -720,7 +721,7 @@ def rl_rate(
     n_envs, n_steps = cfg.env.n_envs, agent.n_steps
     cuda = s.device.type == "cuda"
     try:
-        act_graphed = graphs or s.graph_acting
+        act_graphed = s.graph_acting
         acting = acting_policy(s.policy, s.device, n_envs=n_envs, graphed=act_graphed)
         act_device = next(acting.parameters()).device
         buffer = RolloutBuffer(
@@ -733,7 +734,7 @@ def rl_rate(
         )
         carry = start_rollouts(acting, s.envs, cfg.train.seed, act_device)
         acting_graph = update_graph = None
-        if graphs:
+        if s.graph_update:
             update_graph = UpdateGraph(CudaRecorder() if cuda else EagerRecorder())
         if act_graphed:
             acting_graph = ActingGraph(acting, CudaRecorder() if cuda else EagerRecorder())
@@ -746,8 +747,10 @@ def rl_rate(
             s.device,
         )
         timed_epochs = agent.n_epochs if epochs is None else min(epochs, agent.n_epochs)
-        if cuda or graphs:  # compiling, autotuning, recording
-            warm_epochs = 1 if not graphs else _epochs_to_record(agent, n_envs, update_graph)
+        if cuda or update_graph is not None:  # compiling, autotuning, recording, its check
+            warm_epochs = (
+                1 if update_graph is None else _epochs_to_record(agent, n_envs, update_graph)
+            )
             warm = dataclasses.replace(agent, n_epochs=warm_epochs)
             timed(lambda: update(s.policy, s.optimizer, buffer, warm, graph=update_graph), s.device)
         part = dataclasses.replace(agent, n_epochs=timed_epochs)
@@ -767,8 +770,8 @@ def rl_rate(
         "acting": describe_acting(s.device, n_envs, graphed=act_graphed),
         "threads": torch.get_num_threads(),
     }
-    if acting_graph is not None:
-        acted = acting_graph.replays - acted
+    if acting_graph is not None or update_graph is not None:
+        acted = None if acting_graph is None else acting_graph.replays - acted
         updated = None if update_graph is None else update_graph.replays - replays
         out["graph"] = _graph_summary(acting_graph, acted, update_graph, updated)
     return out
@@ -782,17 +785,19 @@ def _epochs_to_record(agent: Any, n_envs: int, graph: Any) -> int:
     return math.ceil((graph.warmup_steps + 1) / full_minibatches)
 
 
-def _graph_summary(acting: Any, acted: int, update: Any, replays: int | None) -> str:
+def _graph_summary(acting: Any, acted: int | None, update: Any, replays: int | None) -> str:
     """How the timed rollout and update ran with their graphs (``acted`` and ``replays``:
-    the steps they replayed; ``update`` None: an eager update)."""
-    if acting.failure is not None:
+    the steps they replayed; ``acting`` or ``update`` None: run eagerly)."""
+    if acting is None:
+        acted_line = "acting eager"
+    elif acting.failure is not None:
         acted_line = f"acting eager (recording failed: {acting.failure})"
     else:
         acted_line = f"acting {acted} steps replayed"
     if update is None:
         updated = "update eager"
     elif update.failure is not None:
-        updated = f"update eager (recording failed: {update.failure})"
+        updated = f"update eager ({update.failure})"
     elif update.refused is not None:
         updated = f"update eager ({update.refused})"
     else:
@@ -801,35 +806,40 @@ def _graph_summary(acting: Any, acted: int, update: Any, replays: int | None) ->
 
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> dict:
-    """RL frames/s on ``device`` against the CPU, per setting. The ``graphs`` rows (acting and
-    update graphs) time the device only: their CPU side is the row above theirs, which acts as
-    the trainer does by default and updates eagerly."""
+    """RL frames/s on ``device`` against the CPU, per setting, each acting and updating as the
+    trainer does by default. The ``eager update`` rows (``train.graph_update=false``) time the
+    device only: their CPU side is the row above theirs."""
     envs = (8, 64) if not quick else (2,)
     memory_s7 = [
         (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
         for n in envs
     ]
+    popgym = [
+        (
+            f"POPGym RepeatPreviousEasy {core}",
+            POPGYM,
+            [f"core.name={core}", *sizes.popgym_overrides],
+            1,
+        )
+        for core in POPGYM_CORES
+    ]
     settings: list[tuple[str, str, list[str], int | None, bool]] = []
-    for label, path, overrides, epochs in memory_s7:
+    for label, path, overrides, epochs in [*memory_s7, *popgym]:
         settings += [(label, path, overrides, epochs, False)]
-        settings += [(f"{label}, graphs", path, overrides, epochs, True)]
-    for core in POPGYM_CORES:
-        label, overrides = f"POPGym RepeatPreviousEasy {core}", [f"core.name={core}"]
-        settings += [(label, POPGYM, [*overrides, *sizes.popgym_overrides], 1, False)]
-        if core in POPGYM_GRAPH_CORES:
-            graphed = f"{label}, graphs"
-            settings += [(graphed, POPGYM, [*overrides, *sizes.popgym_overrides], 1, True)]
+        if path == MEMORY_S7 or label.endswith(POPGYM_EAGER_UPDATE_CORES):
+            eager = [*overrides, "train.graph_update=false"]
+            settings += [(f"{label}, {EAGER_UPDATE}", path, eager, epochs, True)]
     rows, not_measured = [], []
     threads = torch.get_num_threads()
-    for label, path, overrides, epochs, graphs in settings:
+    for label, path, overrides, epochs, device_only in settings:
         if clock.left() <= 0:
             not_measured.append(label)
             continue
         row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
         try:
-            if graphs:  # the device only: the eager row above measured this CPU
+            if device_only:  # the row above measured this CPU
                 row["cpu"] = rows[-1]["cpu"]
-                row["device"] = rl_rate(path, overrides, str(device), epochs, graphs=True)
+                row["device"] = rl_rate(path, overrides, str(device), epochs)
             else:
                 row["cpu"] = rl_rate(path, overrides, "cpu", epochs)
                 on_device = device.type != "cpu"
