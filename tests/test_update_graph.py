@@ -304,21 +304,41 @@ def test_a_training_run_replays_its_updates_and_ends_as_the_eager_run(tmp_path, 
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs: needs a GPU")
-def test_a_cuda_training_run_with_both_graphs_records_them_without_falling_back(tmp_path):
-    """On a GPU: a run that acts and updates through CUDA graphs (``train.graph_acting``,
-    ``train.graph_update``) records both, never warns that one fell back to eager steps, and
-    learns finite numbers."""
+@pytest.mark.parametrize(
+    "core",
+    [
+        "ur_lstm",  # the fused Triton LSTM kernel
+        "lstm",  # cuDNN
+        "slstm",  # the fused Triton sLSTM kernel
+        "janet",  # a step loop, itself graphed (core.cuda_graph) outside the update's capture
+        "rel_lstm",  # relevancy screening over a window of past states
+        "min_gru",  # a parallel scan
+    ],
+)
+def test_a_cuda_training_run_with_both_graphs_records_them_without_falling_back(
+    core, tmp_path, monkeypatch
+):
+    """On a GPU, by default (``train.graph_acting`` and ``train.graph_update`` ``auto``): a
+    run acts and updates through CUDA graphs, records both, replays the update's steps, never
+    warns that one fell back to eager steps or that a replay differed from the eager step,
+    and learns finite numbers."""
     from agents import rl_trainer
 
-    config = tiny_config(
-        "core.name=ur_lstm", "train.device=cuda", "agent.minibatch_size=16",
-        "train.graph_update=true", "train.graph_acting=true",
-    )  # fmt: skip
+    graphs: list[UpdateGraph] = []
+
+    def tracked(*args, **kwargs):
+        graphs.append(UpdateGraph(*args, **kwargs))
+        return graphs[-1]
+
+    monkeypatch.setattr(rl_trainer, "UpdateGraph", tracked)
+    config = tiny_config(f"core.name={core}", "train.device=cuda", "agent.minibatch_size=16")
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*recording failed")
+        warnings.filterwarnings("error", message=".*differs from the eager step")
         result = rl_trainer.train(config, tmp_path / "run")
     assert result.global_step == 128
     assert all(math.isfinite(row["train/loss"]) for row in result.history)
+    assert len(graphs) == 1 and graphs[0].failure is None and graphs[0].replays > 0
 
 
 @pytest.mark.parametrize(
