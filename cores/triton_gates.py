@@ -268,7 +268,12 @@ gradients before its products: their tiles then sit in shared memory at once, 64
 program at 128 units on sm_90, where wider would exceed the 99 KB a block gets on consumer
 GPUs (``python tests/triton_compile.py 256``: 128 KB)."""
 
-BARRIERS = ("scalar", "vector", "release")
+BARRIERS = ("scalar", "vector", "release", "data")
+DATA_BARRIER = tl.constexpr(BARRIERS.index("data"))
+"""``BARRIER``'s value for the ``data`` barrier (:func:`meet_parts`)."""
+UNWRITTEN = tl.constexpr(-1)
+"""The bits (all ones: a NaN) a ``data`` barrier's buffers hold until a part writes a value
+there (:meth:`SplitPlan.unwritten`); :func:`marked` keeps a written value from having them."""
 PRECISIONS = ("ieee", "tf32")
 
 
@@ -316,7 +321,8 @@ class SplitOptions:
         their step counters one after the other, ``vector`` reads them all with one atomic
         per thread, ``release`` as ``vector`` with the part's own mark a ``release`` atomic
         and the reads ``acquire`` ones instead of ``acq_rel`` (the mark's round trip then
-        overlaps the first read's).
+        overlaps the first read's); ``data`` marks nothing: a part waits until the values it
+        is about to read no longer hold :data:`UNWRITTEN` (:func:`meet_parts`).
     :param precision: ``tl.dot``'s input precision: ``ieee`` (full float32, what the reference
         loop computes) or ``tf32`` (tensor cores, a 10-bit mantissa); ``None``:
         :func:`recurrent_precision` of the device, PyTorch's switch for its own RNNs.
@@ -393,6 +399,14 @@ class SplitPlan:
         """Zeroed step counters of the barrier, one per program."""
         return torch.zeros(self.tiles * self.parts, dtype=torch.int32, device=device)
 
+    def unwritten(self, *buffers: Tensor) -> None:
+        """With the ``data`` barrier, fill ``buffers`` (those the parts exchange) with
+        :data:`UNWRITTEN` before the launch; with the others, nothing."""
+        if self.options.barrier == "data":
+            for buffer in buffers:
+                as_int = torch.int64 if buffer.element_size() == 8 else torch.int32
+                buffer.view(as_int).fill_(UNWRITTEN.value)
+
 
 def _options_on(device: torch.device) -> SplitOptions:
     """The split options in force, their precision resolved for ``device``."""
@@ -460,12 +474,14 @@ def launch_split(kernel: Any, plan: SplitPlan, *args: Any, **meta: Any) -> bool:
 
 def launch_forward(
     split_kernel: Any, tile_kernel: Any, buffers: tuple[Tensor, ...], T: int, B: int, H: int,
-    tile_meta: dict[str, Any], **flags: Any,
+    tile_meta: dict[str, Any], exchanged: Tensor, **flags: Any,
 ) -> tuple[SplitPlan | None, dict[str, Any]]:  # fmt: skip
     """Run a family's forward over ``buffers`` (its kernels' arguments before ``T, B, H``; the
     split kernel also takes the barrier's counters after them): the unit-split kernel where
     :func:`split_plan` gives a cut and the GPU fits it (:func:`launch_split`), else one
-    program per batch tile with ``tile_meta``. ``flags``: the compile-time switches both take.
+    program per batch tile with ``tile_meta``. ``exchanged``: the states ``h_1..h_T`` the
+    parts read from each other (:meth:`SplitPlan.unwritten`). ``flags``: the compile-time
+    switches both take.
 
     :return: the plan taken (``None``: one program per tile) and the compile-time parameters
         it ran with, which its backward launches with too.
@@ -475,6 +491,7 @@ def launch_forward(
     if plan is not None:
         meta = {**tile_meta, **plan.meta()}
         del meta["BLOCK_K"]
+        plan.unwritten(exchanged)
         if launch_split(split_kernel, plan, *buffers, plan.flags(device), T, B, H, **flags, **meta):
             return plan, meta
     launch(tile_kernel, (cdiv(B, BLOCK_B),), *buffers, T, B, H, **flags, **tile_meta)
@@ -510,6 +527,69 @@ def sync_parts(flags_ptr, part, n_parts, step, BARRIER: tl.constexpr, PARTS: tl.
         ):
             pass
     tl.debug_barrier()
+
+
+@triton.jit
+def meet_parts(
+    flags_ptr, part, n_parts, step, BARRIER: tl.constexpr, PARTS: tl.constexpr,
+    ptr, rows, row_ok, cols, col_ok, width, BLOCKS: tl.constexpr, STRIDE,
+    ptr2, width2, BLOCKS2: tl.constexpr,
+):  # fmt: skip
+    """Wait until the tile's other parts have written what this part reads next: ``BLOCKS``
+    tiles ``[rows, cols]`` of a ``width``-wide matrix at ``ptr``, ``STRIDE`` apart, and
+    ``BLOCKS2`` more at ``ptr2`` (``width2`` wide; 0: none). Every barrier but ``data`` is
+    :func:`sync_parts` on the step counters. The ``data`` barrier reads those tiles
+    themselves until none of their values holds :data:`UNWRITTEN` (the buffers start so, and
+    every value is written once): no mark, no fence, and no wait at a counter. A read that
+    sees a value sees it whole (an aligned word), and the reads after it find it in L2."""
+    if BARRIER == DATA_BARRIER:
+        while (
+            _unwritten(ptr, rows, row_ok, cols, col_ok, width, BLOCKS, STRIDE)
+            + _unwritten(ptr2, rows, row_ok, cols, col_ok, width2, BLOCKS2, STRIDE)
+            > 0
+        ):
+            pass
+    else:
+        sync_parts(flags_ptr, part, n_parts, step, BARRIER, PARTS)
+
+
+@triton.jit
+def _unwritten(ptr, rows, row_ok, cols, col_ok, width, BLOCKS: tl.constexpr, STRIDE):
+    """How many values of ``BLOCKS`` tiles (as :func:`meet_parts`) still hold
+    :data:`UNWRITTEN`, read past L1 (``volatile``) as their bits."""
+    count = 0
+    offsets = rows[:, None] * width + cols[None, :]
+    mask = row_ok[:, None] & col_ok[None, :]
+    for g in range(BLOCKS):  # one block's bits live at a time
+        value_ptrs = ptr + g * STRIDE + offsets
+        if value_ptrs.dtype.element_ty == tl.float64:
+            bit_ptrs = value_ptrs.to(tl.pointer_type(tl.int64), bitcast=True)
+        else:
+            bit_ptrs = value_ptrs.to(tl.pointer_type(tl.int32), bitcast=True)
+        bits = tl.load(bit_ptrs, mask=mask, other=0, volatile=True)
+        count += tl.sum(tl.where(bits == UNWRITTEN, 1, 0))
+    return count
+
+
+@triton.jit
+def exchanged(x, BARRIER: tl.constexpr):
+    """``x`` as a part stores a value the other parts read: :func:`marked` with the ``data``
+    barrier, else as it is."""
+    if BARRIER == DATA_BARRIER:
+        x = marked(x)
+    return x
+
+
+@triton.jit
+def marked(x):
+    """``x``, where a value's bits are :data:`UNWRITTEN`'s (a NaN; negating the GPU's NaN
+    gives them) with another NaN's, so that a ``data`` barrier never takes a written value
+    for an unwritten one."""
+    if x.dtype == tl.float64:
+        bits = x.to(tl.int64, bitcast=True)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+    return tl.where(bits == UNWRITTEN, bits - 1, bits).to(x.dtype, bitcast=True)
 
 
 @triton.jit

@@ -27,16 +27,17 @@ from cores.triton_gates import (
     back,
     back_slice,
     clip_unit,
+    exchanged,
     gate,
     gate_slope,
     inside_unit,
+    meet_parts,
     power_decay,
     put,
     rec,
     shared_tile,
     sigmoid,
     starts_at,
-    sync_parts,
     tanh,
     tile,
     weight_slice,
@@ -363,13 +364,17 @@ def forward_split_kernel(
             a_q = g_q + tl.dot(h, w_q, input_precision=PREC)
             put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
         h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP, POWER)
-        put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
+        y_t = y_ptr + (t + 1) * B * H
+        put(y_t, exchanged(h_own, BARRIER), rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
             if PREFETCH:
                 g_z, g_q, g_r, g_n = input_side(
                     g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
                 )
-            sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
+            meet_parts(
+                flags, part, n_parts, t + 1, BARRIER, PARTS,
+                y_t, rows, row_ok, cols_k, k_ok, H, 1, 0, y_t, H, 0,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -440,8 +445,9 @@ def backward_split_kernel(
             s_z, s_q, s_r, s_n, s_hn, s_h, dh, ACT, REFINE, CLAMP, POWER
         )
         _put_grads(
-            da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n, n_ok,
-            H, NG, REFINE,
+            da_t, dhn_ptr + t * B * H, exchanged(da_z, BARRIER), exchanged(da_q, BARRIER),
+            exchanged(da_r, BARRIER), exchanged(da_n, BARRIER), exchanged(dhn, BARRIER), rows,
+            row_ok, cols_n, n_ok, H, NG, REFINE,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
             if PREFETCH:
@@ -449,7 +455,10 @@ def backward_split_kernel(
                     a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t - 1, B, H, rows, row_ok, cols_n,
                     n_ok, NG, REFINE, BLOCK_B, HAS_STARTS,
                 )  # fmt: skip
-            sync_parts(flags, part, n_parts, k + 1, BARRIER, PARTS)
+            meet_parts(
+                flags, part, n_parts, k + 1, BARRIER, PARTS,
+                da_t, rows, row_ok, cols_k, k_ok, GH, NG, H, dhn_ptr + t * B * H, H, 1,
+            )  # fmt: skip
             if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
                 d_z = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
                 d_q = d_z  # a stand-in, not read without REFINE
@@ -516,7 +525,7 @@ class _TritonGRU(torch.autograd.Function):
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
         buffers = (G, A, HN, w, bias_hn.contiguous(), starts8, Y)
         ctx.plan, ctx.meta = tg.launch_forward(
-            forward_split_kernel, forward_kernel, buffers, T, B, H, meta,
+            forward_split_kernel, forward_kernel, buffers, T, B, H, meta, Y[1:],
             HAS_STARTS=starts is not None,
         )  # fmt: skip
         ctx.tile_meta = meta
@@ -536,6 +545,7 @@ class _TritonGRU(torch.autograd.Function):
         split = ctx.plan is not None
         if split:
             dh = x.new_zeros(B, H) if dhT is None else dhT.clone()  # out: z_0 dh_0
+            ctx.plan.unwritten(dA, dHN)
             split = tg.launch_split(
                 backward_split_kernel, ctx.plan,
                 A, HN, w, Y, starts8, dY, dh, dA, dHN, ctx.plan.flags(x.device), T, B, H,

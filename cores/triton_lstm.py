@@ -42,16 +42,17 @@ from cores.triton_gates import (
     back,
     back_slice,
     clip_unit,
+    exchanged,
     gate,
     gate_slope,
     inside_unit,
+    meet_parts,
     power_decay,
     put,
     rec,
     shared_tile,
     sigmoid,
     starts_at,
-    sync_parts,
     tanh,
     tile,
     weight_slice,
@@ -182,12 +183,20 @@ def step_grads(
     NG: tl.constexpr, ACT: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr,
     R: tl.constexpr, CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
+    BARRIER: tl.constexpr,  # the split kernels' barrier (its gradients stored for it)
 ):  # fmt: skip
     """One step's backward for a tile from its :func:`cell_saved` values: store the gate
-    gradients at ``da_t`` and return the gradient into ``c_{t-1}`` (zero where ``start``)."""
+    gradients at ``da_t`` (as the split kernels' ``BARRIER`` reads them,
+    :func:`~cores.triton_gates.exchanged`) and return the gradient into ``c_{t-1}`` (zero
+    where ``start``)."""
     da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
         a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP, POWER
     )
+    da_o = exchanged(da_o, BARRIER)
+    da_f = exchanged(da_f, BARRIER)
+    da_u = exchanged(da_u, BARRIER)
+    da_i = exchanged(da_i, BARRIER)
+    da_r = exchanged(da_r, BARRIER)
     put_gates(
         da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
     )
@@ -324,7 +333,7 @@ def backward_kernel(
             )  # fmt: skip
             dc_prev = step_grads(
                 a_o, a_f, a_u, a_i, a_r, c, c_prev, da_t, start, dh, dc, rows, row_ok, cols_n,
-                n_ok, H, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
+                n_ok, H, NG, ACT, TIED, REFINE, R, CLAMP, POWER, 0,  # no parts: no barrier
             )  # fmt: skip
             put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
@@ -378,7 +387,7 @@ def forward_split_kernel(
     ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights on chip
     (shared memory, where the sm_90 code puts ``tl.dot``'s operands) and its cells in
     registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
-    each step (:func:`~cores.triton_gates.sync_parts`). Every gate's input side ``G_t`` is
+    each step (:func:`~cores.triton_gates.meet_parts`). Every gate's input side ``G_t`` is
     read in one go (:func:`load_gates`), so the reads' memory latencies overlap; with
     ``PREFETCH`` the next step's is read while the barrier waits, so after the barrier
     only ``h_{t-1}`` is read from memory."""
@@ -427,13 +436,17 @@ def forward_split_kernel(
         c_prev = tl.where(start[:, None], 0.0, c)
         c, h_new = cell(a_o, a_f, a_u, a_i, a_r, c_prev, ACT, TIED, REFINE, CLAMP, POWER)
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
-        put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
+        y_t = y_ptr + (t + 1) * B * H
+        put(y_t, exchanged(h_new, BARRIER), rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
             if PREFETCH:
                 g_o, g_f, g_u, g_i, g_r = load_gates(
                     g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
                 )
-            sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
+            meet_parts(
+                flags, part, n_parts, t + 1, BARRIER, PARTS,
+                y_t, rows, row_ok, cols_k, k_ok, H, 1, 0, y_t, H, 0,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -510,7 +523,7 @@ def backward_split_kernel(
         dh += s_dy
         dc = step_grads(
             s_o, s_f, s_u, s_i, s_r, s_c, s_cp, da_t, start, dh, dc, rows, row_ok, cols_n, n_ok,
-            H, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
+            H, NG, ACT, TIED, REFINE, R, CLAMP, POWER, BARRIER,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
             if PREFETCH:
@@ -518,7 +531,10 @@ def backward_split_kernel(
                     a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t - 1, B, H, rows, row_ok,
                     cols_n, n_ok, NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
                 )  # fmt: skip
-            sync_parts(flags, part, n_parts, k + 1, BARRIER, PARTS)
+            meet_parts(
+                flags, part, n_parts, k + 1, BARRIER, PARTS,
+                da_t, rows, row_ok, cols_k, k_ok, GH, NG, H, da_t, GH, 0,
+            )  # fmt: skip
             if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
                 d_o = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
                 d_f = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
@@ -600,7 +616,7 @@ class _TritonLSTM(torch.autograd.Function):
         ctx.tile_meta = _meta(spec, H, x.device)
         ctx.plan, ctx.meta = tg.launch_forward(
             forward_split_kernel, forward_kernel, (G, A, w, starts8, Y, C), T, B, H,
-            ctx.tile_meta,
+            ctx.tile_meta, Y[1:],
             HAS_STARTS=starts is not None,
         )  # fmt: skip
         ctx.has_starts = starts is not None
@@ -663,6 +679,7 @@ def _split_backward(
     dh = dY.new_zeros(B, H) if dhT is None else dhT.contiguous()
     dc = dY.new_zeros(B, H) if dcT is None else dcT.clone()  # the kernel writes dc_0 here
     dA = torch.empty_like(A)
+    plan.unwritten(dA)
     detach8 = detach if detach is not None else starts8
     if not tg.launch_split(
         backward_split_kernel, plan,

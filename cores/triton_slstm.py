@@ -33,12 +33,13 @@ from cores.triton_gates import (
     any_tile,
     back,
     back_slice,
+    exchanged,
+    meet_parts,
     put,
     rec,
     shared_tile,
     sigmoid,
     starts_at,
-    sync_parts,
     tanh,
     tile,
     weight_slice,
@@ -325,7 +326,7 @@ def forward_split_kernel(
         n = tl.where(reset, 0.0, n)
         m = tl.where(reset, 0.0, m)
         c, n, m, h_new = cell(a_z, a_i, a_f, a_o, c, n, m, EPS)
-        put(now, h_new, rows, row_ok, cols_n, n_ok, H)
+        put(now, exchanged(h_new, BARRIER), rows, row_ok, cols_n, n_ok, H)
         put(now + S, c, rows, row_ok, cols_n, n_ok, H)
         put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
         put(now + 3 * S, m, rows, row_ok, cols_n, n_ok, H)
@@ -334,7 +335,10 @@ def forward_split_kernel(
                 g_z, g_i, g_f, g_o = load_gates(
                     g_ptr + (t + 1) * B * 4 * H, rows, row_ok, cols_n, n_ok, H
                 )
-            sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
+            meet_parts(
+                flags, part, n_parts, t + 1, BARRIER, PARTS,
+                now, rows, row_ok, cols_k, k_ok, H, 1, 0, now, H, 0,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -400,6 +404,8 @@ def backward_split_kernel(
         da_z, da_i, da_f, da_o, dc, dn, dm = cell_grads(
             s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, dh, dc, dn, dm, EPS
         )
+        da_z, da_i = exchanged(da_z, BARRIER), exchanged(da_i, BARRIER)
+        da_f, da_o = exchanged(da_f, BARRIER), exchanged(da_o, BARRIER)
         put_gates(da_t, da_z, da_i, da_f, da_o, rows, row_ok, cols_n, n_ok, H)
         dc = tl.where(reset, 0.0, dc)
         dn = tl.where(reset, 0.0, dn)
@@ -410,7 +416,10 @@ def backward_split_kernel(
                     a_ptr, s_ptr, dy_ptr, starts_ptr, t - 1, T, B, H, rows, row_ok, cols_n,
                     n_ok, BLOCK_B, HAS_STARTS,
                 )  # fmt: skip
-            sync_parts(flags, part, n_parts, k + 1, BARRIER, PARTS)
+            meet_parts(
+                flags, part, n_parts, k + 1, BARRIER, PARTS,
+                da_t, rows, row_ok, cols_k, k_ok, 4 * H, 4, H, da_t, 4 * H, 0,
+            )  # fmt: skip
             if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
                 d_z, d_i, d_f, d_o = load_gates(da_t, rows, row_ok, cols_k, k_ok, H, True)
                 acc = tl.dot(d_z, w_z, input_precision=PREC)
@@ -461,7 +470,7 @@ class _TritonSLSTM(torch.autograd.Function):
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
         ctx.plan, ctx.meta = tg.launch_forward(
-            forward_split_kernel, forward_kernel, (G, A, w, starts8, S), T, B, H, meta,
+            forward_split_kernel, forward_kernel, (G, A, w, starts8, S), T, B, H, meta, S[0, 1:],
             HAS_STARTS=starts is not None,
         )  # fmt: skip
         ctx.tile_meta = meta
@@ -480,6 +489,7 @@ class _TritonSLSTM(torch.autograd.Function):
         split = ctx.plan is not None
         if split:
             dS0 = x.new_zeros(4, B, H) if dS is None else dS.clone()  # out: the initial state's
+            ctx.plan.unwritten(dA)
             split = tg.launch_split(
                 backward_split_kernel, ctx.plan,
                 A, w, S, starts8, dY, dS0, dA, ctx.plan.flags(x.device), T, B, H,

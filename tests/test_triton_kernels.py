@@ -204,13 +204,16 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
 @pytest.mark.parametrize("name", ["ur_lstm", "hdetach_lstm", "gru", "slstm"])
 def test_split_kernels_with_the_probes_options_give_the_reference_values(name: str) -> None:
     """The variants ``bench gpu --parts probe`` times: the barrier that reads the parts'
-    counters one by one, the one with release and acquire atomics, two warps per program and
-    a step's own inputs read at its start rather than before the previous step's barrier
-    change nothing; TF32 products (tensor cores on a GPU) stay within TF32's precision. A
-    backward runs with its forward's options."""
+    counters one by one, the one with release and acquire atomics, the one that waits on the
+    exchanged values themselves, two warps per program and a step's own inputs read at its
+    start rather than before the previous step's barrier change nothing; TF32 products (tensor
+    cores on a GPU) stay within TF32's precision. A backward runs with its forward's
+    options."""
     for changes in (
         dict(barrier="scalar", num_warps=2),
         dict(barrier="release"),
+        dict(barrier="data"),
+        dict(barrier="data", prefetch=False),
         dict(prefetch=False),
     ):
         with triton_gates.split_options(**changes):
@@ -226,6 +229,58 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
     torch.testing.assert_close(y, values_ref[0], rtol=2e-2, atol=2e-3)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+def _data_barrier_probe():
+    """A kernel that counts the unwritten values of two ``[4, 8]`` blocks, 8 apart, of a
+    ``[4, 16]`` matrix (:func:`cores.triton_gates._unwritten`) and stores that matrix
+    :func:`~cores.triton_gates.marked`."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(x_ptr, out_ptr, count_ptr):
+        rows = tl.arange(0, 4)
+        cols = tl.arange(0, 8)
+        row_ok = rows < 4
+        col_ok = cols < 8
+        count = triton_gates._unwritten(x_ptr, rows, row_ok, cols, col_ok, 16, 2, 8)
+        tl.store(count_ptr + tl.arange(0, 1), count + tl.zeros([1], dtype=tl.int32))
+        all_cols = tl.arange(0, 16)
+        offsets = rows[:, None] * 16 + all_cols[None, :]
+        tl.store(out_ptr + offsets, triton_gates.marked(tl.load(x_ptr + offsets)))
+
+    return probe
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_data_barrier_counts_unwritten_values_and_never_writes_one(dtype) -> None:
+    """The ``data`` barrier's pieces: a buffer filled by :meth:`SplitPlan.unwritten` holds the
+    all-ones bits everywhere (and only with that barrier); the wait counts every value still
+    holding them, in each block; a stored value with those bits (a NaN the GPU can produce by
+    negating its own) becomes another NaN, every other value is stored as it is."""
+    bits = torch.int64 if dtype == torch.float64 else torch.int32
+    buffer = torch.randn(4, 16, dtype=dtype, device=DEVICE)
+    triton_gates.SplitPlan(16, 16, 16, 1, 1, triton_gates.SplitOptions()).unwritten(buffer)
+    assert not (buffer.view(bits) == triton_gates.UNWRITTEN.value).any()
+    data = triton_gates.SplitPlan(16, 16, 16, 1, 1, triton_gates.SplitOptions(barrier="data"))
+    data.unwritten(buffer)
+    assert (buffer.view(bits) == triton_gates.UNWRITTEN.value).all()
+    x = torch.randn(4, 16, dtype=dtype, device=DEVICE)
+    x.view(bits)[0, 3] = triton_gates.UNWRITTEN.value  # in the first block
+    x.view(bits)[2, 9] = triton_gates.UNWRITTEN.value  # in the second (8 columns on)
+    x.view(bits)[1, 15] = triton_gates.UNWRITTEN.value
+    x[3, 0] = float("nan")  # a NaN with other bits is a written value
+    out, count = torch.empty_like(x), torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    _data_barrier_probe()[(1,)](x, out, count)
+    assert count.item() == 3
+    unwritten = x.view(bits) == triton_gates.UNWRITTEN.value
+    assert not (out.view(bits) == triton_gates.UNWRITTEN.value).any()
+    assert out[unwritten].isnan().all()
+    assert torch.equal(out.view(bits)[~unwritten], x.view(bits)[~unwritten])
+    x.view(bits)[unwritten] = 0
+    _data_barrier_probe()[(1,)](x, out, count)
+    assert count.item() == 0
 
 
 @pytest.mark.parametrize("failing", ["forward_split_kernel", "backward_split_kernel"])
@@ -469,7 +524,8 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     at full float32 and TF32 products, and, at H=128, needs well under the 227 KiB of shared
     memory a block may use; at their default warps the kernels keep their working set in
     registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
-    4 warps would spill in the LSTM and GRU split forwards. At H=256 every kernel stays under
+    4 warps would spill in the LSTM and GRU split forwards (the ``data`` barrier's split
+    kernels spill nothing either). At H=256 every kernel stays under
     the 99 KiB a block gets on consumer GPUs (the prefetching backward reads its gate
     gradients one block at a time there, ``GATHER_MAX_H``)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -489,9 +545,9 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         }
 
     kernels = compiled("128", "--spills")
-    # 5 families x 2 precisions x (forward, backward), and 4 split cuts x (forward, backward):
-    # full float32, TF32, the probe's, 4 warps
-    assert len(kernels) == 60
+    # 5 families x 2 precisions x (forward, backward), and 5 split cuts x (forward, backward):
+    # full float32, TF32, the probe's, the data barrier's, 4 warps
+    assert len(kernels) == 70
     assert all(shared < 100 * 1024 for shared, _, _ in kernels.values()), kernels
     wide = compiled("256")
     assert all(shared <= 99 * 1024 for shared, *_ in wide.values()), wide
@@ -500,6 +556,9 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
             for split in ("", "_split"):
                 assert kernels[f"{family}.forward{split}{precision}"][1:] == [0, 0], kernels
                 assert max(kernels[f"{family}.backward{split}{precision}"][1:]) <= 32, kernels
+        # the data barrier (TF32): no spill at 128 units either
+        assert kernels[f"{family}.forward_split_data"][1:] == [0, 0], kernels
+        assert kernels[f"{family}.backward_split_data"][1:] == [0, 0], kernels
     for family in ("lstm", "gru", "lstm_power", "gru_power"):
         assert min(kernels[f"{family}.forward_split_4_warps"][1:]) > 0, kernels
 
@@ -563,7 +622,7 @@ TRAINING_SHAPE_PRESETS += ["slstm"]
 # with the split off the tuner compiles every candidate cut of every kernel (20-30 s a preset on
 # an H100): one preset per kernel family there
 TRAINING_SHAPE_CASES = [
-    (split, name) for split in ("1", "vector") for name in TRAINING_SHAPE_PRESETS
+    (barrier, name) for barrier in triton_gates.BARRIERS for name in TRAINING_SHAPE_PRESETS
 ]
 TRAINING_SHAPE_CASES += [("0", name) for name in ("ur_lstm", "ur_gru", "slstm")]
 
@@ -573,14 +632,15 @@ TRAINING_SHAPE_CASES += [("0", name) for name in ("ur_lstm", "ur_gru", "slstm")]
 def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     split: str, name: str, monkeypatch
 ) -> None:
-    """At H=128 the split runs 8 parts per batch tile over 24 steps (barriers and all, also
-    the barrier that reads every part's counter at once), and with the split off the tuner
+    """At H=128 the split runs 8 parts per batch tile over 24 steps, meeting after each step
+    at every barrier (:data:`~cores.triton_gates.BARRIERS`), and with the split off the tuner
     (cores/triton_tune.py) tries wider tile cuts than the tiny shapes above can: each must give
     the reference loop's values and gradients."""
     from cores import triton_tune
 
-    if split == "vector":
-        monkeypatch.setattr(triton_gates, "_split_options", triton_gates.SplitOptions("vector"))
+    if split in triton_gates.BARRIERS:
+        options = triton_gates.SplitOptions(barrier=split)
+        monkeypatch.setattr(triton_gates, "_split_options", options)
         split = "1"
 
     monkeypatch.setenv(triton_gates.SPLIT_ENV, split)

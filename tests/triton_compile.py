@@ -95,6 +95,7 @@ def main(hidden: int, spills: bool = False) -> None:
         ("", options(precision="ieee")),
         ("_tf32", options(precision="tf32")),
         ("_probe", options(barrier="release", precision="ieee", prefetch=False)),
+        ("_data", options(barrier="data", precision="tf32")),
     ]
     if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
         variants.append(("_4_warps", options(precision="ieee", num_warps=4)))

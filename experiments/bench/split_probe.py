@@ -5,10 +5,10 @@ cuDNN's ``nn.LSTM``. This part times forward+backward of ``ur_lstm``, ``fast_gru
 ``slstm`` through the fused kernels under each variant of
 :class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that reads the parts'
 counters one after another instead of all at once, the one that marks a part's step with a
-``release`` reduction and waits with ``acquire`` reads, full float32 products against the
-default's (PyTorch's precision for its RNNs, TF32 unless set otherwise), 4 warps per program
-against the default's 8 at these hidden sizes, a step's own inputs read after the barrier
-instead of before it, and the split off), beside the default and cuDNN's modules, at two
+``release`` reduction and waits with ``acquire`` reads, the one that waits on the exchanged
+values themselves, 4 warps per program against the default's 8 at these hidden sizes, a
+step's own inputs read after the barrier instead of before it, and the split off), beside
+the default and cuDNN's modules, at two
 shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch
 (T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients are compared with
 the default's (largest difference over the largest value), so a faster variant that changes
@@ -32,16 +32,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "scalar barrier": dict(barrier="scalar"),  # 1.6-2.1x the vector wait's time on an H100
     "release barrier": dict(barrier="release"),
-    "ieee": dict(precision="ieee"),
+    "data barrier": dict(barrier="data"),
     "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
     "no prefetch": dict(prefetch=False),
     "split off": {},
 }
 """Each variant's changes to :class:`cores.triton_gates.SplitOptions` (``split off``: one
-program per batch tile, ``MEMCORES_TRITON_SPLIT=0``). The default's products take PyTorch's
-precision for its RNNs (TF32 unless set otherwise); ``ieee`` is full float32; ``no prefetch``
-reads a step's own inputs at its start, after the barrier, and the other parts' gradients
-one gate block before each product."""
+program per batch tile, ``MEMCORES_TRITON_SPLIT=0``). ``data barrier`` waits on the exchanged
+values themselves instead of step counters (:func:`cores.triton_gates.meet_parts`); ``no
+prefetch`` reads a step's own inputs at its start, after the barrier, and the other parts'
+gradients one gate block before each product. Full float32 products (``precision="ieee"``,
+1.7-2.4x the TF32 default's time on an H100 with the ``vector`` wait) are not among them."""
 
 
 def _values(name: str, shape: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
