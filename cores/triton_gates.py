@@ -535,7 +535,8 @@ def meet_parts(
     ptr, rows, row_ok, cols, col_ok, width, BLOCKS: tl.constexpr, STRIDE,
     ptr2, width2, BLOCKS2: tl.constexpr,
 ):  # fmt: skip
-    """Wait until the tile's other parts have written what this part reads next: ``BLOCKS``
+    """Wait until the tile's other parts have written what this part reads next (the
+    backward's gate gradients; the forward waits in its read, :func:`exchanged_tile`): ``BLOCKS``
     tiles ``[rows, cols]`` of a ``width``-wide matrix at ``ptr``, ``STRIDE`` apart, and
     ``BLOCKS2`` more at ``ptr2`` (``width2`` wide; 0: none). Every barrier but ``data`` is
     :func:`sync_parts` on the step counters. The ``data`` barrier reads those tiles
@@ -558,17 +559,55 @@ def _unwritten(ptr, rows, row_ok, cols, col_ok, width, BLOCKS: tl.constexpr, STR
     """How many values of ``BLOCKS`` tiles (as :func:`meet_parts`) still hold
     :data:`UNWRITTEN`, read past L1 (``volatile``) as their bits."""
     count = 0
-    offsets = rows[:, None] * width + cols[None, :]
-    mask = row_ok[:, None] & col_ok[None, :]
     for g in range(BLOCKS):  # one block's bits live at a time
-        value_ptrs = ptr + g * STRIDE + offsets
-        if value_ptrs.dtype.element_ty == tl.float64:
-            bit_ptrs = value_ptrs.to(tl.pointer_type(tl.int64), bitcast=True)
-        else:
-            bit_ptrs = value_ptrs.to(tl.pointer_type(tl.int32), bitcast=True)
-        bits = tl.load(bit_ptrs, mask=mask, other=0, volatile=True)
+        bits = _bits(ptr + g * STRIDE, rows, row_ok, cols, col_ok, width)
         count += tl.sum(tl.where(bits == UNWRITTEN, 1, 0))
     return count
+
+
+@triton.jit
+def _bits(ptr, rows, row_ok, cols, col_ok, width):
+    """The bits of the tile ``[rows, cols]`` of a ``width``-wide matrix at ``ptr``, read past
+    L1 (``volatile``; 0 outside the masks)."""
+    value_ptrs = ptr + rows[:, None] * width + cols[None, :]
+    if value_ptrs.dtype.element_ty == tl.float64:
+        bit_ptrs = value_ptrs.to(tl.pointer_type(tl.int64), bitcast=True)
+    else:
+        bit_ptrs = value_ptrs.to(tl.pointer_type(tl.int32), bitcast=True)
+    return tl.load(bit_ptrs, mask=row_ok[:, None] & col_ok[None, :], other=0, volatile=True)
+
+
+@triton.jit
+def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr, wait):
+    """:func:`shared_tile` of values the tile's other parts write in this launch; with the
+    ``data`` barrier, where ``wait``, only once they are all written. Up to
+    :data:`GATHER_MAX_H` columns the read is the wait: the tile is read once, and only where
+    some value is still :data:`UNWRITTEN` does the program wait for all of them
+    (:func:`_unwritten`) and read it again (a load masked off elsewhere), so a step whose values
+    have arrived costs one round trip; the second copy of the tile this takes in shared
+    memory would put a 256-unit program over a consumer GPU's 99 KB, so wider tiles are waited
+    for first and read after."""
+    FIRST_READ_WAITS: tl.constexpr = BARRIER == DATA_BARRIER and cols.shape[0] <= GATHER_MAX_H
+    if BARRIER == DATA_BARRIER and not FIRST_READ_WAITS:
+        if wait:
+            while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
+                pass
+    value = shared_tile(ptr, rows, row_ok, cols, col_ok, width)
+    if FIRST_READ_WAITS:
+        if value.dtype == tl.float64:
+            bits = value.to(tl.int64, bitcast=True)
+        else:
+            bits = value.to(tl.int32, bitcast=True)
+        missing = wait & (tl.sum(tl.where(bits == UNWRITTEN, 1, 0)) > 0)
+        if missing:
+            while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
+                pass
+        mask = row_ok[:, None] & col_ok[None, :] & missing
+        value = tl.load(
+            ptr + rows[:, None] * width + cols[None, :], mask=mask, other=value,
+            cache_modifier=".cg",
+        )  # fmt: skip
+    return value
 
 
 @triton.jit

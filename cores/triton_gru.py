@@ -23,11 +23,13 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
+    DATA_BARRIER,
     GATHER_MAX_H,
     back,
     back_slice,
     clip_unit,
     exchanged,
+    exchanged_tile,
     gate,
     gate_slope,
     inside_unit,
@@ -38,6 +40,7 @@ from cores.triton_gates import (
     shared_tile,
     sigmoid,
     starts_at,
+    sync_parts,
     tanh,
     tile,
     weight_slice,
@@ -348,7 +351,7 @@ def forward_split_kernel(
                 g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
             )
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+        h = exchanged_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H, BARRIER, t > 0)
         h = tl.where(start[:, None], 0.0, h)
         a_t = a_ptr + t * B * GH
         a_z = g_z + tl.dot(h, w_z, input_precision=PREC)
@@ -364,17 +367,14 @@ def forward_split_kernel(
             a_q = g_q + tl.dot(h, w_q, input_precision=PREC)
             put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
         h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP, POWER)
-        y_t = y_ptr + (t + 1) * B * H
-        put(y_t, exchanged(h_own, BARRIER), rows, row_ok, cols_n, n_ok, H)
+        put(y_ptr + (t + 1) * B * H, exchanged(h_own, BARRIER), rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
             if PREFETCH:
                 g_z, g_q, g_r, g_n = input_side(
                     g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
                 )
-            meet_parts(
-                flags, part, n_parts, t + 1, BARRIER, PARTS,
-                y_t, rows, row_ok, cols_k, k_ok, H, 1, 0, y_t, H, 0,
-            )  # fmt: skip
+            if BARRIER != DATA_BARRIER:  # (the data barrier waits in the read of h_t)
+                sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
 
 
 @triton.jit

@@ -38,11 +38,13 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
+    DATA_BARRIER,
     GATHER_MAX_H,
     back,
     back_slice,
     clip_unit,
     exchanged,
+    exchanged_tile,
     gate,
     gate_slope,
     inside_unit,
@@ -53,6 +55,7 @@ from cores.triton_gates import (
     shared_tile,
     sigmoid,
     starts_at,
+    sync_parts,
     tanh,
     tile,
     weight_slice,
@@ -387,7 +390,8 @@ def forward_split_kernel(
     ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights on chip
     (shared memory, where the sm_90 code puts ``tl.dot``'s operands) and its cells in
     registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
-    each step (:func:`~cores.triton_gates.meet_parts`). Every gate's input side ``G_t`` is
+    each step (:func:`~cores.triton_gates.sync_parts`; the ``data`` barrier waits in its read of
+    ``h_{t-1}``, :func:`~cores.triton_gates.exchanged_tile`). Every gate's input side ``G_t`` is
     read in one go (:func:`load_gates`), so the reads' memory latencies overlap; with
     ``PREFETCH`` the next step's is read while the barrier waits, so after the barrier
     only ``h_{t-1}`` is read from memory."""
@@ -416,7 +420,7 @@ def forward_split_kernel(
                 g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
             )
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+        h = exchanged_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H, BARRIER, t > 0)
         h = tl.where(start[:, None], 0.0, h)
         a_t = a_ptr + t * B * GH
         a_o = g_o + tl.dot(h, w_o, input_precision=PREC)
@@ -436,17 +440,14 @@ def forward_split_kernel(
         c_prev = tl.where(start[:, None], 0.0, c)
         c, h_new = cell(a_o, a_f, a_u, a_i, a_r, c_prev, ACT, TIED, REFINE, CLAMP, POWER)
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
-        y_t = y_ptr + (t + 1) * B * H
-        put(y_t, exchanged(h_new, BARRIER), rows, row_ok, cols_n, n_ok, H)
+        put(y_ptr + (t + 1) * B * H, exchanged(h_new, BARRIER), rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
             if PREFETCH:
                 g_o, g_f, g_u, g_i, g_r = load_gates(
                     g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
                 )
-            meet_parts(
-                flags, part, n_parts, t + 1, BARRIER, PARTS,
-                y_t, rows, row_ok, cols_k, k_ok, H, 1, 0, y_t, H, 0,
-            )  # fmt: skip
+            if BARRIER != DATA_BARRIER:  # (the data barrier waits in the read of h_t)
+                sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
 
 
 @triton.jit

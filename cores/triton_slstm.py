@@ -29,17 +29,20 @@ from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
 from cores.triton_gates import (
+    DATA_BARRIER,
     GATHER_MAX_H,
     any_tile,
     back,
     back_slice,
     exchanged,
+    exchanged_tile,
     meet_parts,
     put,
     rec,
     shared_tile,
     sigmoid,
     starts_at,
+    sync_parts,
     tanh,
     tile,
     weight_slice,
@@ -312,7 +315,7 @@ def forward_split_kernel(
             g_z, g_i, g_f, g_o = load_gates(g_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         reset = start[:, None]
-        h = shared_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+        h = exchanged_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H, BARRIER, t > 0)
         h = tl.where(reset, 0.0, h)
         now = s_ptr + (t + 1) * B * H
         a_t = a_ptr + t * B * 4 * H
@@ -335,10 +338,8 @@ def forward_split_kernel(
                 g_z, g_i, g_f, g_o = load_gates(
                     g_ptr + (t + 1) * B * 4 * H, rows, row_ok, cols_n, n_ok, H
                 )
-            meet_parts(
-                flags, part, n_parts, t + 1, BARRIER, PARTS,
-                now, rows, row_ok, cols_k, k_ok, H, 1, 0, now, H, 0,
-            )  # fmt: skip
+            if BARRIER != DATA_BARRIER:  # (the data barrier waits in the read of h_t)
+                sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
 
 
 @triton.jit

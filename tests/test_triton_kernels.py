@@ -233,13 +233,14 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
 
 def _data_barrier_probe():
     """A kernel that counts the unwritten values of two ``[4, 8]`` blocks, 8 apart, of a
-    ``[4, 16]`` matrix (:func:`cores.triton_gates._unwritten`) and stores that matrix
-    :func:`~cores.triton_gates.marked`."""
+    ``[4, 16]`` matrix (:func:`cores.triton_gates._unwritten`), stores that matrix
+    :func:`~cores.triton_gates.marked`, and as the ``data`` barrier reads it
+    (:func:`~cores.triton_gates.exchanged_tile`, waiting where ``wait``)."""
     import triton
     import triton.language as tl
 
     @triton.jit
-    def probe(x_ptr, out_ptr, count_ptr):
+    def probe(x_ptr, out_ptr, read_ptr, count_ptr, wait):
         rows = tl.arange(0, 4)
         cols = tl.arange(0, 8)
         row_ok = rows < 4
@@ -249,6 +250,10 @@ def _data_barrier_probe():
         all_cols = tl.arange(0, 16)
         offsets = rows[:, None] * 16 + all_cols[None, :]
         tl.store(out_ptr + offsets, triton_gates.marked(tl.load(x_ptr + offsets)))
+        read = triton_gates.exchanged_tile(
+            x_ptr, rows, row_ok, all_cols, all_cols < 16, 16, triton_gates.DATA_BARRIER, wait
+        )
+        tl.store(read_ptr + offsets, read)
 
     return probe
 
@@ -271,16 +276,18 @@ def test_the_data_barrier_counts_unwritten_values_and_never_writes_one(dtype) ->
     x.view(bits)[2, 9] = triton_gates.UNWRITTEN.value  # in the second (8 columns on)
     x.view(bits)[1, 15] = triton_gates.UNWRITTEN.value
     x[3, 0] = float("nan")  # a NaN with other bits is a written value
-    out, count = torch.empty_like(x), torch.zeros(1, dtype=torch.int32, device=DEVICE)
-    _data_barrier_probe()[(1,)](x, out, count)
+    out, read = torch.empty_like(x), torch.empty_like(x)
+    count = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    _data_barrier_probe()[(1,)](x, out, read, count, False)  # read without waiting
     assert count.item() == 3
     unwritten = x.view(bits) == triton_gates.UNWRITTEN.value
     assert not (out.view(bits) == triton_gates.UNWRITTEN.value).any()
     assert out[unwritten].isnan().all()
     assert torch.equal(out.view(bits)[~unwritten], x.view(bits)[~unwritten])
+    assert torch.equal(read.view(bits), x.view(bits))  # every bit as stored
     x.view(bits)[unwritten] = 0
-    _data_barrier_probe()[(1,)](x, out, count)
-    assert count.item() == 0
+    _data_barrier_probe()[(1,)](x, out, read, count, True)  # all written: no wait
+    assert count.item() == 0 and torch.equal(read.view(bits), x.view(bits))
 
 
 @pytest.mark.parametrize("failing", ["forward_split_kernel", "backward_split_kernel"])
