@@ -266,7 +266,8 @@ GATHER_MAX_H = tl.constexpr(128)
 """Up to this many input units (``BLOCK_H``) a prefetching backward reads every part's gate
 gradients before its products: their tiles then sit in shared memory at once, 64 KB per
 program at 128 units on sm_90, where wider would exceed the 99 KB a block gets on consumer
-GPUs (``python tests/triton_compile.py 256``: 128 KB)."""
+GPUs (``python tests/triton_compile.py 256``: 128 KB). Up to it too, the ``data`` barrier's
+forward checks the ``h_{t-1}`` it read instead of waiting first (:func:`exchanged_tile`)."""
 
 BARRIERS = ("scalar", "vector", "release", "data")
 DATA_BARRIER = tl.constexpr(BARRIERS.index("data"))
