@@ -326,19 +326,21 @@ class UpdateGraph:
 
 
 def _snapshot(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[Tensor]:
-    """Copies of ``params`` and then of their optimiser state's tensors, in a fixed order."""
-    copies = [p.detach().clone() for p in params]
-    for p in params:
-        copies += [t.clone() for t in optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
-    return copies
+    """Copies of :func:`_trained`'s tensors."""
+    return [t.clone() for t in _trained(optimizer, params)]
 
 
 def _restore(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], copies: list[Tensor]):
     """Write :func:`_snapshot`'s ``copies`` back in place (the recording's addresses stay)."""
-    targets = [p.detach() for p in params]
+    torch._foreach_copy_(_trained(optimizer, params), copies)
+
+
+def _trained(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[Tensor]:
+    """What a step changes: ``params`` (detached), then their optimiser state's tensors."""
+    tensors = [p.detach() for p in params]
     for p in params:
-        targets += [t for t in optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
-    torch._foreach_copy_(targets, copies)
+        tensors += [t for t in optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
+    return tensors
 
 
 def step_difference(
