@@ -562,8 +562,24 @@ def _unwritten(ptr, rows, row_ok, cols, col_ok, width, BLOCKS: tl.constexpr, STR
     count = 0
     for g in range(BLOCKS):  # one block's bits live at a time
         bits = _bits(ptr + g * STRIDE, rows, row_ok, cols, col_ok, width)
-        count += tl.sum(tl.where(bits == UNWRITTEN, 1, 0))
+        count += _count_unwritten(bits)
     return count
+
+
+@triton.jit
+def _count_unwritten(bits):
+    """How many of ``bits`` are :data:`UNWRITTEN`."""
+    return tl.sum(tl.where(bits == UNWRITTEN, 1, 0))
+
+
+@triton.jit
+def _as_bits(x):
+    """``x``'s bits, as integers of its width."""
+    if x.dtype == tl.float64:
+        bits = x.to(tl.int64, bitcast=True)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+    return bits
 
 
 @triton.jit
@@ -595,11 +611,7 @@ def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr
                 pass
     value = shared_tile(ptr, rows, row_ok, cols, col_ok, width)
     if FIRST_READ_WAITS:
-        if value.dtype == tl.float64:
-            bits = value.to(tl.int64, bitcast=True)
-        else:
-            bits = value.to(tl.int32, bitcast=True)
-        missing = wait & (tl.sum(tl.where(bits == UNWRITTEN, 1, 0)) > 0)
+        missing = wait & (_count_unwritten(_as_bits(value)) > 0)
         if missing:
             while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
                 pass
@@ -625,10 +637,7 @@ def marked(x):
     """``x``, where a value's bits are :data:`UNWRITTEN`'s (a NaN; negating the GPU's NaN
     gives them) with another NaN's, so that a ``data`` barrier never takes a written value
     for an unwritten one."""
-    if x.dtype == tl.float64:
-        bits = x.to(tl.int64, bitcast=True)
-    else:
-        bits = x.to(tl.int32, bitcast=True)
+    bits = _as_bits(x)
     return tl.where(bits == UNWRITTEN, bits - 1, bits).to(x.dtype, bitcast=True)
 
 
