@@ -451,12 +451,16 @@ _UNFIT: set[tuple[str, int]] = set()
 gives a block: :func:`split_plan` keeps to one program per batch tile there."""
 
 
-def launch_split(kernel: Any, plan: SplitPlan, *args: Any, **meta: Any) -> bool:
-    """Launch a unit-split kernel on ``plan``'s grid; ``False``, having run nothing, where the
-    GPU cannot give a program the shared memory it needs (Triton raises ``OutOfResources``
-    before the launch: up to 80 KB at 256 units, more than a T4's 64 KB). The caller then
-    runs its one-program-per-tile kernel, as every later call at that width does (warned
-    once)."""
+def launch_split(
+    kernel: Any, plan: SplitPlan, *args: Any, exchanged: tuple[Tensor, ...], **meta: Any
+) -> bool:
+    """Launch a unit-split kernel on ``plan``'s grid, ``exchanged`` (the buffers its parts read
+    from each other) prepared for the barrier (:meth:`SplitPlan.unwritten`); ``False``, having
+    run nothing, where the GPU cannot give a program the shared memory it needs (Triton raises
+    ``OutOfResources`` before the launch: up to 80 KB at 256 units, more than a T4's 64 KB).
+    The caller then runs its one-program-per-tile kernel, which writes every value of those
+    buffers, as every later call at that width does (warned once)."""
+    plan.unwritten(*exchanged)
     try:
         launch(kernel, plan.grid, *args, **meta)
     except OutOfResources as err:
@@ -481,7 +485,7 @@ def launch_forward(
     split kernel also takes the barrier's counters after them): the unit-split kernel where
     :func:`split_plan` gives a cut and the GPU fits it (:func:`launch_split`), else one
     program per batch tile with ``tile_meta``. ``exchanged``: the states ``h_1..h_T`` the
-    parts read from each other (:meth:`SplitPlan.unwritten`). ``flags``: the compile-time
+    parts read from each other. ``flags``: the compile-time
     switches both take.
 
     :return: the plan taken (``None``: one program per tile) and the compile-time parameters
@@ -492,8 +496,8 @@ def launch_forward(
     if plan is not None:
         meta = {**tile_meta, **plan.meta()}
         del meta["BLOCK_K"]
-        plan.unwritten(exchanged)
-        if launch_split(split_kernel, plan, *buffers, plan.flags(device), T, B, H, **flags, **meta):
+        args = (*buffers, plan.flags(device), T, B, H)
+        if launch_split(split_kernel, plan, *args, exchanged=(exchanged,), **flags, **meta):
             return plan, meta
     launch(tile_kernel, (cdiv(B, BLOCK_B),), *buffers, T, B, H, **flags, **tile_meta)
     return None, tile_meta

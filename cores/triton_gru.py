@@ -545,10 +545,10 @@ class _TritonGRU(torch.autograd.Function):
         split = ctx.plan is not None
         if split:
             dh = x.new_zeros(B, H) if dhT is None else dhT.clone()  # out: z_0 dh_0
-            ctx.plan.unwritten(dA, dHN)
             split = tg.launch_split(
                 backward_split_kernel, ctx.plan,
                 A, HN, w, Y, starts8, dY, dh, dA, dHN, ctx.plan.flags(x.device), T, B, H,
+                exchanged=(dA, dHN),
                 HAS_STARTS=ctx.has_starts,
                 **ctx.meta,
             )  # fmt: skip

@@ -680,11 +680,11 @@ def _split_backward(
     dh = dY.new_zeros(B, H) if dhT is None else dhT.contiguous()
     dc = dY.new_zeros(B, H) if dcT is None else dcT.clone()  # the kernel writes dc_0 here
     dA = torch.empty_like(A)
-    plan.unwritten(dA)
     detach8 = detach if detach is not None else starts8
     if not tg.launch_split(
         backward_split_kernel, plan,
         A, w, C, starts8, detach8, dY, dh, dc, dA, plan.flags(dY.device), T, B, H,
+        exchanged=(dA,),
         HAS_STARTS=ctx.has_starts,
         HAS_DETACH=ctx.has_detach,
         **ctx.meta,

@@ -490,10 +490,10 @@ class _TritonSLSTM(torch.autograd.Function):
         split = ctx.plan is not None
         if split:
             dS0 = x.new_zeros(4, B, H) if dS is None else dS.clone()  # out: the initial state's
-            ctx.plan.unwritten(dA)
             split = tg.launch_split(
                 backward_split_kernel, ctx.plan,
                 A, w, S, starts8, dY, dS0, dA, ctx.plan.flags(x.device), T, B, H,
+                exchanged=(dA,),
                 HAS_STARTS=ctx.has_starts,
                 **ctx.meta,
             )  # fmt: skip
