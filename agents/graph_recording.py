@@ -125,6 +125,11 @@ class RecordedCall(Generic[Out]):
         self.replays = 0
         """Calls replayed so far (the recorded one included)."""
 
+    @property
+    def records_next(self) -> bool:
+        """Whether the next call records (its warm-up done, nothing recorded or failed yet)."""
+        return self.failure is None and self.replay is None and self.warmups_left == 0
+
     def __call__(self) -> Out:
         if self.failure is not None:
             return self.fn()

@@ -279,7 +279,7 @@ class UpdateGraph:
             return rec.eager(index)
         rec.index.copy_(index)
         replays = call.replays
-        if self.check and call.replay is None and call.warmups_left == 0:  # this call records
+        if self.check and call.records_next:
             row = self._checked(rec)
         else:
             row = call()
