@@ -810,23 +810,31 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) -> di
     trainer does by default. The ``eager update`` rows (``train.graph_update=false``) time the
     device only: their CPU side is the row above theirs."""
     envs = (8, 64) if not quick else (2,)
-    memory_s7 = [
-        (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
+    # (label, config, overrides, epochs timed, followed by an eager-update row)
+    plain = [
+        (
+            f"MemoryS7 lstm, {n} envs",
+            MEMORY_S7,
+            [f"env.n_envs={n}", *sizes.rl_overrides],
+            None,
+            True,
+        )
         for n in envs
     ]
-    popgym = [
+    plain += [
         (
             f"POPGym RepeatPreviousEasy {core}",
             POPGYM,
             [f"core.name={core}", *sizes.popgym_overrides],
             1,
+            core in POPGYM_EAGER_UPDATE_CORES,
         )
         for core in POPGYM_CORES
     ]
     settings: list[tuple[str, str, list[str], int | None, bool]] = []
-    for label, path, overrides, epochs in [*memory_s7, *popgym]:
+    for label, path, overrides, epochs, eager_row in plain:
         settings += [(label, path, overrides, epochs, False)]
-        if path == MEMORY_S7 or label.endswith(POPGYM_EAGER_UPDATE_CORES):
+        if eager_row:
             eager = [*overrides, "train.graph_update=false"]
             settings += [(f"{label}, {EAGER_UPDATE}", path, eager, epochs, True)]
     rows, not_measured = [], []
