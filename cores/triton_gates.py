@@ -422,8 +422,10 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     Splitting a step's units over ``parts`` programs runs them side by side (each keeps its
     slice of ``weight_hh`` on chip), but the programs of a tile must meet after every
     step, so all of them have to be resident at once: the grid may not exceed the GPU's
-    multiprocessors. Triton's interpreter runs programs one after the other, so there a tile
-    has one part, except for a single step, which needs no barrier.
+    multiprocessors (:func:`resident_cut`). Triton's interpreter runs programs one after the
+    other, so there a tile has one part, except for a single step, which needs no barrier (the
+    tests run the GPU's cut under the interpreter with a launch's programs in threads,
+    ``tests/side_by_side.py``).
     """
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
@@ -437,12 +439,19 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
         return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, options)
     if device.type != "cuda":
         return None
-    parts = cdiv(hidden, SPLIT_UNITS)
     slots = torch.cuda.get_device_properties(device).multi_processor_count
+    return resident_cut(batch, hidden, slots, _options_on(device))
+
+
+def resident_cut(batch: int, hidden: int, slots: int, options: SplitOptions) -> SplitPlan | None:
+    """The unit-split cut whose programs all fit ``slots`` multiprocessors at once: parts of
+    :data:`SPLIT_UNITS` units, batch tiles as narrow as fit (16, 32 or 64 rows), or ``None``."""
+    parts = cdiv(hidden, SPLIT_UNITS)
+    block_h = max(16, pow2_at_least(hidden))
     for block_b in (16, 32, 64):
         tiles = cdiv(batch, block_b)
         if tiles * parts <= slots:
-            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, _options_on(device))
+            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, options)
     return None
 
 

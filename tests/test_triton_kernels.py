@@ -184,7 +184,8 @@ def test_hdetach_draws_are_the_same_and_change_the_gradient() -> None:
 def test_unit_split_kernel_over_several_parts(name: str) -> None:
     """H = 40 over three programs of 16 units (the last partly masked), each reading every
     unit's state and gradient: one step, which needs no barrier, so it runs under the
-    interpreter too. Longer sequences over several parts are the CUDA run's."""
+    interpreter's one-program-at-a-time launches too (longer sequences over several parts:
+    :func:`test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side`)."""
     hidden, batch, steps = 40, 3, 1 if DEVICE == "cpu" else 7
     plan = triton_gates.split_plan(steps, batch, hidden, torch.device(DEVICE))
     assert plan is not None and plan.parts == 3
@@ -229,6 +230,66 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
     torch.testing.assert_close(y, values_ref[0], rtol=2e-2, atol=2e-3)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+SIDE_BY_SIDE_CASES = [
+    (name, barrier, True, 40)
+    for name in ("ur_lstm", "fast_gru", "slstm")
+    for barrier in triton_gates.BARRIERS
+]
+SIDE_BY_SIDE_CASES += [("hdetach_lstm", barrier, True, 40) for barrier in ("vector", "data")]
+SIDE_BY_SIDE_CASES += [
+    (name, barrier, False, 40)
+    for name in ("ur_lstm", "fast_gru", "slstm")
+    for barrier in ("vector", "data")
+]
+# wider than GATHER_MAX_H: the data barrier's forward waits before its read, and the backward
+# reads each part's gate gradients as it multiplies them
+SIDE_BY_SIDE_CASES += [(name, "data", True, 144) for name in ("ur_lstm", "fast_gru", "slstm")]
+SIDE_BY_SIDE_CASES += [("ur_lstm", "vector", True, 144)]
+
+
+@pytest.mark.skipif(
+    DEVICE != "cpu", reason="the interpreter's run; CUDA runs the same cut compiled"
+)
+@pytest.mark.parametrize(("name", "barrier", "prefetch", "hidden"), SIDE_BY_SIDE_CASES)
+def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
+    name: str, barrier: str, prefetch: bool, hidden: int, monkeypatch
+) -> None:
+    """The GPU's cut under the interpreter, every program of a launch in its own thread
+    (``tests/side_by_side.py``), each stalling at random before its stores so the parts drift
+    apart: ``hidden`` units over parts of 16 (the last partly masked: three at 40, nine at
+    144) and 18 rows over two batch tiles (the second partly masked), five steps with resets,
+    forward and backward meeting at ``barrier`` after every step, with the next step's own
+    inputs read before the wait or after it (``prefetch``). Each must give the reference
+    loop's values and gradients in float64; a barrier that let a part read one step early
+    fails here (checked by breaking each barrier's wait)."""
+    from side_by_side import programs_side_by_side
+
+    batch, steps = 18, 5
+    options = dataclasses.replace(
+        triton_gates.SplitOptions(barrier=barrier, prefetch=prefetch), precision="ieee"
+    )
+
+    def gpu_cut(steps: int, batch: int, hidden: int, device: torch.device):
+        return triton_gates.resident_cut(batch, hidden, slots=132, options=options)
+
+    monkeypatch.setattr(triton_gates, "split_plan", gpu_cut)
+    assert gpu_cut(steps, batch, hidden, torch.device("cpu")).grid == (2, -(-hidden // 16))
+    ref, tri = _pair(
+        name, torch.float64, hidden=hidden, **({"p": 0.5} if "hdetach" in name else {})
+    )
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(steps, batch, D, generator=gen, dtype=torch.float64)
+    starts = torch.rand(steps, batch, generator=gen) < 0.15
+    starts[2, 17] = True  # a reset in the masked tile's last row
+    with torch.no_grad():
+        _, state = ref(x.flip(0), ref.initial_state(batch))
+    values_ref, grads_ref = _run(ref, x, state, starts)
+    with programs_side_by_side():
+        values_tri, grads_tri = _run(tri, x, state, starts)
+    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
 
 
 def _data_barrier_probe():

@@ -1,0 +1,155 @@
+"""Triton's interpreter with a launch's programs running side by side, one thread each.
+
+The interpreter runs a grid's programs one after the other, so a kernel whose programs wait
+for each other (the unit-split kernels' barriers, :mod:`cores.triton_gates`) would wait
+forever there: without this, those kernels run under the interpreter with one part per tile.
+Inside :func:`programs_side_by_side` every program of a launch runs in its own thread and
+reads its own ``tl.program_id``, so the parts of a tile meet at their barriers as on a GPU:
+the barriers' logic (which step, which counters, which values still unwritten, the prefetched
+reads) runs as written, with every ordering the threads happen to take. What it cannot show
+is the GPU's memory model: the interpreter's loads and stores reach memory at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import random
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from triton.runtime import interpreter
+
+WAIT_LIMIT_S = 120.0
+"""A launch whose programs have not all returned by then is reported as hung."""
+STALL_CHANCE = 0.5
+STALL_MAX_S = 0.05
+"""Before each of its stores a program stalls with this chance, for up to this long, so the
+parts drift apart as a GPU's do and a read that a barrier fails to hold back sees stale data
+(in lock step a missing wait would go unnoticed)."""
+
+
+class _ThreadGridIndex:
+    """``InterpreterBuilder.grid_idx`` kept per thread (each program reads its own)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __get__(self, builder: Any, owner: type | None = None) -> Any:
+        return getattr(self._local, "index", None)
+
+    def __set__(self, builder: Any, index: tuple[int, int, int]) -> None:
+        self._local.index = index
+        self._local.stalls = random.Random(hash(index))
+
+    def stall(self) -> None:
+        """Sleep a random while, at random (the current program's own draws)."""
+        stalls = getattr(self._local, "stalls", None)
+        if stalls is not None and stalls.random() < STALL_CHANCE:
+            time.sleep(stalls.uniform(0.0, STALL_MAX_S))
+
+
+def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
+    """``GridExecutor.__call__`` with the grid's programs in threads: the arguments move to the
+    host and back as the interpreter's own call does (Triton 3.6-3.9)."""
+    spec = inspect.getfullargspec(executor.fn)
+    kwargs = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
+    args_hst, kwargs_hst = executor._init_args_hst(args_dev, kwargs)
+    for hook in executor.pre_run_hooks:
+        hook(*args_hst, **kwargs_hst)
+    scope = interpreter._patch_lang(executor.fn)
+    try:
+        args = inspect.getcallargs(executor.fn, *args_hst, **kwargs_hst)
+        args = {
+            name: arg if name in executor.constexprs else interpreter._implicit_cvt(arg)
+            for name, arg in args.items()
+        }
+        grid = executor.grid(args) if callable(executor.grid) else executor.grid
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        builder = interpreter.interpreter_builder
+        builder.set_grid_dim(*grid)
+        errors: list[BaseException] = []
+
+        def program(index: tuple[int, int, int]) -> None:
+            try:
+                builder.set_grid_idx(*index)
+                executor.fn(**args)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(err)
+
+        indices = list(itertools.product(*(range(n) for n in grid)))
+        threads = [
+            threading.Thread(target=program, args=(index,), daemon=True) for index in indices
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + WAIT_LIMIT_S
+        while any(thread.is_alive() for thread in threads) and not errors:
+            if time.monotonic() > deadline:
+                waiting = [i for i, t in zip(indices, threads, strict=True) if t.is_alive()]
+                raise TimeoutError(
+                    f"programs {waiting} of {executor.fn.__name__} on grid {grid} did not "
+                    f"return within {WAIT_LIMIT_S:.0f} s: a barrier waits for a part that "
+                    "never arrives"
+                )
+            time.sleep(0.01)
+        if errors:  # (a program that failed leaves the others of its tile waiting)
+            raise interpreter.InterpreterError(repr(errors[0])) from errors[0]
+    finally:
+        scope.restore()
+    executor._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
+
+
+@contextlib.contextmanager
+def programs_side_by_side() -> Iterator[None]:
+    """Inside the block, every interpreted launch runs its programs concurrently."""
+    builder_type = interpreter.InterpreterBuilder
+    had_index = "grid_idx" in vars(builder_type)
+    previous_index = vars(builder_type).get("grid_idx")
+    previous_call = interpreter.GridExecutor.__call__
+    previous_interval = sys.getswitchinterval()
+    index = _ThreadGridIndex()
+    builder_type.grid_idx = index
+    previous_store = builder_type.create_masked_store
+
+    def stalling_store(builder: Any, *args: Any) -> Any:
+        index.stall()
+        return previous_store(builder, *args)
+
+    builder_type.create_masked_store = stalling_store
+    # a device function's first call rewrites it and adds the interpreter's names to its
+    # module's globals, which another program's call may be iterating (_patch_lang): one lock
+    previous_patch = interpreter._patch_lang
+    previous_rewrite = interpreter.InterpretedFunction.rewrite
+    lock = threading.RLock()
+
+    def patch_locked(fn: Any) -> Any:
+        with lock:
+            return previous_patch(fn)
+
+    def rewrite_locked(function: Any) -> Any:
+        with lock:
+            return previous_rewrite(function)
+
+    interpreter._patch_lang = patch_locked
+    interpreter.InterpretedFunction.rewrite = rewrite_locked
+    vars(interpreter.interpreter_builder).pop("grid_idx", None)
+    interpreter.GridExecutor.__call__ = _call_side_by_side
+    # a waiting program spins; hand the interpreter lock on often so the others advance
+    sys.setswitchinterval(1e-4)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous_interval)
+        interpreter.GridExecutor.__call__ = previous_call
+        builder_type.create_masked_store = previous_store
+        interpreter._patch_lang = previous_patch
+        interpreter.InterpretedFunction.rewrite = previous_rewrite
+        if had_index:
+            builder_type.grid_idx = previous_index
+        else:
+            del builder_type.grid_idx
