@@ -22,8 +22,9 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# over one pytest-xdist worker per CPU core: the suite is CPU-bound
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
