@@ -57,7 +57,7 @@ def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_defau
     cores = [r for r in part["rows"] if r["core"] in split_probe.PROBE_CORES]
     assert all(r["ms"] > 0 and r["diff"] == 0.0 for r in cores)
     md = (tmp_path / "bench_gpu.md").read_text()
-    assert "## Unit-split kernel variants" in md and "| scalar barrier |" in md
+    assert "## Unit-split kernel variants" in md and "| data barrier, no prefetch |" in md
     assert md.count("| slstm |") == len(gpu.QUICK.probe_shapes)
     assert md.count("x nn.LSTM)") == 2 * len(gpu.QUICK.probe_shapes)  # ur_lstm and slstm
     # the defaults and the cuDNN modules are profiled: their time per kernel (on a CPU, per op)

@@ -3,12 +3,11 @@
 The fused kernels' unit split (:mod:`cores.triton_gates`) leaves the gated presets above
 cuDNN's ``nn.LSTM``. This part times forward+backward of ``ur_lstm``, ``fast_gru`` and
 ``slstm`` through the fused kernels under each variant of
-:class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that reads the parts'
-counters one after another instead of all at once, the one that marks a part's step with a
-``release`` reduction and waits with ``acquire`` reads, the one that waits on the exchanged
-values themselves, 4 warps per program against the default's 8 at these hidden sizes, a
-step's own inputs read after the barrier instead of before it, and the split off), beside
-the default and cuDNN's modules, at two
+:class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that marks a part's
+step with a ``release`` reduction and waits with ``acquire`` reads, the one that waits on the
+exchanged values themselves, a step's own inputs read after the barrier instead of before it,
+both of the last two, and 4 warps per program against the default's 8 at these hidden sizes),
+beside the default and cuDNN's modules, at two
 shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch
 (T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients are compared with
 the default's (largest difference over the largest value), so a faster variant that changes
@@ -30,19 +29,19 @@ BASELINE_OF = {"ur_lstm": "nn.LSTM", "fast_gru": "nn.GRU", "slstm": "nn.LSTM"}
 """The cuDNN module each probed core's target is set against, timed at the same shapes."""
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
-    "scalar barrier": dict(barrier="scalar"),  # 1.6-2.1x the vector wait's time on an H100
     "release barrier": dict(barrier="release"),
     "data barrier": dict(barrier="data"),
-    "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
     "no prefetch": dict(prefetch=False),
-    "split off": {},
+    "data barrier, no prefetch": dict(barrier="data", prefetch=False),
+    "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
 }
-"""Each variant's changes to :class:`cores.triton_gates.SplitOptions` (``split off``: one
-program per batch tile, ``MEMCORES_TRITON_SPLIT=0``). ``data barrier`` waits on the exchanged
-values themselves instead of step counters (:func:`cores.triton_gates.meet_parts`); ``no
-prefetch`` reads a step's own inputs at its start, after the barrier, and the other parts'
-gradients one gate block before each product. Full float32 products (``precision="ieee"``,
-1.7-2.4x the TF32 default's time on an H100 with the ``vector`` wait) are not among them."""
+"""Each variant's changes to :class:`cores.triton_gates.SplitOptions`. ``data barrier`` waits
+on the exchanged values themselves instead of step counters
+(:func:`cores.triton_gates.meet_parts`); ``no prefetch`` reads a step's own inputs at its
+start, after the barrier, and the other parts' gradients one gate block before each product.
+Not among them, as an H100 has settled them: the ``scalar`` barrier (1.6-2.1x the ``vector``
+wait's time), the split off (2.6-5.4x; the cores part times it) and full float32 products
+(``precision="ieee"``, 1.7-2.4x the TF32 default's time)."""
 
 
 def _values(name: str, shape: tuple[int, int, int, int], device: torch.device) -> torch.Tensor:
@@ -99,7 +98,7 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
     """ms of forward+backward per core, shape and variant, with the variant's largest
     relative difference from the default's values."""
     from cores import triton_gates
-    from experiments.bench.gpu import _split_off, core_runner, time_runner
+    from experiments.bench.gpu import core_runner, time_runner
 
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
@@ -126,10 +125,7 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
                     not_measured.append(label)
                     continue
                 try:
-                    with (
-                        _split_off(variant == "split off"),
-                        triton_gates.split_options(**changes),
-                    ):
+                    with triton_gates.split_options(**changes):
                         values = _values(name, shape, device)
                         run = core_runner(name, *shape, device)
                         seconds = time_runner(run, device, sizes.reps, clock)
