@@ -55,7 +55,7 @@ class _ThreadGridIndex:
 
 def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
     """``GridExecutor.__call__`` with the grid's programs in threads: the arguments move to the
-    host and back as the interpreter's own call does (Triton 3.6-3.9)."""
+    host and back as the interpreter's own call does (Triton 3.9, pinned in constraints.txt)."""
     spec = inspect.getfullargspec(executor.fn)
     kwargs = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
     args_hst, kwargs_hst = executor._init_args_hst(args_dev, kwargs)
