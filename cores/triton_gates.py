@@ -613,8 +613,8 @@ def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr
     ``data`` barrier, where ``wait``, only once they are all written. Up to
     :data:`GATHER_MAX_H` columns the read is the wait: the tile is read once, and only where
     some value is still :data:`UNWRITTEN` does the program wait for all of them
-    (:func:`_unwritten`) and read it again (a load masked off elsewhere), so a step whose values
-    have arrived costs one round trip; the second copy of the tile this takes in shared
+    (:func:`_unwritten`) and read it again past L1, so a step whose values have arrived costs
+    one round trip; the second copy of the tile this takes in shared
     memory would put a 256-unit program over a consumer GPU's 99 KB, so wider tiles are waited
     for first and read after."""
     FIRST_READ_WAITS: tl.constexpr = BARRIER == DATA_BARRIER and cols.shape[0] <= GATHER_MAX_H
@@ -628,11 +628,16 @@ def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr
         if missing:
             while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
                 pass
-        mask = row_ok[:, None] & col_ok[None, :] & missing
-        value = tl.load(
-            ptr + rows[:, None] * width + cols[None, :], mask=mask, other=value,
-            cache_modifier=".cg",
-        )  # fmt: skip
+            # read again past L1, where the first read may have left the lines it found
+            # unwritten (on sm_90 that read is an asynchronous copy, which caches in L1 where
+            # the tile's rows cannot be read 16 bytes at a time); inside the branch, so the
+            # compiler keeps it a volatile load rather than make it such a copy too
+            value = tl.load(
+                ptr + rows[:, None] * width + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :],
+                other=0.0,
+                volatile=True,
+            )
     return value
 
 
