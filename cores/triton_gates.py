@@ -266,8 +266,14 @@ GATHER_MAX_H = tl.constexpr(128)
 """Up to this many input units (``BLOCK_H``) a prefetching backward reads every part's gate
 gradients before its products: their tiles then sit in shared memory at once, 64 KB per
 program at 128 units on sm_90, where wider would exceed the 99 KB a block gets on consumer
-GPUs (``python tests/triton_compile.py 256``: 128 KB). Up to it too, the ``data`` barrier's
-forward checks the ``h_{t-1}`` it read instead of waiting first (:func:`exchanged_tile`)."""
+GPUs (``python tests/triton_compile.py 256``: 128 KB)."""
+
+SPLIT_LOOP_STAGES = tl.constexpr(1)
+"""The unit-split kernels' time loops run in one stage (``tl.range(T, num_stages=...)``):
+Triton's software pipeliner would otherwise issue a later step's read of the values the
+parts exchange (as an asynchronous copy) before this step's wait, as its sm_90 code of the
+``data`` barrier's forwards did, where no atomic stands in the loop (``async_copy`` in their
+``ttgir``): that read would find those values unwritten."""
 
 BARRIERS = ("scalar", "vector", "release", "data")
 DATA_BARRIER = tl.constexpr(BARRIERS.index("data"))
@@ -610,28 +616,20 @@ def _bits(ptr, rows, row_ok, cols, col_ok, width):
 @triton.jit
 def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr, wait):
     """:func:`shared_tile` of values the tile's other parts write in this launch; with the
-    ``data`` barrier, where ``wait``, only once they are all written. Up to
-    :data:`GATHER_MAX_H` columns the read is the wait: the tile is read once, and only where
-    some value is still :data:`UNWRITTEN` does the program wait for all of them
-    (:func:`_unwritten`) and read it again past L1, so a step whose values have arrived costs
-    one round trip; the second copy of the tile this takes in shared
-    memory would put a 256-unit program over a consumer GPU's 99 KB, so wider tiles are waited
-    for first and read after."""
-    FIRST_READ_WAITS: tl.constexpr = BARRIER == DATA_BARRIER and cols.shape[0] <= GATHER_MAX_H
-    if BARRIER == DATA_BARRIER and not FIRST_READ_WAITS:
-        if wait:
-            while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
-                pass
+    ``data`` barrier, where ``wait``, only once they are all written. The read is the wait:
+    the tile is read once, and only where some value is still :data:`UNWRITTEN` does the
+    program wait for all of them (:func:`_unwritten`) and read it again, so a step whose
+    values have arrived costs one round trip. The second read is a volatile load, past L1:
+    the first may have left there the lines it found unwritten, and nothing in this barrier
+    invalidates them (it stays a load in registers inside the branch, where the compiler
+    does not turn it into an asynchronous copy, which would cache in L1 where the tile's rows
+    are not 16-byte aligned)."""
     value = shared_tile(ptr, rows, row_ok, cols, col_ok, width)
-    if FIRST_READ_WAITS:
+    if BARRIER == DATA_BARRIER:
         missing = wait & (_count_unwritten(_as_bits(value)) > 0)
         if missing:
             while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
                 pass
-            # read again past L1, where the first read may have left the lines it found
-            # unwritten (on sm_90 that read is an asynchronous copy, which caches in L1 where
-            # the tile's rows cannot be read 16 bytes at a time); inside the branch, so the
-            # compiler keeps it a volatile load rather than make it such a copy too
             value = tl.load(
                 ptr + rows[:, None] * width + cols[None, :],
                 mask=row_ok[:, None] & col_ok[None, :],

@@ -25,6 +25,7 @@ from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
     DATA_BARRIER,
     GATHER_MAX_H,
+    SPLIT_LOOP_STAGES,
     back,
     back_slice,
     clip_unit,
@@ -345,7 +346,7 @@ def forward_split_kernel(
     b_hn = tl.load(bhn_ptr + cols_n, mask=n_ok, other=0.0)
     h_own = tile(y_ptr, rows, row_ok, cols_n, n_ok, H)
     g_z, g_q, g_r, g_n = input_side(g_ptr, rows, row_ok, cols_n, n_ok, H, NG, REFINE)
-    for t in range(T):
+    for t in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         if not PREFETCH:  # (with PREFETCH the previous step read them)
             g_z, g_q, g_r, g_n = input_side(
                 g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
@@ -431,7 +432,7 @@ def backward_split_kernel(
         a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, T - 1, B, H, rows, row_ok, cols_n, n_ok, NG,
         REFINE, BLOCK_B, HAS_STARTS,
     )  # fmt: skip
-    for k in range(T):
+    for k in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         t = T - 1 - k
         if not PREFETCH:  # (with PREFETCH the later step read them)
             s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(

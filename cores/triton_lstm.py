@@ -40,6 +40,7 @@ from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
     DATA_BARRIER,
     GATHER_MAX_H,
+    SPLIT_LOOP_STAGES,
     back,
     back_slice,
     clip_unit,
@@ -414,7 +415,7 @@ def forward_split_kernel(
         w_r = weight_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
     c = tile(c_ptr, rows, row_ok, cols_n, n_ok, H)
     g_o, g_f, g_u, g_i, g_r = load_gates(g_ptr, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R)
-    for t in range(T):
+    for t in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         if not PREFETCH:  # (with PREFETCH the previous step read them)
             g_o, g_f, g_u, g_i, g_r = load_gates(
                 g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
@@ -511,7 +512,7 @@ def backward_split_kernel(
         a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, T - 1, B, H, rows, row_ok, cols_n, n_ok,
         NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
     )  # fmt: skip
-    for k in range(T):
+    for k in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         t = T - 1 - k
         if not PREFETCH:  # (with PREFETCH the later step read them)
             s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(

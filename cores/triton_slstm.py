@@ -31,6 +31,7 @@ from cores import triton_gates as tg
 from cores.triton_gates import (
     DATA_BARRIER,
     GATHER_MAX_H,
+    SPLIT_LOOP_STAGES,
     any_tile,
     back,
     back_slice,
@@ -310,7 +311,7 @@ def forward_split_kernel(
     n = tile(s_ptr + 2 * S, rows, row_ok, cols_n, n_ok, H)
     m = tile(s_ptr + 3 * S, rows, row_ok, cols_n, n_ok, H)
     g_z, g_i, g_f, g_o = load_gates(g_ptr, rows, row_ok, cols_n, n_ok, H)
-    for t in range(T):
+    for t in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         if not PREFETCH:  # (with PREFETCH the previous step read them)
             g_z, g_i, g_f, g_o = load_gates(g_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
@@ -392,7 +393,7 @@ def backward_split_kernel(
         a_ptr, s_ptr, dy_ptr, starts_ptr, T - 1, T, B, H, rows, row_ok, cols_n, n_ok, BLOCK_B,
         HAS_STARTS,
     )  # fmt: skip
-    for k in range(T):
+    for k in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         t = T - 1 - k
         if not PREFETCH:  # (with PREFETCH the later step read them)
             s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
