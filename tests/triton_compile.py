@@ -1,8 +1,8 @@
 """Compile the Triton kernels for a CUDA target without a GPU and print each one's shared
 memory; used by ``tests/test_triton_kernels.py`` in a process without ``TRITON_INTERPRET``
-(the interpreter replaces the compiler). Usage: ``python tests/triton_compile.py H [--spills]``;
-with ``--spills`` each line also gives the bytes per thread that ``ptxas -v`` spills to local
-memory (stores, then loads)."""
+(the interpreter replaces the compiler). Usage: ``python tests/triton_compile.py H [--spills]``:
+a line per kernel with its shared memory and its asynchronous copies; with ``--spills`` also
+the bytes per thread that ``ptxas -v`` spills to local memory (stores, then loads)."""
 
 from __future__ import annotations
 
@@ -60,9 +60,12 @@ def spill_bytes(kernel) -> tuple[int, int]:
 
 
 def describe(kernel, constants: dict, num_warps: int = 4, spills: bool = False) -> str:
-    """The kernel's shared memory in bytes and, with ``spills``, its spilled bytes."""
+    """The kernel's shared memory in bytes, how many asynchronous copies from global memory
+    its ``ttgir`` holds (where Triton's software pipeliner issued a later step's read ahead)
+    and, with ``spills``, its spilled bytes."""
     binary = compiled(kernel, constants, num_warps)
-    fields = [binary.metadata.shared, *(spill_bytes(binary) if spills else ())]
+    copies = binary.asm["ttgir"].count("async_copy_global_to_local")
+    fields = [binary.metadata.shared, copies, *(spill_bytes(binary) if spills else ())]
     return " ".join(str(f) for f in fields)
 
 
