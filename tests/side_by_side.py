@@ -33,8 +33,13 @@ parts drift apart as a GPU's do and a read that a barrier fails to hold back see
 (in lock step a missing wait would go unnoticed)."""
 
 
+class _Cancelled(Exception):
+    """Raised in a program whose launch has already failed or timed out, so its thread ends."""
+
+
 class _ThreadGridIndex:
-    """``InterpreterBuilder.grid_idx`` kept per thread (each program reads its own)."""
+    """``InterpreterBuilder.grid_idx`` kept per thread (each program reads its own), with the
+    program's random stalls and its launch's cancel flag."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -46,8 +51,21 @@ class _ThreadGridIndex:
         self._local.index = index
         self._local.stalls = random.Random(hash(index))
 
+    def join(self, cancelled: threading.Event) -> None:
+        """Tie the current thread's program to its launch's cancel flag."""
+        self._local.cancelled = cancelled
+
+    def check(self) -> None:
+        """Raise :class:`_Cancelled` in a program whose launch has been given up on (a program
+        left spinning at a barrier would otherwise hold the interpreter for the rest of the
+        test run)."""
+        cancelled = getattr(self._local, "cancelled", None)
+        if cancelled is not None and cancelled.is_set():
+            raise _Cancelled
+
     def stall(self) -> None:
         """Sleep a random while, at random (the current program's own draws)."""
+        self.check()
         stalls = getattr(self._local, "stalls", None)
         if stalls is not None and stalls.random() < STALL_CHANCE:
             time.sleep(stalls.uniform(0.0, STALL_MAX_S))
@@ -72,12 +90,17 @@ def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
         grid = tuple(grid) + (1,) * (3 - len(grid))
         builder = interpreter.interpreter_builder
         builder.set_grid_dim(*grid)
+        thread_index: _ThreadGridIndex = vars(type(builder))["grid_idx"]
         errors: list[BaseException] = []
+        cancelled = threading.Event()
 
         def program(index: tuple[int, int, int]) -> None:
             try:
                 builder.set_grid_idx(*index)
+                thread_index.join(cancelled)
                 executor.fn(**args)
+            except _Cancelled:
+                pass
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(err)
 
@@ -88,17 +111,22 @@ def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + WAIT_LIMIT_S
-        while any(thread.is_alive() for thread in threads) and not errors:
-            if time.monotonic() > deadline:
-                waiting = [i for i, t in zip(indices, threads, strict=True) if t.is_alive()]
-                raise TimeoutError(
-                    f"programs {waiting} of {executor.fn.__name__} on grid {grid} did not "
-                    f"return within {WAIT_LIMIT_S:.0f} s: a barrier waits for a part that "
-                    "never arrives"
-                )
-            time.sleep(0.01)
-        if errors:  # (a program that failed leaves the others of its tile waiting)
-            raise interpreter.InterpreterError(repr(errors[0])) from errors[0]
+        try:
+            while any(thread.is_alive() for thread in threads) and not errors:
+                if time.monotonic() > deadline:
+                    waiting = [i for i, t in zip(indices, threads, strict=True) if t.is_alive()]
+                    raise TimeoutError(
+                        f"programs {waiting} of {executor.fn.__name__} on grid {grid} did not "
+                        f"return within {WAIT_LIMIT_S:.0f} s: a barrier waits for a part that "
+                        "never arrives"
+                    )
+                time.sleep(0.01)
+            if errors:  # (a program that failed leaves the others of its tile waiting)
+                raise interpreter.InterpreterError(repr(errors[0])) from errors[0]
+        finally:
+            cancelled.set()  # the programs still waiting end at their next read or store
+            for thread in threads:
+                thread.join(1.0)
     finally:
         scope.restore()
     executor._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
@@ -116,11 +144,24 @@ def programs_side_by_side() -> Iterator[None]:
     builder_type.grid_idx = index
     previous_store = builder_type.create_masked_store
 
+    previous_load = builder_type.create_masked_load
+    previous_atomic = builder_type.create_atomic_rmw
+
     def stalling_store(builder: Any, *args: Any) -> Any:
         index.stall()
         return previous_store(builder, *args)
 
+    def checked_load(builder: Any, *args: Any) -> Any:
+        index.check()
+        return previous_load(builder, *args)
+
+    def checked_atomic(builder: Any, *args: Any) -> Any:
+        index.check()
+        return previous_atomic(builder, *args)
+
     builder_type.create_masked_store = stalling_store
+    builder_type.create_masked_load = checked_load
+    builder_type.create_atomic_rmw = checked_atomic
     # a device function's first call rewrites it and adds the interpreter's names to its
     # module's globals, which another program's call may be iterating (_patch_lang): one lock
     previous_patch = interpreter._patch_lang
@@ -147,6 +188,8 @@ def programs_side_by_side() -> Iterator[None]:
         sys.setswitchinterval(previous_interval)
         interpreter.GridExecutor.__call__ = previous_call
         builder_type.create_masked_store = previous_store
+        builder_type.create_masked_load = previous_load
+        builder_type.create_atomic_rmw = previous_atomic
         interpreter._patch_lang = previous_patch
         interpreter.InterpretedFunction.rewrite = previous_rewrite
         if had_index:

@@ -21,6 +21,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton", reason="triton is in the dev extra")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 from cores import make_core, presets_of, triton_gates  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -290,6 +293,45 @@ def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
         values_tri, grads_tri = _run(tri, x, state, starts)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+@triton.jit
+def _flag_of(flag_ptr):
+    """A device function (each call patches Triton's language again under the interpreter):
+    the flag at ``flag_ptr``."""
+    return tl.atomic_max(flag_ptr, 0)
+
+
+@triton.jit
+def _wait_for_flag(flag_ptr, SETS: tl.constexpr):
+    """Program 0 waits for the flag that program 1 sets where ``SETS``."""
+    if tl.program_id(0) == 0:
+        while _flag_of(flag_ptr) == 0:
+            pass
+    elif SETS:
+        tl.atomic_max(flag_ptr, 1)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="a check of the interpreter's helper")
+def test_side_by_side_names_a_launch_whose_programs_never_meet_and_ends_them(monkeypatch):
+    """Program 0 waits for a flag program 1 never sets: the helper gives up after its limit,
+    names the program still waiting, and that program's thread ends (spinning through a device
+    function, which patches Triton's language again at each call, it would otherwise spin for
+    the rest of the test run); with the flag set by program 1 the same launch returns."""
+    import threading
+
+    import side_by_side
+
+    monkeypatch.setattr(side_by_side, "WAIT_LIMIT_S", 2.0)
+    threads_before = threading.active_count()
+    flag = torch.zeros(1, dtype=torch.int32)
+    with side_by_side.programs_side_by_side():
+        _wait_for_flag[(2,)](flag, SETS=True)
+        assert flag.item() == 1
+        flag.zero_()
+        with pytest.raises(TimeoutError, match=r"programs \[\(0, 0, 0\)\] of _wait_for_flag"):
+            _wait_for_flag[(2,)](flag, SETS=False)
+    assert threading.active_count() == threads_before
 
 
 def _data_barrier_probe():
