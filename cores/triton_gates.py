@@ -619,11 +619,11 @@ def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr
     ``data`` barrier, where ``wait``, only once they are all written. The read is the wait:
     the tile is read once, and only where some value is still :data:`UNWRITTEN` does the
     program wait for all of them (:func:`_unwritten`) and read it again, so a step whose
-    values have arrived costs one round trip. The second read is a volatile load, past L1:
-    the first may have left there the lines it found unwritten, and nothing in this barrier
-    invalidates them (it stays a load in registers inside the branch, where the compiler
-    does not turn it into an asynchronous copy, which would cache in L1 where the tile's rows
-    are not 16-byte aligned)."""
+    values have arrived costs one round trip. The second read is a volatile load, like the
+    wait's own reads, so it sees at least what the wait saw: nothing in this barrier
+    invalidates L1, where a read that may be cached (an asynchronous copy, as Triton's
+    pipeliner made of these reads where rows are not 16-byte aligned) could find the lines the
+    first read left unwritten."""
     value = shared_tile(ptr, rows, row_ok, cols, col_ok, width)
     if BARRIER == DATA_BARRIER:
         missing = wait & (_count_unwritten(_as_bits(value)) > 0)
