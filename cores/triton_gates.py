@@ -204,8 +204,10 @@ def time_chunks(steps: int, per_step: int) -> list[slice]:
     return [slice(i, min(i + longest, steps)) for i in range(0, steps, longest)]
 
 
-def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
-    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here).
+def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> Any:
+    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here,
+    and on a GPU read the compiled kernel it returns, Triton's ``CompiledKernel``; ``None``
+    under the interpreter).
 
     Every fused kernel takes ``T, B, H`` as its last three arguments; on a GPU the tile cut
     (``BLOCK_N``, ``BLOCK_K``, warps) is the fastest of :mod:`cores.triton_tune`'s candidates
@@ -213,7 +215,7 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> None:
     """
     if "BLOCK_K" in meta and triton_tune.enabled(args):
         meta = triton_tune.best_meta(kernel, grid, args, meta, hidden=int(args[-1]))
-    kernel[grid](*args, **meta)
+    return kernel[grid](*args, **meta)
 
 
 def input_projection(x: Tensor, weight_ih: Tensor, bias: Tensor) -> Tensor:

@@ -775,7 +775,21 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     starts = (torch.rand(steps, batch, generator=gen) < 0.1).cuda()
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(batch, "cuda"))
+    compiled: list = []
+    real_launch = triton_gates.launch
+
+    def recorded_launch(kernel, grid, *args, **meta):
+        compiled.append(real_launch(kernel, grid, *args, **meta))
+        return compiled[-1]
+
+    monkeypatch.setattr(triton_gates, "launch", recorded_launch)
     values_ref, grads_ref = _run(ref, x, state, starts)
     values_tri, grads_tri = _run(tri, x, state, starts)
     for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
         torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-4)
+    # as launched here (this GPU's Triton, the launch's own specialization), no split kernel
+    # reads another part's values ahead of its wait (triton_gates.SPLIT_LOOP_STAGES)
+    split_kernels = [k for k in compiled if "split_kernel" in k.name]
+    assert len(split_kernels) == (2 if split == "1" else 0)
+    for kernel in split_kernels:
+        assert "async_copy_global_to_local" not in kernel.asm["ttgir"], kernel.name
