@@ -22,9 +22,10 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# over one pytest-xdist worker per CPU core: the suite is CPU-bound
+# over one pytest-xdist worker per CPU core, at most 8 (each holds its own torch): the suite
+# is CPU-bound
 test: lint
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 8
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
