@@ -159,15 +159,28 @@ def graph_update_on(
     ``auto`` on for a CUDA learner without ``train.overlap`` (whose collector thread would
     launch its own kernels while a recording is made) whose update can be recorded
     (:func:`agents.update_graph.refusal` gives no reason against it)."""
-    choice = cuda_graph_choice(config.train.graph_update, "train.graph_update")
+    return _graph_switch(
+        config.train.graph_update,
+        "train.graph_update",
+        check=lambda: check_graph_update(device, policy, optimizer, config.agent),
+        auto=lambda: (
+            device.type == "cuda"
+            and not config.train.overlap
+            and refusal(policy, optimizer, config.agent) is None
+        ),
+    )
+
+
+def _graph_switch(
+    value: bool | str, option: str, check: Callable[[], None], auto: Callable[[], bool]
+) -> bool:
+    """A CUDA graph switch (``option``: ``true``, ``false`` or ``auto``) resolved: ``true``
+    after ``check`` (which raises where it cannot apply), ``auto`` as ``auto()`` says."""
+    choice = cuda_graph_choice(value, option)
     if choice == "true":
-        check_graph_update(device, policy, optimizer, config.agent)
+        check()
         return True
-    if choice == "false":
-        return False
-    if device.type != "cuda" or config.train.overlap:
-        return False
-    return refusal(policy, optimizer, config.agent) is None
+    return choice == "auto" and auto()
 
 
 def check_graph_update(
@@ -191,13 +204,14 @@ def graph_acting_on(config: RLConfig, device: torch.device, policy: nn.Module) -
     ``auto`` on for a CUDA learner without ``train.overlap`` whose cores can be recorded
     (:func:`agents.graph_recording.keyed_by_state`: not ``mem_lstm``, whose acting step would
     fall back to eager GPU steps, slower than the CPU copy's at few envs)."""
-    choice = cuda_graph_choice(config.train.graph_acting, "train.graph_acting")
-    if choice == "true":
-        check_graph_acting(device, config)
-        return True
-    if choice == "false":
-        return False
-    return device.type == "cuda" and not config.train.overlap and keyed_by_state(policy) is None
+    return _graph_switch(
+        config.train.graph_acting,
+        "train.graph_acting",
+        check=lambda: check_graph_acting(device, config),
+        auto=lambda: (
+            device.type == "cuda" and not config.train.overlap and keyed_by_state(policy) is None
+        ),
+    )
 
 
 def check_graph_acting(device: torch.device, config: RLConfig) -> None:
