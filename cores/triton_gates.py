@@ -424,6 +424,12 @@ def _options_on(device: torch.device) -> SplitOptions:
     return dataclasses.replace(_split_options, precision=recurrent_precision(device))
 
 
+def split_width(hidden: int) -> int:
+    """``BLOCK_H`` of a unit-split launch: the units of ``h_{t-1}`` every part reads, a power
+    of two (``tl.arange``), at least ``tl.dot``'s 16."""
+    return max(16, pow2_at_least(hidden))
+
+
 def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> SplitPlan | None:
     """The cut of a unit-split launch, or ``None`` where one program per batch tile must do.
 
@@ -437,7 +443,7 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     """
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
-    block_h = max(16, pow2_at_least(hidden))
+    block_h = split_width(hidden)
     if (str(device), block_h) in _UNFIT:
         return None
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -455,7 +461,7 @@ def resident_cut(batch: int, hidden: int, slots: int, options: SplitOptions) -> 
     """The unit-split cut whose programs all fit ``slots`` multiprocessors at once: parts of
     :data:`SPLIT_UNITS` units, batch tiles as narrow as fit (16, 32 or 64 rows), or ``None``."""
     parts = cdiv(hidden, SPLIT_UNITS)
-    block_h = max(16, pow2_at_least(hidden))
+    block_h = split_width(hidden)
     for block_b in (16, 32, 64):
         tiles = cdiv(batch, block_b)
         if tiles * parts <= slots:
@@ -621,8 +627,8 @@ def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr
     ``data`` barrier, where ``wait``, only once they are all written. The read is the wait:
     the tile is read once, and only where some value is still :data:`UNWRITTEN` does the
     program wait for all of them (:func:`_unwritten`) and read it again, so a step whose
-    values have arrived costs one round trip. The second read is a volatile load, like the
-    wait's own reads, so it sees at least what the wait saw: nothing in this barrier
+    values have arrived costs one round trip. The second read is the wait's own volatile read
+    (:func:`_bits`), so it sees at least what the wait saw: nothing in this barrier
     invalidates L1, where a read that may be cached (an asynchronous copy, as Triton's
     pipeliner made of these reads where rows are not 16-byte aligned) could find the lines the
     first read left unwritten."""
@@ -632,12 +638,7 @@ def exchanged_tile(ptr, rows, row_ok, cols, col_ok, width, BARRIER: tl.constexpr
         if missing:
             while _unwritten(ptr, rows, row_ok, cols, col_ok, width, 1, 0) > 0:
                 pass
-            value = tl.load(
-                ptr + rows[:, None] * width + cols[None, :],
-                mask=row_ok[:, None] & col_ok[None, :],
-                other=0.0,
-                volatile=True,
-            )
+            value = _bits(ptr, rows, row_ok, cols, col_ok, width).to(value.dtype, bitcast=True)
     return value
 
 
