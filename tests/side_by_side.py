@@ -19,8 +19,9 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 from triton.runtime import interpreter
 
@@ -132,67 +133,54 @@ def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
     executor._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
 
 
+def _after(hook: Callable[[], None], method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (an ``InterpreterBuilder`` method), run after ``hook``."""
+
+    def hooked(builder: Any, *args: Any) -> Any:
+        hook()
+        return method(builder, *args)
+
+    return hooked
+
+
+def _locked(lock: threading.RLock, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, called under ``lock``."""
+
+    def locked(*args: Any) -> Any:
+        with lock:
+            return fn(*args)
+
+    return locked
+
+
 @contextlib.contextmanager
 def programs_side_by_side() -> Iterator[None]:
     """Inside the block, every interpreted launch runs its programs concurrently."""
-    builder_type = interpreter.InterpreterBuilder
-    had_index = "grid_idx" in vars(builder_type)
-    previous_index = vars(builder_type).get("grid_idx")
-    previous_call = interpreter.GridExecutor.__call__
-    previous_interval = sys.getswitchinterval()
+    builder = interpreter.InterpreterBuilder
     index = _ThreadGridIndex()
-    builder_type.grid_idx = index
-    previous_store = builder_type.create_masked_store
-
-    previous_load = builder_type.create_masked_load
-    previous_atomic = builder_type.create_atomic_rmw
-
-    def stalling_store(builder: Any, *args: Any) -> Any:
-        index.stall()
-        return previous_store(builder, *args)
-
-    def checked_load(builder: Any, *args: Any) -> Any:
-        index.check()
-        return previous_load(builder, *args)
-
-    def checked_atomic(builder: Any, *args: Any) -> Any:
-        index.check()
-        return previous_atomic(builder, *args)
-
-    builder_type.create_masked_store = stalling_store
-    builder_type.create_masked_load = checked_load
-    builder_type.create_atomic_rmw = checked_atomic
     # a device function's first call rewrites it and adds the interpreter's names to its
     # module's globals, which another program's call may be iterating (_patch_lang): one lock
-    previous_patch = interpreter._patch_lang
-    previous_rewrite = interpreter.InterpretedFunction.rewrite
     lock = threading.RLock()
-
-    def patch_locked(fn: Any) -> Any:
-        with lock:
-            return previous_patch(fn)
-
-    def rewrite_locked(function: Any) -> Any:
-        with lock:
-            return previous_rewrite(function)
-
-    interpreter._patch_lang = patch_locked
-    interpreter.InterpretedFunction.rewrite = rewrite_locked
-    vars(interpreter.interpreter_builder).pop("grid_idx", None)
-    interpreter.GridExecutor.__call__ = _call_side_by_side
-    # a waiting program spins; hand the interpreter lock on often so the others advance
-    sys.setswitchinterval(1e-4)
-    try:
+    with contextlib.ExitStack() as patches:
+        for target, name, value in (
+            (builder, "grid_idx", index),
+            (builder, "create_masked_store", _after(index.stall, builder.create_masked_store)),
+            (builder, "create_masked_load", _after(index.check, builder.create_masked_load)),
+            (builder, "create_atomic_rmw", _after(index.check, builder.create_atomic_rmw)),
+            (interpreter, "_patch_lang", _locked(lock, interpreter._patch_lang)),
+            (
+                interpreter.InterpretedFunction,
+                "rewrite",
+                _locked(lock, interpreter.InterpretedFunction.rewrite),
+            ),
+            (interpreter.GridExecutor, "__call__", _call_side_by_side),
+        ):
+            patches.enter_context(mock.patch.object(target, name, value, create=True))
+        # the builder's own index, if one was set, would hide the per-thread one
+        patches.enter_context(mock.patch.dict(vars(interpreter.interpreter_builder)))
+        vars(interpreter.interpreter_builder).pop("grid_idx", None)
+        # a waiting program spins; hand the interpreter lock on often so the others advance
+        previous_interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-4)
+        patches.callback(sys.setswitchinterval, previous_interval)
         yield
-    finally:
-        sys.setswitchinterval(previous_interval)
-        interpreter.GridExecutor.__call__ = previous_call
-        builder_type.create_masked_store = previous_store
-        builder_type.create_masked_load = previous_load
-        builder_type.create_atomic_rmw = previous_atomic
-        interpreter._patch_lang = previous_patch
-        interpreter.InterpretedFunction.rewrite = previous_rewrite
-        if had_index:
-            builder_type.grid_idx = previous_index
-        else:
-            del builder_type.grid_idx
