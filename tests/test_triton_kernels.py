@@ -70,6 +70,19 @@ def _run(core, x, state, starts, seed: int = 5, params=None):
     return [y, *final], grads
 
 
+def _assert_all_close(got, expected, **tolerance) -> None:
+    """Every value and gradient of two ``_run`` results agree within ``tolerance``."""
+    (values, grads), (values_expected, grads_expected) = got, expected
+    for a, b in zip(values + grads, values_expected + grads_expected, strict=True):
+        torch.testing.assert_close(a, b, **tolerance)
+
+
+def _assert_paths_match(tri, ref, x, state, starts, **tolerance) -> None:
+    """Forward+backward through the reference and the fused path agree (see ``_run``)."""
+    expected = _run(ref, x, state, starts)
+    _assert_all_close(_run(tri, x, state, starts), expected, **tolerance)
+
+
 def _inputs(dtype: torch.dtype, steps: int = T, n_state: int = 2):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(steps, B, D, generator=gen, dtype=torch.float64)
@@ -91,10 +104,7 @@ def _assert_match(name: str, dtype: torch.dtype, starts_on: bool = True, **optio
     with torch.no_grad():  # a state the core can reach (sLSTM's normaliser stays positive)
         _, state = ref(x.flip(0), ref.initial_state(B))
     starts = starts if starts_on else None
-    values_ref, grads_ref = _run(ref, x, state, starts)
-    values_tri, grads_tri = _run(tri, x, state, starts)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[dtype])
+    _assert_paths_match(tri, ref, x, state, starts, **TOL[dtype])
 
 
 @pytest.mark.parametrize("name", PRESETS + GRU_PRESETS + OTHER)
@@ -117,10 +127,7 @@ def test_kernel_without_starts_and_with_a_batch_over_one_tile(name: str) -> None
     state = tuple(
         torch.randn(batch, H, generator=gen).to(DEVICE, EXACT) for _ in range(ref.state_arity)
     )
-    values_ref, grads_ref = _run(ref, x, state, None)
-    values_tri, grads_tri = _run(tri, x, state, None)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[EXACT])
+    _assert_paths_match(tri, ref, x, state, None, **TOL[EXACT])
 
 
 @pytest.mark.parametrize("name", ["ur_lstm", "ur_gru", "slstm"])
@@ -135,10 +142,7 @@ def test_kernel_over_several_unit_chunks(name: str) -> None:
     starts = torch.tensor([[False, False], [False, True], [False, False], [True, False]])
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(2))
-    values_ref, grads_ref = _run(ref, x, state, starts.to(DEVICE))
-    values_tri, grads_tri = _run(tri, x, state, starts.to(DEVICE))
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[EXACT])
+    _assert_paths_match(tri, ref, x, state, starts.to(DEVICE), **TOL[EXACT])
 
 
 @pytest.mark.parametrize(
@@ -164,10 +168,7 @@ def test_power_law_cell_is_clipped_as_the_reference_clips_it(name: str, options)
             _, s = ref(x[t : t + 1], s, starts[t : t + 1])
             clipped += int((s[-1].abs() == 1.0).sum())
     assert clipped > 0
-    values_ref, grads_ref = _run(ref, x, state, starts)
-    values_tri, grads_tri = _run(tri, x, state, starts)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[EXACT])
+    _assert_paths_match(tri, ref, x, state, starts, **TOL[EXACT])
 
 
 def test_hdetach_draws_are_the_same_and_change_the_gradient() -> None:
@@ -199,10 +200,7 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
     starts[0, 1] = True
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(batch, DEVICE))
-    values_ref, grads_ref = _run(ref, x, state, starts.to(DEVICE))
-    values_tri, grads_tri = _run(tri, x, state, starts.to(DEVICE))
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[EXACT])
+    _assert_paths_match(tri, ref, x, state, starts.to(DEVICE), **TOL[EXACT])
 
 
 @pytest.mark.parametrize("name", ["ur_lstm", "hdetach_lstm", "gru", "slstm"])
@@ -226,13 +224,10 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
     x, _, starts = _inputs(torch.float32)
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(B, DEVICE))
-    values_ref, grads_ref = _run(ref, x, state, starts)
     with triton_gates.split_options(precision="tf32"):
         y, final = tri(x, state, starts)
-    values_tri, grads_tri = _run(tri, x, state, starts)  # the default again: exact
-    torch.testing.assert_close(y, values_ref[0], rtol=2e-2, atol=2e-3)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[torch.float32])
+    torch.testing.assert_close(y, ref(x, state, starts)[0], rtol=2e-2, atol=2e-3)
+    _assert_paths_match(tri, ref, x, state, starts, **TOL[torch.float32])  # the default: exact
 
 
 SIDE_BY_SIDE_CASES = [
@@ -288,11 +283,10 @@ def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
     starts[2, 17] = True  # a reset in the masked tile's last row
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(batch))
-    values_ref, grads_ref = _run(ref, x, state, starts)
+    expected = _run(ref, x, state, starts)
     with programs_side_by_side():
-        values_tri, grads_tri = _run(tri, x, state, starts)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[torch.float64])
+        got = _run(tri, x, state, starts)
+    _assert_all_close(got, expected, **TOL[torch.float64])
 
 
 @triton.jit
@@ -506,10 +500,7 @@ def test_with_tf32_products_the_kernels_stay_near_the_reference(name: str, monke
     # h = c / n turns TF32's rounding into gradients 1e5 apart
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(B, DEVICE))
-    values_ref, grads_ref = _run(ref, x, state, starts)
-    values_tri, grads_tri = _run(tri, x, state, starts)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+    _assert_paths_match(tri, ref, x, state, starts, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize(("hidden", "warps"), [(16, 4), (64, 4), (100, 8), (128, 8), (256, 8)])
@@ -698,11 +689,10 @@ def test_cudnn_route_matches_the_reference_loop(name: str, monkeypatch) -> None:
     assert applies(ref, starts[:1]) and applies(ref, None)
     # starts on a GPU are not read back (no host sync): beyond one step, the fused kernel
     assert applies(ref, first_only) == (DEVICE == "cpu")
-    values_ref, grads_ref = _run(ref, x, state, first_only)
+    expected = _run(ref, x, state, first_only)
     via_dnn = lambda *args: run(ref, *args)  # noqa: E731
-    values_dnn, grads_dnn = _run(via_dnn, x, state, first_only, params=ref.parameters())
-    for a, b in zip(values_dnn + grads_dnn, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, **TOL[EXACT])
+    got = _run(via_dnn, x, state, first_only, params=ref.parameters())
+    _assert_all_close(got, expected, **TOL[EXACT])
     assert not cudnn.lstm_applies(make_core("ur_lstm", D, H), None)
     assert not cudnn.gru_applies(make_core("fast_gru", D, H), None)
 
@@ -783,10 +773,7 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
         return compiled[-1]
 
     monkeypatch.setattr(triton_gates, "launch", recorded_launch)
-    values_ref, grads_ref = _run(ref, x, state, starts)
-    values_tri, grads_tri = _run(tri, x, state, starts)
-    for a, b in zip(values_tri + grads_tri, values_ref + grads_ref, strict=True):
-        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-4)
+    _assert_paths_match(tri, ref, x, state, starts, rtol=2e-3, atol=2e-4)
     # as launched here (this GPU's Triton, the launch's own specialization), no split kernel
     # reads another part's values ahead of its wait (triton_gates.SPLIT_LOOP_STAGES)
     split_kernels = [k for k in compiled if "split_kernel" in k.name]
