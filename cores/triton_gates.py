@@ -339,12 +339,18 @@ class SplitOptions:
     :param prefetch: read the next step's own inputs (those no other program writes) before
         waiting at the barrier, so that after it only the values the other parts wrote are
         read from memory; off, they are read at the start of their step.
+    :param cooperative: launch as a cooperative grid: CUDA then starts a launch's programs only
+        all at once, or refuses it, where off :func:`resident_cut` sizes the grid to the
+        multiprocessors and trusts that nothing else (another stream, another process under
+        MPS) holds one, or a tile's parts could wait forever for a part that never starts.
+        Ignored under Triton's interpreter.
     """
 
     barrier: str = "vector"  # 0.47-0.61x the scalar wait's time on an H100, same numbers
     precision: str | None = None
     num_warps: int | None = None
     prefetch: bool = True
+    cooperative: bool = False
 
     def __post_init__(self) -> None:
         if self.barrier not in BARRIERS:
@@ -357,6 +363,8 @@ class SplitOptions:
             raise ValueError(
                 f"num_warps must be 1, 2, 4, 8, 16 or None (by hidden size), got {self.num_warps!r}"
             )
+        if not isinstance(self.cooperative, bool):
+            raise ValueError(f"cooperative must be True or False, got {self.cooperative!r}")
 
 
 _split_options = SplitOptions()
@@ -392,7 +400,8 @@ class SplitPlan:
         return (self.tiles, self.parts)
 
     def meta(self) -> dict[str, Any]:
-        """The kernel's compile-time parameters (tile sizes, barrier, precision) and warps."""
+        """The kernel's compile-time parameters (tile sizes, barrier, precision), its warps and
+        whether it launches as a cooperative grid."""
         return dict(
             BLOCK_B=self.block_b,
             BLOCK_N=self.block_n,
@@ -402,6 +411,7 @@ class SplitPlan:
             PREFETCH=self.options.prefetch,
             PREC=self.options.precision,
             num_warps=self.options.num_warps or split_warps(self.block_h),
+            launch_cooperative_grid=self.options.cooperative,
         )
 
     def flags(self, device: torch.device) -> Tensor:

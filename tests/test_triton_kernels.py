@@ -207,8 +207,9 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
 def test_split_kernels_with_the_probes_options_give_the_reference_values(name: str) -> None:
     """The variants ``bench gpu --parts probe`` times: the barrier that reads the parts'
     counters one by one, the one with release and acquire atomics, the one that waits on the
-    exchanged values themselves, two warps per program and a step's own inputs read at its
-    start rather than before the previous step's barrier change nothing; TF32 products (tensor
+    exchanged values themselves, two warps per program, a step's own inputs read at its
+    start rather than before the previous step's barrier and a cooperative launch change
+    nothing; TF32 products (tensor
     cores on a GPU) stay within TF32's precision. A backward runs with its forward's
     options."""
     for changes in (
@@ -217,6 +218,7 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
         dict(barrier="data"),
         dict(barrier="data", prefetch=False),
         dict(prefetch=False),
+        dict(cooperative=True),
     ):
         with triton_gates.split_options(**changes):
             _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
@@ -461,6 +463,12 @@ def test_split_options_are_checked_and_restored() -> None:
         assert options == triton_gates.SplitOptions("vector", None, 16, True)
         plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
         assert plan is not None and plan.meta()["BARRIER"] == 1 and plan.meta()["num_warps"] == 16
+        assert plan.meta()["launch_cooperative_grid"] is False
+    with pytest.raises(ValueError, match="cooperative must be True or False"):
+        triton_gates.SplitOptions(cooperative=1)
+    with triton_gates.split_options(cooperative=True):
+        plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
+        assert plan.meta()["launch_cooperative_grid"] is True
     default = triton_gates.split_plan(T, B, H, torch.device(DEVICE)).options
     assert dataclasses.replace(default, precision=None) == triton_gates.SplitOptions()
 
@@ -780,3 +788,46 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     assert len(split_kernels) == (2 if split == "1" else 0)
     for kernel in split_kernels:
         assert "async_copy_global_to_local" not in kernel.asm["ttgir"], kernel.name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a cooperative launch")
+@pytest.mark.parametrize("name", ["ur_lstm", "fast_gru", "slstm"])
+def test_cooperative_split_launches_replay_from_a_cuda_graph_on_cuda(name: str) -> None:
+    """The split kernels launched as a cooperative grid (``SplitOptions.cooperative``, a probe
+    variant) give the default launch's values and gradients, eager and replayed from a CUDA
+    graph (the trainers capture their updates: a launch that could not be captured could not
+    become the default)."""
+    steps, batch, width, hidden = 24, 40, 16, 128
+    torch.manual_seed(0)
+    core = make_core(name, width, hidden, impl="triton").to("cuda").train()
+    gen = torch.Generator().manual_seed(4)
+    xs = [torch.randn(steps, batch, width, generator=gen).cuda() for _ in range(2)]
+    starts = (torch.rand(steps, batch, generator=gen) < 0.1).cuda()
+    state = core.initial_state(batch, "cuda")
+    params = list(core.parameters())
+
+    def forward_backward(x: torch.Tensor) -> list[torch.Tensor]:
+        y, final = core(x, state, starts)
+        loss = y.sin().sum() + sum((s * s.cos()).sum() for s in final)
+        return [y, *torch.autograd.grad(loss, params)]
+
+    want = [[t.detach().clone() for t in forward_backward(x)] for x in xs]
+    with triton_gates.split_options(cooperative=True):
+        assert triton_gates.split_plan(steps, batch, hidden, torch.device("cuda")) is not None
+        eager = forward_backward(xs[0])
+        static_x = xs[0].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compiled and allocated before the capture
+            forward_backward(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = forward_backward(static_x)
+    for got, expected in zip(eager, want[0], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    for x, expected_run in zip(xs, want, strict=True):
+        static_x.copy_(x)
+        graph.replay()
+        for got, expected in zip(captured, expected_run, strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

@@ -1,6 +1,7 @@
 """Compile the Triton kernels for a CUDA target without a GPU and print each one's shared
 memory; used by ``tests/test_triton_kernels.py`` in a process without ``TRITON_INTERPRET``
-(the interpreter replaces the compiler). Usage: ``python tests/triton_compile.py H [--spills]``:
+(the interpreter replaces the compiler), specialised as a launch at ``LAUNCH_SHAPE`` would
+be. Usage: ``python tests/triton_compile.py H [--spills]``:
 a line per kernel with its shared memory and its asynchronous copies; with ``--spills`` also
 the bytes per thread that ``ptxas -v`` spills to local memory (stores, then loads)."""
 
@@ -21,10 +22,26 @@ from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)
 ARCH = 90
+# the steps and batch the kernels are compiled for: bench gpu's cores table (T=256, B=64)
+LAUNCH_SHAPE = {"T": 256, "B": 64}
 
 
-def compiled(kernel, constants: dict, num_warps: int = 4):
-    """``kernel`` compiled for an sm_90 GPU (float32 tensors)."""
+def launch_attributes(kernel, ints: dict[str, int]) -> dict:
+    """What Triton's launcher specialises a launch on, as it would for ``ints`` (the integer
+    arguments' values) and PyTorch's tensors: ``tt.divisibility`` 16 on every pointer (PyTorch
+    allocates 16-byte aligned) and on every integer divisible by 16, so the compiled code is
+    the one a launch at that shape runs (its vector widths, its shared memory)."""
+    divisible = [
+        name
+        for name in kernel.arg_names
+        if name.endswith("_ptr") or (name in ints and ints[name] % 16 == 0)
+    ]
+    return {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+
+
+def compiled(kernel, constants: dict, num_warps: int = 4, ints: dict[str, int] | None = None):
+    """``kernel`` compiled for an sm_90 GPU (float32 tensors), specialised as a launch with
+    integer arguments ``ints`` would be (:func:`launch_attributes`; none without)."""
     signature = {}
     for name in kernel.arg_names:
         if name in constants:
@@ -36,7 +53,8 @@ def compiled(kernel, constants: dict, num_warps: int = 4):
         else:
             signature[name] = "*fp32" if name.endswith("_ptr") else "i32"
     constexprs = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
-    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    attrs = launch_attributes(kernel, ints or {})
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": num_warps}
     return compile(source, target=GPUTarget("cuda", ARCH, 32), options=options)
 
@@ -59,11 +77,13 @@ def spill_bytes(kernel) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
-def describe(kernel, constants: dict, num_warps: int = 4, spills: bool = False) -> str:
+def describe(
+    kernel, constants: dict, ints: dict[str, int], num_warps: int = 4, spills: bool = False
+) -> str:
     """The kernel's shared memory in bytes, how many asynchronous copies from global memory
     its ``ttgir`` holds (where Triton's software pipeliner issued a later step's read ahead)
     and, with ``spills``, its spilled bytes."""
-    binary = compiled(kernel, constants, num_warps)
+    binary = compiled(kernel, constants, num_warps, ints)
     copies = binary.asm["ttgir"].count("async_copy_global_to_local")
     fields = [binary.metadata.shared, copies, *(spill_bytes(binary) if spills else ())]
     return " ".join(str(f) for f in fields)
@@ -74,6 +94,7 @@ def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, i
     parts = triton_gates.cdiv(hidden, triton_gates.SPLIT_UNITS)
     plan = triton_gates.SplitPlan(16, triton_gates.SPLIT_UNITS, hidden, 1, parts, options)
     meta = plan.meta()
+    del meta["launch_cooperative_grid"]  # how it launches, not what it compiles
     return meta, meta.pop("num_warps")
 
 
@@ -81,6 +102,7 @@ def main(hidden: int, spills: bool = False) -> None:
     """Each kernel at full float32 products (what the tests run), and at TF32 (PyTorch's
     default for its RNNs on a GPU, :func:`cores.triton_gates.recurrent_precision`): one line
     per kernel, ``<family>.<way>[_split][<variant>]``."""
+    shape = dict(LAUNCH_SHAPE, H=hidden)
     base = dict(HAS_STARTS=True, **triton_gates.block_meta(hidden))
     warps = base.pop("num_warps")  # the one-program-per-tile kernels' default
     lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0, POWER=0.0)
@@ -106,10 +128,12 @@ def main(hidden: int, spills: bool = False) -> None:
         backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
         for suffix, precision in (("", "ieee"), ("_tf32", "tf32")):
             forward = describe(
-                module.forward_kernel, {**constants, "PREC": precision}, warps, spills
+                module.forward_kernel, {**constants, "PREC": precision}, shape, warps, spills
             )
             print(f"{family}.forward{suffix}", forward, flush=True)
-            info = describe(module.backward_kernel, {**backward, "PREC": precision}, warps, spills)
+            info = describe(
+                module.backward_kernel, {**backward, "PREC": precision}, shape, warps, spills
+            )
             print(f"{family}.backward{suffix}", info, flush=True)
         unsplit = {k: v for k, v in constants.items() if k != "BLOCK_K"}
         # the default split, and the variants bench gpu's probe times
@@ -120,7 +144,7 @@ def main(hidden: int, spills: bool = False) -> None:
                 ("backward", module.backward_split_kernel, {**backward, **unsplit}),
             ):
                 consts = {k: v for k, v in consts.items() if k != "BLOCK_K"}
-                info = describe(kernel, {**consts, **meta}, split_warps, spills)
+                info = describe(kernel, {**consts, **meta}, shape, split_warps, spills)
                 print(f"{family}.{way}_split{suffix}", info, flush=True)
 
 
