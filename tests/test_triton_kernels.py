@@ -630,7 +630,8 @@ def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
 @pytest.mark.slow
 def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     """Every kernel compiles for an sm_90 GPU (the interpreter never runs Triton's compiler),
-    at full float32 and TF32 products, and, at H=128, needs well under the 227 KiB of shared
+    specialised as a launch at T=256, B=64 is (``tests/triton_compile.py``), at full float32
+    and TF32 products, and, at H=128, needs well under the 227 KiB of shared
     memory a block may use; at their default warps the kernels keep their working set in
     registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
     4 warps would spill in the LSTM and GRU split forwards (the ``data`` barrier's split
