@@ -259,7 +259,8 @@ def check_device(x: Tensor) -> None:
 SPLIT_ENV = "MEMCORES_TRITON_SPLIT"
 """``0`` turns the unit-split kernels off (every step then runs in one program per batch tile)."""
 SPLIT_UNITS = 16
-"""Units per program in the unit-split kernels (``tl.dot``'s minimum width)."""
+"""Units per program in the unit-split kernels by default (``tl.dot``'s minimum width; the
+probe times 32, :attr:`SplitOptions.units`)."""
 SPLIT_MAX_HIDDEN = 256
 """Above this hidden size a program's weight slice no longer fits its registers."""
 
@@ -311,10 +312,12 @@ def split_warps(block_h: int) -> int:
     program's weight slices without register spills.
 
     The forward multiplies by ``NG x block_h x 16`` weights every step. By ``ptxas -v`` on the
-    sm_90 code (``python tests/triton_compile.py 128 --spills``), at 128 units 4 warps spill
-    312-544 bytes per thread in the LSTM and GRU forwards (492-616 with Triton 3.6), 8 warps
-    none; at 256 units 4 warps spill 8.2-13.6 KB, 8 warps 264-432 bytes (Triton 3.9); 16
-    warps would leave a thread at most 128 registers. Up to 64 units 4 warps hold them.
+    sm_90 code (``python tests/triton_compile.py 128 --spills``, as launched at T=256, B=64),
+    at 128 units 4 warps spill 324-548 bytes per thread in the LSTM and GRU forwards
+    (420-540 with Triton 3.6; ``slstm`` 3.9-6.4 KB), 8 warps none; at 256 units 4 warps spill
+    4.8-12.7 KB, 8 warps none at TF32 products and 744-812 bytes at full float32 (Triton
+    3.9); 16 warps would leave a thread at most 128 registers. Up to 64 units 4 warps hold
+    them.
     """
     return 4 if block_h <= 64 else 8
 
@@ -339,6 +342,8 @@ class SplitOptions:
     :param prefetch: read the next step's own inputs (those no other program writes) before
         waiting at the barrier, so that after it only the values the other parts wrote are
         read from memory; off, they are read at the start of their step.
+    :param units: units per program (its ``BLOCK_N``): 16 (:data:`SPLIT_UNITS`), 32 or 64; wider
+        parts make fewer programs meet after each step, each with more weights to hold.
     :param cooperative: launch as a cooperative grid: CUDA then starts a launch's programs only
         all at once, or refuses it, where off :func:`resident_cut` sizes the grid to the
         multiprocessors and trusts that nothing else (another stream, another process under
@@ -350,6 +355,7 @@ class SplitOptions:
     precision: str | None = None
     num_warps: int | None = None
     prefetch: bool = True
+    units: int = SPLIT_UNITS
     cooperative: bool = False
 
     def __post_init__(self) -> None:
@@ -363,6 +369,8 @@ class SplitOptions:
             raise ValueError(
                 f"num_warps must be 1, 2, 4, 8, 16 or None (by hidden size), got {self.num_warps!r}"
             )
+        if self.units not in (16, 32, 64):
+            raise ValueError(f"units must be 16, 32 or 64, got {self.units!r}")
         if not isinstance(self.cooperative, bool):
             raise ValueError(f"cooperative must be True or False, got {self.cooperative!r}")
 
@@ -454,34 +462,35 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
     block_h = split_width(hidden)
-    if (str(device), block_h) in _UNFIT:
+    options = _options_on(device)
+    if (str(device), block_h, options.units) in _UNFIT:
         return None
     if os.environ.get("TRITON_INTERPRET") == "1":
-        block_n = SPLIT_UNITS if steps == 1 else block_h
+        block_n = options.units if steps == 1 else block_h
         parts = cdiv(hidden, block_n)
-        options = _options_on(device)
         return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, options)
     if device.type != "cuda":
         return None
     slots = torch.cuda.get_device_properties(device).multi_processor_count
-    return resident_cut(batch, hidden, slots, _options_on(device))
+    return resident_cut(batch, hidden, slots, options)
 
 
 def resident_cut(batch: int, hidden: int, slots: int, options: SplitOptions) -> SplitPlan | None:
     """The unit-split cut whose programs all fit ``slots`` multiprocessors at once: parts of
-    :data:`SPLIT_UNITS` units, batch tiles as narrow as fit (16, 32 or 64 rows), or ``None``."""
-    parts = cdiv(hidden, SPLIT_UNITS)
+    ``options.units`` units, batch tiles as narrow as fit (16, 32 or 64 rows), or ``None``."""
+    parts = cdiv(hidden, options.units)
     block_h = split_width(hidden)
     for block_b in (16, 32, 64):
         tiles = cdiv(batch, block_b)
         if tiles * parts <= slots:
-            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, options)
+            return SplitPlan(block_b, options.units, block_h, tiles, parts, options)
     return None
 
 
-_UNFIT: set[tuple[str, int]] = set()
-"""``(device, BLOCK_H)`` where a unit-split kernel needed more shared memory than the GPU
-gives a block: :func:`split_plan` keeps to one program per batch tile there."""
+_UNFIT: set[tuple[str, int, int]] = set()
+"""``(device, BLOCK_H, units)`` where a unit-split kernel with parts of ``units`` units
+(:attr:`SplitOptions.units`) needed more shared memory than the GPU gives a block:
+:func:`split_plan` keeps to one program per batch tile there."""
 
 
 def launch_split(
@@ -498,11 +507,12 @@ def launch_split(
         launch(kernel, plan.grid, *args, **meta)
     except OutOfResources as err:
         device = next(a.device for a in args if isinstance(a, Tensor))
-        _UNFIT.add((str(device), plan.block_h))
+        units = plan.options.units
+        _UNFIT.add((str(device), plan.block_h, units))
         warnings.warn(
-            f"memcores: {err}; the fused Triton kernels at hidden width {plan.block_h} run "
-            f"with one program per batch tile on {device} (slower; MEMCORES_TRITON_SPLIT=0 "
-            "does so without this warning)",
+            f"memcores: {err}; the fused Triton kernels at hidden width {plan.block_h} (parts "
+            f"of {units} units) run with one program per batch tile on {device} (slower; "
+            "MEMCORES_TRITON_SPLIT=0 does so without this warning)",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -233,49 +233,53 @@ def test_split_kernels_with_the_probes_options_give_the_reference_values(name: s
 
 
 SIDE_BY_SIDE_CASES = [
-    (name, barrier, True, 40)
+    (name, barrier, True, 40, 16)
     for name in ("ur_lstm", "fast_gru", "slstm")
     for barrier in triton_gates.BARRIERS
 ]
-SIDE_BY_SIDE_CASES += [("hdetach_lstm", barrier, True, 40) for barrier in ("vector", "data")]
+SIDE_BY_SIDE_CASES += [("hdetach_lstm", barrier, True, 40, 16) for barrier in ("vector", "data")]
 SIDE_BY_SIDE_CASES += [
-    (name, barrier, False, 40)
+    (name, barrier, False, 40, 16)
     for name in ("ur_lstm", "fast_gru", "slstm")
     for barrier in ("vector", "data")
 ]
 # wider than GATHER_MAX_H: the prefetching backward reads each part's gate gradients as it
 # multiplies them
-SIDE_BY_SIDE_CASES += [(name, "data", True, 144) for name in ("ur_lstm", "fast_gru", "slstm")]
-SIDE_BY_SIDE_CASES += [("ur_lstm", "vector", True, 144)]
+SIDE_BY_SIDE_CASES += [(name, "data", True, 144, 16) for name in ("ur_lstm", "fast_gru", "slstm")]
+SIDE_BY_SIDE_CASES += [("ur_lstm", "vector", True, 144, 16)]
+# parts of 32 units (SplitOptions.units, a probe variant): five at 144, the last half masked
+SIDE_BY_SIDE_CASES += [(name, "vector", True, 144, 32) for name in ("ur_lstm", "fast_gru", "slstm")]
+SIDE_BY_SIDE_CASES += [("ur_lstm", "data", True, 144, 32)]
 
 
 @pytest.mark.skipif(
     DEVICE != "cpu", reason="the interpreter's run; CUDA runs the same cut compiled"
 )
-@pytest.mark.parametrize(("name", "barrier", "prefetch", "hidden"), SIDE_BY_SIDE_CASES)
+@pytest.mark.parametrize(("name", "barrier", "prefetch", "hidden", "units"), SIDE_BY_SIDE_CASES)
 def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
-    name: str, barrier: str, prefetch: bool, hidden: int, monkeypatch
+    name: str, barrier: str, prefetch: bool, hidden: int, units: int, monkeypatch
 ) -> None:
     """The GPU's cut under the interpreter, every program of a launch in its own thread
     (``tests/side_by_side.py``), each stalling at random before its stores so the parts drift
-    apart: ``hidden`` units over parts of 16 (the last partly masked: three at 40, nine at
-    144) and 18 rows over two batch tiles (the second partly masked), five steps with resets,
-    forward and backward meeting at ``barrier`` after every step, with the next step's own
-    inputs read before the wait or after it (``prefetch``). Each must give the reference
-    loop's values and gradients in float64; a barrier that let a part read one step early
-    fails here (checked by breaking each barrier's wait)."""
+    apart: ``hidden`` units over parts of ``units`` (the last partly masked: three of 16 at 40,
+    nine of 16 or five of 32 at 144) and 18 rows over two batch tiles (the second partly
+    masked), five steps with resets, forward and backward meeting at ``barrier`` after every
+    step, with the next step's own inputs read before the wait or after it (``prefetch``).
+    Each must give the reference loop's values and gradients in float64; a barrier that let a
+    part read one step early fails here (checked by breaking each barrier's wait)."""
     from side_by_side import programs_side_by_side
 
     batch, steps = 18, 5
     options = dataclasses.replace(
-        triton_gates.SplitOptions(barrier=barrier, prefetch=prefetch), precision="ieee"
+        triton_gates.SplitOptions(barrier=barrier, prefetch=prefetch, units=units),
+        precision="ieee",
     )
 
     def gpu_cut(steps: int, batch: int, hidden: int, device: torch.device):
         return triton_gates.resident_cut(batch, hidden, slots=132, options=options)
 
     monkeypatch.setattr(triton_gates, "split_plan", gpu_cut)
-    assert gpu_cut(steps, batch, hidden, torch.device("cpu")).grid == (2, -(-hidden // 16))
+    assert gpu_cut(steps, batch, hidden, torch.device("cpu")).grid == (2, -(-hidden // units))
     ref, tri = _pair(
         name, torch.float64, hidden=hidden, **({"p": 0.5} if "hdetach" in name else {})
     )
@@ -432,6 +436,17 @@ def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_til
     assert launched and not set(launched) & split
 
 
+def test_a_width_refused_with_wide_parts_keeps_the_split_with_the_default_parts(monkeypatch):
+    """Where the GPU refused the split kernels' shared memory with parts of 32 units (a probe
+    variant), parts of 16 at that width still split: the refusal is kept per part width."""
+    device = torch.device(DEVICE)
+    monkeypatch.setattr(triton_gates, "_UNFIT", {(str(device), 16, 32)})
+    with triton_gates.split_options(units=32):
+        assert triton_gates.split_plan(1, B, H, device) is None
+    plan = triton_gates.split_plan(1, B, H, device)
+    assert plan is not None and plan.block_n == 16
+
+
 @pytest.mark.parametrize("name", ["hdetach_lstm", "ur_gru", "slstm"])
 def test_a_sequence_past_32_bit_offsets_runs_in_chunks_of_steps(name: str, monkeypatch) -> None:
     """The kernels address their buffers with 32-bit offsets, so a longer sequence runs as
@@ -466,6 +481,8 @@ def test_split_options_are_checked_and_restored() -> None:
         assert plan.meta()["launch_cooperative_grid"] is False
     with pytest.raises(ValueError, match="cooperative must be True or False"):
         triton_gates.SplitOptions(cooperative=1)
+    with pytest.raises(ValueError, match="units must be 16, 32 or 64, got 24"):
+        triton_gates.SplitOptions(units=24)
     with triton_gates.split_options(cooperative=True):
         plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
         assert plan.meta()["launch_cooperative_grid"] is True
@@ -635,9 +652,10 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     memory a block may use; at their default warps the kernels keep their working set in
     registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
     4 warps would spill in the LSTM and GRU split forwards (the ``data`` barrier's split
-    kernels spill nothing either). At H=256 every kernel stays under
+    kernels spill nothing either, nor do parts of 32 units). At H=256 every kernel stays under
     the 99 KiB a block gets on consumer GPUs (the prefetching backward reads its gate
-    gradients one block at a time there, ``GATHER_MAX_H``). No unit-split kernel holds an
+    gradients one block at a time there, ``GATHER_MAX_H``), except with parts of 32 units (a
+    probe variant), which stay under an H100's 227 KiB. No unit-split kernel holds an
     asynchronous copy from global memory in its ``ttgir``: Triton's software pipeliner, where
     a time loop allows it, issues a later step's read of the values the parts exchange before
     this step's wait (``SPLIT_LOOP_STAGES``)."""
@@ -658,12 +676,14 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         }
 
     kernels = compiled("128", "--spills")
-    # 5 families x 2 precisions x (forward, backward), and 5 split cuts x (forward, backward):
-    # full float32, TF32, the probe's, the data barrier's, 4 warps
-    assert len(kernels) == 70
+    # 5 families x 2 precisions x (forward, backward), and 6 split cuts x (forward, backward):
+    # full float32, TF32, the probe's, the data barrier's, parts of 32 units, 4 warps
+    assert len(kernels) == 80
     assert all(shared < 100 * 1024 for shared, *_ in kernels.values()), kernels
     wide = compiled("256")
-    assert all(shared <= 99 * 1024 for shared, *_ in wide.values()), wide
+    # parts of 32 units (a probe variant) need a data-centre GPU's shared memory at 256 units
+    for name, (shared, *_) in wide.items():
+        assert shared <= (227 if "_32_units" in name else 99) * 1024, (name, shared)
     # no split kernel reads ahead: a read of another part's values issued before the wait
     # (an asynchronous copy into shared memory) would find them unwritten
     for name, (_, copies, *_) in [*kernels.items(), *wide.items()]:
@@ -676,6 +696,8 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         # the data barrier (TF32): no spill at 128 units either
         assert kernels[f"{family}.forward_split_data"][2:] == [0, 0], kernels
         assert kernels[f"{family}.backward_split_data"][2:] == [0, 0], kernels
+        # parts of 32 units hold twice the weights: still no spill with 8 warps at 128
+        assert kernels[f"{family}.forward_split_32_units"][2:] == [0, 0], kernels
     for family in ("lstm", "gru", "lstm_power", "gru_power"):
         assert min(kernels[f"{family}.forward_split_4_warps"][2:]) > 0, kernels
 

@@ -91,8 +91,8 @@ def describe(
 
 def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, int]:
     """The unit-split kernels' compile-time parameters at ``hidden`` units, and their warps."""
-    parts = triton_gates.cdiv(hidden, triton_gates.SPLIT_UNITS)
-    plan = triton_gates.SplitPlan(16, triton_gates.SPLIT_UNITS, hidden, 1, parts, options)
+    parts = triton_gates.cdiv(hidden, options.units)
+    plan = triton_gates.SplitPlan(16, options.units, hidden, 1, parts, options)
     meta = plan.meta()
     del meta["launch_cooperative_grid"]  # how it launches, not what it compiles
     return meta, meta.pop("num_warps")
@@ -121,6 +121,7 @@ def main(hidden: int, spills: bool = False) -> None:
         ("_tf32", options(precision="tf32")),
         ("_probe", options(barrier="release", precision="ieee", prefetch=False)),
         ("_data", options(barrier="data", precision="tf32")),
+        ("_32_units", options(precision="tf32", units=32)),
     ]
     if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
         variants.append(("_4_warps", options(precision="ieee", num_warps=4)))

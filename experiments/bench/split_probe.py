@@ -6,8 +6,8 @@ cuDNN's ``nn.LSTM``. This part times forward+backward of ``ur_lstm``, ``fast_gru
 :class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that marks a part's
 step with a ``release`` reduction and waits with ``acquire`` reads, the one that waits on the
 exchanged values themselves, a step's own inputs read after the barrier instead of before it,
-both of the last two, 4 warps per program against the default's 8 at these hidden sizes, and
-the default launched as a cooperative grid),
+both of the last two, 4 warps per program against the default's 8 at these hidden sizes,
+parts of 32 units against the default's 16, and the default launched as a cooperative grid),
 beside the default and cuDNN's modules, at two
 shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch
 (T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients are compared with
@@ -35,13 +35,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no prefetch": dict(prefetch=False),
     "data barrier, no prefetch": dict(barrier="data", prefetch=False),
     "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
+    "32 units per part": dict(units=32),
     "cooperative launch": dict(cooperative=True),
 }
 """Each variant's changes to :class:`cores.triton_gates.SplitOptions`. ``data barrier`` waits
 on the exchanged values themselves instead of step counters
 (:func:`cores.triton_gates.meet_parts`); ``no prefetch`` reads a step's own inputs at its
 start, after the barrier, and the other parts' gradients one gate block before each product.
-``cooperative launch`` has CUDA guarantee that a tile's parts all run at once (the default
+``32 units per part`` halves the programs that meet after each step, each holding twice the
+weights (no spill at 128 units with 8 warps, 32-156 bytes at 256; 72-96 KB of shared memory at
+128, 144 KB at 256: more than a consumer GPU gives a block). ``cooperative launch`` has CUDA
+guarantee that a tile's parts all run at once (the default
 trusts that nothing else holds a multiprocessor); at the default's speed it would become the
 default.
 Not among them, as an H100 has settled them: the ``scalar`` barrier (1.6-2.1x the ``vector``
