@@ -18,12 +18,13 @@ from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource, compile
 
 from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
+from experiments.bench.gpu import Sizes
 
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)
 ARCH = 90
 # the steps and batch the kernels are compiled for: bench gpu's cores table (T=256, B=64)
-LAUNCH_SHAPE = {"T": 256, "B": 64}
+LAUNCH_SHAPE = dict(zip(("T", "B"), Sizes().cores[:2], strict=True))
 
 
 def launch_attributes(kernel, ints: dict[str, int]) -> dict:
