@@ -52,6 +52,7 @@ def sb3_recurrent_ppo(
     import gymnasium as gym
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     import envs  # noqa: F401  (registers MiniGrid ids)
@@ -62,7 +63,7 @@ def sb3_recurrent_ppo(
             ImgObsWrapper(gym.make("MiniGrid-Empty-5x5-v0", max_steps=max_steps))
         )
 
-    return RecurrentPPO(
+    model = RecurrentPPO(
         CorePolicy,
         DummyVecEnv([env, env]),
         n_steps=n_steps,
@@ -78,6 +79,8 @@ def sb3_recurrent_ppo(
         seed=0,
         device=device,
     )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<time> folder per learn()
+    return model
 
 
 def documented_grid(config: str | Path) -> list[tuple[str, list[str]]]:

@@ -1,14 +1,19 @@
-"""`memcores bench rl --quick` runs both sides and prints the ratio (no assertion on speed)."""
+"""`memcores bench rl --quick` runs both sides and prints the ratio (no assertion on speed),
+leaving nothing in the temp dir."""
 
 from __future__ import annotations
 
 import re
+import tempfile
 
 from experiments.cli import main
 
 
-def test_bench_rl_quick(capsys):
+def test_bench_rl_quick(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["bench", "rl", "--quick"]) == 0
+    # sb3's default logger would leave an empty SB3-<time> folder in the temp dir per learn()
+    assert list(tmp_path.glob("SB3-*")) == []
     out = capsys.readouterr().out
     assert "memcores PPO (lstm):" in out
     assert "sb3-contrib RecurrentPPO:" in out

@@ -103,6 +103,7 @@ def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, f
     import gymnasium as gym
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     import envs  # noqa: F401  (registers MiniGrid ids)
@@ -129,6 +130,8 @@ def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, f
         seed=0,
         verbose=0,
     )
+    # without a logger of its own, every learn() makes an empty SB3-<time> folder in the temp dir
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.learn(n_envs * n_steps)  # warm-up update
     start, cpu = time.perf_counter(), time.process_time()
     model.learn(updates * n_envs * n_steps, reset_num_timesteps=False)
