@@ -257,15 +257,15 @@ def test_split_off_sets_and_restores_the_switch(monkeypatch):
     from cores import triton_gates
 
     monkeypatch.delenv(triton_gates.SPLIT_ENV, raising=False)
-    with gpu._split_off(True):
+    with gpu.split_off(True):
         assert triton_gates.split_plan(1, 2, 16, torch.device("cpu")) is None
         assert os.environ[triton_gates.SPLIT_ENV] == "0"
     assert triton_gates.SPLIT_ENV not in os.environ
     monkeypatch.setenv(triton_gates.SPLIT_ENV, "1")
-    with gpu._split_off(True):
+    with gpu.split_off(True):
         assert os.environ[triton_gates.SPLIT_ENV] == "0"
     assert os.environ[triton_gates.SPLIT_ENV] == "1"
-    with gpu._split_off(False):
+    with gpu.split_off(False):
         assert os.environ[triton_gates.SPLIT_ENV] == "1"
 
 

@@ -15,7 +15,8 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
    their unit split off. The targets (gated LSTM presets at most 2x ``nn.LSTM``, GRU presets
    at most 2x ``nn.GRU``, ``slstm`` at most 3x ``nn.LSTM``, every other core at least 5x
    faster than its step loop: its eager loop in the same run, or the step loops' H100
-   baseline, :data:`H100_BASELINE_MS`) marked ok or MISS.
+   baseline, :data:`H100_BASELINE_MS`) marked ok or MISS. On CUDA the cells' kernels are
+   first compiled side by side in worker processes (:mod:`experiments.bench.warm`).
 3. ``scaling``: forward+backward against the sequence length (B=16, hidden 128; T = 256, 1024,
    4096, 16384 for the scan cores, to 4096 for the step-loop cores, of which
    :data:`GRAPH_SCALING` also through CUDA graphs); target: a scan core's time at T=16384 at
@@ -39,7 +40,7 @@ On a machine with a CUDA GPU, in one run of a few minutes (each part has a time 
 6. ``supervised``: the copy task (``experiments/configs/copy.yaml``, T=200) at hidden 128 and
    batch 256, seconds per update on the GPU against the CPU.
 7. ``probe``, only when ``--parts`` names it: the unit-split kernels' variants timed side by
-   side (:mod:`experiments.bench.split_probe`).
+   side (:mod:`experiments.bench.split_probe`), their kernels compiled ahead as the cores'.
 
 The results go to ``DIR/bench_gpu.json`` and ``DIR/bench_gpu.md`` (rewritten after each
 part, so a run cut short keeps what it measured; a part that has not returned after
@@ -74,6 +75,8 @@ import torch
 
 from agents.device import acting_device, describe_acting, info, resolve_device, sync
 from cores import presets_of
+from experiments.bench.warm import Launch, warm
+from experiments.bench.warm import markdown as warm_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_S7 = "experiments/configs/memory_s7.yaml"
@@ -153,7 +156,7 @@ PARTS: dict[str, float] = {
 """Each part's time budget in seconds (360 in all); time a part leaves goes to the next. A
 part checks its clock between measurements, so one measurement can overrun it by its own
 length (the longest: one POPGym update epoch on the CPU)."""
-EXTRA_PARTS: dict[str, float] = {"probe": 150.0}  # 8 variants x 3 cores x 2 shapes, each compiled
+EXTRA_PARTS: dict[str, float] = {"probe": 150.0}  # 8 variants x 3 cores x 2 shapes
 """Parts that run only when ``--parts`` names them, with their budgets: ``probe``, the
 unit-split kernels' variants (:mod:`experiments.bench.split_probe`)."""
 
@@ -432,6 +435,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
 
     T, B, D, H = sizes.cores
     capturable = set(graph_safe_cores())
+    warmed = warm_cores(device, sizes, clock)
     ms: dict[str, float] = {}
     ms_graphed: dict[str, float] = {}
     errors: dict[str, str] = {}
@@ -451,7 +455,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
                 not_measured.append(label)
             continue
         try:
-            with _split_off(variant == UNSPLIT):
+            with split_off(variant == UNSPLIT):
                 run = core_runner(name, T, B, D, H, device, variant == GRAPHED)
                 seconds = time_runner(run, device, sizes.reps, clock)
             value = 1e3 * seconds
@@ -493,7 +497,32 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
         "errors": errors,
         "not_measured": not_measured,
         "tile_cuts": _tile_cuts(),
+        "warm": warmed,
     }
+
+
+def cores_launches(device: torch.device, sizes: Sizes) -> list[Launch]:
+    """The forward+backward launches of the cores part's cells: every core at the table's
+    shape, and on CUDA the split cores with their unit split off (the CUDA-graph cells launch
+    the eager cells' kernels)."""
+    from cores import CORES
+
+    launches = [Launch(name, sizes.cores) for name in sorted(CORES)]
+    if device.type == "cuda":
+        launches += [Launch(name, sizes.cores, unsplit=True) for name in SPLIT_CORES]
+    return launches
+
+
+WARM_SHARE = 0.5
+"""The most of a part's time left that compiling its kernels ahead may take."""
+
+
+def warm_cores(device: torch.device, sizes: Sizes, clock: Clock) -> dict[str, Any] | None:
+    """On CUDA, the cores part's kernels compiled ahead (:func:`experiments.bench.warm.warm`);
+    elsewhere nothing (Triton's interpreter compiles nothing)."""
+    if device.type != "cuda":
+        return None
+    return warm(cores_launches(device, sizes), device, WARM_SHARE * clock.left())
 
 
 UNSPLIT = " (unsplit)"
@@ -501,7 +530,7 @@ UNSPLIT = " (unsplit)"
 
 
 @contextlib.contextmanager
-def _split_off(off: bool) -> Iterator[None]:
+def split_off(off: bool) -> Iterator[None]:
     """Within the block, with ``off``, the fused kernels run one program per batch tile."""
     from cores import triton_gates
 
@@ -999,7 +1028,7 @@ def _md_cores(c: dict[str, Any]) -> list[str]:
             f"| {_x(r['x_nn_gru'])} | {_baseline(r['core'])} | {speedup} "
             f"| {_x(r.get('x_own_loop'))} | {r['target']} |"
         )
-    return lines
+    return lines + warm_markdown(c.get("warm"))
 
 
 def _baseline_spread(runs: dict[str, list[float]]) -> list[str]:

@@ -16,7 +16,8 @@ the numbers shows it. The default of each core and the cuDNN modules are also pr
 (:func:`kernel_times`): each kernel's time per call beside the wall time, so the table says
 where a step's time goes (forward or backward kernel, the matmuls outside them, or the GPU
 waiting on launches).
-Not in the default run; its budget is 150 s (each variant compiles its own kernels).
+Not in the default run; its budget is 150 s. Each variant compiles kernels of its own, on CUDA
+first all side by side in worker processes (:mod:`experiments.bench.warm`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from experiments.bench.warm import Launch, warm
+from experiments.bench.warm import markdown as warm_markdown
 
 PROBE_CORES = ("ur_lstm", "fast_gru", "slstm")
 BASELINE_OF = {"ur_lstm": "nn.LSTM", "fast_gru": "nn.GRU", "slstm": "nn.LSTM"}
@@ -106,11 +110,14 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
     """ms of forward+backward per core, shape and variant, with the variant's largest
     relative difference from the default's values."""
     from cores import triton_gates
-    from experiments.bench.gpu import core_runner, time_runner
+    from experiments.bench.gpu import WARM_SHARE, core_runner, time_runner
 
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     not_measured: list[str] = []
+    warmed = None
+    if device.type == "cuda":  # Triton's interpreter compiles nothing
+        warmed = warm(probe_launches(sizes.probe_shapes), device, WARM_SHARE * clock.left())
     for shape in sizes.probe_shapes:
         for baseline in dict.fromkeys(BASELINE_OF.values()):  # side by side with the variants
             if clock.left() > 0:
@@ -157,7 +164,18 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
                         kernels_us=kernels,
                     )
                 )
-    return dict(rows=rows, errors=errors, not_measured=not_measured)
+    return dict(rows=rows, errors=errors, not_measured=not_measured, warm=warmed)
+
+
+def probe_launches(shapes: Any) -> list[Launch]:
+    """The forward+backward launches the probe times, in its order: each shape's cores under
+    each variant."""
+    return [
+        Launch(name, tuple(shape), tuple(changes.items()))
+        for shape in shapes
+        for name in PROBE_CORES
+        for changes in VARIANTS.values()
+    ]
 
 
 def markdown(part: dict[str, Any]) -> list[str]:
@@ -191,7 +209,7 @@ def markdown(part: dict[str, Any]) -> list[str]:
                 text += f", {row['diff']:.0e})" if row["diff"] is not None else ")"
             out.append(text)
         lines.append(f"| {core} | {shape} | " + " | ".join(out) + " |")
-    return lines + _md_kernels(part["rows"])
+    return lines + warm_markdown(part.get("warm")) + _md_kernels(part["rows"])
 
 
 def _md_kernels(rows: list[dict[str, Any]]) -> list[str]:
