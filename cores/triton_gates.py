@@ -493,6 +493,12 @@ _UNFIT: set[tuple[str, int, int]] = set()
 :func:`split_plan` keeps to one program per batch tile there."""
 
 
+def split_refused(hidden: int, device: torch.device) -> bool:
+    """Whether ``device`` refused the unit-split kernels at ``hidden`` units with the parts of
+    the split options in force (:data:`_UNFIT`), so that they run one program per batch tile."""
+    return (str(device), split_width(hidden), _options_on(device).units) in _UNFIT
+
+
 def launch_split(
     kernel: Any, plan: SplitPlan, *args: Any, exchanged: tuple[Tensor, ...], **meta: Any
 ) -> bool:

@@ -55,7 +55,7 @@ def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_defau
     want |= {(b, s, "default") for b in ("nn.LSTM", "nn.GRU") for s in gpu.QUICK.probe_shapes}
     assert got == want
     cores = [r for r in part["rows"] if r["core"] in split_probe.PROBE_CORES]
-    assert all(r["ms"] > 0 and r["diff"] == 0.0 for r in cores)
+    assert all(r["ms"] > 0 and r["diff"] == 0.0 and not r["refused"] for r in cores)
     md = (tmp_path / "bench_gpu.md").read_text()
     assert "## Unit-split kernel variants" in md and "| data barrier, no prefetch |" in md
     assert md.count("| slstm |") == len(gpu.QUICK.probe_shapes)
@@ -68,6 +68,23 @@ def test_the_probe_runs_only_when_named_and_compares_each_variant_with_the_defau
             assert all(us > 0 for us in row["kernels_us"].values())
             assert list(row["kernels_us"].values()) == sorted(row["kernels_us"].values())[::-1]
     assert md.count("- slstm (") == len(gpu.QUICK.probe_shapes) and "wall " in md
+
+
+def test_a_variant_whose_split_the_gpu_refused_is_marked_in_the_probe_table():
+    """A variant the GPU refused the split for (parts of 64 units at 256 units) ran one
+    program per batch tile: its cell says so beside its time."""
+    from experiments.bench import split_probe
+
+    shape = [1024, 8, 64, 256]
+    row = dict(core="ur_lstm", shape=shape, diff=None, kernels_us=None, refused=False)
+    rows = [
+        dict(row, variant="default", ms=4.0),
+        dict(row, variant="64 units per part", ms=12.0, diff=1e-6, refused=True),
+        dict(row, variant="32 units per part", ms=3.0, diff=1e-6),
+    ]
+    md = "\n".join(split_probe.markdown(dict(rows=rows, errors={}, not_measured=[])))
+    assert "| 12.00, split refused (3.00x, 1e-06) |" in md
+    assert "| 3.00 (0.75x, 1e-06) |" in md and md.count("split refused") == 1
 
 
 @pytest.fixture(scope="module")

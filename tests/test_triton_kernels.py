@@ -250,6 +250,8 @@ SIDE_BY_SIDE_CASES += [("ur_lstm", "vector", True, 144, 16)]
 # parts of 32 units (SplitOptions.units, a probe variant): five at 144, the last half masked
 SIDE_BY_SIDE_CASES += [(name, "vector", True, 144, 32) for name in ("ur_lstm", "fast_gru", "slstm")]
 SIDE_BY_SIDE_CASES += [("ur_lstm", "data", True, 144, 32)]
+# parts of 64 units: three at 144, the last three quarters masked
+SIDE_BY_SIDE_CASES += [(name, "vector", True, 144, 64) for name in ("ur_lstm", "fast_gru", "slstm")]
 
 
 @pytest.mark.skipif(
@@ -262,8 +264,8 @@ def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
     """The GPU's cut under the interpreter, every program of a launch in its own thread
     (``tests/side_by_side.py``), each stalling at random before its stores so the parts drift
     apart: ``hidden`` units over parts of ``units`` (the last partly masked: three of 16 at 40,
-    nine of 16 or five of 32 at 144) and 18 rows over two batch tiles (the second partly
-    masked), five steps with resets, forward and backward meeting at ``barrier`` after every
+    nine of 16, five of 32 or three of 64 at 144) and 18 rows over two batch tiles (the second
+    partly masked), five steps with resets, forward and backward meeting at ``barrier`` after every
     step, with the next step's own inputs read before the wait or after it (``prefetch``).
     Each must give the reference loop's values and gradients in float64; a barrier that let a
     part read one step early fails here (checked by breaking each barrier's wait)."""
@@ -440,13 +442,17 @@ def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_til
 
 def test_a_width_refused_with_wide_parts_keeps_the_split_with_the_default_parts(monkeypatch):
     """Where the GPU refused the split kernels' shared memory with parts of 32 units (a probe
-    variant), parts of 16 at that width still split: the refusal is kept per part width."""
+    variant), parts of 16 at that width still split: the refusal is kept per part width, and
+    :func:`split_refused` (which the probe marks its rows by) says so for the parts in force."""
     device = torch.device(DEVICE)
     monkeypatch.setattr(triton_gates, "_UNFIT", {(str(device), 16, 32)})
     with triton_gates.split_options(units=32):
         assert triton_gates.split_plan(1, B, H, device) is None
+        assert triton_gates.split_refused(H, device)
+        assert not triton_gates.split_refused(4 * H, device)  # another width
     plan = triton_gates.split_plan(1, B, H, device)
     assert plan is not None and plan.block_n == 16
+    assert not triton_gates.split_refused(H, device)
 
 
 @pytest.mark.parametrize("name", ["hdetach_lstm", "ur_gru", "slstm"])
@@ -650,14 +656,16 @@ def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
 def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     """Every kernel compiles for an sm_90 GPU (the interpreter never runs Triton's compiler),
     specialised as a launch at T=256, B=64 is (``tests/triton_compile.py``), at full float32
-    and TF32 products, and, at H=128, needs well under the 227 KiB of shared
-    memory a block may use; at their default warps the kernels keep their working set in
-    registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
-    4 warps would spill in the LSTM and GRU split forwards (the ``data`` barrier's split
-    kernels spill nothing either, nor do parts of 32 units). At H=256 every kernel stays under
-    the 99 KiB a block gets on consumer GPUs (the prefetching backward reads its gate
-    gradients one block at a time there, ``GATHER_MAX_H``), except with parts of 32 units (a
-    probe variant), which stay under an H100's 227 KiB. No unit-split kernel holds an
+    and TF32 products, and, at H=128, needs under the 227 KiB of shared memory a block may
+    use (well under, but for the probe's parts of 64 units); at their default warps the
+    kernels keep their working set in registers (``ptxas -v``: no spill in a forward, a few
+    bytes at most in a backward), where 4 warps would spill in the LSTM and GRU split
+    forwards (the ``data`` barrier's split kernels spill nothing either, nor do parts of 32 or
+    64 units). At H=256 every kernel stays under the 99 KiB a block gets on consumer GPUs (the
+    prefetching backward reads its gate gradients one block at a time there,
+    ``GATHER_MAX_H``), except with the probe's wider parts: 32 units stay under an H100's 227
+    KiB, 64 units do not (the GPU refuses that split, and the probe says so). No unit-split
+    kernel holds an
     asynchronous copy from global memory in its ``ttgir``: Triton's software pipeliner, where
     a time loop allows it, issues a later step's read of the values the parts exchange before
     this step's wait (``SPLIT_LOOP_STAGES``)."""
@@ -678,14 +686,19 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         }
 
     kernels = compiled("128", "--spills")
-    # 5 families x 2 precisions x (forward, backward), and 6 split cuts x (forward, backward):
-    # full float32, TF32, the probe's, the data barrier's, parts of 32 units, 4 warps
-    assert len(kernels) == 80
-    assert all(shared < 100 * 1024 for shared, *_ in kernels.values()), kernels
+    # 5 families x 2 precisions x (forward, backward), and 7 split cuts x (forward, backward):
+    # full float32, TF32, the probe's, the data barrier's, parts of 32 and 64 units, 4 warps
+    assert len(kernels) == 90
+    for name, (shared, *_) in kernels.items():
+        assert shared <= (227 if "_64_units" in name else 99) * 1024, (name, shared)
     wide = compiled("256")
-    # parts of 32 units (a probe variant) need a data-centre GPU's shared memory at 256 units
+    # parts of 32 units (a probe variant) need a data-centre GPU's shared memory at 256 units,
+    # parts of 64 more than any GPU gives a block
     for name, (shared, *_) in wide.items():
-        assert shared <= (227 if "_32_units" in name else 99) * 1024, (name, shared)
+        if "_64_units" in name:
+            assert shared > 227 * 1024, (name, shared)
+        else:
+            assert shared <= (227 if "_32_units" in name else 99) * 1024, (name, shared)
     # no split kernel reads ahead: a read of another part's values issued before the wait
     # (an asynchronous copy into shared memory) would find them unwritten
     for name, (_, copies, *_) in [*kernels.items(), *wide.items()]:
@@ -698,8 +711,9 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         # the data barrier (TF32): no spill at 128 units either
         assert kernels[f"{family}.forward_split_data"][2:] == [0, 0], kernels
         assert kernels[f"{family}.backward_split_data"][2:] == [0, 0], kernels
-        # parts of 32 units hold twice the weights: still no spill with 8 warps at 128
+        # parts of 32 and 64 units hold 2 and 4 times the weights: still no spill with 8 warps
         assert kernels[f"{family}.forward_split_32_units"][2:] == [0, 0], kernels
+        assert kernels[f"{family}.forward_split_64_units"][2:] == [0, 0], kernels
     for family in ("lstm", "gru", "lstm_power", "gru_power"):
         assert min(kernels[f"{family}.forward_split_4_warps"][2:]) > 0, kernels
 

@@ -123,6 +123,7 @@ def main(hidden: int, spills: bool = False) -> None:
         ("_probe", options(barrier="release", precision="ieee", prefetch=False)),
         ("_data", options(barrier="data", precision="tf32")),
         ("_32_units", options(precision="tf32", units=32)),
+        ("_64_units", options(precision="tf32", units=64)),
     ]
     if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
         variants.append(("_4_warps", options(precision="ieee", num_warps=4)))

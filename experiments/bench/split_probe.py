@@ -6,16 +6,15 @@ cuDNN's ``nn.LSTM``. This part times forward+backward of ``ur_lstm``, ``fast_gru
 :class:`cores.triton_gates.SplitOptions` (:data:`VARIANTS`: the barrier that marks a part's
 step with a ``release`` reduction and waits with ``acquire`` reads, the one that waits on the
 exchanged values themselves, a step's own inputs read after the barrier instead of before it,
-both of the last two, 4 warps per program against the default's 8 at these hidden sizes,
-parts of 32 units against the default's 16, and the default launched as a cooperative grid),
-beside the default and cuDNN's modules, at two
-shapes: the cores table's (T=256, B=64, input 64, hidden 128) and a POPGym update's minibatch
-(T=1024, B=8, hidden 256). Each variant's outputs and parameter gradients are compared with
-the default's (largest difference over the largest value), so a faster variant that changes
-the numbers shows it. The default of each core and the cuDNN modules are also profiled
-(:func:`kernel_times`): each kernel's time per call beside the wall time, so the table says
-where a step's time goes (forward or backward kernel, the matmuls outside them, or the GPU
-waiting on launches).
+both of the last two, 4 warps per program against the default's 8 at these hidden sizes, parts
+of 32 and of 64 units against the default's 16, and the default launched as a cooperative
+grid), beside the default and cuDNN's modules, at two shapes: the cores table's (T=256, B=64,
+input 64, hidden 128) and a POPGym update's minibatch (T=1024, B=8, hidden 256). Each variant's
+outputs and parameter gradients are compared with the default's (largest difference over the
+largest value), so a faster variant that changes the numbers shows it. The default of each core
+and the cuDNN modules are also profiled (:func:`kernel_times`): each kernel's time per call
+beside the wall time, so the table says where a step's time goes (forward or backward kernel,
+the matmuls outside them, or the GPU waiting on launches).
 Not in the default run; its budget is 150 s. Each variant compiles kernels of its own, on CUDA
 first all side by side in worker processes (:mod:`experiments.bench.warm`).
 """
@@ -40,6 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "data barrier, no prefetch": dict(barrier="data", prefetch=False),
     "4 warps": dict(num_warps=4),  # 0.88-0.93x the default's 8 at hidden 128 with scalar waits
     "32 units per part": dict(units=32),
+    "64 units per part": dict(units=64),
     "cooperative launch": dict(cooperative=True),
 }
 """Each variant's changes to :class:`cores.triton_gates.SplitOptions`. ``data barrier`` waits
@@ -48,7 +48,10 @@ on the exchanged values themselves instead of step counters
 start, after the barrier, and the other parts' gradients one gate block before each product.
 ``32 units per part`` halves the programs that meet after each step, each holding twice the
 weights (no spill at 128 units with 8 warps, 32-156 bytes at 256; 72-96 KB of shared memory at
-128, 144 KB at 256: more than a consumer GPU gives a block). ``cooperative launch`` has CUDA
+128, 144 KB at 256: more than a consumer GPU gives a block); ``64 units per part`` quarters
+them (two parts at 128 units, no spill with 8 warps, 136-160 KB; at 256 units 272 KB, more
+than any GPU gives a block, so there the GPU refuses the split and the row, marked so, times
+one program per batch tile). ``cooperative launch`` has CUDA
 guarantee that a tile's parts all run at once (the default trusts that nothing else holds a
 multiprocessor); at the default's speed it would become the default.
 Not among them, as an H100 has settled them: the ``scalar`` barrier (1.6-2.1x the ``vector``
@@ -146,6 +149,7 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
                         seconds = time_runner(run, device, sizes.reps, clock)
                         # where the default's time goes, kernel by kernel
                         kernels = _profiled(run, device, clock) if variant == "default" else None
+                        refused = triton_gates.split_refused(shape[3], device)
                 except Exception as err:  # one failing variant must not stop the part
                     errors[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
                     continue
@@ -162,6 +166,7 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
                         ms=1e3 * seconds,
                         diff=diff,
                         kernels_us=kernels,
+                        refused=refused,
                     )
                 )
     return dict(rows=rows, errors=errors, not_measured=not_measured, warm=warmed)
@@ -202,6 +207,8 @@ def markdown(part: dict[str, Any]) -> list[str]:
                 out.append("-")
                 continue
             text = f"{row['ms']:.2f}"
+            if row.get("refused"):  # the GPU refused the split: one program per batch tile
+                text += ", split refused"
             if variant == "default" and base is not None:
                 text += f" ({row['ms'] / base['ms']:.2f}x {base['core']})"
             if default is not None and variant != "default":
