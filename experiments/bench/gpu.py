@@ -156,7 +156,7 @@ PARTS: dict[str, float] = {
 """Each part's time budget in seconds (360 in all); time a part leaves goes to the next. A
 part checks its clock between measurements, so one measurement can overrun it by its own
 length (the longest: one POPGym update epoch on the CPU)."""
-EXTRA_PARTS: dict[str, float] = {"probe": 150.0}  # 8 variants x 3 cores x 2 shapes
+EXTRA_PARTS: dict[str, float] = {"probe": 150.0}  # 9 variants x 3 cores x 2 shapes
 """Parts that run only when ``--parts`` names them, with their budgets: ``probe``, the
 unit-split kernels' variants (:mod:`experiments.bench.split_probe`)."""
 

@@ -1,7 +1,7 @@
 """Compile the kernels a ``bench gpu`` part is about to time, side by side in worker processes.
 
 A fused core's first call compiles its Triton kernels, about a second each on one CPU core.
-The cores part times some fifty cells and the probe 48 variants, most with kernels of their
+The cores part times some fifty cells and the probe 54 variants, most with kernels of their
 own: compiled one after another, as each cell's first call would, the compiles take most of
 those parts' budgets. Triton keeps what it compiles in its on-disk cache
 (``TRITON_CACHE_DIR``, by default ``~/.triton/cache``), keyed by the kernel's source, its
