@@ -42,18 +42,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "64 units per part": dict(units=64),
     "cooperative launch": dict(cooperative=True),
 }
-"""Each variant's changes to :class:`cores.triton_gates.SplitOptions`. ``data barrier`` waits
-on the exchanged values themselves instead of step counters
+"""Each variant's changes to :class:`cores.triton_gates.SplitOptions`. ``data barrier`` waits on
+the exchanged values themselves instead of step counters
 (:func:`cores.triton_gates.meet_parts`); ``no prefetch`` reads a step's own inputs at its
 start, after the barrier, and the other parts' gradients one gate block before each product.
 ``32 units per part`` halves the programs that meet after each step, each holding twice the
 weights (no spill at 128 units with 8 warps, 32-156 bytes at 256; 72-96 KB of shared memory at
 128, 144 KB at 256: more than a consumer GPU gives a block); ``64 units per part`` quarters
-them (two parts at 128 units, no spill with 8 warps, 136-160 KB; at 256 units 272 KB, more
-than any GPU gives a block, so there the GPU refuses the split and the row, marked so, times
-one program per batch tile). ``cooperative launch`` has CUDA
-guarantee that a tile's parts all run at once (the default trusts that nothing else holds a
-multiprocessor); at the default's speed it would become the default.
+them (two parts at 128 units, no spill with 8 warps, 136-160 KB; at 256 units 272 KB, more than
+any GPU gives a block, so there the GPU refuses the split and the row, marked so, times one
+program per batch tile). ``cooperative launch`` has CUDA guarantee that a tile's parts all run
+at once (the default trusts that nothing else holds a multiprocessor); at the default's speed
+it would become the default.
 Not among them, as an H100 has settled them: the ``scalar`` barrier (1.6-2.1x the ``vector``
 wait's time), the split off (2.6-5.4x; the cores part times it) and full float32 products
 (``precision="ieee"``, 1.7-2.4x the TF32 default's time)."""

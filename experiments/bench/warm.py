@@ -63,7 +63,7 @@ def compile_launch(launch: Launch, device: str) -> str | None:
             core_runner(launch.name, *launch.shape, dev)()
             sync(dev)
     except Exception as err:  # reported, and the part meets it again in its own cell
-        return f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"
+        return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"
     return None
 
 
