@@ -12,6 +12,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -499,20 +500,36 @@ def test_split_options_are_checked_and_restored() -> None:
 
 
 def test_recurrent_precision_follows_pytorchs_switch_for_its_rnns(monkeypatch) -> None:
-    """On CUDA the kernels' products take the precision PyTorch gives its cuDNN RNNs
-    (``torch.backends.cudnn.rnn.fp32_precision``, inheriting through ``none``); elsewhere,
-    and in the split plan on a CPU, full float32."""
+    """On CUDA the kernels' products take the precision PyTorch gives its cuDNN RNNs: from
+    PyTorch 2.9 ``torch.backends.cudnn.rnn.fp32_precision``, inheriting through ``none`` from
+    ``torch.backends.cudnn`` and then ``torch.backends``; before 2.9
+    ``torch.backends.cudnn.allow_tf32``. Elsewhere, and in the split plan on a CPU, full
+    float32. (Both APIs through stand-ins, so every PyTorch checks both.)"""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    rnn = torch.backends.cudnn.rnn
-    for value, expected in (("tf32", "tf32"), ("ieee", "ieee")):
-        monkeypatch.setattr(rnn, "fp32_precision", value)
-        assert triton_gates.recurrent_precision(cuda) == expected
+
+    def switches(rnn=None, cudnn="none", backends="none", allow_tf32=False) -> None:
+        fake = types.SimpleNamespace(fp32_precision=cudnn, allow_tf32=allow_tf32)
+        if rnn is not None:  # PyTorch 2.9 on
+            fake.rnn = types.SimpleNamespace(fp32_precision=rnn)
+        monkeypatch.setattr(torch.backends, "cudnn", fake)
+        monkeypatch.setattr(torch.backends, "fp32_precision", backends, raising=False)
+
+    for value in ("tf32", "ieee"):
+        switches(rnn=value, cudnn="ieee" if value == "tf32" else "tf32")
+        assert triton_gates.recurrent_precision(cuda) == value
         assert triton_gates.recurrent_precision(cpu) == "ieee"
-    monkeypatch.setattr(rnn, "fp32_precision", "none")
-    monkeypatch.setattr(torch.backends.cudnn, "fp32_precision", "tf32")
+    switches(rnn="none", cudnn="tf32")
     assert triton_gates.recurrent_precision(cuda) == "tf32"  # inherited from cuDNN's switch
-    monkeypatch.setattr(torch.backends.cudnn, "fp32_precision", "none")
+    switches(rnn="none", backends="tf32")
+    assert triton_gates.recurrent_precision(cuda) == "tf32"  # and from PyTorch's own
+    switches(rnn="none")
     assert triton_gates.recurrent_precision(cuda) == "ieee"
+    for allow_tf32, expected in ((True, "tf32"), (False, "ieee")):  # before PyTorch 2.9
+        switches(allow_tf32=allow_tf32, cudnn="tf32" if expected == "ieee" else "ieee")
+        assert triton_gates.recurrent_precision(cuda) == expected
+    monkeypatch.undo()
+    if hasattr(torch.backends.cudnn, "rnn"):  # the real switch is where the stand-in has it
+        assert torch.backends.cudnn.rnn.fp32_precision in ("none", "tf32", "ieee")
     plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
     if DEVICE == "cpu":  # under the interpreter
         assert plan is not None and plan.options.precision == plan.meta()["PREC"] == "ieee"
