@@ -376,7 +376,7 @@ def make_record(
         record["env"] = get_dotted(config, "env.id")
     record["final"] = final
     record["eval"] = evals
-    record["created"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    record["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     record["planned"] = planned_length(config)
     record["incomplete"] = is_incomplete(record, config)
     record["derived"] = derive(rows)
