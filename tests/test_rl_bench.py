@@ -1,5 +1,5 @@
 """`memcores bench rl --quick` runs both sides and prints the ratio (no assertion on speed),
-leaving nothing in the temp dir."""
+leaving no sb3 log folder in the temp dir."""
 
 from __future__ import annotations
 
