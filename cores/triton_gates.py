@@ -260,7 +260,7 @@ SPLIT_ENV = "MEMCORES_TRITON_SPLIT"
 """``0`` turns the unit-split kernels off (every step then runs in one program per batch tile)."""
 SPLIT_UNITS = 16
 """Units per program in the unit-split kernels by default (``tl.dot``'s minimum width; the
-probe times 32, :attr:`SplitOptions.units`)."""
+probe times 32 and 64, :attr:`SplitOptions.units`)."""
 SPLIT_MAX_HIDDEN = 256
 """Above this hidden size a program's weight slice no longer fits its registers."""
 
@@ -463,7 +463,7 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
         return None
     block_h = split_width(hidden)
     options = _options_on(device)
-    if (str(device), block_h, options.units) in _UNFIT:
+    if _unfit_key(device, block_h, options.units) in _UNFIT:
         return None
     if os.environ.get("TRITON_INTERPRET") == "1":
         block_n = options.units if steps == 1 else block_h
@@ -493,10 +493,15 @@ _UNFIT: set[tuple[str, int, int]] = set()
 :func:`split_plan` keeps to one program per batch tile there."""
 
 
+def _unfit_key(device: torch.device, block_h: int, units: int) -> tuple[str, int, int]:
+    """The :data:`_UNFIT` entry of a split at ``block_h`` input units in parts of ``units``."""
+    return (str(device), block_h, units)
+
+
 def split_refused(hidden: int, device: torch.device) -> bool:
     """Whether ``device`` refused the unit-split kernels at ``hidden`` units with the parts of
     the split options in force (:data:`_UNFIT`), so that they run one program per batch tile."""
-    return (str(device), split_width(hidden), _options_on(device).units) in _UNFIT
+    return _unfit_key(device, split_width(hidden), _options_on(device).units) in _UNFIT
 
 
 def launch_split(
@@ -514,7 +519,7 @@ def launch_split(
     except OutOfResources as err:
         device = next(a.device for a in args if isinstance(a, Tensor))
         units = plan.options.units
-        _UNFIT.add((str(device), plan.block_h, units))
+        _UNFIT.add(_unfit_key(device, plan.block_h, units))
         warnings.warn(
             f"memcores: {err}; the fused Triton kernels at hidden width {plan.block_h} (parts "
             f"of {units} units) run with one program per batch tile on {device} (slower; "

@@ -29,6 +29,11 @@ def test_the_deadline_ends_the_workers_with_what_is_left():
     assert warmed["launches"] == 1 and warmed["done"] == 0 and warmed["failed"] == {}
 
 
+def test_a_part_compiles_ahead_only_on_cuda():
+    """Triton's interpreter compiles nothing, so off CUDA a part starts no workers."""
+    assert warm.warm_part([Launch("min_gru", TINY)], torch.device("cpu"), 60.0) is None
+
+
 def test_a_launch_runs_under_its_split_options_and_split_switch(monkeypatch):
     """The options and the switch reach the kernels' settings (a bad option is refused as
     the part would refuse it) and the switch is restored after the launch."""

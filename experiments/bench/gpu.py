@@ -75,7 +75,7 @@ import torch
 
 from agents.device import acting_device, describe_acting, info, resolve_device, sync
 from cores import presets_of
-from experiments.bench.warm import Launch, warm
+from experiments.bench.warm import Launch, warm_part
 from experiments.bench.warm import markdown as warm_markdown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -435,7 +435,7 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, quick: bool) ->
 
     T, B, D, H = sizes.cores
     capturable = set(graph_safe_cores())
-    warmed = warm_cores(device, sizes, clock)
+    warmed = warm_part(cores_launches(device, sizes), device, clock.left())
     ms: dict[str, float] = {}
     ms_graphed: dict[str, float] = {}
     errors: dict[str, str] = {}
@@ -511,18 +511,6 @@ def cores_launches(device: torch.device, sizes: Sizes) -> list[Launch]:
     if device.type == "cuda":
         launches += [Launch(name, sizes.cores, unsplit=True) for name in SPLIT_CORES]
     return launches
-
-
-WARM_SHARE = 0.5
-"""The most of a part's time left that compiling its kernels ahead may take."""
-
-
-def warm_cores(device: torch.device, sizes: Sizes, clock: Clock) -> dict[str, Any] | None:
-    """On CUDA, the cores part's kernels compiled ahead (:func:`experiments.bench.warm.warm`);
-    elsewhere nothing (Triton's interpreter compiles nothing)."""
-    if device.type != "cuda":
-        return None
-    return warm(cores_launches(device, sizes), device, WARM_SHARE * clock.left())
 
 
 UNSPLIT = " (unsplit)"

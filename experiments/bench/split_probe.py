@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from experiments.bench.warm import Launch, warm
+from experiments.bench.warm import Launch, warm_part
 from experiments.bench.warm import markdown as warm_markdown
 
 PROBE_CORES = ("ur_lstm", "fast_gru", "slstm")
@@ -113,14 +113,12 @@ def part_probe(device: torch.device, sizes: Any, clock: Any, quick: bool) -> dic
     """ms of forward+backward per core, shape and variant, with the variant's largest
     relative difference from the default's values."""
     from cores import triton_gates
-    from experiments.bench.gpu import WARM_SHARE, core_runner, time_runner
+    from experiments.bench.gpu import core_runner, time_runner
 
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     not_measured: list[str] = []
-    warmed = None
-    if device.type == "cuda":  # Triton's interpreter compiles nothing
-        warmed = warm(probe_launches(sizes.probe_shapes), device, WARM_SHARE * clock.left())
+    warmed = warm_part(probe_launches(sizes.probe_shapes), device, clock.left())
     for shape in sizes.probe_shapes:
         for baseline in dict.fromkeys(BASELINE_OF.values()):  # side by side with the variants
             if clock.left() > 0:

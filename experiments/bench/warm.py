@@ -114,6 +114,21 @@ def warm(
     )
 
 
+WARM_SHARE = 0.5
+"""The most of a part's time left that compiling its kernels ahead may take."""
+
+
+def warm_part(
+    launches: Sequence[Launch], device: torch.device, time_left: float
+) -> dict[str, Any] | None:
+    """A ``bench gpu`` part's kernels compiled ahead (:func:`warm`) in at most
+    :data:`WARM_SHARE` of its ``time_left`` seconds, on CUDA; elsewhere nothing (Triton's
+    interpreter compiles nothing)."""
+    if device.type != "cuda":
+        return None
+    return warm(launches, device, WARM_SHARE * time_left)
+
+
 def markdown(warmed: dict[str, Any] | None) -> list[str]:
     """One line on a part's compiles ahead (none without them)."""
     if not warmed or not warmed["launches"]:
