@@ -117,6 +117,7 @@ def setup(config: RLConfig) -> Setup:
     :raises ValueError: with a message naming the bad value and the valid choices.
     """
     device = resolve_device(config.train.device)
+    config.core.check_device(device)
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     torch.manual_seed(config.train.seed)

@@ -288,6 +288,7 @@ def prepare(config: SupervisedConfig) -> Prepared:
     :raises FileNotFoundError: a dataset file is missing from ``task.data_dir``.
     """
     device = resolve_device(config.train.device)
+    config.core.check_device(device)
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     task = build_task(config)
@@ -618,6 +619,7 @@ def load_trained(
     """
     payload = load_trainer_checkpoint(checkpoint_path(run_dir), "supervised")
     device = resolve_device(config.train.device)
+    config.core.check_device(device)
     task = build_task(config)
     check_compatible(task, build_task(saved) if saved.task != config.task else task)
     model = build_model(config, task).to(device)

@@ -66,6 +66,35 @@ def test_supervised_config_checks_dataset_files_without_reading_them(tmp_path):
     assert config.task.name == "smnist"  # present (if empty) files pass; reading comes later
 
 
+# --------------------------------------------------------------------------- before the folder
+SUPERVISED_TINY = ["train.steps=2", "train.eval_every=1", "train.progress=false"]
+
+
+@pytest.mark.parametrize(
+    ("command", "overrides", "key"),
+    [
+        ("train", ["core.impl=triton"], "core.impl"),
+        ("train", ["core.name=lru", "core.scan=triton"], "core.scan"),
+        ("supervised", ["core.impl=triton"], "core.impl"),
+        ("supervised", ["core.name=min_gru", "core.scan=triton"], "core.scan"),
+    ],
+)
+def test_triton_kernels_on_a_cpu_are_refused_before_the_run_folder_exists(
+    tmp_path, capsys, monkeypatch, command, overrides, key
+):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the suite's CPU runs set it
+    run = tmp_path / "run"
+    if command == "train":
+        code = _train(run, "train.device=cpu", *overrides)
+    else:
+        args = ["supervised", "experiments/configs/digits.yaml", *SUPERVISED_TINY, *overrides]
+        code = main([*args, "train.device=cpu", f"run.dir={run}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{key}=triton cannot run here (the device is cpu" in err[0]
+    assert not run.exists()  # no config.yaml, no events, no init.pt: the next run may use it
+
+
 # --------------------------------------------------------------------------- ranges
 @pytest.mark.parametrize(
     ("override", "message"),
