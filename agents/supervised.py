@@ -143,7 +143,10 @@ def loss_and_metrics(kind: str, out: Tensor, batch: dict[str, Tensor]) -> tuple[
 
 
 def summarize(kind: str, sums: dict[str, float]) -> dict[str, float]:
-    """Pooled sums -> ``loss`` and ``accuracy`` (``ce``/``bce``) or ``mse``."""
+    """Pooled sums -> ``loss`` and ``accuracy`` (``ce``/``bce``) or ``mse``; no metrics
+    (``{}``) for no examples (an empty split: ``task.valid_fraction=0`` holds out none)."""
+    if not sums.get("n_loss"):
+        return {}
     result = {"loss": sums["loss_sum"] / max(sums["n_loss"], 1.0)}
     if kind == "mse":
         result["mse"] = sums["sq_err"] / max(sums["n_metric"], 1.0)
