@@ -50,6 +50,7 @@ from agents.checkpoint import (
 from agents.device import resolve_device
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
+from agents.memory_need import check_fits
 from agents.run import RunLayout, RunSession
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
@@ -295,6 +296,7 @@ def prepare(config: SupervisedConfig) -> Prepared:
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     task = build_task(config)
+    check_memory(config, length_names(config, task), device)
     torch.manual_seed(config.train.seed)
     model = build_model(config, task).to(device)
     model.core = maybe_graphed(model.core, device, config.core.cuda_graph)
@@ -302,6 +304,55 @@ def prepare(config: SupervisedConfig) -> Prepared:
     run_dir = Path(config.run.dir) if config.run.dir else default_run_dir(config)
     TaskData(task, config.train.batch_size, config.train.seed)  # checks batch vs dataset size
     return Prepared(config, task, model, optimizer, device, run_dir)
+
+
+def check_memory(
+    config: SupervisedConfig,
+    tasks: dict[str, SequenceTask],
+    device: torch.device,
+    train: bool = True,
+) -> None:
+    """Refuse tasks whose batches cannot fit memory, before any is drawn: a batch holds at
+    least its inputs ``x [T, B, D]`` and the core's outputs ``[T, B, H]`` as float32, on the
+    host and on ``device``.
+
+    :param tasks: what sets each task's length, as the message names it
+        (``"task.length=200"``, ``"--eval-lengths 2000"``) -> the task; each is checked with
+        evaluation batches of ``train.eval_batch_size`` examples.
+    :param train: also check the first task with training batches of ``train.batch_size``.
+    :raises ValueError: naming the length, the batch size key and both memory sizes.
+    """
+    tcfg = config.train
+    checks = [(name, task, "train.eval_batch_size") for name, task in tasks.items()]
+    if train:
+        checks.insert(0, (*next(iter(tasks.items())), "train.batch_size"))
+    for name, task, batch_key in checks:
+        batch = tcfg.batch_size
+        if batch_key == "train.eval_batch_size":
+            examples = tcfg.eval_size
+            if isinstance(task, ClassificationTask):  # valid during training, test at the end
+                examples = max(task.size("valid"), task.size("test"))
+            batch = min(tcfg.eval_batch_size, examples)
+        width = task.input_size + config.core.hidden_size
+        check_fits(
+            4 * task.length * batch * width,
+            (torch.device("cpu"), device),
+            f"{name} ({task.length:,} steps) x {batch_key}={batch} x {width} float32 values "
+            "per step (inputs + hidden units)",
+            f"lower {name.split('=')[0].split(' ')[0]} or {batch_key}",
+        )
+
+
+def length_names(config: SupervisedConfig, task: SequenceTask) -> dict[str, SequenceTask]:
+    """The config's task, and the transfer lengths a ``transfer_copy`` task scores at the
+    end, keyed by the setting that makes each one's length (for :func:`check_memory`)."""
+    options = config.task.options
+    key = f"task.length={options['length']}" if "length" in options else "task.length"
+    names: dict[str, SequenceTask] = {key: task}
+    if isinstance(task, TransferCopyTask):
+        for label, variant in task.variants().items():
+            names[f"task.eval_lengths {label[2:]}"] = variant
+    return names
 
 
 def forget_log_timescales(core: MemoryCore) -> Tensor | None:
@@ -662,12 +713,15 @@ def evaluate_run(
     task, model, device = load_trained(run_dir, config, saved)
     kw = dict(eval_size=config.train.eval_size, batch_size=config.train.eval_batch_size)
     if eval_lengths:
-        results = {}
-        for length in eval_lengths:
-            variant = build_task(with_length(config, length))
+        variants = {f"--eval-lengths {n}": build_task(with_length(config, n)) for n in eval_lengths}
+        for variant in variants.values():
             check_compatible(variant, task)
-            results[f"T={length}"] = evaluate(model, variant, device, "valid", **kw)
-        return results
+        check_memory(config, variants, device, train=False)  # every length before the first
+        return {
+            f"T={length}": evaluate(model, variant, device, "valid", **kw)
+            for length, variant in zip(eval_lengths, variants.values(), strict=True)
+        }
+    check_memory(config, dict([next(iter(length_names(config, task).items()))]), device, False)
     if isinstance(task, ClassificationTask):
         return {"test": evaluate(model, task, device, "test", **kw)}
     return {"eval": evaluate(model, task, device, "valid", **kw)}

@@ -95,6 +95,44 @@ def test_triton_kernels_on_a_cpu_are_refused_before_the_run_folder_exists(
     assert not run.exists()  # no config.yaml, no events, no init.pt: the next run may use it
 
 
+@pytest.mark.parametrize(
+    ("command", "overrides", "named"),
+    [
+        ("train", ["env.n_envs=10000000"], "env.n_envs=10,000,000 x agent.n_steps=32"),
+        ("supervised", ["task.length=100000000"], "task.length=100000000 (100,000,020 steps)"),
+        ("supervised", ["task.name=transfer_copy", "task.eval_lengths=[5,100000000]"],
+         "task.eval_lengths 100000000 (100,000,020 steps) x train.eval_batch_size=500"),
+    ],
+)  # fmt: skip
+def test_sizes_beyond_this_machines_memory_are_refused_before_anything_is_made(
+    tmp_path, capsys, command, overrides, named
+):
+    run = tmp_path / "run"
+    if command == "train":
+        code = _train(run, *overrides)
+    else:
+        args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, *overrides]
+        code = main([*args, f"run.dir={run}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0]
+    assert re.search(r"need at least [\d,.]+ GiB of memory, more than this machine's", err[0])
+    assert not run.exists()
+
+
+def test_eval_lengths_beyond_memory_are_refused_before_the_first_evaluation(tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "eval.json"
+    args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, "task.length=5"]
+    assert main([*args, "core.hidden_size=8", f"run.dir={run}"]) == 0
+    capsys.readouterr()
+    evaluate = ["supervised", str(run), "--eval-only", "--json", str(out)]
+    assert main([*evaluate, "--eval-lengths", "5,100000000"]) == 2
+    err = capsys.readouterr()
+    assert "--eval-lengths 100000000 (100,000,020 steps) x train.eval_batch_size" in err.err
+    assert "T=5" not in err.out and not out.exists()
+    assert main([*evaluate, "--eval-lengths", "5,6"]) == 0 and out.exists()
+
+
 # --------------------------------------------------------------------------- ranges
 @pytest.mark.parametrize(
     ("override", "message"),
