@@ -52,6 +52,9 @@ THRESHOLDS = (0.5, 0.8, 0.9, 0.95, 0.99)
 """Levels whose first crossing (``value >= level``) :func:`derive` records per metric."""
 DERIVED_PREFIXES = ("rollout/", "eval/", "test/", "transfer/")
 """Metrics whose best value and threshold crossings a record keeps (not train/ or time/)."""
+RUN_FOLDER_FILES = ("progress.csv", "checkpoints", "events.out.tfevents.*", "results.json")
+"""What a run folder holds and a record never does: a record written there would replace the
+run's own ``config.yaml`` beside its checkpoints."""
 SAME_RUN_IGNORES = ("train.total_steps", "train.steps")
 """Config keys a record of the same run may change: a resumed run with a longer budget."""
 
@@ -394,6 +397,7 @@ def write_record(
     policy: bool = False,
     extra: dict[str, Any] | None = None,
     replace: bool = False,
+    require_policy: bool = False,
 ) -> Path:
     """Write the record of ``run_dir`` into ``out`` (``results/<experiment>/<trial>``).
 
@@ -402,12 +406,17 @@ def write_record(
     written. ``policy``: also save the final policy weights as ``policy.pt`` when they stay
     under 1 MB (RL runs only; re-evaluate with ``memcores evaluate OUT/policy.pt --env ...``).
 
-    :param replace: overwrite a record of a different run in ``out`` (by default refused; a
-        record of the same run, e.g. after a resume with a longer budget, is updated).
+    :param replace: overwrite a record of a different run in ``out``, or write into a run
+        folder (by default refused; a record of the same run, e.g. after a resume with a
+        longer budget, is updated).
+    :param require_policy: with ``policy``, refuse a run whose policy cannot be kept (not an
+        RL run, no checkpoint, over 1 MB) instead of recording ``"policy": null``.
     :returns: the path of ``record.json``.
     :raises FileNotFoundError: ``run_dir`` is not a finished run folder.
-    :raises FileExistsError: ``out`` holds a record of a different run and not ``replace``.
-    :raises ValueError: ``policy`` and the checkpoint is not a memcores RL checkpoint.
+    :raises FileExistsError: ``out`` is a run folder, or holds a record of a different run,
+        and not ``replace``.
+    :raises ValueError: ``policy`` and the checkpoint is not a memcores RL checkpoint; a
+        policy that ``require_policy`` cannot keep.
     """
     out = Path(out)
     record, config, rows = make_record(
@@ -420,10 +429,13 @@ def write_record(
         extra=extra,
     )
     if not replace:
+        check_not_a_run_folder(out)
         check_same_run(out, record, config)
     weights = None
     if policy and record["kind"] == "rl":
         weights = _slim_policy(Path(run_dir) / RL_CHECKPOINT)
+    if require_policy and weights is None:
+        raise ValueError(_why_no_policy(Path(run_dir), record["kind"]))
     write_text_atomic(out / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_text_atomic(out / CURVE_FILE, _csv_text(downsample(rows)))
     if policy and record["kind"] == "rl":
@@ -432,6 +444,32 @@ def write_record(
             atomic_write(out / POLICY_FILE, lambda handle: handle.write(weights))
             record["policy"] = POLICY_FILE
     return write_text_atomic(out / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def check_not_a_run_folder(out: Path) -> None:
+    """Refuse to write a record into a run folder (its ``config.yaml`` would be replaced).
+
+    :raises FileExistsError: naming the folder and the run files found there.
+    """
+    found = sorted({p.name for pattern in RUN_FOLDER_FILES for p in out.glob(pattern)})
+    if found:
+        raise FileExistsError(
+            f"--out {out} is a run folder (it holds {', '.join(found[:3])}); a record goes in "
+            "a folder of its own, results/<experiment>/<trial> (--replace writes there anyway)"
+        )
+
+
+def _why_no_policy(run_dir: Path, kind: str) -> str:
+    """Why ``--policy`` cannot keep ``run_dir``'s policy (:func:`_slim_policy` gave none)."""
+    if kind != "rl":
+        return f"--policy keeps RL policies only; {run_dir} is a {kind} run"
+    checkpoint = run_dir / RL_CHECKPOINT
+    if not checkpoint.is_file():
+        return f"--policy: {run_dir} has no checkpoint ({RL_CHECKPOINT}) to take the policy from"
+    return (
+        f"--policy: the policy of {run_dir} is over the {MAX_POLICY_BYTES / 1e6:g} MB a record "
+        "keeps; record it without --policy (re-evaluate from the run folder instead)"
+    )
 
 
 def check_same_run(out: Path, record: dict[str, Any], config: dict[str, Any]) -> None:
