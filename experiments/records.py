@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 
 from agents.files import atomic_write, write_text_atomic
+from experiments.config import parse_yaml
 
 FORMAT = "memcores-record/1"
 RECORD_FILE = "record.json"
@@ -172,6 +173,19 @@ def read_curves(folder: str | Path) -> dict[str, Curve]:
     }
 
 
+def read_saved_config(path: Path) -> Any:
+    """A run's or record's ``config.yaml``, read by the checked loader
+    (:func:`experiments.config.parse_yaml`).
+
+    :raises ValueError: the file is not valid YAML or is refused (the message names it).
+    """
+    try:
+        return parse_yaml(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "bad YAML"
+        raise ValueError(f"corrupt config {path}: {first}") from None
+
+
 def read_config(folder: Path, root: Path) -> dict[str, Any]:
     """The ``config.yaml`` of ``folder`` or of its nearest parent up to ``root``.
 
@@ -180,11 +194,7 @@ def read_config(folder: Path, root: Path) -> dict[str, Any]:
     for parent in [folder, *folder.parents]:
         path = parent / "config.yaml"
         if path.is_file():
-            try:
-                data = yaml.safe_load(path.read_text())
-            except (yaml.YAMLError, UnicodeDecodeError) as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else "bad YAML"
-                raise ValueError(f"corrupt config {path}: {first}") from None
+            data = read_saved_config(path)
             return data if isinstance(data, dict) else {}
         if parent == root or parent == parent.parent:
             break
@@ -343,7 +353,9 @@ def make_record(
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    config = yaml.safe_load(config_path.read_text()) or {}
+    config = read_saved_config(config_path) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"corrupt config {config_path}: not a mapping")
     rows = read_rows(run_dir / PROGRESS_FILE)
     if not rows:
         raise FileNotFoundError(f"{run_dir} has no {PROGRESS_FILE} rows: the run never logged")

@@ -179,6 +179,20 @@ def test_a_negative_value_keeps_its_sign_in_the_trial_name(tmp_path, capsys):
     assert "trial hidden_size=-1: core.hidden_size must be >= 1, got -1" in capsys.readouterr().err
 
 
+def test_every_yaml_file_is_read_by_the_checked_loader():
+    """Duplicate keys and alias bombs are refused wherever memcores reads YAML: no module
+    parses it but experiments/config.py's ConfigLoader."""
+    root = Path(__file__).resolve().parents[1]
+    readers = [
+        f"{path.relative_to(root)}:{number}"
+        for package in ("agents", "cores", "envs", "experiments")
+        for path in sorted((root / package).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"yaml\.(safe_load|load|full_load|unsafe_load)\b", line)
+    ]
+    assert len(readers) == 1 and readers[0].startswith("experiments/config.py:"), readers
+
+
 # --------------------------------------------------------------------------- messages
 def test_a_library_message_that_echoes_a_huge_value_is_cut(tmp_path, capsys):
     kwargs = tmp_path / "kwargs.yaml"
