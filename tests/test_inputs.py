@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import re
 import shutil
 import subprocess
@@ -131,6 +132,60 @@ def test_eval_lengths_beyond_memory_are_refused_before_the_first_evaluation(tmp_
     assert "--eval-lengths 100000000 (100,000,020 steps) x train.eval_batch_size" in err.err
     assert "T=5" not in err.out and not out.exists()
     assert main([*evaluate, "--eval-lengths", "5,6"]) == 0 and out.exists()
+
+
+def test_a_link_loop_as_run_dir_is_named_as_such(tmp_path, capsys):
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    assert _train(loop) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"memcores train: error: run folder {loop} is a symbolic link that leads nowhere "
+        "(a loop of links or a missing target); give another run.dir"
+    ]
+
+
+def test_a_config_that_is_not_a_regular_file_says_so(capsys):
+    assert main(["train", "/dev/null"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "memcores train: error: config file /dev/null is not a regular file; give a YAML file"
+    )
+
+
+def test_random_bytes_as_a_checkpoint_are_called_damaged_not_python_objects(tmp_path, capsys):
+    import argparse
+
+    noise, objects = tmp_path / "noise.pt", tmp_path / "objects.pt"
+    noise.write_bytes(bytes(range(256)) * 8)
+    torch.save({"model": argparse.Namespace(layers=2)}, objects)
+    for path, why in [
+        (noise, "its bytes are not a PyTorch checkpoint's: random or damaged data"),
+        (objects, "it holds Python objects other than tensors and plain data"),
+    ]:
+        assert main(["evaluate", str(path), "--episodes", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"checkpoint {path} is corrupt or not a memcores" in err[0]
+        assert why in err[0]
+
+
+def test_evaluate_says_an_env_is_unavailable(trained_run, capsys, monkeypatch):
+    import envs.suites
+
+    monkeypatch.setattr(envs.suites, "_wfc_available", lambda: False)
+    args = ["evaluate", str(trained_run), "--env", "MiniGrid-WFC-MazeSimple-v0"]
+    assert main([*args, "--episodes", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "memcores evaluate: error: env 'MiniGrid-WFC-MazeSimple-v0' is unavailable: minigrid's "
+        "WFC pattern files are not installed (see `memcores list envs`)"
+    ]
+
+
+def test_eval_only_json_into_a_missing_folder_makes_it(tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "new" / "folder" / "eval.json"
+    args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, "task.length=5"]
+    assert main([*args, "core.hidden_size=8", f"run.dir={run}"]) == 0
+    assert main(["supervised", str(run), "--eval-only", "--json", str(out)]) == 0
+    assert set(json.loads(out.read_text())) == {"eval"}
 
 
 # --------------------------------------------------------------------------- ranges
