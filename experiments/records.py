@@ -441,7 +441,7 @@ def write_record(
         extra=extra,
     )
     if not replace:
-        check_not_a_run_folder(out)
+        check_not_a_run_folder(out, Path(run_dir))
         check_same_run(out, record, config)
     weights = None
     if policy and record["kind"] == "rl":
@@ -458,11 +458,14 @@ def write_record(
     return write_text_atomic(out / RECORD_FILE, json.dumps(record, indent=2) + "\n")
 
 
-def check_not_a_run_folder(out: Path) -> None:
-    """Refuse to write a record into a run folder (its ``config.yaml`` would be replaced).
+def check_not_a_run_folder(out: Path, run_dir: Path) -> None:
+    """Refuse to write a record into another run's folder (its ``config.yaml`` would be
+    replaced); the recorded run's own folder is allowed (its config is the same).
 
     :raises FileExistsError: naming the folder and the run files found there.
     """
+    if out.resolve() == run_dir.resolve():
+        return
     found = sorted({p.name for pattern in RUN_FOLDER_FILES for p in out.glob(pattern)})
     if found:
         raise FileExistsError(

@@ -291,6 +291,9 @@ def test_a_run_folder_as_out_is_refused_unless_replaced(rl_run, tmp_path, capsys
     assert (other / "config.yaml").read_text() == before and not has_record(other)
     assert main(["record", str(run), "--out", str(other), "--replace"]) == 0
     assert has_record(other)
+    own = tmp_path / "own_run"  # a run recorded into its own folder: the same config
+    rl_trainer.train(tiny_config("train.total_steps=64"), own)
+    assert main(["record", str(own), "--out", str(own)]) == 0 and has_record(own)
 
 
 def test_the_wrote_line_names_only_the_files_written(rl_run, tmp_path, capsys):
