@@ -117,7 +117,7 @@ def test_sizes_beyond_this_machines_memory_are_refused_before_anything_is_made(
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0]
-    assert re.search(r"need at least [\d,.]+ GiB of memory, more than this machine's", err[0])
+    assert re.search(r"need at least [\d,.]+ GiB of memory, more than the computer's", err[0])
     assert not run.exists()
 
 
