@@ -105,7 +105,7 @@ def test_triton_kernels_on_a_cpu_are_refused_before_the_run_folder_exists(
          "task.eval_lengths 100000000 (100,000,020 steps) x train.eval_batch_size=500"),
     ],
 )  # fmt: skip
-def test_sizes_beyond_this_machines_memory_are_refused_before_anything_is_made(
+def test_sizes_beyond_the_memory_are_refused_before_anything_is_made(
     tmp_path, capsys, command, overrides, named
 ):
     run = tmp_path / "run"
