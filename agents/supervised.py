@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -323,24 +324,23 @@ def check_memory(
     :raises ValueError: naming the length, the batch size key and both memory sizes.
     """
     tcfg = config.train
-    checks = [(name, task, "train.eval_batch_size") for name, task in tasks.items()]
-    if train:
-        checks.insert(0, (*next(iter(tasks.items())), "train.batch_size"))
-    for name, task, batch_key in checks:
-        batch = tcfg.batch_size
-        if batch_key == "train.eval_batch_size":
-            examples = tcfg.eval_size
-            if isinstance(task, ClassificationTask):  # valid during training, test at the end
-                examples = max(task.size("valid"), task.size("test"))
-            batch = min(tcfg.eval_batch_size, examples)
+    for i, (name, task) in enumerate(tasks.items()):
+        examples = tcfg.eval_size
+        if isinstance(task, ClassificationTask):  # valid during training, test at the end
+            examples = max(task.size("valid"), task.size("test"))
+        batches = {"train.eval_batch_size": min(tcfg.eval_batch_size, examples)}
+        if train and i == 0:
+            batches = {"train.batch_size": tcfg.batch_size, **batches}
         width = task.input_size + config.core.hidden_size
-        check_fits(
-            4 * task.length * batch * width,
-            (torch.device("cpu"), device),
-            f"{name} ({task.length:,} steps) x {batch_key}={batch} x {width} float32 values "
-            "per step (inputs + hidden units)",
-            f"lower {name.split('=')[0].split(' ')[0]} or {batch_key}",
-        )
+        setting = re.split(r"[= ]", name)[0]  # "task.length=200" -> "task.length"
+        for batch_key, batch in batches.items():
+            check_fits(
+                4 * task.length * batch * width,
+                (torch.device("cpu"), device),
+                f"{name} ({task.length:,} steps) x {batch_key}={batch} x {width} float32 "
+                "values per step (inputs + hidden units)",
+                f"lower {setting} or {batch_key}",
+            )
 
 
 def length_names(config: SupervisedConfig, task: SequenceTask) -> dict[str, SequenceTask]:

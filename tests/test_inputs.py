@@ -121,6 +121,21 @@ def test_sizes_beyond_the_memory_are_refused_before_anything_is_made(
     assert not run.exists()
 
 
+def test_the_memory_check_counts_every_device_the_tensors_live_on(monkeypatch):
+    import agents.memory_need as memory
+
+    sizes = {"cpu": 2 * memory.GIB, "cuda": memory.GIB}
+    monkeypatch.setattr(memory, "memory_of", lambda device: sizes[device.type])
+    both = (torch.device("cpu"), torch.device("cuda", 0))
+    memory.check_fits(memory.GIB, both, "x", "lower x")  # fits both: no refusal
+    memory.check_fits(3 * memory.GIB // 2, both[:1], "x", "lower x")  # the host alone: fits
+    with pytest.raises(ValueError) as caught:
+        memory.check_fits(3 * memory.GIB // 2, both, "x", "lower x")
+    assert str(caught.value) == (
+        "x need at least 1.5 GiB of memory, more than the GPU's (cuda:0) 1.0 GiB; lower x"
+    )
+
+
 def test_eval_lengths_beyond_memory_are_refused_before_the_first_evaluation(tmp_path, capsys):
     run, out = tmp_path / "run", tmp_path / "eval.json"
     args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, "task.length=5"]
