@@ -99,7 +99,7 @@ def test_triton_kernels_on_a_cpu_are_refused_before_the_run_folder_exists(
 @pytest.mark.parametrize(
     ("command", "overrides", "named"),
     [
-        ("train", ["env.n_envs=10000000"], "env.n_envs=10,000,000 x agent.n_steps=32"),
+        ("train", ["env.n_envs=100000000"], "env.n_envs=100,000,000 x agent.n_steps=32"),
         ("supervised", ["task.length=100000000"], "task.length=100000000 (100,000,020 steps)"),
         ("supervised", ["task.name=transfer_copy", "task.eval_lengths=[5,100000000]"],
          "task.eval_lengths 100000000 (100,000,020 steps) x train.eval_batch_size=500"),
