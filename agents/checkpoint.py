@@ -125,8 +125,11 @@ def deprecated(kind: str, message: str) -> None:
 def _load_failure(err: Exception) -> str:
     """Why ``torch.load`` failed, in one line and without torch's advice to load unsafely."""
     text = str(err)
-    if "Weights only load failed" in text or "weights_only" in text:
+    if "Unsupported global" in text or "GLOBAL" in text:  # a pickled class or function
         return "it holds Python objects other than tensors and plain data; refused for safety"
+    unreadable = isinstance(err, KeyError)  # pickle's opcode table lacks the first byte
+    if unreadable or "Weights only load failed" in text or "weights_only" in text:
+        return "its bytes are not a PyTorch checkpoint's: random or damaged data"
     first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
     return first.split(". ")[0].rstrip(".")  # torch appends paragraphs of advice
 

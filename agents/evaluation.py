@@ -214,6 +214,11 @@ def record_gif(
     device = policy.device
     env_id = env_id or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
+    if env_id.startswith("popgym/"):  # checked before an env is made or a frame is drawn
+        raise ValueError(
+            f"env {env_id!r} cannot be rendered: POPGym envs draw no pictures; visualize "
+            "records MiniGrid, BabyAI and memcores/* envs (evaluate scores any env)"
+        )
     env = make_env(env_id, seed=seed, render_mode="rgb_array", **kwargs)
     frames: list[np.ndarray] = []
     returns: list[float] = []

@@ -46,6 +46,7 @@ from agents.device import acting_device, module_device, resolve_device
 from agents.divergence import DivergenceGuard
 from agents.episodes import EpisodeStats
 from agents.graph_recording import keyed_by_state
+from agents.memory_need import check_fits
 from agents.policy import RecurrentActorCritic, build_policy, observation_shape
 from agents.ppo import UpdateStats, make_optimizer, update
 from agents.rl_config import AgentConfig, RLConfig
@@ -117,10 +118,12 @@ def setup(config: RLConfig) -> Setup:
     :raises ValueError: with a message naming the bad value and the valid choices.
     """
     device = resolve_device(config.train.device)
+    config.core.check_device(device)
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     torch.manual_seed(config.train.seed)
     env = config.env
+    check_rollout_memory(config, device)
     envs = make_vector_env(
         env.id, env.n_envs, config.train.seed, env.vector, env.kwargs, env.workers
     )
@@ -146,6 +149,43 @@ def setup(config: RLConfig) -> Setup:
         raise
     return Setup(
         config, device, envs, policy, optimizer, n_actions, image_shape, graph_acting, graph_update
+    )
+
+
+STORED_STEP_BYTES = 8 + 1 + 5 * 4
+"""What a rollout stores per env and step besides the observation: the action (int64), the
+episode-start flag, log-probability, reward, value, advantage and return (float32)."""
+
+
+def check_rollout_memory(config: RLConfig, device: torch.device) -> None:
+    """Refuse rollouts that cannot fit memory before any env is made (``env.n_envs`` envs
+    take minutes to make): ``n_steps x n_envs`` stored steps, each its observation (sized
+    by one probe env) and :data:`STORED_STEP_BYTES`, twice with ``train.overlap``.
+
+    :raises ValueError: naming ``env.n_envs``, ``agent.n_steps`` and both memory sizes; an
+        unknown env id or bad env options (the probe env's errors).
+    """
+    from envs import make_env
+
+    env, agent = config.env, config.agent
+    probe = make_env(env.id, **dict(env.kwargs or {}))
+    try:
+        spaces = getattr(probe.observation_space, "spaces", {"obs": probe.observation_space})
+        obs_bytes = sum(
+            int(np.prod(space.shape or ())) * np.dtype(space.dtype).itemsize
+            for space in spaces.values()
+            if space.dtype is not None
+        )
+    finally:
+        probe.close()
+    per_step = obs_bytes + STORED_STEP_BYTES
+    buffers = 2 if config.train.overlap else 1
+    check_fits(
+        buffers * agent.n_steps * env.n_envs * per_step,
+        (torch.device("cpu"), device),
+        f"env.n_envs={env.n_envs:,} x agent.n_steps={agent.n_steps:,} stored steps of "
+        f"{per_step:,} bytes{' x 2 rollouts (train.overlap)' if buffers == 2 else ''}",
+        "lower env.n_envs or agent.n_steps",
     )
 
 

@@ -59,6 +59,11 @@ class RunLock:
             return self
         if self.folder.exists() and not self.folder.is_dir():
             raise FileExistsError(f"run folder {self.folder} exists and is not a folder")
+        if self.folder.is_symlink() and not self.folder.exists():
+            raise FileExistsError(
+                f"run folder {self.folder} is a symbolic link that leads nowhere (a loop of "
+                "links or a missing target); give another run.dir"
+            )
         self._created_folder = not self.folder.exists()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -50,6 +51,7 @@ from agents.checkpoint import (
 from agents.device import resolve_device
 from agents.files import write_text_atomic
 from agents.logger import RunLogger
+from agents.memory_need import check_fits
 from agents.run import RunLayout, RunSession
 from agents.supervised_config import SupervisedConfig
 from cores import MemoryCore, make_core
@@ -143,7 +145,10 @@ def loss_and_metrics(kind: str, out: Tensor, batch: dict[str, Tensor]) -> tuple[
 
 
 def summarize(kind: str, sums: dict[str, float]) -> dict[str, float]:
-    """Pooled sums -> ``loss`` and ``accuracy`` (``ce``/``bce``) or ``mse``."""
+    """Pooled sums -> ``loss`` and ``accuracy`` (``ce``/``bce``) or ``mse``; no metrics
+    (``{}``) for no examples (an empty split: ``task.valid_fraction=0`` holds out none)."""
+    if not sums.get("n_loss"):
+        return {}
     result = {"loss": sums["loss_sum"] / max(sums["n_loss"], 1.0)}
     if kind == "mse":
         result["mse"] = sums["sq_err"] / max(sums["n_metric"], 1.0)
@@ -288,9 +293,11 @@ def prepare(config: SupervisedConfig) -> Prepared:
     :raises FileNotFoundError: a dataset file is missing from ``task.data_dir``.
     """
     device = resolve_device(config.train.device)
+    config.core.check_device(device)
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     task = build_task(config)
+    check_memory(config, length_names(config, task), device)
     torch.manual_seed(config.train.seed)
     model = build_model(config, task).to(device)
     model.core = maybe_graphed(model.core, device, config.core.cuda_graph)
@@ -298,6 +305,54 @@ def prepare(config: SupervisedConfig) -> Prepared:
     run_dir = Path(config.run.dir) if config.run.dir else default_run_dir(config)
     TaskData(task, config.train.batch_size, config.train.seed)  # checks batch vs dataset size
     return Prepared(config, task, model, optimizer, device, run_dir)
+
+
+def check_memory(
+    config: SupervisedConfig,
+    tasks: dict[str, SequenceTask],
+    device: torch.device,
+    train: bool = True,
+) -> None:
+    """Refuse tasks whose batches cannot fit memory, before any is drawn: a batch holds at
+    least its inputs ``x [T, B, D]`` and the core's outputs ``[T, B, H]`` as float32, on the
+    host and on ``device``.
+
+    :param tasks: what sets each task's length, as the message names it
+        (``"task.length=200"``, ``"--eval-lengths 2000"``) -> the task; each is checked with
+        evaluation batches of ``train.eval_batch_size`` examples.
+    :param train: also check the first task with training batches of ``train.batch_size``.
+    :raises ValueError: naming the length, the batch size key and both memory sizes.
+    """
+    tcfg = config.train
+    for i, (name, task) in enumerate(tasks.items()):
+        examples = tcfg.eval_size
+        if isinstance(task, ClassificationTask):  # valid during training, test at the end
+            examples = max(task.size("valid"), task.size("test"))
+        batches = {"train.eval_batch_size": min(tcfg.eval_batch_size, examples)}
+        if train and i == 0:
+            batches = {"train.batch_size": tcfg.batch_size, **batches}
+        width = task.input_size + config.core.hidden_size
+        setting = re.split(r"[= ]", name)[0]  # "task.length=200" -> "task.length"
+        for batch_key, batch in batches.items():
+            check_fits(
+                4 * task.length * batch * width,
+                (torch.device("cpu"), device),
+                f"{name} ({task.length:,} steps) x {batch_key}={batch} x {width} float32 "
+                "values per step (inputs + hidden units)",
+                f"lower {setting} or {batch_key}",
+            )
+
+
+def length_names(config: SupervisedConfig, task: SequenceTask) -> dict[str, SequenceTask]:
+    """The config's task, and the transfer lengths a ``transfer_copy`` task scores at the
+    end, keyed by the setting that makes each one's length (for :func:`check_memory`)."""
+    options = config.task.options
+    key = f"task.length={options['length']}" if "length" in options else "task.length"
+    names: dict[str, SequenceTask] = {key: task}
+    if isinstance(task, TransferCopyTask):
+        for label, variant in task.variants().items():
+            names[f"task.eval_lengths {label[2:]}"] = variant
+    return names
 
 
 def forget_log_timescales(core: MemoryCore) -> Tensor | None:
@@ -618,6 +673,7 @@ def load_trained(
     """
     payload = load_trainer_checkpoint(checkpoint_path(run_dir), "supervised")
     device = resolve_device(config.train.device)
+    config.core.check_device(device)
     task = build_task(config)
     check_compatible(task, build_task(saved) if saved.task != config.task else task)
     model = build_model(config, task).to(device)
@@ -657,12 +713,15 @@ def evaluate_run(
     task, model, device = load_trained(run_dir, config, saved)
     kw = dict(eval_size=config.train.eval_size, batch_size=config.train.eval_batch_size)
     if eval_lengths:
-        results = {}
-        for length in eval_lengths:
-            variant = build_task(with_length(config, length))
+        variants = {f"--eval-lengths {n}": build_task(with_length(config, n)) for n in eval_lengths}
+        for variant in variants.values():
             check_compatible(variant, task)
-            results[f"T={length}"] = evaluate(model, variant, device, "valid", **kw)
-        return results
+        check_memory(config, variants, device, train=False)  # every length before the first
+        return {
+            f"T={length}": evaluate(model, variant, device, "valid", **kw)
+            for length, variant in zip(eval_lengths, variants.values(), strict=True)
+        }
+    check_memory(config, dict([next(iter(length_names(config, task).items()))]), device, False)
     if isinstance(task, ClassificationTask):
         return {"test": evaluate(model, task, device, "test", **kw)}
     return {"eval": evaluate(model, task, device, "valid", **kw)}

@@ -292,7 +292,8 @@ def make_env(
         Discrete(4), mission [MAX_MISSION_LEN] int64)``, action space ``Discrete(7)``, and
         ``info["success"]`` on every step.
     :raises ValueError: unknown / unsupported id (the message lists the valid ids and close
-        matches), or constructor options the env does not take.
+        matches), an id this install cannot build (:func:`envs.suites.unavailable_reason`),
+        or constructor options the env does not take.
 
     ``popgym/*`` ids return ``Dict(vector=Box(n,))`` observations and their own action space
     instead (:func:`envs.popgym_env.make_popgym`).
@@ -300,6 +301,11 @@ def make_env(
     _ensure_registered()
     if env_id not in gym.registry:
         raise ValueError(_unknown_env_message(env_id))
+    from envs.suites import unavailable_reason  # envs.suites imports this module
+
+    why = unavailable_reason(env_id)  # e.g. missing data files: say so, not what is missing
+    if why:
+        raise ValueError(f"env {env_id!r} is unavailable: {why} (see `memcores list envs`)")
     if env_id.startswith("popgym/"):
         from envs.popgym_env import make_popgym
 

@@ -41,6 +41,17 @@ def positive_float(text: str) -> float:
     return float(_number(text, float, 0.0, strict=True))
 
 
+def finite_float(text: str) -> float:
+    """Any finite number (levels, thresholds): not ``nan`` nor ``inf``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
 def output_file(text: str) -> str:
     """A file path that can be written: not a folder, and its nearest existing ancestor is a
     writable folder (missing folders are created when the file is written, not here)."""

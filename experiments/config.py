@@ -155,30 +155,43 @@ def load_config(
     return build(schema, raw, prefix="")
 
 
-def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a non-empty mapping.
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """Read a YAML file through :func:`parse_yaml` (no duplicate keys, no alias bombs): the
+    one way memcores reads a YAML file a person wrote.
 
-    :raises ConfigError: the path is missing or a folder, the file is not UTF-8 YAML, is empty
-        (an empty file is a mistake more often than a wish for every default), or holds no
-        mapping; the message names the file.
+    :param what: how messages name the file (``"config file"``, ``"reference file"``).
+    :raises ConfigError: the path is missing, a folder or not a regular file, the file is not
+        UTF-8 YAML or is refused; the message names the file.
     """
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"config path {path} is a folder, not a YAML file")
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"{what.split()[0]} path {path} is a folder, not a YAML file")
+    if not path.exists():
+        raise ConfigError(f"{what} not found: {path}")
+    if not path.is_file():  # /dev/null, a pipe, a socket: nothing a config is kept in
+        raise ConfigError(f"{what} {path} is not a regular file; give a YAML file")
     try:
-        data = parse_yaml(path.read_text(encoding="utf-8"))
+        return parse_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not a text (UTF-8 YAML) file") from None
+        raise ConfigError(f"{what} {path} is not a text (UTF-8 YAML) file") from None
     except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+        raise ConfigError(f"cannot read {what} {path}: {err.strerror}") from err
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
         problem = getattr(err, "problem", None) or "malformed"
-        what = "is refused" if isinstance(err, _Refused) else "is not valid YAML"
-        raise ConfigError(f"config file {path} {what}{at}: {problem}") from None
+        verdict = "is refused" if isinstance(err, _Refused) else "is not valid YAML"
+        raise ConfigError(f"{what} {path} {verdict}{at}: {problem}") from None
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file that must hold a non-empty mapping (:func:`read_yaml`).
+
+    :raises ConfigError: as :func:`read_yaml`; and the file is empty (an empty file is a
+        mistake more often than a wish for every default), or holds no mapping.
+    """
+    path = Path(path)
+    data = read_yaml(path)
     if data is None:
         raise ConfigError(
             f"config file {path} is empty; write the keys to change (e.g. `core: {{name: lstm}}`)"

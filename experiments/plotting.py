@@ -10,12 +10,14 @@ all cover, and the plot shows their mean with a min-max or +-1 std band.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from agents.run import flatten
 from experiments.records import Curve, Run, find_runs
 from experiments.run_groups import label_with_variant, seed_count, variant_names
 
@@ -145,6 +147,23 @@ def auto_panel_key(runs: Sequence[Run]) -> str | None:
     return None
 
 
+def check_config_keys(runs: Sequence[Run], keys: Iterable[str], option: str) -> None:
+    """Refuse a key (``--group-by``, ``--panel-by``) that no run's config has: it would group
+    nothing and draw one line per run without a word.
+
+    :raises ValueError: naming the option, the key and the closest keys the configs have.
+    """
+    known = sorted({k.replace(".options.", ".") for run in runs for k in flatten(run.config)})
+    for key in keys:
+        if runs and all(run.get(key) is None for run in runs):
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+            hint = f"; close: {', '.join(close)}" if close else ""
+            raise ValueError(
+                f"{option} {key}: no run's config has this key (e.g. core.name, env.id, "
+                f"task.name, train.seed){hint}"
+            )
+
+
 def collect_bands(
     runs: Sequence[Run],
     metric: str,
@@ -169,6 +188,8 @@ def collect_bands(
         tags = ", ".join(sorted(seen_tags)) or "(none)"
         raise ValueError(f"no run logged the metric {metric!r}; tags found: {tags}")
     found = [run for run, _ in logged]
+    check_config_keys(found, group_by, "--group-by")
+    check_config_keys(found, [panel_by] if panel_by else [], "--panel-by")
     panel_of = [str(run.get(panel_by)) if panel_by else "" for run in found]
     # the panel is part of the group: runs are compared with those they share a panel with
     keys = [f"{p}\0{group_label(run, group_by)}" for p, run in zip(panel_of, found, strict=True)]
@@ -207,6 +228,7 @@ def final_bands(
     if not logged:
         raise ValueError(f"no run logged {metric!r} with a numeric {x_key!r} in its config")
     found = [run for run, _, _ in logged]
+    check_config_keys(found, group_by, "--group-by")
     labels = split_labels(found, [group_label(run, group_by) for run in found], ignore=[x_key])
     points: dict[str, dict[float, list[tuple[float, object]]]] = {}
     for label, (run, x, y) in zip(labels, logged, strict=True):

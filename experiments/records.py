@@ -39,6 +39,7 @@ import numpy as np
 import yaml
 
 from agents.files import atomic_write, write_text_atomic
+from experiments.config import parse_yaml
 
 FORMAT = "memcores-record/1"
 RECORD_FILE = "record.json"
@@ -52,6 +53,9 @@ THRESHOLDS = (0.5, 0.8, 0.9, 0.95, 0.99)
 """Levels whose first crossing (``value >= level``) :func:`derive` records per metric."""
 DERIVED_PREFIXES = ("rollout/", "eval/", "test/", "transfer/")
 """Metrics whose best value and threshold crossings a record keeps (not train/ or time/)."""
+RUN_FOLDER_FILES = ("progress.csv", "checkpoints", "events.out.tfevents.*", "results.json")
+"""What a run folder holds and a record never does: a record written there would replace the
+run's own ``config.yaml`` beside its checkpoints."""
 SAME_RUN_IGNORES = ("train.total_steps", "train.steps")
 """Config keys a record of the same run may change: a resumed run with a longer budget."""
 
@@ -169,6 +173,19 @@ def read_curves(folder: str | Path) -> dict[str, Curve]:
     }
 
 
+def read_saved_config(path: Path) -> Any:
+    """A run's or record's ``config.yaml``, read by the checked loader
+    (:func:`experiments.config.parse_yaml`).
+
+    :raises ValueError: the file is not valid YAML or is refused (the message names it).
+    """
+    try:
+        return parse_yaml(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "bad YAML"
+        raise ValueError(f"corrupt config {path}: {first}") from None
+
+
 def read_config(folder: Path, root: Path) -> dict[str, Any]:
     """The ``config.yaml`` of ``folder`` or of its nearest parent up to ``root``.
 
@@ -177,11 +194,7 @@ def read_config(folder: Path, root: Path) -> dict[str, Any]:
     for parent in [folder, *folder.parents]:
         path = parent / "config.yaml"
         if path.is_file():
-            try:
-                data = yaml.safe_load(path.read_text())
-            except (yaml.YAMLError, UnicodeDecodeError) as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else "bad YAML"
-                raise ValueError(f"corrupt config {path}: {first}") from None
+            data = read_saved_config(path)
             return data if isinstance(data, dict) else {}
         if parent == root or parent == parent.parent:
             break
@@ -340,7 +353,9 @@ def make_record(
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    config = yaml.safe_load(config_path.read_text()) or {}
+    config = read_saved_config(config_path) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"corrupt config {config_path}: not a mapping")
     rows = read_rows(run_dir / PROGRESS_FILE)
     if not rows:
         raise FileNotFoundError(f"{run_dir} has no {PROGRESS_FILE} rows: the run never logged")
@@ -394,6 +409,7 @@ def write_record(
     policy: bool = False,
     extra: dict[str, Any] | None = None,
     replace: bool = False,
+    require_policy: bool = False,
 ) -> Path:
     """Write the record of ``run_dir`` into ``out`` (``results/<experiment>/<trial>``).
 
@@ -402,12 +418,17 @@ def write_record(
     written. ``policy``: also save the final policy weights as ``policy.pt`` when they stay
     under 1 MB (RL runs only; re-evaluate with ``memcores evaluate OUT/policy.pt --env ...``).
 
-    :param replace: overwrite a record of a different run in ``out`` (by default refused; a
-        record of the same run, e.g. after a resume with a longer budget, is updated).
+    :param replace: overwrite a record of a different run in ``out``, or write into a run
+        folder (by default refused; a record of the same run, e.g. after a resume with a
+        longer budget, is updated).
+    :param require_policy: with ``policy``, refuse a run whose policy cannot be kept (not an
+        RL run, no checkpoint, over 1 MB) instead of recording ``"policy": null``.
     :returns: the path of ``record.json``.
     :raises FileNotFoundError: ``run_dir`` is not a finished run folder.
-    :raises FileExistsError: ``out`` holds a record of a different run and not ``replace``.
-    :raises ValueError: ``policy`` and the checkpoint is not a memcores RL checkpoint.
+    :raises FileExistsError: ``out`` is a run folder, or holds a record of a different run,
+        and not ``replace``.
+    :raises ValueError: ``policy`` and the checkpoint is not a memcores RL checkpoint; a
+        policy that ``require_policy`` cannot keep.
     """
     out = Path(out)
     record, config, rows = make_record(
@@ -420,10 +441,13 @@ def write_record(
         extra=extra,
     )
     if not replace:
+        check_not_a_run_folder(out, Path(run_dir))
         check_same_run(out, record, config)
     weights = None
     if policy and record["kind"] == "rl":
         weights = _slim_policy(Path(run_dir) / RL_CHECKPOINT)
+    if require_policy and weights is None:
+        raise ValueError(_why_no_policy(Path(run_dir), record["kind"]))
     write_text_atomic(out / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_text_atomic(out / CURVE_FILE, _csv_text(downsample(rows)))
     if policy and record["kind"] == "rl":
@@ -432,6 +456,35 @@ def write_record(
             atomic_write(out / POLICY_FILE, lambda handle: handle.write(weights))
             record["policy"] = POLICY_FILE
     return write_text_atomic(out / RECORD_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def check_not_a_run_folder(out: Path, run_dir: Path) -> None:
+    """Refuse to write a record into another run's folder (its ``config.yaml`` would be
+    replaced); the recorded run's own folder is allowed (its config is the same).
+
+    :raises FileExistsError: naming the folder and the run files found there.
+    """
+    if out.resolve() == run_dir.resolve():
+        return
+    found = sorted({p.name for pattern in RUN_FOLDER_FILES for p in out.glob(pattern)})
+    if found:
+        raise FileExistsError(
+            f"--out {out} is a run folder (it holds {', '.join(found[:3])}); a record goes in "
+            "a folder of its own, results/<experiment>/<trial> (--replace writes there anyway)"
+        )
+
+
+def _why_no_policy(run_dir: Path, kind: str) -> str:
+    """Why ``--policy`` cannot keep ``run_dir``'s policy (:func:`_slim_policy` gave none)."""
+    if kind != "rl":
+        return f"--policy keeps RL policies only; {run_dir} is a {kind} run"
+    checkpoint = run_dir / RL_CHECKPOINT
+    if not checkpoint.is_file():
+        return f"--policy: {run_dir} has no checkpoint ({RL_CHECKPOINT}) to take the policy from"
+    return (
+        f"--policy: the policy of {run_dir} is over the {MAX_POLICY_BYTES / 1e6:g} MB a record "
+        "keeps; record it without --policy (re-evaluate from the run folder instead)"
+    )
 
 
 def check_same_run(out: Path, record: dict[str, Any], config: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from experiments.config import parse_override, set_dotted
+from experiments.config import parse_override, parse_yaml, read_yaml, set_dotted, shorten
 from experiments.core_compare import check_cores, comparison_rows, retention_rows
 from experiments.plotting import auto_panel_key, plot_against, plot_runs
 from experiments.records import (
@@ -205,8 +205,8 @@ def searched_keys(words: Sequence[str]) -> list[str]:
     )
     config = Path(words[words.index("sweep") + 1])
     try:
-        section = yaml.safe_load(config.read_text()).get("search") if sampled else None
-    except (OSError, ValueError, AttributeError):  # the config moved or is not a mapping
+        section = parse_yaml(config.read_text()).get("search") if sampled else None
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):  # moved, not a mapping
         return []
     return [str(k) for k in section] if isinstance(section, dict) else []
 
@@ -588,18 +588,34 @@ def short_env(env_id: str) -> str:
 
 
 def load_reference(path: str | Path) -> dict[str, Any]:
-    """A reference table: ``title``, and ``train``/``test`` blocks ``{env: {core: value}}``
-    (env names as :func:`short_env` prints them), e.g. a paper's transfer table."""
+    """A reference table: ``title`` and ``label`` (text), and ``train``/``test`` blocks
+    ``{env: {core: value}}`` (env names as :func:`short_env` prints them, values numbers or
+    ``null``), e.g. a paper's transfer table; read by the checked YAML loader.
+
+    :raises ValueError: a missing or malformed file, or a value of the wrong type (one line
+        naming the file and the key).
+    """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"reference file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path, "reference file")
     if not isinstance(data, dict) or not {"train", "test"} & set(data):
         raise ValueError(f"reference file {path} needs `train:` and/or `test:` blocks")
+    for key in ("title", "label"):
+        if not isinstance(data.get(key, ""), str):
+            raise ValueError(f"reference {path}: {key} must be text, got {shorten(data[key])}")
     for block in ("train", "test"):
-        for env, cores in (data.get(block) or {}).items():
+        envs = data.get(block) or {}
+        if not isinstance(envs, dict):
+            raise ValueError(f"reference {path}: {block} must map env -> {{core: value}}")
+        for env, cores in envs.items():
             if not isinstance(cores, dict):
                 raise ValueError(f"reference {path}: {block}.{env} must map core -> value")
+            for core, value in cores.items():
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if value is not None and not (number and math.isfinite(value)):
+                    raise ValueError(
+                        f"reference {path}: {block}.{env}.{core} must be a number or null, "
+                        f"got {shorten(value)}"
+                    )
     return data
 
 

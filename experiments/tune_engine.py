@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
@@ -86,6 +87,12 @@ def connect_ray(address: str | None, cpus: int) -> bool:
         except Exception as err:  # ConnectionError, AuthenticationError, ...
             raise RuntimeError(f"{str(err).splitlines()[0]}{_auth_hint()}") from None
     else:
+        # Ray turns token authentication on for a new local instance and, with no token
+        # anywhere, writes one to ~/.ray/auth_token, which outlives the sweep; a token in the
+        # environment keeps the instance authenticated and writes nothing.
+        if not ({"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ)):
+            if not (Path.home() / ".ray" / "auth_token").is_file():
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         # "local": a new private instance even when `ray start` runs a cluster on the same host
         # (ray.init() would join that one, whose CPUs it cannot set).
         ray.init(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import re
 import shutil
 import subprocess
@@ -66,6 +67,142 @@ def test_supervised_config_checks_dataset_files_without_reading_them(tmp_path):
     assert config.task.name == "smnist"  # present (if empty) files pass; reading comes later
 
 
+# --------------------------------------------------------------------------- before the folder
+SUPERVISED_TINY = ["train.steps=2", "train.eval_every=1", "train.progress=false"]
+
+
+@pytest.mark.parametrize(
+    ("command", "overrides", "key"),
+    [
+        ("train", ["core.impl=triton"], "core.impl"),
+        ("train", ["core.name=lru", "core.scan=triton"], "core.scan"),
+        ("supervised", ["core.impl=triton"], "core.impl"),
+        ("supervised", ["core.name=min_gru", "core.scan=triton"], "core.scan"),
+    ],
+)
+def test_triton_kernels_on_a_cpu_are_refused_before_the_run_folder_exists(
+    tmp_path, capsys, monkeypatch, command, overrides, key
+):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the suite's CPU runs set it
+    run = tmp_path / "run"
+    if command == "train":
+        code = _train(run, "train.device=cpu", *overrides)
+    else:
+        args = ["supervised", "experiments/configs/digits.yaml", *SUPERVISED_TINY, *overrides]
+        code = main([*args, "train.device=cpu", f"run.dir={run}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{key}=triton cannot run here (the device is cpu" in err[0]
+    assert not run.exists()  # no config.yaml, no events, no init.pt: the next run may use it
+
+
+@pytest.mark.parametrize(
+    ("command", "overrides", "named"),
+    [
+        ("train", ["env.n_envs=100000000"], "env.n_envs=100,000,000 x agent.n_steps=32"),
+        ("supervised", ["task.length=100000000"], "task.length=100000000 (100,000,020 steps)"),
+        ("supervised", ["task.name=transfer_copy", "task.eval_lengths=[5,100000000]"],
+         "task.eval_lengths 100000000 (100,000,020 steps) x train.eval_batch_size=500"),
+    ],
+)  # fmt: skip
+def test_sizes_beyond_the_memory_are_refused_before_anything_is_made(
+    tmp_path, capsys, command, overrides, named
+):
+    run = tmp_path / "run"
+    if command == "train":
+        code = _train(run, *overrides)
+    else:
+        args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, *overrides]
+        code = main([*args, f"run.dir={run}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0]
+    assert re.search(r"need at least [\d,.]+ GiB of memory, more than the computer's", err[0])
+    assert not run.exists()
+
+
+def test_the_memory_check_counts_every_device_the_tensors_live_on(monkeypatch):
+    import agents.memory_need as memory
+
+    sizes = {"cpu": 2 * memory.GIB, "cuda": memory.GIB}
+    monkeypatch.setattr(memory, "memory_of", lambda device: sizes[device.type])
+    both = (torch.device("cpu"), torch.device("cuda", 0))
+    memory.check_fits(memory.GIB, both, "x", "lower x")  # fits both: no refusal
+    memory.check_fits(3 * memory.GIB // 2, both[:1], "x", "lower x")  # the host alone: fits
+    with pytest.raises(ValueError) as caught:
+        memory.check_fits(3 * memory.GIB // 2, both, "x", "lower x")
+    assert str(caught.value) == (
+        "x need at least 1.5 GiB of memory, more than the GPU's (cuda:0) 1.0 GiB; lower x"
+    )
+
+
+def test_eval_lengths_beyond_memory_are_refused_before_the_first_evaluation(tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "eval.json"
+    args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, "task.length=5"]
+    assert main([*args, "core.hidden_size=8", f"run.dir={run}"]) == 0
+    capsys.readouterr()
+    evaluate = ["supervised", str(run), "--eval-only", "--json", str(out)]
+    assert main([*evaluate, "--eval-lengths", "5,100000000"]) == 2
+    err = capsys.readouterr()
+    assert "--eval-lengths 100000000 (100,000,020 steps) x train.eval_batch_size" in err.err
+    assert "T=5" not in err.out and not out.exists()
+    assert main([*evaluate, "--eval-lengths", "5,6"]) == 0 and out.exists()
+
+
+def test_a_link_loop_as_run_dir_is_named_as_such(tmp_path, capsys):
+    loop = tmp_path / "a"
+    loop.symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(loop)
+    assert _train(loop) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"memcores train: error: run folder {loop} is a symbolic link that leads nowhere "
+        "(a loop of links or a missing target); give another run.dir"
+    ]
+
+
+def test_a_config_that_is_not_a_regular_file_says_so(capsys):
+    assert main(["train", "/dev/null"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "memcores train: error: config file /dev/null is not a regular file; give a YAML file"
+    )
+
+
+def test_random_bytes_as_a_checkpoint_are_called_damaged_not_python_objects(tmp_path, capsys):
+    import argparse
+
+    noise, objects = tmp_path / "noise.pt", tmp_path / "objects.pt"
+    noise.write_bytes(bytes(range(256)) * 8)
+    torch.save({"model": argparse.Namespace(layers=2)}, objects)
+    for path, why in [
+        (noise, "its bytes are not a PyTorch checkpoint's: random or damaged data"),
+        (objects, "it holds Python objects other than tensors and plain data"),
+    ]:
+        assert main(["evaluate", str(path), "--episodes", "1"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"checkpoint {path} is corrupt or not a memcores" in err[0]
+        assert why in err[0]
+
+
+def test_evaluate_says_an_env_is_unavailable(trained_run, capsys, monkeypatch):
+    import envs.suites
+
+    monkeypatch.setattr(envs.suites, "_wfc_available", lambda: False)
+    args = ["evaluate", str(trained_run), "--env", "MiniGrid-WFC-MazeSimple-v0"]
+    assert main([*args, "--episodes", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "memcores evaluate: error: env 'MiniGrid-WFC-MazeSimple-v0' is unavailable: minigrid's "
+        "WFC pattern files are not installed (see `memcores list envs`)"
+    ]
+
+
+def test_eval_only_json_into_a_missing_folder_makes_it(tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "new" / "folder" / "eval.json"
+    args = ["supervised", "experiments/configs/copy.yaml", *SUPERVISED_TINY, "task.length=5"]
+    assert main([*args, "core.hidden_size=8", f"run.dir={run}"]) == 0
+    assert main(["supervised", str(run), "--eval-only", "--json", str(out)]) == 0
+    assert set(json.loads(out.read_text())) == {"eval"}
+
+
 # --------------------------------------------------------------------------- ranges
 @pytest.mark.parametrize(
     ("override", "message"),
@@ -110,6 +247,20 @@ def test_a_negative_value_keeps_its_sign_in_the_trial_name(tmp_path, capsys):
     args = ["sweep", "experiments/configs/demo_copy.yaml", "--grid", "core.hidden_size=-1,8"]
     assert main([*args, "--dry-run", "--out", str(tmp_path / "sw")]) == 2
     assert "trial hidden_size=-1: core.hidden_size must be >= 1, got -1" in capsys.readouterr().err
+
+
+def test_every_yaml_file_is_read_by_the_checked_loader():
+    """Duplicate keys and alias bombs are refused wherever memcores reads YAML: no module
+    parses it but experiments/config.py's ConfigLoader."""
+    root = Path(__file__).resolve().parents[1]
+    readers = [
+        f"{path.relative_to(root)}:{number}"
+        for package in ("agents", "cores", "envs", "experiments")
+        for path in sorted((root / package).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"yaml\.(safe_load|load|full_load|unsafe_load)\b", line)
+    ]
+    assert len(readers) == 1 and readers[0].startswith("experiments/config.py:"), readers
 
 
 # --------------------------------------------------------------------------- messages

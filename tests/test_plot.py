@@ -115,6 +115,24 @@ def test_plot_cli_errors_name_the_problem(sweep, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "option", "key", "close"),
+    [([], "--group-by", "bogus.key", ""), ([], "--group-by", "core.nme", "; close: core.name"),
+     ([], "--panel-by", "env.idd", "; close: env.id"),
+     (["--against", "train.seed"], "--group-by", "bogus.key", "")],
+)  # fmt: skip
+def test_a_key_no_run_has_is_refused_not_drawn_one_line_per_run(
+    sweep, tmp_path, capsys, extra, option, key, close
+):
+    out = tmp_path / "curves.png"
+    assert main(["plot", str(sweep), "--out", str(out), *extra, option, key]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"memcores plot: error: {option} {key}: no run's config has this key "
+        f"(e.g. core.name, env.id, task.name, train.seed){close}"
+    ]
+    assert not out.exists()
+
+
 def test_plot_cli_log_y_needs_positive_values(sweep, tmp_path, capsys):
     out = tmp_path / "log.png"
     # the lstm's reward starts at exactly 0 (step 0, seed 0): no log axis for it

@@ -117,6 +117,19 @@ def test_popgym_env_trains_and_evaluates(tmp_path) -> None:
     assert len(evaluated.returns) == 2 and all(-1.0 <= r <= 1.0 for r in evaluated.returns)
 
 
+def test_visualize_says_popgym_envs_cannot_be_rendered(tmp_path, capsys) -> None:
+    run, gif = tmp_path / "run", tmp_path / "agent.gif"
+    train(tiny_config(*POPGYM_TINY, "train.total_steps=64"), run)
+    assert main(["visualize", str(run), "--gif", str(gif), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "memcores visualize: error: env 'popgym/RepeatPreviousEasy-v0' cannot be rendered: "
+        "POPGym envs draw no pictures; visualize records MiniGrid, BabyAI and memcores/* envs "
+        "(evaluate scores any env)"
+    ]
+    assert not gif.exists()
+
+
 def test_cli_refuses_continuous_actions_before_writing(tmp_path, capsys) -> None:
     run = tmp_path / "run"
     args = ["train", "experiments/configs/demo_rl.yaml", *TINY, f"run.dir={run}", "env.kwargs={}"]

@@ -278,3 +278,48 @@ def test_policy_of_a_foreign_checkpoint_is_one_line_and_writes_nothing(rl_run, t
     torch.save({"format": "x", "weights": [1]}, foreign / "checkpoints" / "last.pt")
     assert main(["record", str(foreign), "--out", str(out), "--policy"]) == 2
     assert "no policy weights" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_run_folder_as_out_is_refused_unless_replaced(rl_run, tmp_path, capsys):
+    run, _ = rl_run
+    other = tmp_path / "other_run"  # another run's folder: its config beside its checkpoint
+    rl_trainer.train(tiny_config("train.total_steps=64", "train.seed=1"), other)
+    before = (other / "config.yaml").read_text()
+    assert main(["record", str(run), "--out", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out {other} is a run folder (it holds" in err[0]
+    assert (other / "config.yaml").read_text() == before and not has_record(other)
+    assert main(["record", str(run), "--out", str(other), "--replace"]) == 0
+    assert has_record(other)
+    own = tmp_path / "own_run"  # a run recorded into its own folder: the same config
+    rl_trainer.train(tiny_config("train.total_steps=64"), own)
+    assert main(["record", str(own), "--out", str(own)]) == 0 and has_record(own)
+
+
+def test_the_wrote_line_names_only_the_files_written(rl_run, tmp_path, capsys):
+    run, _ = rl_run
+    out = tmp_path / "results" / "exp" / "trial"
+    out.mkdir(parents=True)
+    (out / "notes.md").write_text("mine")
+    assert main(["record", str(run), "--out", str(out)]) == 0
+    wrote = capsys.readouterr().out.splitlines()[0]
+    assert wrote == f"wrote {out} (config.yaml, curve.csv, record.json)"
+    assert main(["record", str(run), "--out", str(out), "--policy"]) == 0
+    wrote = capsys.readouterr().out.splitlines()[0]
+    assert wrote == f"wrote {out} (config.yaml, curve.csv, policy.pt, record.json)"
+
+
+def test_a_policy_the_record_cannot_keep_is_refused(rl_run, sup_run, tmp_path, capsys, monkeypatch):
+    import experiments.records
+
+    out = tmp_path / "results" / "exp" / "t"
+    monkeypatch.setattr(experiments.records, "MAX_POLICY_BYTES", 1000)  # the tiny policy is over
+    assert main(["record", str(rl_run[0]), "--out", str(out), "--policy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the policy of" in err[0] and "over the 0.001 MB" in err[0]
+    assert not out.exists()
+    assert main(["record", str(sup_run[0]), "--out", str(out), "--policy"]) == 2
+    assert "--policy keeps RL policies only" in capsys.readouterr().err and not out.exists()
+    # a sweep's transfer trials keep a policy only where it fits: null, as documented
+    write_record(rl_run[0], out, policy=True)
+    assert json.loads((out / "record.json").read_text())["policy"] is None

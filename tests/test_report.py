@@ -126,6 +126,40 @@ def test_report_cli(sweep, tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing"), "--out", str(out)]) == 2
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("train: {MemoryS7: {lstm: [1, 2]}}", "train.MemoryS7.lstm must be a number or null"),
+        ("train: {MemoryS7: {lstm: high}}", "train.MemoryS7.lstm must be a number or null"),
+        ("title: [a]\ntrain: {}", "title must be text, got ['a']"),
+        ("train: [1]", "train must map env -> {core: value}"),
+        ("train: {}\ntrain: {}", "duplicate key 'train' (first given on line 1)"),
+        ("a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+         "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\ntrain: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]",
+         "aliases expand to more than"),
+    ],
+)  # fmt: skip
+def test_a_wrong_reference_file_is_one_line_and_writes_nothing(
+    sweep, tmp_path, capsys, text, message
+):
+    reference, out = tmp_path / "ref.yaml", tmp_path / "report" / "r.md"
+    reference.write_text(text + "\n")
+    assert main(["report", str(sweep), "--reference", str(reference), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(reference) in err[0] and message in err[0]
+    assert not out.parent.exists()
+
+
+def test_a_threshold_must_be_a_finite_number(sweep, tmp_path, capsys):
+    out = tmp_path / "report" / "r.md"
+    for bad in ("nan", "inf"):
+        with pytest.raises(SystemExit) as caught:
+            main(["report", str(sweep), "--threshold", bad, "--out", str(out)])
+        assert caught.value.code == 2
+        assert f"--threshold: must be a finite number, got {bad}" in capsys.readouterr().err
+    assert not out.parent.exists()
+
+
 def test_transfer_trials_report_per_env_runs_and_their_table(tmp_path):
     """A transfer trial has no config.yaml of its own: one run per env pair in sub-folders and
     a table.csv; rows take the core from the trial's overrides and the env from each run."""

@@ -272,6 +272,7 @@ def test_transfer_writes_table(tmp_path, monkeypatch, capsys):
     suite = type(envs.suites.SUITES["doorkey"])  # same record type as the real suites
     tiny = suite(pairs=(("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),), description="t")
     monkeypatch.setitem(envs.suites.SUITES, "tiny-test", tiny)
+    monkeypatch.chdir(tmp_path)  # outside the repository: the default --config is packaged
     out = tmp_path / "transfer"
     args = ["transfer", "tiny-test", *TINY, "train.total_steps=64", "--episodes", "2"]
     assert main([*args, "--out", str(out)]) == 0

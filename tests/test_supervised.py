@@ -233,6 +233,19 @@ def test_digits_reports_test_split(tmp_path: Path) -> None:
     assert not any(r.get("train/timescale_median") for r in rows)
 
 
+@pytest.mark.parametrize("fraction", ["0", "0.0001"])
+def test_a_valid_fraction_that_holds_out_nothing_trains_on_every_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture, fraction: str
+) -> None:
+    args = ["supervised", "experiments/configs/digits.yaml", f"task.valid_fraction={fraction}"]
+    args += ["train.steps=2", "train.eval_every=1", "core.hidden_size=8", f"run.dir={tmp_path}"]
+    assert main([*args, "train.progress=false", "run.tensorboard=false"]) == 0
+    final = json.loads((tmp_path / "results.json").read_text())["final"]
+    assert set(final) == {"test/loss", "test/accuracy"}  # no validation split to score
+    assert "test/accuracy" in capsys.readouterr().out
+    assert supervised.make_task("digits", valid_fraction=float(fraction)).size("valid") == 0
+
+
 def test_diagnose_config_and_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "lag.png"
     code = main(

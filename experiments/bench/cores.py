@@ -45,11 +45,11 @@ import time
 from collections.abc import Callable
 
 import torch
-import yaml
 
 from agents.device import resolve_device, sync
 from cores import CORES, make_core
 from experiments.argtypes import positive_int
+from experiments.config import parse_yaml
 from experiments.malloc import ENV_VAR, keep_freed_memory
 
 TWINS = {
@@ -255,7 +255,7 @@ def parse_core_spec(spec: str) -> tuple[str, dict[str, object]]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"core option {pair!r} in {spec!r} is not key=value")
-        options[key] = yaml.safe_load(value)
+        options[key] = parse_yaml(value)
     return name, options
 
 

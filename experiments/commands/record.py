@@ -1,9 +1,10 @@
 """``memcores record RUN_DIR --out results/<experiment>/<trial>``: commit a run's small record.
 
 Writes ``record.json``, ``config.yaml`` and ``curve.csv`` (<= 300 rows) from a finished run
-folder, and with ``--policy`` the final policy weights when they stay under 1 MB. A record of
-another run already in ``--out`` is kept unless ``--replace`` is given; a run that stopped
-before its budget is recorded as incomplete. See :mod:`experiments.records`.
+folder, and with ``--policy`` the final policy weights (refused over 1 MB). A record of
+another run already in ``--out``, or a run folder as ``--out``, is kept unless ``--replace``
+is given; a run that stopped before its budget is recorded as incomplete. See
+:mod:`experiments.records`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--command", default="", help="the exact command that produced the run (stored as is)"
     )
     parser.add_argument(
-        "--policy", action="store_true", help="also keep the final policy (RL, < 1 MB only)"
+        "--policy",
+        action="store_true",
+        help="also keep the final policy (RL runs; refused over 1 MB)",
     )
     parser.add_argument(
         "--replace",
@@ -30,19 +33,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.records import read_record, write_record
+    from experiments.records import (
+        CURVE_FILE,
+        POLICY_FILE,
+        RECORD_FILE,
+        read_record,
+        write_record,
+    )
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder results/<experiment>/<trial>")
     try:
         path = write_record(
-            args.run_dir, out, command=args.command, policy=args.policy, replace=args.replace
+            args.run_dir,
+            out,
+            command=args.command,
+            policy=args.policy,
+            replace=args.replace,
+            require_policy=args.policy,
         )
     except PermissionError as err:
         raise ValueError(f"cannot write the record into {out}: {err.strerror}") from None
-    print(f"wrote {path.parent} ({', '.join(sorted(p.name for p in path.parent.iterdir()))})")
     record = read_record(path.parent).record
+    written = [RECORD_FILE, "config.yaml", CURVE_FILE] + ([POLICY_FILE] if args.policy else [])
+    print(f"wrote {path.parent} ({', '.join(sorted(written))})")
     if record.get("incomplete"):
         unit = "updates" if record.get("kind") == "supervised" else "frames"
         print(

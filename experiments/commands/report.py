@@ -11,6 +11,7 @@ import argparse
 import shlex
 import sys
 
+from experiments.argtypes import finite_float
 from experiments.core_compare import parse_compare
 from experiments.plotting import SPREADS
 from experiments.report import DEFAULT_METRICS, SECTIONS, TRANSFER_QUANTITIES, build_report
@@ -60,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--threshold",
-        type=float,
+        type=finite_float,
         default=None,
         help="also give each run's first step at which the metric reached this level (from "
         "the record's full-curve numbers where it keeps them: 0.5, 0.8, 0.9, 0.95, 0.99)",

@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from agents.files import write_text_atomic
 from agents.supervised_config import SupervisedConfig
 from experiments.argtypes import output_file
 
@@ -104,5 +105,5 @@ def _eval_only(args: argparse.Namespace) -> int:
     for label, metrics in results.items():
         print(f"{label:<10}" + "".join(f"{metrics.get(k, float('nan')):>12.4f}" for k in keys))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_text_atomic(args.json, json.dumps(results, indent=2))  # makes missing folders
     return 0

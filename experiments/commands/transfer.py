@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from agents.evaluation import EvalResult
     from agents.rl_config import RLConfig
 
-DEFAULT_CONFIG = "experiments/configs/transfer.yaml"
+DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "transfer.yaml")
+"""The packaged ``experiments/configs/transfer.yaml``, found from any working directory."""
 TRANSFER_KEYS = ("suite", "episodes", "argmax", "pair_overrides")
 """Top-level keys of a transfer config that are arguments of the suite, not RL config keys."""
 
@@ -53,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("suite", help="transfer suite (see `memcores list suites`)")
     parser.add_argument("overrides", nargs="*", help="dotted overrides: core.name=ur_lstm ...")
     parser.add_argument(
-        "--config", default=DEFAULT_CONFIG, help=f"base RL config (default {DEFAULT_CONFIG})"
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="base RL config (default: the packaged experiments/configs/transfer.yaml)",
     )
     parser.add_argument(
         "--episodes",
