@@ -24,7 +24,7 @@ from torch import Tensor
 from agents.policy import Obs, RecurrentActorCritic
 from agents.rollout import Act, act
 from cores import State
-from cores.graphed import WARMUP_CALLS, CudaRecorder, RecordedCall, Recorder, recorded_call
+from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
 
 
 class _Inputs:
@@ -62,7 +62,7 @@ class ActingGraph:
     def __init__(
         self,
         policy: RecurrentActorCritic,
-        recorder: Recorder | None = None,
+        recorder: EagerRecorder | None = None,
         warmup_calls: int = WARMUP_CALLS,
     ) -> None:
         self.policy = policy

@@ -50,7 +50,7 @@ from agents.ppo import LossFn, Row, minibatch_step
 from agents.rl_config import AgentConfig
 from agents.rollout import ChunkBatch
 from cores.base import MemoryCore
-from cores.graphed import WARMUP_CALLS, CudaRecorder, RecordedCall, Recorder, recorded_call
+from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
 
 
 def keyed_by_state(policy: nn.Module) -> str | None:
@@ -198,7 +198,7 @@ class UpdateGraph:
     :param warmup_steps: eager steps of a new layout before it is recorded (at least one).
     """
 
-    def __init__(self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_CALLS):
+    def __init__(self, recorder: EagerRecorder | None = None, warmup_steps: int = WARMUP_CALLS):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
         self.recorder = recorder if recorder is not None else CudaRecorder()

@@ -1,39 +1,26 @@
 """CUDA graphs: one way to record a call once and replay it, and the cores that train through it.
 
 A step loop, an acting step or a PPO minibatch step launches dozens to hundreds of small
-kernels; at RL and supervised shapes a GPU then waits on launches, not arithmetic. Each of
-these is recorded once as a CUDA graph and replayed as one launch, through one mechanism:
+kernels; at RL and supervised shapes a GPU then waits on launches, not arithmetic. Each is
+recorded once as a CUDA graph and replayed as one launch, through one mechanism:
+:class:`RecordedCall` runs a call eagerly for a few warm-up calls, records it once and replays
+it after; a recording that raises (an operation CUDA graphs refuse, such as a read of the
+device from the host) warns once, in one line, and leaves every later call eager. The recorder
+is a parameter: :class:`CudaRecorder` records CUDA graphs; :class:`EagerRecorder` replays by
+running the call again under the recorded settings, on any device, which is how the tests
+check the bookkeeping on a CPU. The acting and update graphs (:mod:`agents.acting_graph`,
+:mod:`agents.update_graph`) record a call on static buffers (``record``); :class:`GraphedCore`
+records a core's forward and backward (``record_autograd``, ``make_graphed_callables``).
 
-- :class:`RecordedCall` runs a call eagerly for a few warm-up calls, then records it once
-  and replays it on every later call. A recording that raises (an operation CUDA graphs
-  refuse, such as a read of the device from the host) warns once, in one line, and leaves
-  every later call eager, so a training run goes on.
-- The recorder is a parameter: :class:`CudaRecorder` records CUDA graphs;
-  :class:`EagerRecorder` "replays" by running the call again under the recorded settings, on
-  any device, which is how the tests check the bookkeeping around a recording on a CPU.
-  ``record`` records a call on static buffers (the acting and update graphs,
-  :mod:`agents.acting_graph`, :mod:`agents.update_graph`); ``record_autograd`` records a
-  module's forward and backward for inputs shaped like its samples
-  (``torch.cuda.make_graphed_callables``), which :class:`GraphedCore` uses.
+:class:`GraphedCore` wraps a core whose time loop stays a Python loop (``graph_safe``: no host
+synchronisation and no data-dependent shapes inside ``forward``): on CUDA tensors, with
+autograd on and more than one step, it keeps one recorded call per input shape, dtype, mode
+and ``graph_key`` (``mem_lstm``'s memory width, read once per call), at most
+:data:`MAX_GRAPHS`; elsewhere (CPU, acting under ``torch.no_grad``, one step, autocast) it runs
+the core as it is. Inside a capture :func:`cores.base.steps_with_starts` returns every step, so
+the reset mask is applied at every step and a graph is right for any later ``starts``. The
+wrapper is transparent to checkpoints (its ``state_dict`` is the core's) and diagnostics.
 
-:class:`GraphedCore` wraps a core whose time loop stays a Python loop (the ordered-neuron
-family, ``janet``, ``nru``, the power and leaky RNNs, ``rel_lstm``/``rel_rnn``,
-``block_gru``/``linear_rnn``): on CUDA tensors, with autograd on and more than one step, it
-keeps one recorded call per input shape/dtype/mode and ``graph_key`` (:data:`MAX_GRAPHS`,
-least recently used dropped); everywhere else (CPU, acting under ``torch.no_grad``, one step,
-autocast) it runs the wrapped core as it is. Outputs are copied out of the graph's static
-buffers, so results behave like eager ones.
-
-What makes a loop capturable is declared by the core (``graph_safe``): no host
-synchronisation and no data-dependent shapes inside ``forward``. Episode resets are read on
-the host by :func:`cores.base.steps_with_starts`, which inside a capture returns every step,
-so the reset mask is applied at every step and the graph is right for any later ``starts``.
-What the shapes leave open is read from the state once per call by the core's ``graph_key``
-(``mem_lstm``'s memory width, rounded up to a power of two) and keys the graphs.
-
-The wrapper is transparent to checkpoints and diagnostics: its ``state_dict`` holds the
-wrapped core's keys, and attributes it does not define are read from the wrapped core.
-:func:`maybe_graphed` wraps where ``core.cuda_graph`` and the device say so;
 :func:`graph_switch` resolves every CUDA-graph switch (``auto``, ``true``, ``false``) by one
 rule. That a replay computes what the eager call does is checked by the tests (on a CPU with
 the eager recorder, on CUDA with graphs: ``pytest -m cuda``), not in every run.
@@ -46,7 +33,7 @@ import gc
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -126,33 +113,45 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-class Recorder(Protocol):
-    """How a call is recorded and replayed."""
+class EagerRecorder:
+    """How a call is recorded and replayed; this one replays by running the call again under
+    the recorded settings: the same static buffers and settings as a graph, on any device
+    (the tests' stand-in for a GPU). :class:`CudaRecorder` records CUDA graphs."""
 
-    device_type: str | None
+    device_type: str | None = None
     """The device a recording runs on (None: any)."""
 
     def warmup(self) -> contextlib.AbstractContextManager[Any]:
         """The context of the eager calls before recording."""
-        ...
+        return contextlib.nullcontext()
 
     def record(self, fn: Callable[[], Out], settings: Settings) -> Callable[[], Out]:
         """Record ``fn`` under ``settings()``; return its replay, which returns ``fn``'s
         outputs (for a CUDA graph, the same static tensors at every replay)."""
-        ...
+
+        def replay() -> Out:
+            with settings():
+                return fn()
+
+        return replay
 
     def record_autograd(
         self, module: nn.Module, samples: tuple[Tensor, ...], settings: Settings
     ) -> Callable[..., tuple[Tensor, ...]]:
         """Record ``module``'s forward and backward for inputs like ``samples``; return a
         callable that autograd differentiates as it would ``module``."""
-        ...
+
+        def replay(*args: Tensor) -> tuple[Tensor, ...]:
+            with settings():
+                return module(*args)
+
+        return replay
 
 
-class CudaRecorder:
+class CudaRecorder(EagerRecorder):
     """CUDA graphs: eager warm-up on a side stream, one graph per recording."""
 
-    device_type = "cuda"
+    device_type: str | None = "cuda"
     _side: torch.cuda.Stream | None = None  # made at first use; not copied with the module
 
     def __getstate__(self) -> dict[str, Any]:
@@ -192,37 +191,6 @@ class CudaRecorder:
         ``allow_unused_input``: a parameter some option leaves out gets no gradient."""
         with settings(), collector_paused():
             return torch.cuda.make_graphed_callables(module, samples, allow_unused_input=True)
-
-
-class EagerRecorder:
-    """Replays by running the call again under the recorded settings: the same static
-    buffers and settings as a graph, on any device (the tests' stand-in for a GPU)."""
-
-    device_type = None
-
-    def warmup(self) -> contextlib.AbstractContextManager[Any]:
-        """Nothing to set up."""
-        return contextlib.nullcontext()
-
-    def record(self, fn: Callable[[], Out], settings: Settings) -> Callable[[], Out]:
-        """``fn``, run under ``settings()`` at every replay."""
-
-        def replay() -> Out:
-            with settings():
-                return fn()
-
-        return replay
-
-    def record_autograd(
-        self, module: nn.Module, samples: tuple[Tensor, ...], settings: Settings
-    ) -> Callable[..., tuple[Tensor, ...]]:
-        """``module``, run under ``settings()`` at every replay."""
-
-        def replay(*args: Tensor) -> tuple[Tensor, ...]:
-            with settings():
-                return module(*args)
-
-        return replay
 
 
 class RecordedCall(Generic[Out]):
@@ -279,7 +247,7 @@ class RecordedCall(Generic[Out]):
 
 def recorded_call(
     fn: Callable[[], Out],
-    recorder: Recorder,
+    recorder: EagerRecorder,
     what: str,
     settings: Settings = contextlib.nullcontext,
     warmup_calls: int = WARMUP_CALLS,
@@ -315,7 +283,7 @@ class GraphedCore(MemoryCore):
     :param recorder: :class:`CudaRecorder` (default) or the tests' :class:`EagerRecorder`.
     """
 
-    def __init__(self, core: MemoryCore, recorder: Recorder | None = None) -> None:
+    def __init__(self, core: MemoryCore, recorder: EagerRecorder | None = None) -> None:
         if not core.graph_safe:
             raise ValueError(
                 f"{type(core).__name__} cannot be captured in a CUDA graph (it synchronises "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import cores.rel_lstm  # noqa: F401  (before a test patches cores.base.capturing, see below)
 from cores import CORES, make_core
 from cores.graphed import EagerRecorder, GraphedCore, RecordedCall, maybe_graphed, recorded_call
 
@@ -39,6 +40,15 @@ def _inputs(device: str = "cpu", dtype: torch.dtype = torch.float64):
     starts = torch.zeros(T, B, dtype=torch.bool)
     starts[4, 0] = starts[0, 2] = True
     return x, starts.to(device)
+
+
+def _capturing(monkeypatch) -> None:
+    """The host as it sees a CUDA capture: ``cores.base.capturing`` says yes, and so does
+    ``cores.rel_lstm``'s copy of it. ``cores.rel_lstm`` is imported at the top of this file:
+    imported first while ``cores.base.capturing`` is patched, it would bind the patch as its
+    own, and keep it after the test."""
+    monkeypatch.setattr("cores.base.capturing", lambda like: True)
+    monkeypatch.setattr("cores.rel_lstm.capturing", lambda like: True)
 
 
 class _Counting(EagerRecorder):
@@ -183,8 +193,7 @@ def test_capturable_cores_give_the_same_values_with_a_reset_at_every_step(
     state = core.initial_state(B)
     want = _run(core, x, state, starts)
     key = core.graph_key(state)  # read before a capture, as GraphedCore does
-    monkeypatch.setattr("cores.base.capturing", lambda like: True)
-    monkeypatch.setattr("cores.rel_lstm.capturing", lambda like: True)
+    _capturing(monkeypatch)
     with core.recording(key):
         got = _run(core, x, state, starts)
     for g, w in zip(got, want, strict=True):
@@ -195,8 +204,7 @@ def test_capturable_cores_give_the_same_values_with_a_reset_at_every_step(
 def test_capturable_cores_read_nothing_back_to_the_host(name, monkeypatch) -> None:
     """Forward and backward on ``meta`` tensors (no values: ``.item()``, ``bool()`` or
     ``.tolist()`` of a tensor raise) while a capture is simulated."""
-    monkeypatch.setattr("cores.base.capturing", lambda like: True)
-    monkeypatch.setattr("cores.rel_lstm.capturing", lambda like: True)
+    _capturing(monkeypatch)
     core = make_core(name, D, H).to("meta")
     x, starts = (t.to("meta") for t in _inputs(dtype=torch.float32))
     state = core.initial_state(B, "meta")
@@ -281,8 +289,7 @@ def test_mem_lstm_records_one_graph_per_memory_width(monkeypatch) -> None:
 
             def replay(*args):
                 with monkeypatch.context() as m, settings():
-                    m.setattr("cores.base.capturing", lambda like: True)
-                    m.setattr("cores.rel_lstm.capturing", lambda like: True)
+                    _capturing(m)
                     return module(*args)
 
             replay(*samples)

@@ -333,6 +333,7 @@ def test_the_recorded_step_reads_nothing_back_to_the_host(env_id, core, monkeypa
     graph records (the step loops take every step as a reset step, as during a capture)."""
     import numpy as np
 
+    import cores.rel_lstm  # noqa: F401  (imported before the patch, it keeps the real one)
     from agents.ppo import _backward, loss_row, minibatch_loss, ppo_loss
     from agents.rollout import ChunkBatch
 
