@@ -229,7 +229,7 @@ def graph_safe_cores() -> list[str]:
 def committed_ms(path: str | Path, shape: dict[str, int]) -> dict[str, float]:
     """Each core's best forward+backward ms in a committed ``bench_gpu.json`` at ``shape``
     (``{}`` where the file, its cores part or that shape is missing)."""
-    file = Path(path) if Path(path).is_absolute() else REPO / path
+    file = Path(path) if Path(path).is_file() else REPO / path  # from here, or the repo's
     if not file.is_file():
         return {}
     part = json.loads(file.read_text()).get("parts", {}).get("cores", {})
@@ -269,7 +269,8 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, against: str) -
     for name, graph in cells:
         label = name + (GRAPHED if graph else "")
         if clock.left() <= 0:
-            not_measured += [] if label in not_measured else [label]
+            if label not in not_measured:  # the baselines come up three times
+                not_measured.append(label)
             continue
         try:
             ms = _time_cell(name, sizes.cores, device, graph, sizes, clock)
