@@ -15,6 +15,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def section(title: str, columns: list[str], note: str = "") -> list[str]:
+    """A part's heading, an optional note, and its table's head."""
+    head = ["", f"## {title}", ""] + ([note, ""] if note else [])
+    return head + ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def header(results: dict[str, Any]) -> list[str]:
     """The title, the hardware and the command."""
     hw = results["hardware"]
@@ -37,11 +43,7 @@ def cores(c: dict[str, Any]) -> list[str]:
         if values
     ]
     against = c.get("against")
-    lines = [
-        "",
-        f"## Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
-        f"hidden {shape['H']}",
-        "",
+    note = (
         "Capturable cores also through CUDA graphs; ratios and targets use the better time; "
         "x own loop: the eager loop's time over the CUDA graph's. "
         + (f"record: `{against}`. " if against else "No committed record to compare. ")
@@ -49,12 +51,14 @@ def cores(c: dict[str, Any]) -> list[str]:
             f"Baselines timed before, between and after the cores: {'; '.join(runs)}."
             if runs
             else ""
-        ),
-        "",
-        "| core | ms | ms, CUDA graph | x nn.LSTM | x nn.GRU | x own loop | record ms "
-        "| x record | target |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        )
+    )
+    title = (
+        f"Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
+        f"hidden {shape['H']}"
+    )
+    columns = ["core", "ms", "ms, CUDA graph", "x nn.LSTM", "x nn.GRU", "x own loop"]
+    lines = section(title, [*columns, "record ms", "x record", "target"], note)
     for r in c["rows"]:
         lines.append(
             f"| {r['core']} | {_ms(r['ms'])} | {_ms(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
@@ -66,29 +70,20 @@ def cores(c: dict[str, Any]) -> list[str]:
 
 def scaling(s: dict[str, Any]) -> list[str]:
     """The scaling part: each core's cost at each sequence length."""
-    head = " | ".join(f"T={T}" for T in s["lengths"])
-    lines = [
-        "",
-        f"## Cost against T, forward+backward ms, B={s['B']} hidden {s['H']}",
-        "",
-        f"| core | {head} | T={s['lengths'][-1]} / T={s['lengths'][0]} | target |",
-        "|---|" + "---|" * (len(s["lengths"]) + 2),
-    ]
+    lengths = [f"T={T}" for T in s["lengths"]]
+    title = f"Cost against T, forward+backward ms, B={s['B']} hidden {s['H']}"
+    lines = section(title, ["core", *lengths, f"{lengths[-1]} / {lengths[0]}", "target"])
     for r in s["rows"]:
-        cells = " | ".join(_ms(r["ms"].get(T)) for T in s["lengths"])
+        ms = {int(T): v for T, v in r["ms"].items()}  # JSON keys are strings
+        cells = " | ".join(_ms(ms.get(T)) for T in s["lengths"])
         lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
     return lines
 
 
 def acting(a: dict[str, Any]) -> list[str]:
     """The acting part: one row per n_envs, then the crossover."""
-    lines = [
-        "",
-        "## Acting step (MemoryS7 policy), microseconds",
-        "",
-        "| n_envs | CPU | device | device, CUDA graph | faster | trainer's rule |",
-        "|---|---|---|---|---|---|",
-    ]
+    columns = ["n_envs", "CPU", "device", "device, CUDA graph", "faster", "trainer's rule"]
+    lines = section("Acting step (MemoryS7 policy), microseconds", columns)
     for r in a["rows"]:
         cells = []
         for where in ("cpu", "device", "graphed"):
@@ -106,14 +101,9 @@ def acting(a: dict[str, Any]) -> list[str]:
 
 def rl(part: dict[str, Any]) -> list[str]:
     """The RL part: frames/s per setting, device against CPU."""
-    lines = [
-        "",
-        "## RL frames/s, device against the same machine's CPU",
-        "",
-        "| setting | CPU frames/s | device frames/s | x CPU | device: collect s / update s "
-        "| epochs timed | acting |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    columns = ["setting", "CPU frames/s", "device frames/s", "x CPU"]
+    columns += ["device: collect s / update s", "epochs timed", "acting"]
+    lines = section("RL frames/s, device against the same machine's CPU", columns)
     for r in part["rows"]:
         if "error" in r:
             lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
@@ -130,12 +120,9 @@ def rl(part: dict[str, Any]) -> list[str]:
 def supervised(s: dict[str, Any]) -> list[str]:
     """The supervised part: seconds per update, device against CPU."""
     cpu, dev = s["cpu"], s["device"]
+    title = f"Supervised copy ({s['config']} {' '.join(s['overrides'])}), core {cpu['core']}"
     return [
-        "",
-        f"## Supervised copy ({s['config']} {' '.join(s['overrides'])}), core {cpu['core']}",
-        "",
-        "| | s per update | updates timed |",
-        "|---|---|---|",
+        *section(title, ["", "s per update", "updates timed"]),
         f"| CPU ({cpu['threads']} threads) | {cpu['s_per_update']:.3f} | {cpu['updates']} |",
         f"| device | {dev['s_per_update']:.3f} | {dev['updates']} |",
         f"\nDevice against CPU: {_x(s['x_cpu'])}.",
