@@ -83,6 +83,7 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
     assert sup["cpu"]["s_per_update"] > 0 and sup["cpu"]["updates"] == gpu.QUICK.supervised_updates
 
     assert "## CUDA tests" not in md
+    assert gpu.markdown(results) == md  # the markdown is its JSON's, read back
     for title in ("Cores, forward+backward", "Cost against T", "Acting step"):
         assert f"## {title}" in md
     assert "## RL frames/s" in md and "## Supervised copy" in md
