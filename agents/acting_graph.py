@@ -6,7 +6,7 @@ waits on their launches, and an eager GPU step is slower than the CPU's below a 
 envs (docs/cores.md, "Speed on a GPU", has the H100 timings).
 :class:`ActingGraph` is a drop-in :data:`agents.rollout.Acting`: per input shape (one per env
 group) it copies the step's inputs into static buffers, replays :func:`agents.rollout.act`
-recorded on them (after warm-up steps, :class:`agents.graph_recording.RecordedCall`) and
+recorded on them (after warm-up steps, :class:`cores.graphed.RecordedCall`) and
 returns the static outputs, which the rollout reads before the next step. The weights are read
 where they live, so every update reaches the replays; the sampling draws from the device's
 generator, whose offsets a CUDA graph advances at each replay. A step that cannot be recorded
@@ -21,10 +21,10 @@ from collections.abc import Hashable
 
 from torch import Tensor
 
-from agents.graph_recording import WARMUP_CALLS, CudaRecorder, RecordedCall, Recorder
 from agents.policy import Obs, RecurrentActorCritic
 from agents.rollout import Act, act
 from cores import State
+from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
 
 
 class _Inputs:
@@ -54,15 +54,15 @@ class ActingGraph:
     """:func:`agents.rollout.act` of ``policy``, replayed from one recording per input shape.
 
     :param policy: the acting policy, on the device its inputs come to.
-    :param recorder: :class:`agents.graph_recording.CudaRecorder` (default) or the eager
-        recorder of the tests.
+    :param recorder: :class:`cores.graphed.CudaRecorder` (default) or the tests'
+        :class:`cores.graphed.EagerRecorder`.
     :param warmup_calls: eager steps per shape before it is recorded (at least one).
     """
 
     def __init__(
         self,
         policy: RecurrentActorCritic,
-        recorder: Recorder | None = None,
+        recorder: EagerRecorder | None = None,
         warmup_calls: int = WARMUP_CALLS,
     ) -> None:
         self.policy = policy
@@ -89,7 +89,7 @@ class ActingGraph:
             inputs = _Inputs(obs, state, starts)
             step = functools.partial(act, self.policy, inputs.obs, inputs.state, inputs.starts)
             what = "train.graph_acting: the acting step"
-            call = RecordedCall(step, self.recorder, what, warmup_calls=self.warmup_calls)
+            call = recorded_call(step, self.recorder, what, warmup_calls=self.warmup_calls)
             entry = self._shapes[key] = (inputs, call)
         inputs, call = entry
         inputs.fill(obs, state, starts)

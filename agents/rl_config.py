@@ -220,20 +220,18 @@ class TrainConfig(TrainBase):
     graph_update: Any = "auto"
     """Replay each PPO minibatch step (the core's forward and backward, the loss, clipping and
     Adam) from one CUDA graph instead of launching its kernels one by one
-    (:mod:`agents.update_graph`; the same maths as the eager update, and each recording's
-    first replay is checked against the eager step, falling back to it where they differ).
-    ``auto`` (a bool or ``auto``): on for a CUDA learner without ``overlap`` where the update
-    can be recorded (PPO with Adam, no reconstruction loss, a core that draws nothing on the
-    host and is not keyed by its state: not ``hdetach_lstm`` or ``mem_lstm``), off elsewhere;
-    ``true`` asks for it and is refused where it cannot apply; ``false`` turns it off."""
+    (:mod:`agents.update_graph`; the same maths as the eager update). ``auto`` (a bool or
+    ``auto``, :func:`cores.graphed.graph_switch`): on for a CUDA learner without ``overlap``
+    where the update can be recorded (PPO with Adam, no reconstruction loss, a core that draws
+    nothing on the host and is not keyed by its state: not ``hdetach_lstm`` or ``mem_lstm``);
+    ``true`` insists and is refused, with the reason, where it cannot apply; ``false`` off."""
     graph_acting: Any = "auto"
     """Act on the GPU learner itself at any number of envs, each acting step (encoders, the
     core's step, heads, action sampling) replayed from one CUDA graph
-    (:mod:`agents.acting_graph`) instead of on a CPU copy below 128 envs. ``auto`` (a bool or
-    ``auto``): on for a CUDA learner without ``overlap`` whose core can be recorded (not
+    (:mod:`agents.acting_graph`) instead of on a CPU copy below 128 envs. ``auto``: on for a
+    CUDA learner without ``overlap`` whose core reads nothing of its state on the host (not
     ``mem_lstm``), where a replayed step measured faster than both the CPU and the eager GPU
-    at every number of envs; ``true`` asks for it and is refused without CUDA or with
-    ``overlap``."""
+    at every number of envs; ``true`` insists and is refused where it cannot apply."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
     histogram_every: int = 10

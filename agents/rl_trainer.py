@@ -33,7 +33,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
 from agents.acting_graph import ActingGraph
 from agents.checkpoint import (
@@ -45,7 +44,6 @@ from agents.checkpoint import (
 from agents.device import acting_device, module_device, resolve_device
 from agents.divergence import DivergenceGuard
 from agents.episodes import EpisodeStats
-from agents.graph_recording import keyed_by_state
 from agents.memory_need import check_fits
 from agents.policy import RecurrentActorCritic, build_policy, observation_shape
 from agents.ppo import UpdateStats, make_optimizer, update
@@ -57,9 +55,9 @@ from agents.rollout import (
     start_rollouts,
 )
 from agents.run import RunLayout, RunSession
-from agents.update_graph import UpdateGraph, refusal
+from agents.update_graph import UpdateGraph, keyed_by_state, refusal
 from cores.diagnostics import timescales
-from cores.graphed import cuda_graph_choice, maybe_graphed
+from cores.graphed import cuda_only, graph_switch, maybe_graphed
 from envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
@@ -108,8 +106,8 @@ class Setup:
     optimizer: torch.optim.Optimizer
     n_actions: int
     image_shape: tuple[int, ...]  # (H, W, 3) images, or (n,) vector observations
-    graph_acting: bool = False  # train.graph_acting resolved (graph_acting_on)
-    graph_update: bool = False  # train.graph_update resolved (graph_update_on)
+    graph_acting: bool = False  # train.graph_acting resolved (graph_obstacles)
+    graph_update: bool = False  # train.graph_update resolved (graph_obstacles)
 
 
 def setup(config: RLConfig) -> Setup:
@@ -142,8 +140,9 @@ def setup(config: RLConfig) -> Setup:
             load_initial_policy(policy, config.train.init_from, config, n_actions, image_shape)
         policy.core = maybe_graphed(policy.core, device, config.core.cuda_graph)
         optimizer = make_optimizer(policy, config.agent)
-        graph_update = graph_update_on(config, device, policy, optimizer)
-        graph_acting = graph_acting_on(config, device, policy)
+        why_update, why_acting = graph_obstacles(config, device, policy, optimizer)
+        graph_update = graph_switch(config.train.graph_update, "train.graph_update", why_update)
+        graph_acting = graph_switch(config.train.graph_acting, "train.graph_acting", why_acting)
     except BaseException:
         envs.close()
         raise
@@ -189,90 +188,23 @@ def check_rollout_memory(config: RLConfig, device: torch.device) -> None:
     )
 
 
-def graph_update_on(
+def graph_obstacles(
     config: RLConfig,
     device: torch.device,
     policy: RecurrentActorCritic,
     optimizer: torch.optim.Optimizer,
-) -> bool:
-    """``train.graph_update`` resolved: ``true`` checked by :func:`check_graph_update`;
-    ``auto`` on for a CUDA learner without ``train.overlap`` (whose collector thread would
-    launch its own kernels while a recording is made) whose update can be recorded
-    (:func:`agents.update_graph.refusal` gives no reason against it)."""
-    return _graph_switch(
-        config.train.graph_update,
-        "train.graph_update",
-        check=lambda: check_graph_update(device, policy, optimizer, config.agent),
-        auto=lambda: (
-            device.type == "cuda"
-            and not config.train.overlap
-            and refusal(policy, optimizer, config.agent) is None
-        ),
-    )
-
-
-def _graph_switch(
-    value: bool | str, option: str, check: Callable[[], None], auto: Callable[[], bool]
-) -> bool:
-    """A CUDA graph switch (``option``: ``true``, ``false`` or ``auto``) resolved: ``true``
-    after ``check`` (which raises where it cannot apply), ``auto`` as ``auto()`` says."""
-    choice = cuda_graph_choice(value, option)
-    if choice == "true":
-        check()
-        return True
-    return choice == "auto" and auto()
-
-
-def check_graph_update(
-    device: torch.device,
-    policy: RecurrentActorCritic,
-    optimizer: torch.optim.Optimizer,
-    agent: AgentConfig,
-) -> None:
-    """Refuse ``train.graph_update=true`` where the update cannot be replayed from a graph.
-
-    :raises ValueError: not a CUDA device, or :func:`agents.update_graph.refusal`'s reason.
-    """
-    _require_cuda("train.graph_update", device)
-    why = refusal(policy, optimizer, agent)
-    if why:
-        raise ValueError(f"train.graph_update=true cannot apply: {why}")
-
-
-def graph_acting_on(config: RLConfig, device: torch.device, policy: nn.Module) -> bool:
-    """``train.graph_acting`` resolved: ``true`` checked by :func:`check_graph_acting`;
-    ``auto`` on for a CUDA learner without ``train.overlap`` whose cores can be recorded
-    (:func:`agents.graph_recording.keyed_by_state`: not ``mem_lstm``, whose acting step would
-    fall back to eager GPU steps, slower than the CPU copy's at few envs)."""
-    return _graph_switch(
-        config.train.graph_acting,
-        "train.graph_acting",
-        check=lambda: check_graph_acting(device, config),
-        auto=lambda: (
-            device.type == "cuda" and not config.train.overlap and keyed_by_state(policy) is None
-        ),
-    )
-
-
-def check_graph_acting(device: torch.device, config: RLConfig) -> None:
-    """Refuse ``train.graph_acting=true`` without a CUDA learner, or with ``train.overlap``
-    (whose collector thread acts while the learner updates).
-
-    :raises ValueError: naming the setting to change.
-    """
-    _require_cuda("train.graph_acting", device)
-    if config.train.overlap:
-        raise ValueError(
-            "train.graph_acting=true does not run with train.overlap=true; set one to false"
-        )
-
-
-def _require_cuda(option: str, device: torch.device) -> None:
-    """Refuse ``option=true`` (a CUDA graph switch) on a device other than CUDA."""
-    if device.type != "cuda":
-        raise ValueError(
-            f"{option}=true needs a CUDA device (train.device is {device.type}); set {option}=false"
-        )
+) -> tuple[str | None, str | None]:
+    """Why ``train.graph_update`` and ``train.graph_acting`` cannot apply (None where one
+    can), for :func:`cores.graphed.graph_switch`: both need a CUDA learner without
+    ``train.overlap`` (whose collector thread would launch its own kernels while a graph
+    records); the update also what :func:`agents.update_graph.refusal` asks, acting a core
+    that reads nothing of its state on the host (not ``mem_lstm``)."""
+    both = cuda_only(device)
+    if both is None and config.train.overlap:
+        both = "train.overlap acts in a second thread while the learner records; set one to false"
+    keyed = keyed_by_state(policy)
+    acting = keyed and f"{keyed} reads its state on the host at every step"
+    return both or refusal(policy, optimizer, config.agent), both or acting
 
 
 def check_bptt_window(config: RLConfig, horizon: int | None) -> None:

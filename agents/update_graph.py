@@ -21,13 +21,9 @@ How a step becomes replayable (PyTorch's whole-network capture, with what PPO ad
   minibatch runs eagerly.
 - **Re-recording.** A new policy, optimiser, rollout layout, loss setting or optimiser state
   (a resume replaces its tensors) records a new graph.
-- **Checked against the eager step.** The recording's first replay is compared with the eager
-  step on the same minibatch from the same weights and optimiser state (both are copied
-  first and restored between the two): where the weights after them, or the loss terms,
-  differ by more than :data:`CHECK_TOLERANCE` of the step's own change, the update warns once
-  and runs eagerly from there on, keeping the eager step's result. So a recording that would
-  replay something else than the eager step (a graph that froze a value it should read) never
-  trains a run. The check costs one more minibatch step per recording.
+- **Checked by the tests, not in each run.** That a replay trains as the eager step does is
+  what ``tests/test_update_graph.py`` checks: on a CPU through the eager recorder, on CUDA
+  with graphs (``pytest -m cuda``).
 - **What cannot be recorded** is refused before anything is recorded (:func:`refusal`): A2C,
   an optimiser other than fused Adam, the reconstruction loss (it picks cells by the data),
   cores that draw random numbers on the host (``hdetach_lstm``), whose draws a graph would
@@ -35,7 +31,7 @@ How a step becomes replayable (PyTorch's whole-network capture, with what PPO ad
   core that reads the device from the host inside ``forward`` makes the recording raise; the
   update then warns once and runs eagerly from there on.
 
-The recorder is a parameter (:mod:`agents.graph_recording`): CUDA graphs on a GPU; on a CPU
+The recorder is a parameter (:mod:`cores.graphed`): CUDA graphs on a GPU; on a CPU
 the tests replay by running the recorded step again on the same static buffers and settings,
 which checks this bookkeeping.
 """
@@ -44,31 +40,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import warnings
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
 
-from agents.graph_recording import (
-    WARMUP_CALLS,
-    CudaRecorder,
-    RecordedCall,
-    Recorder,
-    keyed_by_state,
-)
 from agents.policy import RecurrentActorCritic
 from agents.ppo import LossFn, Row, minibatch_step
 from agents.rl_config import AgentConfig
 from agents.rollout import ChunkBatch
 from cores.base import MemoryCore
+from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
 
-CHECK_TOLERANCE = 1e-2
-"""How far a recording's first replay may be from the eager step, as a fraction of the
-largest change the eager step made to a weight (and of each loss term's size): float32
-kernels that sum in another order differ by about 1e-6 of it, a replay of the wrong minibatch,
-learning rate or optimiser state by its whole size."""
+
+def keyed_by_state(policy: nn.Module) -> str | None:
+    """The class name of the first core in ``policy`` whose calls depend on a value of its
+    state read on the host (:meth:`cores.base.MemoryCore.graph_key`: ``mem_lstm``'s memory
+    width), which one recording would fix; ``None`` where there is none."""
+    for module in policy.modules():
+        if not isinstance(module, MemoryCore):
+            continue
+        state = module.initial_state(1, next(module.parameters()).device)
+        if module.graph_key(state) is not None:
+            return type(module).__name__
+    return None
 
 
 def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentConfig) -> str | None:
@@ -198,22 +193,16 @@ class _Recording:
 class UpdateGraph:
     """Replays the PPO minibatch step from a recording (see the module docstring).
 
-    :param recorder: :class:`agents.graph_recording.CudaRecorder` (default) or
-        :class:`agents.graph_recording.EagerRecorder`.
+    :param recorder: :class:`cores.graphed.CudaRecorder` (default) or
+        :class:`cores.graphed.EagerRecorder`.
     :param warmup_steps: eager steps of a new layout before it is recorded (at least one).
-    :param check: compare each recording's first replay with the eager step, and run eagerly
-        from there on where they differ (see the module docstring).
     """
 
-    def __init__(
-        self, recorder: Recorder | None = None, warmup_steps: int = WARMUP_CALLS, check: bool = True
-    ):
+    def __init__(self, recorder: EagerRecorder | None = None, warmup_steps: int = WARMUP_CALLS):
         if warmup_steps < 1:
             raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
         self.recorder = recorder if recorder is not None else CudaRecorder()
         self.warmup_steps = warmup_steps
-        self.check = check
-        """Compare each recording's first replay with the eager step (:func:`_checked`)."""
         self.failure: str | None = None
         """Why a recording failed, after which every update runs eagerly (None: none did)."""
         self.refused: str | None = None
@@ -261,7 +250,7 @@ class UpdateGraph:
             lr=torch.zeros((), device=device),
             params=[p for p in target.policy.parameters() if p.requires_grad],
         )
-        rec.call = RecordedCall(
+        rec.call = recorded_call(
             lambda: rec.eager(rec.index),
             self.recorder,
             "train.graph_update: the update step",
@@ -279,10 +268,7 @@ class UpdateGraph:
             return rec.eager(index)
         rec.index.copy_(index)
         replays = call.replays
-        if self.check and call.records_next:
-            row = self._checked(rec)
-        else:
-            row = call()
+        row = call()
         if call.failure is not None:  # warned once; the next updates run eagerly
             self.failure, self._recording = call.failure, None
             return row
@@ -292,74 +278,3 @@ class UpdateGraph:
             self.replays += 1
             return row.clone()  # the static row, which the next replay overwrites
         return row
-
-    def _checked(self, rec: _Recording) -> Row:
-        """Record ``rec``'s step and replay it once, then take the eager step on the same
-        minibatch from the same weights and optimiser state; the eager step's result stands.
-        Where the two differ (:func:`step_difference`) the call is marked failed, with a
-        warning, so this update and the later ones run eagerly."""
-        call = rec.call
-        assert call is not None
-        optimizer, params = rec.target.optimizer, rec.params
-        before = _snapshot(optimizer, params)
-        replayed = call()
-        if call.failure is not None:  # the recording raised: `replayed` is the eager step
-            return replayed
-        replayed = replayed.clone()
-        after_replay = [p.detach().clone() for p in params]
-        _restore(optimizer, params, before)
-        row = rec.eager(rec.index)
-        gap = step_difference(
-            before[: len(params)], after_replay, [p.detach() for p in params], replayed, row
-        )
-        if gap > CHECK_TOLERANCE:
-            call.failure = (
-                f"its first replay differs from the eager step by {gap:.3g} of the step's size "
-                f"(at most {CHECK_TOLERANCE:g})"
-            )
-            warnings.warn(
-                f"{call.what}: {call.failure}; it runs eagerly from now on",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return row
-
-
-def _snapshot(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[Tensor]:
-    """Copies of :func:`_trained`'s tensors."""
-    return [t.clone() for t in _trained(optimizer, params)]
-
-
-def _restore(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], copies: list[Tensor]):
-    """Write :func:`_snapshot`'s ``copies`` back in place (the recording's addresses stay)."""
-    torch._foreach_copy_(_trained(optimizer, params), copies)
-
-
-def _trained(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[Tensor]:
-    """What a step changes: ``params`` (detached), then their optimiser state's tensors."""
-    tensors = [p.detach() for p in params]
-    for p in params:
-        tensors += [t for t in optimizer.state.get(p, {}).values() if isinstance(t, Tensor)]
-    return tensors
-
-
-def step_difference(
-    before: list[Tensor], replayed: list[Tensor], eager: list[Tensor], row_a: Tensor, row_b: Tensor
-) -> float:
-    """How far two takes of one step are apart: the largest difference between the weights
-    after them, over the largest change the eager one made to a weight, or between their loss
-    terms (:data:`agents.ppo.Row`, the non-finite ones equal where both are), over each
-    term's size; whichever is larger."""
-    change = max(
-        (float((e - b).abs().max()) for b, e in zip(before, eager, strict=True)), default=0.0
-    )
-    apart = max(
-        (float((r - e).abs().max()) for r, e in zip(replayed, eager, strict=True)), default=0.0
-    )
-    weights = apart / change if change > 0 else (0.0 if apart == 0 else math.inf)
-    a, b = row_a.double(), row_b.double()
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    same_inf = torch.isinf(a) & (a == b)
-    terms = ((a - b).abs() / b.abs().clamp_min(1e-3)).masked_fill(both_nan | same_inf, 0.0)
-    terms = terms.nan_to_num(nan=math.inf)
-    return max(weights, float(terms.max()))

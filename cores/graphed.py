@@ -1,33 +1,29 @@
-"""CUDA graphs for the cores whose time loop stays a Python loop of small operations.
+"""CUDA graphs: one way to record a call once and replay it, and the cores that train through it.
 
-A step loop launches a dozen small kernels per step; at the shapes of RL and supervised
-training a GPU then waits on launches, not arithmetic. Cores without a fused kernel or a
-parallel scan (the ordered-neuron family, ``janet``, ``nru``, the power and leaky RNNs,
-``rel_lstm``/``rel_rnn``, ``block_gru``/``linear_rnn``) get their whole forward and backward
-for one fixed shape recorded once as a CUDA graph (``torch.cuda.make_graphed_callables``)
-and replayed afterwards as one launch each way.
+A step loop, an acting step or a PPO minibatch step launches dozens to hundreds of small
+kernels; at RL and supervised shapes a GPU then waits on launches, not arithmetic. Each is
+recorded once as a CUDA graph and replayed as one launch, through one mechanism:
+:class:`RecordedCall` runs a call eagerly for a few warm-up calls, records it once and replays
+it after; a recording that raises (an operation CUDA graphs refuse, such as a read of the
+device from the host) warns once, in one line, and leaves every later call eager. The recorder
+is a parameter: :class:`CudaRecorder` records CUDA graphs; :class:`EagerRecorder` replays by
+running the call again under the recorded settings, on any device, which is how the tests
+check the bookkeeping on a CPU. The acting and update graphs (:mod:`agents.acting_graph`,
+:mod:`agents.update_graph`) record a call on static buffers (``record``); :class:`GraphedCore`
+records a core's forward and backward (``record_autograd``, ``make_graphed_callables``).
 
-:class:`GraphedCore` wraps a core: on CUDA tensors, with autograd on and more than one step,
-it captures one graph per input shape/dtype/mode and ``graph_key`` (:data:`MAX_GRAPHS` are
-kept, least recently used dropped) and replays it; everywhere else (CPU, acting under
-``torch.no_grad``, one step, autocast) it runs the wrapped core as it is. Outputs are copied
-out of the graph's static buffers, so results behave like eager ones.
+:class:`GraphedCore` wraps a core whose time loop stays a Python loop (``graph_safe``: no host
+synchronisation and no data-dependent shapes inside ``forward``): on CUDA tensors, with
+autograd on and more than one step, it keeps one recorded call per input shape, dtype, mode
+and ``graph_key`` (``mem_lstm``'s memory width, read once per call), at most
+:data:`MAX_GRAPHS`; elsewhere (CPU, acting under ``torch.no_grad``, one step, autocast) it runs
+the core as it is. Inside a capture :func:`cores.base.steps_with_starts` returns every step, so
+the reset mask is applied at every step and a graph is right for any later ``starts``. The
+wrapper is transparent to checkpoints (its ``state_dict`` is the core's) and diagnostics.
 
-What makes a loop capturable is declared by the core (``graph_safe``): no host
-synchronisation and no data-dependent shapes inside ``forward``. Episode resets are read on
-the host by :func:`cores.base.steps_with_starts`, which inside a capture returns every step
-instead, so the reset mask is applied (as a ``torch.where``) at every step and the graph is
-right for any later ``starts``. What the shapes leave open is read from the state once per
-call by the core's ``graph_key`` and keys the graphs: the memory LSTM (``mem_lstm``) attends
-to as many memory columns as its fullest row stores, rounded up to a power of two, so it
-records one graph per width (its ``on_full="error"`` policy reads the memory at every step
-and is not capturable).
-
-The wrapper is transparent to checkpoints and diagnostics: its ``state_dict`` holds the
-wrapped core's keys (a run trained with graphs on a GPU loads into an unwrapped core on the
-CPU and back), and attributes it does not define (``forget_gate_timescales``, options) are
-read from the wrapped core. :func:`maybe_graphed` is what the trainers call: it wraps where
-the ``core.cuda_graph`` setting (:data:`CUDA_GRAPH_CHOICES`) and the device say so.
+:func:`graph_switch` resolves every CUDA-graph switch (``auto``, ``true``, ``false``) by one
+rule. That a replay computes what the eager call does is checked by the tests (on a CPU with
+the eager recorder, on CUDA with graphs: ``pytest -m cuda``), not in every run.
 """
 
 from __future__ import annotations
@@ -36,27 +32,233 @@ import contextlib
 import gc
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from cores.base import MemoryCore, State, autocast_enabled
+from cores.base import MemoryCore, State, autocast_enabled, capturing
+
+Out = TypeVar("Out")
+Settings = Callable[[], contextlib.AbstractContextManager[Any]]
+"""A context a call is recorded (and, by :class:`EagerRecorder`, replayed) under."""
 
 CUDA_GRAPH_CHOICES = ("auto", "true", "false")
-"""``core.cuda_graph``: ``auto`` wraps the capturable cores when training on CUDA; ``true``
-insists (an error where the device is not CUDA or no core can be captured); ``false`` never
-wraps."""
+"""Every CUDA-graph switch (``core.cuda_graph``, ``train.graph_update``,
+``train.graph_acting``): ``auto`` on where it applies, ``true`` insists (refused, with the
+reason, where it cannot apply), ``false`` off. Booleans are taken too."""
+
+WARMUP_CALLS = 3
+"""Eager calls before a recording (PyTorch's examples use 3): they build lazily created state
+(an optimiser's moments), compile and autotune kernels."""
 
 MAX_GRAPHS = 12
-"""Graphs kept per wrapped core (one per shape, mode and ``graph_key`` seen); each holds its
-own memory. Most cores need one to three (the RL update's full and smaller last minibatch, the
-supervised batch); ``mem_lstm`` one per memory width, up to ``log2(max_len) + 1`` (11 at its
-default ``max_len``), which the RL update's chunks, each starting from a stored memory, may
-all use in turn."""
+"""Recordings kept per wrapped core (one per shape, mode and ``graph_key`` seen); each holds
+its own memory. Most cores need one to three; ``mem_lstm`` one per memory width, up to
+``log2(max_len) + 1`` (11 at its default ``max_len``)."""
 
 
+# ------------------------------------------------------------------------------ switches
+def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
+    """``value`` (a config's ``option``: a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one
+    of those strings.
+
+    :raises ValueError: any other value, named with the valid choices.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.lower() in CUDA_GRAPH_CHOICES:
+        return value.lower()
+    raise ValueError(f"{option} must be one of {', '.join(CUDA_GRAPH_CHOICES)}, got {value!r}")
+
+
+def graph_switch(value: bool | str, option: str, why_not: str | None) -> bool:
+    """A CUDA-graph switch resolved: on unless ``false`` or something speaks against it
+    (``why_not``, None where nothing does); ``true`` against a reason is refused.
+
+    :raises ValueError: an invalid ``value``, or ``true`` where ``why_not`` is given.
+    """
+    choice = cuda_graph_choice(value, option)
+    if choice == "true" and why_not is not None:
+        raise ValueError(f"{option}=true cannot apply: {why_not}; use auto or false")
+    return choice != "false" and why_not is None
+
+
+def cuda_only(device: torch.device | str) -> str | None:
+    """The reason against a CUDA graph on ``device`` (None on CUDA)."""
+    kind = torch.device(device).type
+    return None if kind == "cuda" else f"the training device is {kind}, not CUDA"
+
+
+# ------------------------------------------------------------------------------ recording
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run a CUDA graph capture with Python's cyclic garbage collector paused, after one
+    collection.
+
+    A dead graph still held in a reference cycle is otherwise destroyed whenever the
+    collector happens to run, which may be in the middle of another capture; destroying a
+    graph is not allowed while a stream captures, so that capture fails with "operation
+    failed due to a previous error during capture" (torch >= 2.9 no longer collects before
+    each capture: pytorch/pytorch PR 161037). Collecting first destroys those graphs while
+    nothing captures."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class EagerRecorder:
+    """How a call is recorded and replayed; this one replays by running the call again under
+    the recorded settings: the same static buffers and settings as a graph, on any device
+    (the tests' stand-in for a GPU). :class:`CudaRecorder` records CUDA graphs."""
+
+    device_type: str | None = None
+    """The device a recording runs on (None: any)."""
+
+    def warmup(self) -> contextlib.AbstractContextManager[Any]:
+        """The context of the eager calls before recording."""
+        return contextlib.nullcontext()
+
+    def record(self, fn: Callable[[], Out], settings: Settings) -> Callable[[], Out]:
+        """Record ``fn`` under ``settings()``; return its replay, which returns ``fn``'s
+        outputs (for a CUDA graph, the same static tensors at every replay)."""
+
+        def replay() -> Out:
+            with settings():
+                return fn()
+
+        return replay
+
+    def record_autograd(
+        self, module: nn.Module, samples: tuple[Tensor, ...], settings: Settings
+    ) -> Callable[..., tuple[Tensor, ...]]:
+        """Record ``module``'s forward and backward for inputs like ``samples``; return a
+        callable that autograd differentiates as it would ``module``."""
+
+        def replay(*args: Tensor) -> tuple[Tensor, ...]:
+            with settings():
+                return module(*args)
+
+        return replay
+
+
+class CudaRecorder(EagerRecorder):
+    """CUDA graphs: eager warm-up on a side stream, one graph per recording."""
+
+    device_type: str | None = "cuda"
+    _side: torch.cuda.Stream | None = None  # made at first use; not copied with the module
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    @contextlib.contextmanager
+    def warmup(self) -> Iterator[None]:
+        """Eager calls on a side stream, ordered after and before the current one (as
+        PyTorch's whole-network capture asks)."""
+        if self._side is None:
+            self._side = torch.cuda.Stream()
+        self._side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(self._side):
+                yield
+        finally:
+            torch.cuda.current_stream().wait_stream(self._side)
+
+    def record(self, fn: Callable[[], Out], settings: Settings) -> Callable[[], Out]:
+        """One graph of ``fn``. ``thread_local``: an overlapped rollout's collector thread
+        may launch its own kernels meanwhile."""
+        graph = torch.cuda.CUDAGraph()
+        with settings(), collector_paused():
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                out = fn()
+
+        def replay() -> Out:
+            graph.replay()
+            return out
+
+        return replay
+
+    def record_autograd(
+        self, module: nn.Module, samples: tuple[Tensor, ...], settings: Settings
+    ) -> Callable[..., tuple[Tensor, ...]]:
+        """A graph each way (``make_graphed_callables``, which warms up itself);
+        ``allow_unused_input``: a parameter some option leaves out gets no gradient."""
+        with settings(), collector_paused():
+            return torch.cuda.make_graphed_callables(module, samples, allow_unused_input=True)
+
+
+class RecordedCall(Generic[Out]):
+    """``fn(*args)``: eager for ``warmup_calls`` calls, then recorded once and replayed.
+
+    :param fn: the eager call; where recorded by ``recorder.record``, it takes no arguments
+        and reads and writes only tensors whose addresses stay fixed between calls.
+    :param record: makes the replay (e.g. ``lambda: recorder.record(fn, settings)``); a
+        :class:`RuntimeError` from it is a failed recording.
+    :param what: how the warning of a failed recording names the call.
+    :param warmup: the context of the warm-up calls (the recorder's).
+    :param warmup_calls: eager calls before the recording.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Out],
+        record: Callable[[], Callable[..., Out]],
+        what: str,
+        warmup: Settings = contextlib.nullcontext,
+        warmup_calls: int = 0,
+    ) -> None:
+        if warmup_calls < 0:
+            raise ValueError(f"warmup_calls must be >= 0, got {warmup_calls}")
+        self.fn, self.record, self.what, self.warmup = fn, record, what, warmup
+        self.warmups_left = warmup_calls
+        self.replay: Callable[..., Out] | None = None
+        self.failure: str | None = None
+        """Why the recording failed, after which every call is eager (None: it did not)."""
+        self.replays = 0
+        """Calls replayed so far (the recorded one included)."""
+
+    def __call__(self, *args: Any) -> Out:
+        if self.failure is not None:
+            return self.fn(*args)
+        if self.replay is None and self.warmups_left > 0:
+            self.warmups_left -= 1
+            with self.warmup():
+                return self.fn(*args)
+        if self.replay is None:
+            try:
+                self.replay = self.record()
+            except RuntimeError as err:  # training goes on, eagerly, rather than stop
+                self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+                warnings.warn(
+                    f"{self.what}: recording failed ({self.failure}); it runs eagerly from now on",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return self.fn(*args)
+        self.replays += 1
+        return self.replay(*args)
+
+
+def recorded_call(
+    fn: Callable[[], Out],
+    recorder: EagerRecorder,
+    what: str,
+    settings: Settings = contextlib.nullcontext,
+    warmup_calls: int = WARMUP_CALLS,
+) -> RecordedCall[Out]:
+    """``fn`` (no arguments, fixed addresses) as a :class:`RecordedCall` of ``recorder``:
+    warmed up in the recorder's context, then recorded under ``settings``."""
+    record = lambda: recorder.record(fn, settings)  # noqa: E731
+    return RecordedCall(fn, record, what, recorder.warmup, warmup_calls)
+
+
+# ------------------------------------------------------------------------------ the core
 class _Flat(nn.Module):
     """``core`` as a module of tensors only (what ``make_graphed_callables`` takes):
     ``(x, *state) -> (y, *state)``, or ``(x, starts, *state)`` when ``with_starts``."""
@@ -74,13 +276,14 @@ class _Flat(nn.Module):
 
 
 class GraphedCore(MemoryCore):
-    """A core whose training forward+backward runs as CUDA graphs (see the module docstring).
+    """A core whose training forward+backward is recorded and replayed (module docstring).
 
     :param core: a core that declares ``graph_safe``; a :class:`ValueError` names the problem
         otherwise.
+    :param recorder: :class:`CudaRecorder` (default) or the tests' :class:`EagerRecorder`.
     """
 
-    def __init__(self, core: MemoryCore) -> None:
+    def __init__(self, core: MemoryCore, recorder: EagerRecorder | None = None) -> None:
         if not core.graph_safe:
             raise ValueError(
                 f"{type(core).__name__} cannot be captured in a CUDA graph (it synchronises "
@@ -88,20 +291,21 @@ class GraphedCore(MemoryCore):
             )
         super().__init__(core.input_size, core.hidden_size)
         self.core = core
+        self.recorder = recorder if recorder is not None else CudaRecorder()
         # the wrapped core's declared capabilities, so callers treat the wrapper like it
         self.has_step = core.has_step
         self.state_arity = core.state_arity
         self.graph_safe = True
         # not submodules: each holds the same parameters as `core` (no duplicate state_dict keys)
-        self._graphs: OrderedDict[Hashable, Callable[..., tuple[Tensor, ...]]] = OrderedDict()
+        self._graphs: OrderedDict[Hashable, RecordedCall[tuple[Tensor, ...]]] = OrderedDict()
         self.capture_error: str | None = None
-        """Why a capture failed, after which this core runs eagerly (None: none failed)."""
+        """Why a recording failed, after which this core runs eagerly (None: none failed)."""
         self.register_load_state_dict_pre_hook(_keys_into_wrapped)
 
     # ------------------------------------------------------------ transparency
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The wrapped core's ``state_dict``, under the wrapper's own prefix: the keys are
-        those of the unwrapped core, so checkpoints load either way."""
+        """The wrapped core's ``state_dict``: the keys are those of the unwrapped core, so
+        checkpoints load either way."""
         return self.core.state_dict(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -115,42 +319,36 @@ class GraphedCore(MemoryCore):
             return getattr(modules["core"], name)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The module without its recorded graphs (copies and pickles record their own)."""
-        state = dict(self.__dict__)
-        state["_graphs"] = OrderedDict()
-        return state
+        """The module without its recordings (copies and pickles record their own)."""
+        return {**self.__dict__, "_graphs": OrderedDict()}
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
-        """The wrapped core's initial state."""
         return self.core.initial_state(batch_size, device)
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
-        """One eager step of the wrapped core (acting is not graphed here)."""
+        """One eager step of the wrapped core (acting is recorded by the acting graph)."""
         return self.core.step(x_t, state)
 
     def reset_state(self, state: State, mask: Tensor) -> State:
-        """The wrapped core's reset."""
         return self.core.reset_state(state, mask)
 
     def draws_on_host(self) -> bool:
-        """The wrapped core's answer."""
         return self.core.draws_on_host()
 
     def graph_key(self, state: State) -> Hashable:
-        """The wrapped core's key."""
         return self.core.graph_key(state)
 
     def recording(self, key: Hashable) -> contextlib.AbstractContextManager[None]:
-        """The wrapped core's recording context."""
         return self.core.recording(key)
 
     def graphable(self, x: Tensor) -> bool:
-        """Whether a call with ``x [T, B, D]`` replays a graph (else it runs eagerly). Not
-        while a graph of the whole update step records (graphs do not nest): the wrapped core
-        is then recorded within it."""
+        """Whether a call with ``x [T, B, D]`` replays a recording (else it runs eagerly).
+        Not while a graph of the whole update step records (graphs do not nest): the wrapped
+        core is then recorded within it."""
+        device_type = self.recorder.device_type
         return (
-            x.device.type == "cuda"
-            and not torch.cuda.is_current_stream_capturing()
+            device_type in (None, x.device.type)
+            and not capturing(x)
             and torch.is_grad_enabled()
             and x.shape[0] > 1
             and not autocast_enabled("cuda")
@@ -168,61 +366,32 @@ class GraphedCore(MemoryCore):
         fixed = self.core.graph_key(state)  # what the shapes leave open (mem_lstm's width)
         key = (
             self.core.training,
-            starts is None,
             fixed,
             *((tuple(a.shape), a.dtype, a.requires_grad) for a in args),
+            starts is None,
         )
-        graphed = self._graphs.get(key)
-        if graphed is None:
-            try:
-                graphed = self._capture(args, starts is not None, fixed)
-            except RuntimeError as err:  # a training run goes on, eagerly, rather than stop
-                self.capture_error = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-                warnings.warn(
-                    f"{type(self.core).__name__}: CUDA graph capture failed "
-                    f"({self.capture_error}); the core runs eagerly from now on",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                return self.core(x, state, starts)
-            self._graphs[key] = graphed
+        call = self._graphs.get(key)
+        if call is None:
+            call = self._graphs[key] = self._new_call(args, starts is not None, fixed)
             while len(self._graphs) > MAX_GRAPHS:
                 self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
+        out = call(*args)
+        self.capture_error = call.failure
         # copies out of the static output buffers, which the next replay overwrites
-        y, *new_state = (t.clone() for t in graphed(*args))
+        y, *new_state = (t.clone() for t in out)
         return y, tuple(new_state)
 
-    def _capture(self, args: tuple[Tensor, ...], with_starts: bool, fixed: Hashable) -> Callable:
-        """Record one graph each way for inputs shaped like ``args`` (warm-up runs included),
-        under the core's :meth:`~cores.base.MemoryCore.recording` of ``fixed``."""
+    def _new_call(
+        self, args: Sequence[Tensor], with_starts: bool, fixed: Hashable
+    ) -> RecordedCall[tuple[Tensor, ...]]:
+        """The recorded call for inputs shaped like ``args``, under the core's
+        :meth:`~cores.base.MemoryCore.recording` of ``fixed``."""
+        flat = _Flat(self.core, with_starts)
         samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
-        # allow_unused_input: a parameter some option leaves out of forward gets no gradient
-        with collector_paused(), self.core.recording(fixed):
-            return torch.cuda.make_graphed_callables(
-                _Flat(self.core, with_starts), samples, allow_unused_input=True
-            )
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Run a CUDA graph capture with Python's cyclic garbage collector paused, after one
-    collection.
-
-    A dead graph still held in a reference cycle (an evicted graph of this core, another
-    core's, a finished benchmark's) is otherwise destroyed whenever the collector happens to
-    run, which may be in the middle of another capture; destroying a graph is not allowed
-    while a stream captures, so that capture fails with "operation failed due to a previous
-    error during capture" (torch >= 2.9 no longer collects before each capture: pytorch/pytorch
-    PR 161037). Collecting first destroys those graphs while nothing captures."""
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+        settings = lambda: self.core.recording(fixed)  # noqa: E731
+        record = lambda: self.recorder.record_autograd(flat, samples, settings)  # noqa: E731
+        return RecordedCall(flat, record, f"{type(self.core).__name__}: the step loop")
 
 
 def _keys_into_wrapped(
@@ -234,70 +403,45 @@ def _keys_into_wrapped(
         state_dict[f"{prefix}core.{key[len(prefix) :]}"] = state_dict.pop(key)
 
 
-def graphed(core: MemoryCore) -> MemoryCore:
-    """``core`` wrapped in :class:`GraphedCore` when it declares ``graph_safe``, else itself
-    (cores with a fused kernel or a scan need no graph)."""
-    return GraphedCore(core) if core.graph_safe else core
-
-
-def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
-    """``value`` (a config's ``option``, such as ``core.cuda_graph``: a bool or one of
-    :data:`CUDA_GRAPH_CHOICES`) as one of those strings.
-
-    :raises ValueError: any other value, named with the valid choices.
-    """
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str) and value.lower() in CUDA_GRAPH_CHOICES:
-        return value.lower()
-    raise ValueError(f"{option} must be one of {', '.join(CUDA_GRAPH_CHOICES)}, got {value!r}")
-
-
 def maybe_graphed(
     core: MemoryCore, device: torch.device | str, choice: bool | str = "auto"
 ) -> MemoryCore:
-    """``core`` set up to train through CUDA graphs where ``choice`` and ``device`` say so.
+    """``core`` set up to train through CUDA graphs where ``choice`` (``core.cuda_graph``,
+    :func:`graph_switch`) and ``device`` say so.
 
-    On a CUDA ``device`` (``auto`` or ``true``) a ``graph_safe`` core comes back wrapped in
-    :class:`GraphedCore`; a core that is not capturable itself but holds capturable cores
-    (e.g. the RL policy's actor/critic pair) has those wrapped in place and comes back itself.
-    Cores with a fused kernel or a scan are left as they are. Elsewhere nothing changes.
-    Acting (one step, no autograd) runs eagerly through the wrapper in any case.
+    On CUDA a ``graph_safe`` core comes back wrapped in :class:`GraphedCore`; a core that is
+    not capturable itself but holds capturable cores (the RL policy's actor/critic pair) has
+    those wrapped in place and comes back itself. Elsewhere nothing changes.
 
-    :param device: the training device (a string is enough, so the rule is testable
-        without a GPU).
-    :param choice: ``core.cuda_graph`` (see :data:`CUDA_GRAPH_CHOICES`).
-    :raises ValueError: ``choice`` is invalid, or ``true`` where the device is not CUDA or
-        no core in ``core`` can be captured.
+    :raises ValueError: ``choice`` is invalid, or ``true`` where the device is not CUDA or no
+        core in ``core`` can be captured.
     """
-    choice = cuda_graph_choice(choice)
-    on_cuda = torch.device(device).type == "cuda"
-    if choice == "false" or (choice == "auto" and not on_cuda):
+    why_not = cuda_only(device)
+    if why_not is None and _capturable(core) == 0:
+        why_not = (
+            f"{type(core).__name__} cannot be captured in a CUDA graph "
+            "(a fused kernel, a scan or data-dependent shapes)"
+        )
+    if not graph_switch(choice, "core.cuda_graph", why_not):
         return core
-    if not on_cuda:
-        raise ValueError(
-            f"core.cuda_graph=true needs a CUDA device, the training device is {device}; "
-            "use auto (graphs on CUDA only) or false"
-        )
-    wrapped, count = _wrap_capturable(core)
-    if count == 0 and choice == "true":
-        raise ValueError(
-            f"core.cuda_graph=true: {type(core).__name__} cannot be captured in a CUDA graph "
-            "(a fused kernel, a scan or data-dependent shapes); use auto or false"
-        )
-    return wrapped
+    return _wrap_capturable(core)
 
 
-def _wrap_capturable(module: nn.Module) -> tuple[nn.Module, int]:
-    """``module`` with its outermost ``graph_safe`` cores wrapped, and how many there are."""
-    if isinstance(module, GraphedCore):
-        return module, 1
+def _capturable(module: nn.Module) -> int:
+    """How many outermost ``graph_safe`` cores ``module`` holds (itself included)."""
     if isinstance(module, MemoryCore) and module.graph_safe:
-        return GraphedCore(module), 1
-    count = 0
+        return 1
+    return sum(_capturable(child) for child in module.children())
+
+
+def _wrap_capturable(module: nn.Module) -> nn.Module:
+    """``module`` with its outermost ``graph_safe`` cores wrapped."""
+    if isinstance(module, GraphedCore):
+        return module
+    if isinstance(module, MemoryCore) and module.graph_safe:
+        return GraphedCore(module)
     for name, child in list(module.named_children()):
-        new, n = _wrap_capturable(child)
+        new = _wrap_capturable(child)
         if new is not child:
             setattr(module, name, new)
-        count += n
-    return module, count
+    return module

@@ -1,7 +1,9 @@
 """Shared pytest settings and fixtures.
 
 - ``device``: every test that takes it runs once per available device: ``"cpu"`` always,
-  ``"cuda"`` where a GPU is present (``pytest -k cuda`` selects the GPU cases).
+  ``"cuda"`` where a GPU is present, marked ``cuda``.
+- ``@pytest.mark.cuda``: a test that runs on a GPU where one is present (CUDA graphs
+  recorded, kernels compiled); ``pytest -m cuda`` runs them on a GPU machine.
 - ``@pytest.mark.needs_ray``: a test of the Ray Tune engine; skipped, with that reason, where
   Ray (the ``ray`` extra) is not installed.
 - With a GPU, cuDNN and the fused kernels run full float32 products (no TF32).
@@ -28,8 +30,9 @@ else:
     # legacy switch sets cuDNN's convolutions and RNNs alike, so either API reads it back)
     torch.backends.cudnn.allow_tf32 = False
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-"""The devices the ``device`` fixture runs a test on."""
+CUDA = pytest.param("cuda", marks=pytest.mark.cuda)
+DEVICES = ["cpu"] + ([CUDA] if torch.cuda.is_available() else [])
+"""The devices the ``device`` fixture runs a test on (the GPU's cases marked ``cuda``)."""
 
 
 @pytest.fixture(params=DEVICES)

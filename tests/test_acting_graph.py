@@ -1,7 +1,7 @@
 """Acting steps replayed from a recording (``train.graph_acting``, agents/acting_graph.py).
 
 On a CPU the recording is the eager recorder (the same static inputs, run again at each
-replay), which checks the bookkeeping; on a GPU (``pytest -k cuda``) the same tests record
+replay), which checks the bookkeeping; on a GPU (``pytest -m cuda``) the same tests record
 CUDA graphs.
 """
 
@@ -14,10 +14,10 @@ from rl_helpers import evaluate_chunks, tiny_config
 
 from agents.acting_graph import ActingGraph
 from agents.device import acting_device, describe_acting
-from agents.graph_recording import CudaRecorder, EagerRecorder
-from agents.rl_trainer import acting_policy, check_graph_acting, graph_acting_on, setup
+from agents.rl_trainer import acting_policy, graph_obstacles, setup
 from agents.rollout import RolloutBuffer, act, collect_rollout, obs_shapes, start_rollouts
 from cores import CORES
+from cores.graphed import CudaRecorder, EagerRecorder, graph_switch
 
 
 def _rollout(device: str, graphed: bool, core: str = "ur_lstm"):
@@ -119,34 +119,35 @@ def test_graph_acting_acts_on_the_gpu_learner_at_any_number_of_envs():
     assert acting_policy(meta, torch.device("meta"), n_envs=2, graphed=True) is meta
 
 
-def test_graph_acting_needs_a_cuda_learner_and_no_overlap():
-    config = tiny_config("train.graph_acting=true")
-    with pytest.raises(ValueError, match="train.graph_acting=true needs a CUDA device"):
-        check_graph_acting(torch.device("cpu"), config)
-    overlapped = tiny_config("train.graph_acting=true", "train.overlap=true")
-    with pytest.raises(ValueError, match="does not run with train.overlap=true"):
-        check_graph_acting(torch.device("cuda"), overlapped)
-    check_graph_acting(torch.device("cuda"), config)  # accepted
+def _switch(config, device, policy) -> bool:
+    """``train.graph_acting`` resolved as :func:`agents.rl_trainer.setup` does."""
+    _, why_acting = graph_obstacles(config, device, policy, None)
+    return graph_switch(config.train.graph_acting, "train.graph_acting", why_acting)
 
 
 def test_graph_acting_is_on_by_default_for_a_cuda_learner_that_can_record_its_step():
     """``auto`` (the default): a CUDA learner without overlap acts through graphs, unless its
     core reads its state on the host (``mem_lstm``, whose step would fall back to eager GPU
-    steps); a CPU learner never; ``false`` turns it off; a bad value names the choices."""
+    steps); a CPU learner never; ``false`` turns it off; ``true`` is refused, with the reason,
+    where it cannot apply; a bad value names the choices."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
 
     def on(device, *overrides, core="lstm"):
         s = setup(tiny_config(f"core.name={core}", "core.hidden_size=8"))  # a CPU learner
         s.envs.close()
         config = tiny_config(f"core.name={core}", "core.hidden_size=8", *overrides)
-        return graph_acting_on(config, device, s.policy)
+        return _switch(config, device, s.policy)
 
     assert on(cuda) and not on(cpu)
     assert not on(cuda, "train.overlap=true") and not on(cuda, "train.graph_acting=false")
     assert not on(cuda, core="mem_lstm")
-    assert on(cuda, "train.graph_acting=true")  # asked for: checked, not second-guessed
-    with pytest.raises(ValueError, match="train.graph_acting=true needs a CUDA device"):
+    assert on(cuda, "train.graph_acting=true")
+    with pytest.raises(ValueError, match="train.graph_acting=true cannot apply: the training"):
         on(cpu, "train.graph_acting=true")
+    with pytest.raises(ValueError, match="train.overlap acts in a second thread"):
+        on(cuda, "train.graph_acting=true", "train.overlap=true")
+    with pytest.raises(ValueError, match="MemLSTM reads its state on the host"):
+        on(cuda, "train.graph_acting=true", core="mem_lstm")
     with pytest.raises(ValueError, match="train.graph_acting must be one of auto, true, false"):
         tiny_config("train.graph_acting=sometimes")
 
@@ -165,7 +166,8 @@ def test_a_training_run_acts_through_the_graph_and_ends_as_the_eager_run(tmp_pat
         return graphs[-1]
 
     monkeypatch.setattr(rl_trainer, "ActingGraph", eager_graph)
-    monkeypatch.setattr(rl_trainer, "check_graph_acting", lambda *args: None)
+    # a (faked) CUDA learner for acting only: the update stays eager
+    monkeypatch.setattr(rl_trainer, "graph_obstacles", lambda *args: ("not faked", None))
     rl_trainer.train(tiny_config(*config, "train.graph_acting=true"), tmp_path / "graphed")
     # 2 updates x 32 steps, the first 3 warming up
     assert len(graphs) == 1 and graphs[0].replays == 2 * 32 - 3

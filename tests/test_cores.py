@@ -145,8 +145,9 @@ def test_finite_gradients(name: str) -> None:
         assert g is None or torch.isfinite(g).all()
 
 
-def _devices() -> list[str]:
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+def _devices() -> list:
+    cuda = pytest.param("cuda", marks=pytest.mark.cuda)
+    return ["cpu"] + ([cuda] if torch.cuda.is_available() else [])
 
 
 @pytest.mark.parametrize("device", _devices())

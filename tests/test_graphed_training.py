@@ -74,7 +74,7 @@ def test_a_bad_switch_value_names_the_choices(value) -> None:
     ("override", "message"),
     [
         ("core.cuda_graph=maybe", "core.cuda_graph must be one of auto, true, false, got 'maybe'"),
-        ("core.cuda_graph=true", "core.cuda_graph=true needs a CUDA device"),
+        ("core.cuda_graph=true", "core.cuda_graph=true cannot apply: the training device is cpu"),
     ],
 )
 def test_the_command_stops_on_the_switch_and_writes_nothing(
@@ -108,7 +108,7 @@ def test_only_capturable_cores_on_cuda_are_wrapped(name) -> None:
 
 
 def test_true_insists_and_says_why_it_cannot() -> None:
-    with pytest.raises(ValueError, match="needs a CUDA device, the training device is cpu"):
+    with pytest.raises(ValueError, match="cannot apply: the training device is cpu, not CUDA"):
         maybe_graphed(make_core("janet", 4, 8), "cpu", True)
     with pytest.raises(ValueError, match="GatedLSTM cannot be captured in a CUDA graph"):
         maybe_graphed(make_core("lstm", 4, 8), "cuda", "true")
@@ -187,7 +187,7 @@ def test_a_run_trained_through_graphs_resumes_without_them(
 
 
 def test_rl_setup_refuses_true_on_the_cpu() -> None:
-    with pytest.raises(ValueError, match="core.cuda_graph=true needs a CUDA device"):
+    with pytest.raises(ValueError, match="core.cuda_graph=true cannot apply: the training device"):
         rl_trainer.setup(tiny_config("core.name=janet", "core.cuda_graph=true"))
 
 
@@ -231,7 +231,7 @@ def test_a_failed_capture_warns_once_and_the_core_runs_eagerly(monkeypatch) -> N
     wrapped = maybe_graphed(core, "cuda")
     x = torch.randn(5, 3, 4)
     with pytest.warns(
-        RuntimeWarning, match="OrderedLSTM: CUDA graph capture failed .*runs eagerly"
+        RuntimeWarning, match="OrderedLSTM: the step loop: recording failed .*runs eagerly"
     ):
         y, _ = wrapped(x, wrapped.initial_state(3))
     torch.testing.assert_close(y, core(x, core.initial_state(3))[0])

@@ -213,6 +213,7 @@ def test_pattern_copy_config_builds_the_paper_model() -> None:
         assert core.grad == grad and len(core.blocks) == 4 and core.state_size == 64
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", ["bptt", "online"])
 def test_cuda_move_matches_cpu(mode: str) -> None:

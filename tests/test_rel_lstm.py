@@ -325,6 +325,7 @@ def test_scores_carry_no_gradient_and_stored_states_do() -> None:
 
 
 # ----------------------------------------------------------------- devices and dtypes
+@pytest.mark.cuda  # and the CPU: pytest -m cuda runs it on a GPU machine too
 @pytest.mark.parametrize("cls", [RelLSTM, MemLSTM])
 def test_dtype_and_device_moves(cls) -> None:
     core = cls(D, H).double()

@@ -146,6 +146,7 @@ def test_separate_acting_policy_gives_the_same_run(tmp_path, monkeypatch):
     ]
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_learner_acts_on_cpu(tmp_path):
     """train.device=cuda: the learner's weights live on the GPU, acting stays on the CPU."""

@@ -10,7 +10,7 @@ BENCHES = {
     "rl": "PPO steps/s of memcores vs sb3-contrib RecurrentPPO on MiniGrid-MemoryS7",
     "envs": "steps/s of the memory-match envs vs MiniGrid-MemoryS7",
     "memory": "peak memory/time of lstm vs rel_lstm vs mem_lstm, and LRU bptt vs online",
-    "gpu": "everything GPU-side in one run: CUDA tests, cores vs cuDNN, T-scaling, acting, "
+    "gpu": "the GPU measured in one run: cores vs cuDNN, T-scaling, acting, "
     "RL and supervised GPU vs CPU (JSON + markdown in --out)",
 }
 

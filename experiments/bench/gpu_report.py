@@ -1,0 +1,161 @@
+"""``bench_gpu.md``: the record of ``memcores bench gpu`` (:mod:`experiments.bench.gpu`) as
+markdown, one section per part that ran."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def section(title: str, columns: list[str], note: str = "") -> list[str]:
+    """A part's heading, an optional note, and its table's head."""
+    head = ["", f"## {title}", ""] + ([note, ""] if note else [])
+    return head + ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def header(results: dict[str, Any]) -> list[str]:
+    """The title, the hardware and the command."""
+    hw = results["hardware"]
+    gpu = f" ({hw['gpu']}, CUDA {hw['cuda']})" if "gpu" in hw else ""
+    return [
+        "# memcores bench gpu",
+        "",
+        f"Device {hw['device']}{gpu}; CPU {hw['cpu']} x {hw['cpu_count']}; "
+        f"torch {hw['torch']}; triton {hw['triton']}.",
+        f"Command: `{results['command']}`.",
+    ]
+
+
+def cores(c: dict[str, Any]) -> list[str]:
+    """The cores part: one row per core, forward+backward."""
+    shape = c["shape"]
+    runs = [
+        f"{name} " + " / ".join(f"{ms:.2f}" for ms in values) + " ms"
+        for name, values in c.get("baseline_runs", {}).items()
+        if values
+    ]
+    against = c.get("against")
+    note = (
+        "Capturable cores also through CUDA graphs; ratios and targets use the better time; "
+        "x own loop: the eager loop's time over the CUDA graph's. "
+        + (f"record: `{against}`. " if against else "No committed record to compare. ")
+        + (
+            f"Baselines timed before, between and after the cores: {'; '.join(runs)}."
+            if runs
+            else ""
+        )
+    )
+    title = (
+        f"Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
+        f"hidden {shape['H']}"
+    )
+    columns = ["core", "ms", "ms, CUDA graph", "x nn.LSTM", "x nn.GRU", "x own loop"]
+    lines = section(title, [*columns, "record ms", "x record", "target"], note)
+    for r in c["rows"]:
+        lines.append(
+            f"| {r['core']} | {_ms(r['ms'])} | {_ms(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
+            f"| {_x(r['x_nn_gru'])} | {_x(r['x_own_loop'])} | {_ms(r['record_ms'])} "
+            f"| {_x(r['x_record'])} | {r['target']} |"
+        )
+    return lines
+
+
+def scaling(s: dict[str, Any]) -> list[str]:
+    """The scaling part: each core's cost at each sequence length."""
+    lengths = [f"T={T}" for T in s["lengths"]]
+    title = f"Cost against T, forward+backward ms, B={s['B']} hidden {s['H']}"
+    lines = section(title, ["core", *lengths, f"{lengths[-1]} / {lengths[0]}", "target"])
+    for r in s["rows"]:
+        ms = {int(T): v for T, v in r["ms"].items()}  # JSON keys are strings
+        cells = " | ".join(_ms(ms.get(T)) for T in s["lengths"])
+        lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
+    return lines
+
+
+def acting(a: dict[str, Any]) -> list[str]:
+    """The acting part: one row per n_envs, then the crossover."""
+    columns = ["n_envs", "CPU", "device", "device, CUDA graph", "faster", "trainer's rule"]
+    lines = section("Acting step (MemoryS7 policy), microseconds", columns)
+    for r in a["rows"]:
+        cells = []
+        for where in ("cpu", "device", "graphed"):
+            value = r.get(f"us_{where}")
+            error = r.get(f"{where}_error")
+            cells.append(
+                f"not measured ({error})" if error else "-" if value is None else f"{value:.0f}"
+            )
+        lines.append(
+            f"| {r['n_envs']} | {' | '.join(cells)} | {r.get('faster', '-')} | {r['rule']} |"
+        )
+    lines.append(f"\nFirst n_envs where the device is faster: {a['crossover_n_envs']}.")
+    return lines
+
+
+def rl(part: dict[str, Any]) -> list[str]:
+    """The RL part: frames/s per setting, device against CPU."""
+    columns = ["setting", "CPU frames/s", "device frames/s", "x CPU"]
+    columns += ["device: collect s / update s", "epochs timed", "acting"]
+    lines = section("RL frames/s, device against the same machine's CPU", columns)
+    for r in part["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
+            continue
+        d = r["device"]
+        lines.append(
+            f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
+            f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
+            f"| {d['acting']}; {d['graphs']} |"
+        )
+    return lines
+
+
+def supervised(s: dict[str, Any]) -> list[str]:
+    """The supervised part: seconds per update, device against CPU."""
+    cpu, dev = s["cpu"], s["device"]
+    title = f"Supervised copy ({s['config']} {' '.join(s['overrides'])}), core {cpu['core']}"
+    return [
+        *section(title, ["", "s per update", "updates timed"]),
+        f"| CPU ({cpu['threads']} threads) | {cpu['s_per_update']:.3f} | {cpu['updates']} |",
+        f"| device | {dev['s_per_update']:.3f} | {dev['updates']} |",
+        f"\nDevice against CPU: {_x(s['x_cpu'])}.",
+    ]
+
+
+def not_measured(parts: dict[str, Any]) -> list[str]:
+    """What the time budget skipped and what failed, if anything."""
+    skipped = {k: v["not_measured"] for k, v in parts.items() if v.get("not_measured")}
+    errors = {k: v["errors"] for k, v in parts.items() if v.get("errors")}
+    if not (skipped or errors):
+        return []
+    lines = ["", "## Not measured", ""]
+    lines += [f"- {k} (time budget): {', '.join(map(str, v))}" for k, v in skipped.items()]
+    lines += [f"- {k}: {n}: {e}" for k, v in errors.items() for n, e in v.items()]
+    return lines
+
+
+SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "cores": cores,
+    "scaling": scaling,
+    "acting": acting,
+    "rl": rl,
+    "supervised": supervised,
+}
+"""Each part's renderer, in the order the parts appear in the report."""
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as markdown: the hardware, then one section per part that ran."""
+    lines = header(results)
+    parts = results["parts"]
+    for name, render in SECTIONS.items():
+        if name in parts:
+            lines += render(parts[name])
+    return "\n".join(lines + not_measured(parts)) + "\n"
