@@ -460,12 +460,12 @@ def run_sweep(
     check_space(space or {}, options, trials)
     check_mode(options, trials)
     todo = list(trials) if searching else [t for t in trials if not trial_done(t)]
+    if todo and backend == "ray" and not options.address:
+        _check_machine(options)  # before a private Ray is sized from the request
     _announce(trials, todo, out, backend, options, echo)
     results = {t.name: TrialResult(t.name, "skipped") for t in trials if t not in todo}
     if not todo:
         return [results[t.name] for t in trials]
-    if backend == "ray" and not options.address:
-        _check_machine(options)  # before a private Ray is sized from the request
     # Reach the cluster and check it can hold a trial before writing anything: a wrong
     # address or an impossible request leaves no half sweep (and no trial pending for ever).
     started = backend == "ray" and connect_ray(
