@@ -198,6 +198,24 @@ AGENT_RANGES: dict[str, tuple[float, bool, bool]] = {
 inverts what PPO does and a negative coefficient rewards the loss it should lower, and each
 would train without an error."""
 
+MUTABLE_HYPERPARAMETERS: tuple[str, ...] = (
+    "agent.learning_rate",
+    "agent.ent_coef",
+    "agent.vf_coef",
+    "agent.clip_range",
+    "agent.clip_range_vf",
+    "agent.target_kl",
+    "agent.max_grad_norm",
+    "agent.gamma",
+    "agent.gae_lambda",
+    "agent.n_epochs",
+)
+"""Keys of the learning algorithm that a run restored from its checkpoint can continue under
+new values (``rl_trainer.train(config, run_dir, resume=True, allow_changes=...)``): the
+coefficients of the loss and the update, read afresh at every update; never the network's
+shapes, the env or the rollout's layout, which the checkpoint fixes. Population Based Training
+(``memcores sweep --scheduler pbt``) mutates these keys and no others."""
+
 
 @dataclass
 class TrainConfig(TrainBase):

@@ -63,6 +63,29 @@ from envs.vector import VectorEnv
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
 
 LAYOUT = RunLayout("memcores train", trainer="rl", budget_key="train.total_steps")
+ROW_TAGS: tuple[str, ...] = (
+    "rollout/ep_rew_mean",
+    "rollout/ep_len_mean",
+    "rollout/success_rate",
+    "train/policy_loss",
+    "train/value_loss",
+    "train/entropy_loss",
+    "train/approx_kl",
+    "train/clip_fraction",
+    "train/explained_variance",
+    "train/learning_rate",
+    "train/loss",
+    "train/grad_norm",
+    "train/n_updates",
+    "train/skipped_updates",
+    "time/fps",
+    "time/iterations",
+    "time/total_timesteps",
+)
+"""The scalars of every ``train.log_every`` row (SB3's tags; ``progress.csv``'s columns after
+``step``), followed by :data:`RECON_TAG` with ``agent.recon_coef > 0``: what a sweep's
+``--metric`` may name."""
+RECON_TAG = "train/recon_loss"
 """The RL trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
 
 RESET_SEED_STRIDE = 7919
@@ -528,27 +551,28 @@ def _log_update(loop: _Loop, stats: UpdateStats, lr: float, last: bool) -> None:
     cfg, logger, fps = loop.s.config, loop.run.logger, loop.fps()
     episodes, updates = loop.episodes, loop.updates
     if updates % cfg.train.log_every == 0 or last:
-        row = {
-            "rollout/ep_rew_mean": episodes.mean_return,
-            "rollout/ep_len_mean": episodes.mean_length,
-            "rollout/success_rate": episodes.success_rate,
-            "train/policy_loss": stats.policy_loss,
-            "train/value_loss": stats.value_loss,
-            "train/entropy_loss": stats.entropy_loss,
-            "train/approx_kl": stats.approx_kl,
-            "train/clip_fraction": stats.clip_fraction,
-            "train/explained_variance": stats.explained_variance,
-            "train/learning_rate": lr,
-            "train/loss": stats.loss,
-            "train/grad_norm": stats.grad_norm,
-            "train/n_updates": updates,
-            "train/skipped_updates": loop.guard.skipped + stats.skipped_updates,
-            "time/fps": fps,
-            "time/iterations": updates,
-            "time/total_timesteps": loop.global_step,
-        }
+        values = (  # in ROW_TAGS' order
+            episodes.mean_return,
+            episodes.mean_length,
+            episodes.success_rate,
+            stats.policy_loss,
+            stats.value_loss,
+            stats.entropy_loss,
+            stats.approx_kl,
+            stats.clip_fraction,
+            stats.explained_variance,
+            lr,
+            stats.loss,
+            stats.grad_norm,
+            updates,
+            loop.guard.skipped + stats.skipped_updates,
+            fps,
+            updates,
+            loop.global_step,
+        )
+        row = dict(zip(ROW_TAGS, values, strict=True))
         if cfg.agent.recon_coef > 0:
-            row["train/recon_loss"] = stats.recon_loss
+            row[RECON_TAG] = stats.recon_loss
         for tag, value in row.items():
             logger.record(tag, value)
         logger.dump(loop.global_step)

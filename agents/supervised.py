@@ -68,6 +68,24 @@ from envs.sequences import (
 CHECKPOINT = CHECKPOINT_NAME
 INIT_CHECKPOINT = INIT_CHECKPOINT_NAME
 EVAL_SEED = 2_718_281  # one fixed evaluation set per task, shared by every seed and core
+_METRICS = ("loss", "accuracy", "mse")  # summarize(): loss, and accuracy or mse by the loss
+LOGGED_TAGS: tuple[str, ...] = (
+    *(f"{split}/{m}" for split in ("train", "eval", "test") for m in _METRICS),
+    "train/grad_norm",
+    "train/learning_rate",
+    "train/epoch",
+    "train/skipped_updates",
+    "train/timescale_median",
+    "train/timescale_max",
+    "train/log10_timescale_mean",
+    "train/log10_timescale_std",
+    "time/fps",
+    "time/updates_per_s",
+)
+"""The scalars a run may log (which ones depends on the task's loss and the core's gates),
+besides :data:`TRANSFER_PREFIX` ``<variant>/<metric>`` of a transfer task's final evaluation:
+what a sweep's ``--metric`` may name."""
+TRANSFER_PREFIX = "transfer/"
 
 
 # =========================================================================== model
@@ -597,7 +615,7 @@ def final_report(
         for name, variant in task.variants().items():
             metrics = evaluate(prep.model, variant, prep.device, "valid", **evaluate_kw)
             for key, value in metrics.items():
-                final[f"transfer/{name}/{key}"] = value
+                final[f"{TRANSFER_PREFIX}{name}/{key}"] = value
     return {
         "task": cfg.task.name,
         "core": cfg.core.name,

@@ -28,10 +28,15 @@ def positive_int(text: str) -> int:
     return int(_number(text, int, 1, strict=False))
 
 
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0 (retries)."""
+    return int(_number(text, int, 0, strict=False))
+
+
 def seed(text: str) -> int:
     """A seed: an integer in ``0..MAX_SEED``, the range of ``train.seed``."""
-    value = int(_number(text, int, 0, strict=False))
-    if value > MAX_SEED:
+    value = int(_number(text, int, -math.inf, strict=False))
+    if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED}, got {text}")
     return value
 
@@ -50,6 +55,11 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (resources, where 0 asks for none)."""
+    return float(_number(text, float, 0.0, strict=False))
 
 
 def output_file(text: str) -> str:

@@ -99,13 +99,15 @@ def run_member(
     start = time.perf_counter()
 
     def seconds() -> float:
-        return round(before + time.perf_counter() - start, 1)
+        # Unrounded: a member that trains one short update takes well under 0.1 s; the record
+        # keeps milliseconds (experiments.records), and only printed times are rounded.
+        return before + time.perf_counter() - start
 
     fresh = [False]  # a trainer checkpoint not yet handed to PBT
     last_saved = [step // interval]
 
     def on_row(metrics: dict[str, float], ckpt_run: str | None) -> None:
-        seconds_file.write_text(str(seconds()))
+        seconds_file.write_text(repr(seconds()))
         fresh[0] = fresh[0] or ckpt_run is not None
         period = int(metrics.get("step", 0)) // interval
         if not fresh[0] or period == last_saved[0]:

@@ -27,6 +27,8 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,10 +36,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents.files import write_text_atomic
+from agents.run_config import MAX_SEED
 from experiments.config import parse_override, read_yaml_mapping
 from experiments.records import write_record
-from experiments.trials import TRANSFER_KEYS, Trial, TrialResult, run_trial, trial_done
+from experiments.trials import (
+    TRANSFER_KEYS,
+    Trial,
+    TrialResult,
+    check_metric,
+    run_trial,
+    trial_config,
+    trial_done,
+)
 from experiments.tune_engine import (
+    check_machine,
     check_resources,
     cluster_nodes,
     connect_ray,
@@ -85,6 +97,21 @@ def parse_grid(items: Iterable[str]) -> list[tuple[str, list[str]]]:
             raise SweepError("run.dir cannot be swept: each trial's run.dir is set by the sweep")
         grid.append((key, values))
     return grid
+
+
+def _check_folder(flag: str, path: Path) -> None:
+    """A folder the sweep can create or write into.
+
+    :raises SweepError: ``path`` is a file, or its nearest existing ancestor is a file or
+        read-only.
+    """
+    if path.exists() and not path.is_dir():
+        raise SweepError(f"{flag} {path} is a file; give a folder")
+    ancestor = next(p for p in [path, *path.parents] if p.exists())
+    if not ancestor.is_dir():
+        raise SweepError(f"{flag} {path}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise SweepError(f"{flag} {path}: cannot create it, {ancestor} is read-only")
 
 
 def expand_grid(grid: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, str]]:
@@ -161,6 +188,8 @@ def make_trials(
     overrides = [o for o in overrides if parse_override(o)[0] not in TRANSFER_KEYS]
     out = Path(out_dir).resolve()
     results = Path(results_dir or Path("results") / out.name).resolve()
+    _check_folder("--out", out)
+    _check_folder("--results", results)
     trials, names = [], set()
     for assignment in expand_grid(grid):
         name = trial_name(assignment)
@@ -208,6 +237,8 @@ class SweepOptions:
         points of the config's ``search:`` space, each run on every seed of the grid;
         ``metric``/``mode`` is what Optuna optimises: the mean over seeds of its last value).
     :param timeout: seconds after which a trial is stopped (None: no limit).
+    :param grace_period, samples, search_seed: None: not given (1, 1 and 0 where they apply);
+        given where nothing uses them, they are an error (see :meth:`check`).
     """
 
     backend: str = "auto"
@@ -219,13 +250,13 @@ class SweepOptions:
     scheduler: str = "fifo"
     metric: str | None = None
     mode: str = "max"
-    grace_period: int = 1
+    grace_period: int | None = None
     timeout: float | None = None
     search: str = "grid"
-    samples: int = 1
+    samples: int | None = None
     memory_gb: float = 0.0
     perturbation_interval: int = 0
-    search_seed: int = 0
+    search_seed: int | None = None
 
     @property
     def retries(self) -> int:
@@ -234,8 +265,24 @@ class SweepOptions:
             return self.max_failures
         return CLUSTER_RETRIES if self.address else 0
 
+    @property
+    def rung(self) -> int:
+        """ASHA's first rung, in steps (``--grace-period``, default 1)."""
+        return 1 if self.grace_period is None else self.grace_period
+
+    @property
+    def points(self) -> int:
+        """Points a random or Optuna search draws (``--samples``, default 1)."""
+        return 1 if self.samples is None else self.samples
+
+    @property
+    def sampler_seed(self) -> int:
+        """Seed of the search's or PBT's sampler (``--search-seed``, default 0)."""
+        return 0 if self.search_seed is None else self.search_seed
+
     def check(self) -> None:
-        """:raises SweepError: an impossible combination (named in the message)."""
+        """:raises SweepError: an impossible combination, or an option that does nothing in
+        the chosen mode (named in the message)."""
         if self.backend not in BACKENDS:
             raise SweepError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
         if self.scheduler not in SCHEDULERS:
@@ -257,20 +304,57 @@ class SweepOptions:
             raise SweepError("--scheduler pbt needs --perturbation-interval STEPS (>= 1)")
         if self.mode not in ("max", "min"):
             raise SweepError(f"--mode must be max or min, got {self.mode!r}")
-        if min(self.max_concurrent, self.cpus, self.grace_period, self.samples) < 1:
-            raise SweepError(
-                "--max-concurrent, --threads-per-trial, --grace-period, --samples must be >= 1"
-            )
-        if self.gpus < 0 or self.memory_gb < 0:
-            raise SweepError("--gpus-per-trial and --memory-per-trial must be >= 0")
-        if self.retries < 0:
-            raise SweepError(f"--max-failures must be >= 0, got {self.max_failures}")
+        self._check_numbers()
+        unused = self.unused_options()
+        if unused:
+            raise SweepError(unused[0])
         asked = self.ray_only_options()
         if self.backend == "local" and asked:
             raise SweepError(
                 f"--backend local runs trials one after the other in this process; {asked[0]} "
                 "needs Ray Tune"
             )
+
+    def _check_numbers(self) -> None:
+        """Counts >= 1, resources finite and >= 0, a time limit > 0, a seed numpy takes."""
+        counts = {
+            "--max-concurrent": self.max_concurrent,
+            "--threads-per-trial": self.cpus,
+            "--grace-period": self.rung,
+            "--samples": self.points,
+        }
+        for flag, value in counts.items():
+            if value < 1:
+                raise SweepError(f"{flag} must be >= 1, got {value}")
+        amounts = {"--gpus-per-trial": self.gpus, "--memory-per-trial": self.memory_gb}
+        for flag, value in amounts.items():
+            if not (math.isfinite(value) and value >= 0):  # nan fails both
+                raise SweepError(f"{flag} must be a finite number >= 0, got {value}")
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise SweepError(f"--trial-timeout must be a number of seconds > 0, got {self.timeout}")
+        if not 0 <= self.sampler_seed <= MAX_SEED:
+            raise SweepError(f"--search-seed must be in 0..{MAX_SEED}, got {self.search_seed}")
+        if self.retries < 0:
+            raise SweepError(f"--max-failures must be >= 0, got {self.max_failures}")
+
+    def unused_options(self) -> list[str]:
+        """Why each option given does nothing in the chosen mode (empty: none)."""
+        pbt, asha, searching = self.scheduler == "pbt", self.scheduler == "asha", self.search
+        unused = {
+            "--perturbation-interval": (self.perturbation_interval > 0, pbt, "--scheduler pbt"),
+            "--grace-period": (self.grace_period is not None, asha, "--scheduler asha"),
+            "--samples": (self.samples is not None, searching != "grid", "--search random|optuna"),
+            "--search-seed": (
+                self.search_seed is not None,
+                searching != "grid" or pbt,
+                "--search random|optuna or --scheduler pbt",
+            ),
+        }
+        return [
+            f"{flag} is only used by {who}; drop it or add {who.split(' or ')[0]}"
+            for flag, (given, used, who) in unused.items()
+            if given and not used
+        ]
 
     def ray_only_options(self) -> list[str]:
         """The options given that only Ray Tune can honour (empty: none)."""
@@ -374,7 +458,10 @@ def run_sweep(
     meta = meta or {"spec": [dataclasses.asdict(t) for t in trials]}
     searching = options.search != "grid"
     check_space(space or {}, options, trials)
+    check_mode(options, trials)
     todo = list(trials) if searching else [t for t in trials if not trial_done(t)]
+    if todo and backend == "ray" and not options.address:
+        _check_machine(options)  # before a private Ray is sized from the request
     _announce(trials, todo, out, backend, options, echo)
     results = {t.name: TrialResult(t.name, "skipped") for t in trials if t not in todo}
     if not todo:
@@ -397,6 +484,11 @@ def run_sweep(
                 return _write_point_outcomes(ran, out, meta, options, echo)
             results.update(ran)
             _write_outcomes(trials, results, out, meta, command_line)
+        except Exception as err:
+            # sweep.json must not say "running" about a sweep that ended (Ctrl-C leaves it
+            # so: the re-run resumes)
+            _write_json(out / SWEEP_FILE, {**meta, "state": "failed", "error": str(err)[:600]})
+            raise
         finally:
             lock.release()
     finally:
@@ -440,7 +532,7 @@ def _announce(
     if options.search != "grid":
         seeds = ", ".join(t.name for t in trials)
         echo(
-            f"sweep {out}: {options.samples} points of {options.search} search x "
+            f"sweep {out}: {options.points} points of {options.search} search x "
             f"{len(trials)} seed(s) ({seeds}), points with records skipped, with "
             f"{_how(backend, options)}"
         )
@@ -449,6 +541,17 @@ def _announce(
             f"sweep {out}: {len(trials)} trials, {len(trials) - len(todo)} with a record "
             f"(skipped), {len(todo)} to run with {_how(backend, options)}"
         )
+
+
+def _check_machine(options: SweepOptions) -> None:
+    """Whether this machine can hold one trial (for a private local Ray).
+
+    :raises SweepError: it cannot.
+    """
+    try:
+        check_machine(trial_resources(options))
+    except ValueError as err:
+        raise SweepError(str(err)) from None
 
 
 def _check_cluster(options: SweepOptions) -> None:
@@ -492,6 +595,41 @@ def check_space(space: dict[str, Dist], o: SweepOptions, trials: Sequence[Trial]
             raise SweepError(f"{clash[0]} is both in --grid and in `search:`; keep one")
     if pbt and any(t.command != "train" for t in trials):
         raise SweepError("--scheduler pbt trains RL runs (`memcores train` configs) only")
+    if pbt:
+        from agents.rl_config import MUTABLE_HYPERPARAMETERS
+
+        fixed = [key for key in space if key not in MUTABLE_HYPERPARAMETERS]
+        if fixed:
+            raise SweepError(
+                f"--scheduler pbt cannot mutate {fixed[0]}: a member that copies another's "
+                "checkpoint keeps its network, env and rollout; PBT may mutate "
+                f"{', '.join(MUTABLE_HYPERPARAMETERS)} (sweep {fixed[0]} with --grid)"
+            )
+
+
+def check_mode(o: SweepOptions, trials: Sequence[Trial]) -> None:
+    """The metric is one the trials log; PBT has a population and time to perturb it.
+
+    :raises SweepError: named in the message.
+    """
+    if o.metric:
+        try:
+            check_metric(o.metric, trials[0].command)
+        except ValueError as err:
+            raise SweepError(str(err)) from None
+    if o.scheduler != "pbt":
+        return
+    if len(trials) < 2:
+        raise SweepError(
+            "--scheduler pbt needs a population of 2 or more members (one per grid point), "
+            f"got {len(trials)}; e.g. --grid train.seed=0,1,2,3"
+        )
+    budget = min(trial_config(t).train.total_steps for t in trials)
+    if o.perturbation_interval >= budget:
+        raise SweepError(
+            f"--perturbation-interval {o.perturbation_interval} is not shorter than the "
+            f"members' budget (train.total_steps={budget}): PBT would never perturb them"
+        )
 
 
 def _write_point_outcomes(

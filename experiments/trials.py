@@ -30,7 +30,8 @@ DONE = "memcores_done"
 
 @dataclasses.dataclass
 class TrialResult:
-    """How a trial ended. ``status``: ok | skipped | stopped | timeout | failed."""
+    """How a trial ended. ``status``: ok | skipped | stopped (early, by ASHA) | timeout |
+    failed | cancelled (a PBT member stopped because another failed)."""
 
     name: str
     status: str
@@ -126,6 +127,34 @@ def validate_trials(trials: Sequence[Trial]) -> None:
         if suite is not None:
             for train_id, pair in _pair_overrides(trial).items():
                 trial_config(trial, Path(trial.run_dir), train_id, pair)
+
+
+# --------------------------------------------------------------------------- metrics
+TRANSFER_TAGS = ("transfer/pairs_done", "transfer/test_return")
+"""What a transfer trial reports after each env pair, besides its trainer's rows."""
+
+
+def check_metric(metric: str, command: str, flag: str = "--metric") -> None:
+    """Whether trials of ``command`` log ``metric`` (the tags their trainer logs).
+
+    :raises ValueError: they do not; one line naming ``flag`` and the valid tags.
+    """
+    if command == "supervised":
+        from agents.supervised import LOGGED_TAGS, TRANSFER_PREFIX
+
+        tags = list(LOGGED_TAGS)
+        if metric.startswith(TRANSFER_PREFIX) and metric.count("/") == 2:
+            return  # transfer/<variant>/<metric>: the variants are the task's
+        tags.append(f"{TRANSFER_PREFIX}<variant>/<metric>")
+    else:
+        from agents.rl_trainer import RECON_TAG, ROW_TAGS
+
+        tags = [*ROW_TAGS, RECON_TAG, *(TRANSFER_TAGS if command == "transfer" else ())]
+    if metric not in tags:
+        raise ValueError(
+            f"{flag} {metric!r} is not logged by `memcores {command}` trials; valid: "
+            f"{', '.join(tags)}"
+        )
 
 
 # --------------------------------------------------------------------------- one trial
@@ -290,9 +319,7 @@ def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str)
             policy=True,
             extra={"trial_command": trial.cli(), "test_env": test_id, "node": node_name()},
         )
-        latest.update(
-            {"transfer/pairs_done": i + 1, "transfer/test_return": rows[-1]["test_return"]}
-        )
+        latest.update(dict(zip(TRANSFER_TAGS, (i + 1, rows[-1]["test_return"]), strict=True)))
         report(dict(latest), None)
         write_table_csv(Path(trial.run_dir) / "table.csv", rows)
     return latest

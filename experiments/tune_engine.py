@@ -120,6 +120,14 @@ def _auth_hint() -> str:
     )
 
 
+FLAGS = {"CPU": "--threads-per-trial", "GPU": "--gpus-per-trial", "memory": "--memory-per-trial"}
+"""The option that asks for each of Ray's resources."""
+
+
+def _show(key: str, value: float) -> str:
+    return f"{value / GB:.3g} GB memory" if key == "memory" else f"{value:g} {key}"
+
+
 def trial_resources(o: SweepOptions) -> dict[str, float]:
     """What one trial reserves, in Ray's resource names (``memory`` in bytes)."""
     need: dict[str, float] = {"CPU": float(o.cpus)}
@@ -138,19 +146,41 @@ def check_resources(nodes: Sequence[dict[str, float]], need: dict[str, float]) -
     """
     if any(all(node.get(k, 0.0) >= v for k, v in need.items()) for node in nodes):
         return
-    flags = {"CPU": "--threads-per-trial", "GPU": "--gpus-per-trial"}
-    flags["memory"] = "--memory-per-trial"
-
-    def show(k: str, v: float) -> str:
-        return f"{v / GB:.3g} GB memory" if k == "memory" else f"{v:g} {k}"
-
-    wanted = ", ".join(f"{show(k, v)} ({flags[k]})" for k, v in need.items())
+    wanted = ", ".join(f"{_show(k, v)} ({FLAGS[k]})" for k, v in need.items())
     most = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in need}
-    have = ", ".join(show(k, v) for k, v in most.items())
+    have = ", ".join(_show(k, v) for k, v in most.items())
     raise ValueError(
         f"no node of the Ray cluster can run a trial: it needs {wanted}; "
         f"the most any of its {len(nodes)} node(s) has: {have}"
     )
+
+
+def this_machine() -> dict[str, float]:
+    """What this machine has, in Ray's resource names: the CPU cores this process may use,
+    its CUDA GPUs and its physical memory (bytes); what a private local Ray can offer."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    have = {"CPU": float(cores or 1), "GPU": float(torch.cuda.device_count())}
+    try:
+        have["memory"] = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): not checked
+        pass
+    return have
+
+
+def check_machine(need: dict[str, float]) -> None:
+    """Whether this machine can hold one trial that needs ``need``, before a private local
+    Ray is sized from the request (Ray would accept any number of CPUs it is told of).
+
+    :raises ValueError: it cannot, naming each option and what the machine has (one line).
+    """
+    have = this_machine()
+    short = [k for k, v in need.items() if k in have and v > have[k]]
+    if short:
+        wanted = ", ".join(f"{_show(k, need[k])} ({FLAGS[k]})" for k in short)
+        has = ", ".join(_show(k, have[k]) for k in short)
+        raise ValueError(f"this machine cannot run a trial: it needs {wanted}; it has {has}")
 
 
 def cluster_nodes() -> list[dict[str, float]]:
@@ -208,7 +238,7 @@ def run_tune(
         tuner = tune.Tuner.restore(str(path), fn, resume_errored=True)
     else:
         param_space, tune_config = _experiment(trials, o, command_line, space or {})
-        total = o.samples if o.search != "grid" else len(trials)
+        total = o.points if o.search != "grid" else len(trials)
         tuner = tune.Tuner(
             fn,
             param_space=param_space,
@@ -217,21 +247,72 @@ def run_tune(
                 storage_path=str(out),
                 name=TUNE_DIR,
                 verbose=0,
-                stop={"time_total_s": o.timeout} if o.timeout else None,
+                stop=sweep_stopper(o.timeout),
                 failure_config=tune.FailureConfig(max_failures=o.retries),
                 # PBT clones a member from a checkpoint that must outlive the donor's next
                 # ones (a member reports one per perturbation interval).
                 checkpoint_config=tune.CheckpointConfig(
                     num_to_keep=None if o.scheduler == "pbt" else 1
                 ),
-                callbacks=[trial_lines(echo, total)],
+                callbacks=[trial_lines(echo, total), *lost_member_callback(o)],
             ),
         )
+    LOST_MEMBERS.clear()
     with warnings.catch_warnings():
         # PBT's advice to reuse actors: a member's run is restarted from its checkpoint anyway
         warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
         grid = tuner.fit()
-    return {r.name: r for r in map(tune_result(o), grid)}
+    results = {r.name: r for r in map(tune_result(o), grid)}
+    for result in results.values():  # no record: a re-run resumes them
+        if LOST_MEMBERS and result.status == "stopped":
+            result.status = "cancelled"
+            result.message = (
+                f"stopped at step {result.step} because member {LOST_MEMBERS[0]} failed"
+            )
+    return results
+
+
+LOST_MEMBERS: list[str] = []
+"""The PBT members of this driver's running sweep that failed for good (retries spent)."""
+
+
+def lost_member_callback(o: SweepOptions) -> list[Any]:
+    """A PBT sweep's callback that notes a member failing for good; :class:`SweepStopper`
+    then ends the sweep. Tune's synchronous PBT would otherwise keep the other members paused
+    for ever, waiting for the lost one to reach the next perturbation."""
+    if o.scheduler != "pbt":
+        return []
+    from ray.tune import Callback
+
+    class LostMember(Callback):
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            # the module's list, also in a copy Tune unpickled on a restore
+            from experiments import tune_engine
+
+            tune_engine.LOST_MEMBERS.append(str(trial))
+
+    return [LostMember()]
+
+
+def sweep_stopper(timeout: float | None) -> Any:
+    """Tune's stopper of a sweep: a trial at ``timeout`` seconds (``--trial-timeout``); every
+    trial once a PBT member failed for good (:data:`LOST_MEMBERS`)."""
+    from ray.tune.stopper import Stopper
+
+    class SweepStopper(Stopper):
+        def __init__(self, timeout: float | None) -> None:
+            self.timeout = timeout
+
+        def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+            seconds = float(result.get("time_total_s", 0.0))
+            return self.timeout is not None and seconds >= self.timeout
+
+        def stop_all(self) -> bool:
+            from experiments import tune_engine
+
+            return bool(tune_engine.LOST_MEMBERS)
+
+    return SweepStopper(timeout)
 
 
 def default_trainable(o: SweepOptions) -> Callable[[dict[str, Any]], None]:
@@ -260,7 +341,7 @@ def _experiment(
     specs = [dataclasses.asdict(t) for t in trials]
     if o.search != "grid":
         return _search_experiment(specs, domains, o, command_line)
-    return _grid_experiment(specs, domains, o, command_line)
+    return _grid_experiment(specs, domains, o, command_line, space)
 
 
 def _search_alg(o: SweepOptions) -> Any:
@@ -272,10 +353,10 @@ def _search_alg(o: SweepOptions) -> Any:
         from ray.tune.search.optuna import OptunaSearch
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per new study
-        sampler = optuna.samplers.TPESampler(seed=o.search_seed)
+        sampler = optuna.samplers.TPESampler(seed=o.sampler_seed)
         return OptunaSearch(metric=o.metric, mode=o.mode, sampler=sampler)
     # Tune's max_concurrent_trials takes no BasicVariantGenerator: it has its own.
-    return BasicVariantGenerator(random_state=o.search_seed, max_concurrent=o.max_concurrent)
+    return BasicVariantGenerator(random_state=o.sampler_seed, max_concurrent=o.max_concurrent)
 
 
 def _search_experiment(
@@ -292,7 +373,7 @@ def _search_experiment(
     }
     config = tune.TuneConfig(
         max_concurrent_trials=None if o.search == "random" else o.max_concurrent,
-        num_samples=o.samples,
+        num_samples=o.points,
         search_alg=_search_alg(o),
         trial_name_creator=_point_name,
         trial_dirname_creator=lambda t: f"point_{t.trial_id}",
@@ -301,7 +382,11 @@ def _search_experiment(
 
 
 def _pbt_experiment(
-    specs: list[dict[str, Any]], domains: dict[str, Any], o: SweepOptions, command_line: str
+    specs: list[dict[str, Any]],
+    domains: dict[str, Any],
+    o: SweepOptions,
+    command_line: str,
+    space: dict[str, Dist],
 ) -> tuple[Any, Any, Any]:
     """PBT's scheduler, ``param_space`` and searcher: one member per grid point."""
     from ray import tune
@@ -313,7 +398,8 @@ def _pbt_experiment(
         metric=o.metric,
         mode=o.mode,
         perturbation_interval=o.perturbation_interval,
-        hyperparam_mutations={"params": domains},
+        hyperparam_mutations={"params": pbt_mutations(space)},
+        custom_explore_fn=KeepInRange(space),
         synch=True,  # members wait for each other: fair with fewer slots than members
     )
     # PBT copies the whole config of the member it clones: a member's own trial is
@@ -328,12 +414,43 @@ def _pbt_experiment(
     # The whole population exists from the start (a generator limited to N live trials
     # would hold members back until others end): trials at once are limited by the
     # CPUs each reserves (a private local instance has max_concurrent x cpus).
-    search_alg = BasicVariantGenerator(random_state=o.search_seed)
+    search_alg = BasicVariantGenerator(random_state=o.sampler_seed)
     return scheduler, param_space, search_alg
 
 
+def pbt_mutations(space: dict[str, Dist]) -> dict[str, Any]:
+    """PBT's ``hyperparam_mutations`` of the ``search:`` space: a ``choice`` as its list of
+    values (Tune's explore resamples one from the list, or moves to a neighbour in it; it
+    would multiply a value drawn from a ``tune.choice`` domain), any other distribution as its
+    Tune domain (resampled, or the value x0.8 or x1.2)."""
+    return {
+        key: list(dist.args) if dist.kind == "choice" else dist.tune()
+        for key, dist in space.items()
+    }
+
+
+class KeepInRange:
+    """PBT's ``custom_explore_fn``: a value mutated past its ``search:`` range (x1.2 of the
+    high end) is put back at the end it passed, so a member never trains on a value the sweep
+    did not validate (a ``gae_lambda`` of 1.1). Choices come from their list already."""
+
+    def __init__(self, space: dict[str, Dist]) -> None:
+        self.bounds = {k: d.args for k, d in space.items() if d.kind != "choice"}
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        params = config.get("params", {})
+        for key, (low, high) in self.bounds.items():
+            if key in params:
+                params[key] = type(params[key])(min(max(params[key], low), high))
+        return config
+
+
 def _grid_experiment(
-    specs: list[dict[str, Any]], domains: dict[str, Any], o: SweepOptions, command_line: str
+    specs: list[dict[str, Any]],
+    domains: dict[str, Any],
+    o: SweepOptions,
+    command_line: str,
+    space: dict[str, Dist],
 ) -> tuple[Any, Any]:
     """The grid: one Tune trial per grid point, under FIFO, ASHA or PBT."""
     from ray import tune
@@ -347,11 +464,11 @@ def _grid_experiment(
             time_attr="step",
             metric=o.metric,
             mode=o.mode,
-            grace_period=o.grace_period,
+            grace_period=o.rung,
             max_t=10**12,
         )
     elif o.scheduler == "pbt":
-        scheduler, param_space, search_alg = _pbt_experiment(specs, domains, o, command_line)
+        scheduler, param_space, search_alg = _pbt_experiment(specs, domains, o, command_line, space)
     config = tune.TuneConfig(
         max_concurrent_trials=None if search_alg else o.max_concurrent,
         scheduler=scheduler,
@@ -406,8 +523,10 @@ def trial_lines(echo: Callable[[str], None], total: int) -> Any:
 
 
 def tune_settings(o: SweepOptions) -> dict[str, Any]:
-    """The options that a Tune experiment stores and a restore cannot change."""
-    return {k: getattr(o, k) for k in TUNE_SETTINGS}
+    """The options that a Tune experiment stores and a restore cannot change (an option not
+    given as its default value)."""
+    defaults = {"grace_period": o.rung, "samples": o.points, "search_seed": o.sampler_seed}
+    return {k: defaults.get(k, getattr(o, k)) for k in TUNE_SETTINGS}
 
 
 def settings_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:

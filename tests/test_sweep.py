@@ -616,10 +616,13 @@ TINY_RL = [
 ]
 
 
-def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path):
+def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path, monkeypatch):
     """Member b continues member a's saved run with a mutated learning rate: its run starts
     at a's step with a's curve, trains on with the new rate, and its record's schedule lists
     both values with the frame at which each applied."""
+    import types
+
+    import experiments.pbt as pbt
     from experiments.pbt import checkpoint_step, run_member
 
     doorkey = REPO / "experiments" / "configs" / "doorkey5.yaml"
@@ -640,6 +643,9 @@ def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path)
     donor = saved[-1]  # a's checkpoint one update before its end
     donor_step = checkpoint_step(donor / "last.pt")
     assert 0 < donor_step < 96
+    # b's one update timed by a clock that advances 10 ms per reading: a fast CPU's time
+    clock = iter(range(10**6))
+    monkeypatch.setattr(pbt, "time", types.SimpleNamespace(perf_counter=lambda: next(clock) / 100))
     run_member(b, {"agent.learning_rate": 0.0004}, donor, lambda *_: None)
 
     rows = list(csv.DictReader((Path(b.run_dir) / "progress.csv").open()))
@@ -656,9 +662,10 @@ def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path)
         yaml.safe_load((Path(b.record_dir) / "config.yaml").read_text())["agent"]["learning_rate"]
         == 0.0004
     )
-    # its wall time is its own training time (kept across its segments), not the donor's
+    # its wall time is its own training time (kept across its segments), not the donor's;
+    # unrounded, so one short update does not read 0 (the record keeps milliseconds)
     own = float((Path(b.run_dir) / "pbt_seconds.txt").read_text())
-    assert 0 < own <= record["wall_seconds"] < own + 60
+    assert 0 < own < 0.1 and own <= record["wall_seconds"] < own + 1
 
 
 def test_pbt_needs_a_search_section_and_rl_trials(tmp_path, capsys):
@@ -740,3 +747,278 @@ def test_a_refused_cluster_connection_names_the_token_setting_when_a_token_exist
     assert "RAY_AUTH_MODE=token" in tune_engine._auth_hint()
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert tune_engine._auth_hint() == ""  # already sending it: the cause is elsewhere
+
+
+# --------------------------------------------------------------------------- fail fast
+DOORKEY_SEARCH = REPO / "experiments" / "configs" / "search_doorkey5.yaml"
+
+
+def rl_search_config(tmp_path: Path, search: dict) -> Path:
+    raw = yaml.safe_load(DOORKEY_SEARCH.read_text())
+    path = tmp_path / "rl_search.yaml"
+    path.write_text(yaml.safe_dump({**raw, "search": search}))
+    return path
+
+
+def pbt_args(config: Path, tmp_path: Path, *extra: str) -> list[str]:
+    args = ["sweep", str(config), "--scheduler", "pbt", "--grid", "train.seed=0,1"]
+    args += ["--perturbation-interval", "32", "--metric", "rollout/ep_len_mean", "--mode", "min"]
+    args += ["--out", str(tmp_path / "s"), "--results", str(tmp_path / "r"), *TINY_RL]
+    return [*args, "train.total_steps=128", *extra]
+
+
+@pytest.fixture
+def no_ray_start(monkeypatch):
+    """Fails a test that would start (or connect to) Ray."""
+    import experiments.sweep as sweep
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(sweep, "connect_ray", refuse)
+
+
+@pytest.mark.parametrize(
+    ("search", "key"),
+    [
+        ({"core.hidden_size": {"choice": [16, 32]}}, "core.hidden_size"),
+        ({"core.name": {"choice": ["lstm", "gru"]}}, "core.name"),
+        ({"agent.learning_rate": {"loguniform": [1e-4, 1e-3]}, "env.n_envs": {"randint": [2, 4]}},
+         "env.n_envs"),
+    ],
+)  # fmt: skip
+def test_pbt_refuses_a_key_a_restored_member_cannot_change(
+    tmp_path, capsys, no_ray_start, search, key
+):
+    """A key that shapes the network (or the env, the rollout) would crash the member that
+    copies another's checkpoint: refused before anything starts, naming the key."""
+    config = rl_search_config(tmp_path, search)
+    for dry in ([], ["--dry-run"]):
+        assert main(pbt_args(config, tmp_path, *dry)) == 2
+        err = capsys.readouterr().err
+        assert f"--scheduler pbt cannot mutate {key}:" in err and "agent.learning_rate" in err
+        assert err.count("\n") == 1
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
+
+
+def test_pbt_mutates_a_choice_within_its_list_and_keeps_values_in_their_range():
+    """Tune's explore step, run as PBT runs it: a choice's new value comes from its list (a
+    tune.choice domain would be multiplied by 1.2), a number stays within its range."""
+    import random
+
+    from ray.tune.schedulers.pbt import _explore
+
+    from experiments.search import parse_search
+    from experiments.tune_engine import KeepInRange, pbt_mutations
+
+    space = parse_search(
+        {
+            "agent.n_epochs": {"choice": [1, 3, 4]},
+            "agent.gae_lambda": {"uniform": [0.9, 1.0]},
+            "agent.learning_rate": {"loguniform": [0.0001, 0.001]},
+        }
+    )
+    mutations = {"params": pbt_mutations(space)}
+    random.seed(0)
+    seen: dict[str, set] = {key: set() for key in space}
+    for _ in range(200):
+        config = {"params": {"agent.n_epochs": 3, "agent.gae_lambda": 0.99}}
+        config["params"]["agent.learning_rate"] = 0.001
+        new, _ = _explore(config, mutations, 0.25, (1.2, 0.8), KeepInRange(space))
+        for key, value in new["params"].items():
+            seen[key].add(value)
+    assert seen["agent.n_epochs"] == {1, 3, 4}  # resampled or moved along the list
+    assert all(isinstance(v, int) for v in seen["agent.n_epochs"])
+    assert min(seen["agent.gae_lambda"]) >= 0.9 and max(seen["agent.gae_lambda"]) == 1.0
+    assert max(seen["agent.learning_rate"]) == 0.001 < 0.0012  # x1.2 put back at the end
+    assert min(seen["agent.learning_rate"]) < 0.001
+
+
+def test_every_key_pbt_may_mutate_can_change_on_a_resume(tmp_path):
+    """The keys PBT mutates are the ones the trainer resumes with under new values."""
+    from agents.rl_config import MUTABLE_HYPERPARAMETERS
+    from agents.rl_trainer import train
+    from tests.rl_helpers import tiny_config
+
+    run = tmp_path / "run"
+    train(tiny_config("train.total_steps=64", "run.tensorboard=false"), run)
+    changed = {
+        "agent.learning_rate": 0.001,
+        "agent.ent_coef": 0.02,
+        "agent.vf_coef": 0.4,
+        "agent.clip_range": 0.3,
+        "agent.clip_range_vf": 0.5,
+        "agent.target_kl": 0.05,
+        "agent.max_grad_norm": 0.7,
+        "agent.gamma": 0.95,
+        "agent.gae_lambda": 0.9,
+        "agent.n_epochs": 1,
+    }
+    assert set(changed) == set(MUTABLE_HYPERPARAMETERS)
+    new = tiny_config("run.tensorboard=false", *(f"{k}={v}" for k, v in changed.items()))
+    result = train(new, run, resume=True, allow_changes=MUTABLE_HYPERPARAMETERS)
+    assert result.global_step == 128
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["agent"]["clip_range"] == 0.3 and saved["agent"]["n_epochs"] == 1
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--threads-per-trial", "999"], "it needs 999 CPU (--threads-per-trial); it has"),
+        (["--memory-per-trial", "1000000"], "(--memory-per-trial); it has"),
+        (["--gpus-per-trial", "64"], "it needs 64 GPU (--gpus-per-trial); it has"),
+    ],
+)
+def test_a_request_this_machine_cannot_meet_stops_before_ray_starts(
+    paths, capsys, no_ray_start, option, message
+):
+    args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
+    assert main([*args, *TINY_COPY, *option]) == 2
+    err = capsys.readouterr().err
+    assert "this machine cannot run a trial" in err and message in err
+    assert err.count("\n") == 1
+    assert not Path(paths["out"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--search-seed", "-3"], "--search-seed: must be in 0..4294967295, got -3"),
+        (["--trial-timeout", "-5"], "--trial-timeout: must be > 0, got -5"),
+        (["--trial-timeout", "nan"], "--trial-timeout: must be > 0, got nan"),
+        (["--memory-per-trial", "nan"], "--memory-per-trial: must be >= 0, got nan"),
+        (["--gpus-per-trial", "nan"], "--gpus-per-trial: must be >= 0, got nan"),
+        (["--gpus-per-trial", "-1"], "--gpus-per-trial: must be >= 0, got -1"),
+        (["--max-failures", "-1"], "--max-failures: must be >= 0, got -1"),
+        (["--threads-per-trial", "0"], "--threads-per-trial: must be >= 1, got 0"),
+        (["--samples", "0"], "--samples: must be >= 1, got 0"),
+        (["--grace-period", "0"], "--grace-period: must be >= 1, got 0"),
+    ],
+)
+def test_bad_numbers_stop_the_command_line_before_anything_runs(paths, capsys, option, message):
+    with pytest.raises(SystemExit) as caught:
+        sweep_cli(paths, *option, "--dry-run")
+    assert caught.value.code == 2 and message in capsys.readouterr().err
+    assert not Path(paths["out"]).exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("search_seed", -3, "--search-seed must be in 0..4294967295, got -3"),
+        ("timeout", -5.0, "--trial-timeout must be a number of seconds > 0, got -5.0"),
+        ("timeout", float("nan"), "--trial-timeout must be a number of seconds > 0, got nan"),
+        ("memory_gb", float("nan"), "--memory-per-trial must be a finite number >= 0, got nan"),
+        ("gpus", float("nan"), "--gpus-per-trial must be a finite number >= 0, got nan"),
+    ],
+)
+def test_sweep_options_refuse_bad_numbers_from_the_api(field, value, message):
+    from experiments.sweep import SweepOptions
+
+    search = {"search": "random"} if field == "search_seed" else {}
+    with pytest.raises(SweepError, match=re.escape(message)):
+        SweepOptions(**{field: value, **search}).check()
+
+
+def test_results_or_out_pointing_at_a_file_trains_nothing(paths, tmp_path, capsys):
+    Path(paths["results"]).write_text("")
+    for dry in ([], ["--dry-run"]):
+        assert sweep_cli(paths, *dry) == 2
+        err = capsys.readouterr().err
+        assert f"--results {paths['results']} is a file; give a folder" in err
+        assert err.count("\n") == 1
+    assert not Path(paths["out"]).exists()
+    inside = {**paths, "results": str(tmp_path / "results" / "r")}
+    assert sweep_cli(inside) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert not Path(paths["out"]).exists()
+
+
+def test_a_sweep_that_ends_in_an_error_does_not_stay_running(paths, monkeypatch, capsys):
+    import experiments.sweep as sweep
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(sweep, "_run_local", broken)
+    assert sweep_cli(paths) == 2
+    assert "disk full" in capsys.readouterr().err
+    state = json.loads((Path(paths["out"]) / "sweep.json").read_text())
+    assert state["state"] == "failed" and state["error"] == "disk full"
+
+
+@pytest.mark.parametrize(
+    ("config", "metric", "valid"),
+    [
+        (DEMO_COPY, "rollout/nope", "eval/accuracy"),
+        (DEMO_COPY, "rollout/ep_rew_mean", "eval/accuracy"),  # an RL tag, supervised trials
+        (DOORKEY_SEARCH, "eval/loss", "rollout/ep_rew_mean"),
+    ],
+)
+def test_a_metric_no_trial_logs_is_refused_before_anything_runs(
+    tmp_path, capsys, no_ray_start, config, metric, valid
+):
+    if config == DEMO_COPY:
+        config = write_search_config(tmp_path, {"optim.lr": {"loguniform": [0.001, 0.01]}})
+    args = ["sweep", str(config), "--search", "optuna", "--metric", metric]
+    args += ["--out", str(tmp_path / "s"), "--results", str(tmp_path / "r")]
+    for dry in ([], ["--dry-run"]):
+        assert main([*args, *dry]) == 2
+        err = capsys.readouterr().err
+        assert f"--metric {metric!r} is not logged by" in err and valid in err
+        assert err.count("\n") == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_metric_tags_are_what_the_trainers_log(tmp_path):
+    """The tags a sweep accepts for --metric are the columns the trainers write."""
+    from agents.rl_trainer import RECON_TAG, ROW_TAGS, train
+    from agents.supervised import LOGGED_TAGS
+    from experiments.trials import check_metric
+    from tests.rl_helpers import tiny_config
+
+    train(tiny_config("train.total_steps=64", "agent.recon_coef=0.1"), tmp_path / "rl")
+    header = (tmp_path / "rl" / "progress.csv").read_text().splitlines()[0].split(",")
+    assert header == ["step", *ROW_TAGS, RECON_TAG]
+    run = tmp_path / "sup"
+    args = ["supervised", str(DEMO_COPY), *TINY_COPY, f"run.dir={run}", "train.log_every=10"]
+    assert main(args) == 0
+    columns = (run / "progress.csv").read_text().splitlines()[0].split(",")[1:]
+    assert "eval/accuracy" in columns and "train/loss" in columns
+    assert set(columns) <= set(LOGGED_TAGS)
+    for tag in columns:
+        check_metric(tag, "supervised")
+    check_metric("transfer/T=40/accuracy", "supervised")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--perturbation-interval", "32"], "--perturbation-interval is only used by --scheduler"),
+        (["--grace-period", "5"], "--grace-period is only used by --scheduler asha"),
+        (["--samples", "4"], "--samples is only used by --search random|optuna"),
+        (["--search-seed", "4"], "--search-seed is only used by --search random|optuna or"),
+    ],
+)  # fmt: skip
+def test_an_option_that_does_nothing_in_the_chosen_mode_is_refused(paths, capsys, option, message):
+    assert sweep_cli(paths, *option, "--dry-run") == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_pbt_needs_two_members_and_an_interval_shorter_than_the_budget(
+    tmp_path, capsys, no_ray_start
+):
+    config = rl_search_config(tmp_path, {"agent.learning_rate": {"loguniform": [1e-4, 1e-3]}})
+    args = pbt_args(config, tmp_path)
+    one = [a if a != "train.seed=0,1" else "train.seed=0" for a in args]
+    assert main(one) == 2
+    assert "a population of 2 or more members" in capsys.readouterr().err
+    long = [a if a != "32" else "128" for a in args]
+    assert main(long) == 2
+    err = capsys.readouterr().err
+    assert "--perturbation-interval 128 is not shorter than the members' budget" in err
+    assert "(train.total_steps=128)" in err
+    assert main([*args, "--dry-run"]) == 0  # 2 members, 32 < 128
+    assert not (tmp_path / "s").exists()

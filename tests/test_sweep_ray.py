@@ -19,6 +19,7 @@ import pytest
 from experiments.cli import main
 from experiments.sweep import SweepOptions, make_trials, parse_grid, run_sweep, summarize
 from experiments.trials import trainable
+from tests.test_sweep import TINY_RL
 
 ray = pytest.importorskip("ray")
 # Ray's start-up alone takes 20 s to minutes on a busy 2-core machine: run with `-m slow`.
@@ -53,6 +54,18 @@ def flaky(config: dict) -> None:
     if trial["assignment"]["train.seed"] == "1" or attempts == 0:
         raise RuntimeError(f"flaky trial, attempt {attempts + 1}")
     trainable(config)
+
+
+def broken_member(config: dict) -> None:
+    """A PBT member (seed=1) that fails for good when it continues from a checkpoint, as one
+    whose restore cannot load the weights it copied; the other members are fine."""
+    from ray import tune
+
+    from experiments.pbt import pbt_trainable
+
+    if tune.get_context().get_trial_name() == "seed=1" and tune.get_checkpoint() is not None:
+        raise RuntimeError("member seed=1 cannot load its checkpoint")
+    pbt_trainable(config)
 
 
 def test_failed_trials_are_retried_then_reported(tmp_path):
@@ -167,7 +180,12 @@ def test_random_search_runs_every_point_on_the_same_seeds(tmp_path, ray_session,
 def test_pbt_members_run_and_record_their_schedules(tmp_path, ray_session):
     """Two tiny RL members, perturbed every update: both finish with a record whose
     schedule starts at frame 0, and the checkpoints PBT may clone are kept."""
-    doorkey = REPO / "experiments" / "configs" / "search_doorkey5.yaml"
+    import yaml
+
+    raw = yaml.safe_load((REPO / "experiments" / "configs" / "search_doorkey5.yaml").read_text())
+    raw["search"]["agent.n_epochs"] = {"choice": [1, 2]}  # mutated within its list
+    doorkey = tmp_path / "pbt.yaml"
+    doorkey.write_text(yaml.safe_dump(raw))
     args = ["sweep", str(doorkey), "--scheduler", "pbt", "--grid", "train.seed=0,1"]
     args += ["--perturbation-interval", "32", "--metric", "rollout/ep_len_mean", "--mode"]
     args += ["min", "--address", ray_session, "--out", str(tmp_path / "s"), "--results"]
@@ -179,6 +197,55 @@ def test_pbt_members_run_and_record_their_schedules(tmp_path, ray_session):
         record = json.loads((tmp_path / "r" / f"seed={seed}" / "record.json").read_text())
         schedule = record["pbt_schedule"]
         assert schedule[0]["step"] == 0 and record["frames"] == 128
-        assert set(schedule[0]["values"]) == {"agent.learning_rate", "agent.ent_coef"}
+        assert set(schedule[0]["values"]) == {
+            "agent.learning_rate",
+            "agent.ent_coef",
+            "agent.n_epochs",
+        }
+        assert all(entry["values"]["agent.n_epochs"] in (1, 2) for entry in schedule)
     # a checkpoint per interval is kept for PBT to clone (a grid keeps only the last)
     assert len(list((tmp_path / "s" / ".tune" / "seed=0").glob("checkpoint_*"))) >= 2
+
+
+@pytest.mark.timeout(300)
+def test_a_member_that_fails_ends_the_pbt_population(tmp_path, ray_session, capsys):
+    """Tune's synchronous PBT waits for every member at each perturbation; one that failed
+    for good would keep the others paused for ever. The population ends instead, and the
+    failed member's error is named."""
+    from ray import cloudpickle
+
+    from experiments.config import read_yaml_mapping
+    from experiments.search import parse_search
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers get the member
+    doorkey = REPO / "experiments" / "configs" / "search_doorkey5.yaml"
+    _, trials = make_trials(
+        doorkey,
+        parse_grid(["train.seed=0,1"]),
+        tmp_path / "s",
+        overrides=[*TINY_RL, "train.total_steps=128"],
+        results_dir=tmp_path / "r",
+    )
+    space = parse_search(read_yaml_mapping(doorkey)["search"])
+    options = SweepOptions(
+        backend="ray",
+        cpus=2,  # one member at a time on the 2-CPU instance: seed=0 waits at 64 frames
+        scheduler="pbt",
+        metric="rollout/ep_len_mean",
+        mode="min",
+        perturbation_interval=32,
+    )
+    lines: list[str] = []
+    results = run_sweep(
+        trials, tmp_path / "s", options, echo=lines.append, trial_fn=broken_member, space=space
+    )
+    status = {r.name: r for r in results}
+    assert status["seed=1"].status == "failed"
+    assert "member seed=1 cannot load its checkpoint" in status["seed=1"].message
+    assert status["seed=0"].status == "cancelled"
+    assert "because member seed=1 failed" in status["seed=0"].message
+    assert not (tmp_path / "r" / "seed=0").exists()  # no record: a re-run resumes it
+    summary = summarize(results)
+    assert "FAILED seed=1: RuntimeError: member seed=1 cannot load its checkpoint" in summary
+    sweep = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert sweep["state"] == "done" and sweep["results"]["seed=1"]["status"] == "failed"

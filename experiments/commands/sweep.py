@@ -10,6 +10,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from experiments.argtypes import (
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    seed,
+)
 from experiments.sweep import (
     BACKENDS,
     CLUSTER_RETRIES,
@@ -62,19 +69,24 @@ def _add_cluster_arguments(add: Callable[..., object]) -> None:
 
 def _add_resource_arguments(add: Callable[..., object]) -> None:
     """What each trial may use, and how often a failed one is retried."""
-    add("--max-concurrent", type=int, default=1, help="trials running at once (default 1)")
-    add("--threads-per-trial", type=int, default=1, help="CPUs Ray reserves per trial")
-    add("--gpus-per-trial", type=float, default=0.0, help="GPUs (or a fraction) per trial")
+    add("--max-concurrent", type=positive_int, default=1, help="trials running at once (default 1)")
+    add("--threads-per-trial", type=positive_int, default=1, help="CPUs Ray reserves per trial")
+    add(
+        "--gpus-per-trial",
+        type=nonnegative_float,
+        default=0.0,
+        help="GPUs (or a fraction) per trial",
+    )
     add(
         "--memory-per-trial",
-        type=float,
+        type=nonnegative_float,
         default=0.0,
         metavar="GB",
         help="memory Ray reserves per trial (default: none reserved)",
     )
     add(
         "--max-failures",
-        type=int,
+        type=nonnegative_int,
         default=None,
         help=f"retries of a failed trial from its last checkpoint (default {CLUSTER_RETRIES} "
         "with --address, where a node can be lost; 0 otherwise)",
@@ -90,8 +102,18 @@ def _add_search_arguments(add: Callable[..., object]) -> None:
         help="grid: the --grid points; random or optuna (TPE): --samples points of the "
         "config's `search:` section, each run on every --grid train.seed value",
     )
-    add("--samples", type=int, default=1, help="points a random or optuna search draws")
-    add("--search-seed", type=int, default=0, help="seed of the search's sampler (default 0)")
+    add(
+        "--samples",
+        type=positive_int,
+        default=None,
+        help="points a random or optuna search draws (default 1)",
+    )
+    add(
+        "--search-seed",
+        type=seed,
+        default=None,
+        help="seed of the search's or PBT's sampler (default 0)",
+    )
 
 
 def _add_scheduler_arguments(add: Callable[..., object]) -> None:
@@ -105,7 +127,7 @@ def _add_scheduler_arguments(add: Callable[..., object]) -> None:
     )
     add(
         "--perturbation-interval",
-        type=int,
+        type=positive_int,
         default=0,
         metavar="STEPS",
         help="pbt: frames between exploit/explore steps",
@@ -118,9 +140,9 @@ def _add_scheduler_arguments(add: Callable[..., object]) -> None:
     add("--mode", choices=("max", "min"), default="max", help="is --metric better high or low")
     add(
         "--grace-period",
-        type=int,
-        default=1,
-        help="ASHA: steps (frames or updates) before a trial can be stopped",
+        type=positive_int,
+        default=None,
+        help="ASHA: steps (frames or updates) before a trial can be stopped (default 1)",
     )
 
 
@@ -132,7 +154,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_resource_arguments(add)
     _add_search_arguments(add)
     _add_scheduler_arguments(add)
-    add("--trial-timeout", type=float, default=None, help="seconds after which a trial stops")
+    add(
+        "--trial-timeout",
+        type=positive_float,
+        default=None,
+        help="seconds after which a trial stops",
+    )
     add("--dry-run", action="store_true", help="check every trial's config, print them, exit")
 
 
@@ -145,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from experiments.search import parse_search, space_corners
     from experiments.search_trials import seed_trials
     from experiments.sweep import (
+        check_mode,
         check_space,
         make_trials,
         parse_grid,
@@ -185,12 +213,13 @@ def run(args: argparse.Namespace) -> int:
         results_dir=args.results,
     )
     check_space(space, options, trials)
+    check_mode(options, trials)
     validate_trials(trials)  # every trial's full config, before any folder exists
     # every sampled value is checked too, at the ends of each range and each choice
     validate_trials([t for v in space_corners(space) for t in seed_trials(trials[:1], v)])
     if args.dry_run:
         if space:
-            what = f"{args.samples} points" if args.search != "grid" else "each member"
+            what = f"{options.points} points" if args.search != "grid" else "each member"
             print(f"{what} of `search:` ({', '.join(space)}) added to:")
         for trial in trials:
             print(f"{trial.name}: {trial.cli()}")
