@@ -23,18 +23,13 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
-    DATA_BARRIER,
-    GATHER_MAX_H,
     SPLIT_LOOP_STAGES,
     back,
     back_slice,
     clip_unit,
-    exchanged,
-    exchanged_tile,
     gate,
     gate_slope,
     inside_unit,
-    meet_parts,
     power_decay,
     put,
     rec,
@@ -305,7 +300,7 @@ def forward_split_kernel(
     bhn_ptr,  # [H] bias_hn
     starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
     y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
-    flags_ptr,  # [tiles * parts] int32 zeros: the barrier's step counters
+    flags_ptr,  # [tiles * parts + 1] int32 zeros: the barrier's step counters, the error word
     T,
     B,
     H,
@@ -316,18 +311,16 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
-    PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
+    SPIN_LIMIT: tl.constexpr,  # rounds a barrier waits before the launch fails
 ):
     """The forward with a step's units split over programs (the design of
     :func:`cores.triton_lstm.forward_split_kernel`): a part keeps its units' weights on
     chip and its state in registers, reads every unit of ``h_{t-1}`` and meets the other
-    parts after each step. The input side is read in one go (:func:`input_side`), with
-    ``PREFETCH`` the next step's while the barrier waits."""
+    parts after each step."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -337,6 +330,7 @@ def forward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
+    error = flags_ptr + tl.num_programs(0) * n_parts
     GH = NG * H
     w_z = weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     if REFINE:
@@ -345,14 +339,13 @@ def forward_split_kernel(
     w_n = weight_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
     b_hn = tl.load(bhn_ptr + cols_n, mask=n_ok, other=0.0)
     h_own = tile(y_ptr, rows, row_ok, cols_n, n_ok, H)
-    g_z, g_q, g_r, g_n = input_side(g_ptr, rows, row_ok, cols_n, n_ok, H, NG, REFINE)
+    ok = part >= 0  # no wait has given up
     for t in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
-        if not PREFETCH:  # (with PREFETCH the previous step read them)
-            g_z, g_q, g_r, g_n = input_side(
-                g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
-            )
+        g_z, g_q, g_r, g_n = input_side(
+            g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
+        )
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        h = exchanged_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H, BARRIER, t > 0)
+        h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(start[:, None], 0.0, h)
         a_t = a_ptr + t * B * GH
         a_z = g_z + tl.dot(h, w_z, input_precision=PREC)
@@ -368,14 +361,9 @@ def forward_split_kernel(
             a_q = g_q + tl.dot(h, w_q, input_precision=PREC)
             put(a_t + H, a_q, rows, row_ok, cols_n, n_ok, GH)
         h_own = cell(a_z, a_q, a_n, tl.where(start[:, None], 0.0, h_own), ACT, REFINE, CLAMP, POWER)
-        put(y_ptr + (t + 1) * B * H, exchanged(h_own, BARRIER), rows, row_ok, cols_n, n_ok, H)
+        put(y_ptr + (t + 1) * B * H, h_own, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            if PREFETCH:
-                g_z, g_q, g_r, g_n = input_side(
-                    g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, REFINE
-                )
-            if BARRIER != DATA_BARRIER:  # (the data barrier waits in the read of h_t)
-                sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
+            ok = sync_parts(flags, error, part, n_parts, t + 1, ok, PARTS, SPIN_LIMIT)
 
 
 @triton.jit
@@ -389,7 +377,7 @@ def backward_split_kernel(
     dh_ptr,  # [B, H] in: the final h's gradient; out: step 0's direct part, z_0 dh_0
     da_ptr,  # [T, B, NG*H] out: gradients of the input-side pre-activations
     dhn_ptr,  # [T, B, H] out: gradient of U_n h_{t-1} + b_hn
-    flags_ptr,  # [tiles * parts] int32 zeros
+    flags_ptr,  # [tiles * parts + 1] int32 zeros
     T,
     B,
     H,
@@ -400,18 +388,15 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
-    PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law rule's r (0: the GRU)
+    SPIN_LIMIT: tl.constexpr,
 ):
     """The reverse-time pass with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.backward_split_kernel`: a step's own values read in one go,
-    :func:`step_saved`, with ``PREFETCH`` the earlier step's while the barrier waits; every
-    part's gradients read in one go before the products); the gradient into ``h_0`` is
-    finished by one matmul after the launch."""
+    :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is finished
+    by one matmul after the launch."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -421,6 +406,7 @@ def backward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
+    error = flags_ptr + tl.num_programs(0) * n_parts
     GH = NG * H
     w_z = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     if REFINE:
@@ -428,61 +414,34 @@ def backward_split_kernel(
     w_r = back_slice(w_ptr, NG - 2, cols_k, k_ok, cols_n, n_ok, H)
     w_n = back_slice(w_ptr, NG - 1, cols_k, k_ok, cols_n, n_ok, H)
     dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
-    s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(
-        a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, T - 1, B, H, rows, row_ok, cols_n, n_ok, NG,
-        REFINE, BLOCK_B, HAS_STARTS,
-    )  # fmt: skip
+    ok = part >= 0  # no wait has given up
     for k in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         t = T - 1 - k
-        if not PREFETCH:  # (with PREFETCH the later step read them)
-            s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(
-                a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t, B, H, rows, row_ok, cols_n, n_ok,
-                NG, REFINE, BLOCK_B, HAS_STARTS,
-            )  # fmt: skip
-        start = s_start
+        s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, start = step_saved(
+            a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t, B, H, rows, row_ok, cols_n, n_ok,
+            NG, REFINE, BLOCK_B, HAS_STARTS,
+        )  # fmt: skip
         da_t = da_ptr + t * B * GH
         dh += s_dy
         da_z, da_q, da_r, da_n, dhn, direct = cell_grads(
             s_z, s_q, s_r, s_n, s_hn, s_h, dh, ACT, REFINE, CLAMP, POWER
         )
         _put_grads(
-            da_t, dhn_ptr + t * B * H, exchanged(da_z, BARRIER), exchanged(da_q, BARRIER),
-            exchanged(da_r, BARRIER), exchanged(da_n, BARRIER), exchanged(dhn, BARRIER), rows,
-            row_ok, cols_n, n_ok, H, NG, REFINE,
+            da_t, dhn_ptr + t * B * H, da_z, da_q, da_r, da_n, dhn, rows, row_ok, cols_n, n_ok,
+            H, NG, REFINE,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: z dh + sum_g dA_g W_g, every part's dA_t
-            if PREFETCH:
-                s_z, s_q, s_r, s_n, s_hn, s_h, s_dy, s_start = step_saved(
-                    a_ptr, hn_ptr, y_ptr, dy_ptr, starts_ptr, t - 1, B, H, rows, row_ok, cols_n,
-                    n_ok, NG, REFINE, BLOCK_B, HAS_STARTS,
-                )  # fmt: skip
-            meet_parts(
-                flags, part, n_parts, k + 1, BARRIER, PARTS,
-                da_t, rows, row_ok, cols_k, k_ok, GH, NG, H, dhn_ptr + t * B * H, H, 1,
-            )  # fmt: skip
-            if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
-                d_z = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
-                d_q = d_z  # a stand-in, not read without REFINE
-                if REFINE:
-                    d_q = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
-                d_r = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
-                d_hn = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
-                acc = direct + tl.dot(d_z, w_z, input_precision=PREC)
-                if REFINE:
-                    acc += tl.dot(d_q, w_q, input_precision=PREC)
-                acc += tl.dot(d_r, w_r, input_precision=PREC)
-                acc += tl.dot(d_hn, w_n, input_precision=PREC)
-            else:  # each block read before its product: less shared memory at once
-                acc = direct + tl.dot(
-                    shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
-                )
-                if REFINE:
-                    da_q_all = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
-                    acc += tl.dot(da_q_all, w_q, input_precision=PREC)
-                da_r_all = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
-                acc += tl.dot(da_r_all, w_r, input_precision=PREC)
-                dhn_all = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
-                acc += tl.dot(dhn_all, w_n, input_precision=PREC)
+            ok = sync_parts(flags, error, part, n_parts, k + 1, ok, PARTS, SPIN_LIMIT)
+            acc = direct + tl.dot(
+                shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_z, input_precision=PREC
+            )
+            if REFINE:
+                da_q_all = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_q_all, w_q, input_precision=PREC)
+            da_r_all = shared_tile(da_t + (NG - 2) * H, rows, row_ok, cols_k, k_ok, GH)
+            acc += tl.dot(da_r_all, w_r, input_precision=PREC)
+            dhn_all = shared_tile(dhn_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
+            acc += tl.dot(dhn_all, w_n, input_precision=PREC)
             dh = tl.where(start[:, None], 0.0, acc)
         else:
             put(dh_ptr, direct, rows, row_ok, cols_n, n_ok, H)
@@ -525,8 +484,11 @@ class _TritonGRU(torch.autograd.Function):
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
         buffers = (G, A, HN, w, bias_hn.contiguous(), starts8, Y)
+        ctx.where = tg.describe(
+            "GatedGRU", {k: meta[k] for k in ("ACT", "REFINE", "POWER")}, T, B, H
+        )
         ctx.plan, ctx.meta = tg.launch_forward(
-            forward_split_kernel, forward_kernel, buffers, T, B, H, meta, Y[1:],
+            forward_split_kernel, forward_kernel, buffers, T, B, H, meta, ctx.where,
             HAS_STARTS=starts is not None,
         )  # fmt: skip
         ctx.tile_meta = meta
@@ -546,10 +508,11 @@ class _TritonGRU(torch.autograd.Function):
         split = ctx.plan is not None
         if split:
             dh = x.new_zeros(B, H) if dhT is None else dhT.clone()  # out: z_0 dh_0
+            flags = ctx.plan.flags(x.device)
             split = tg.launch_split(
                 backward_split_kernel, ctx.plan,
-                A, HN, w, Y, starts8, dY, dh, dA, dHN, ctx.plan.flags(x.device), T, B, H,
-                exchanged=(dA, dHN),
+                A, HN, w, Y, starts8, dY, dh, dA, dHN, flags, T, B, H,
+                flags=flags, where=ctx.where,
                 HAS_STARTS=ctx.has_starts,
                 **ctx.meta,
             )  # fmt: skip

@@ -38,18 +38,13 @@ from torch.autograd.function import once_differentiable
 from cores import triton_gates as tg
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_gates import (
-    DATA_BARRIER,
-    GATHER_MAX_H,
     SPLIT_LOOP_STAGES,
     back,
     back_slice,
     clip_unit,
-    exchanged,
-    exchanged_tile,
     gate,
     gate_slope,
     inside_unit,
-    meet_parts,
     power_decay,
     put,
     rec,
@@ -187,20 +182,12 @@ def step_grads(
     NG: tl.constexpr, ACT: tl.constexpr, TIED: tl.constexpr, REFINE: tl.constexpr,
     R: tl.constexpr, CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
-    BARRIER: tl.constexpr,  # the split kernels' barrier (its gradients stored for it)
 ):  # fmt: skip
     """One step's backward for a tile from its :func:`cell_saved` values: store the gate
-    gradients at ``da_t`` (as the split kernels' ``BARRIER`` reads them,
-    :func:`~cores.triton_gates.exchanged`) and return the gradient into ``c_{t-1}`` (zero
-    where ``start``)."""
+    gradients at ``da_t`` and return the gradient into ``c_{t-1}`` (zero where ``start``)."""
     da_o, da_f, da_u, da_i, da_r, dc_prev = cell_grads(
         a_o, a_f, a_u, a_i, a_r, c, c_prev, dh, dc, ACT, TIED, REFINE, CLAMP, POWER
     )
-    da_o = exchanged(da_o, BARRIER)
-    da_f = exchanged(da_f, BARRIER)
-    da_u = exchanged(da_u, BARRIER)
-    da_i = exchanged(da_i, BARRIER)
-    da_r = exchanged(da_r, BARRIER)
     put_gates(
         da_t, da_o, da_f, da_u, da_i, da_r, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
     )
@@ -337,7 +324,7 @@ def backward_kernel(
             )  # fmt: skip
             dc_prev = step_grads(
                 a_o, a_f, a_u, a_i, a_r, c, c_prev, da_t, start, dh, dc, rows, row_ok, cols_n,
-                n_ok, H, NG, ACT, TIED, REFINE, R, CLAMP, POWER, 0,  # no parts: no barrier
+                n_ok, H, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
             )  # fmt: skip
             put(dc_ptr + t * B * H, dc_prev, rows, row_ok, cols_n, n_ok, H)
         tl.debug_barrier()  # dA_t is read across the program below
@@ -367,7 +354,7 @@ def forward_split_kernel(
     starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
     y_ptr,  # [T+1, B, H] in: h_0 at index 0; out: h_t at index t+1
     c_ptr,  # [T+1, B, H] in: c_0 at index 0; out: c_t at index t+1
-    flags_ptr,  # [tiles * parts] int32 zeros: the barrier's step counters
+    flags_ptr,  # [tiles * parts + 1] int32 zeros: the barrier's step counters, the error word
     T,
     B,
     H,
@@ -380,22 +367,17 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
-    PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
+    SPIN_LIMIT: tl.constexpr,  # rounds a barrier waits before the launch fails
 ):
     """The forward with a step's units split over programs: program ``(tile, part)`` owns
     ``BLOCK_B`` rows and ``BLOCK_N`` units, keeps its rows of every gate's weights on chip
     (shared memory, where the sm_90 code puts ``tl.dot``'s operands) and its cells in
-    registers, reads all of ``h_{t-1}`` and meets the tile's other parts after
-    each step (:func:`~cores.triton_gates.sync_parts`; the ``data`` barrier waits in its read of
-    ``h_{t-1}``, :func:`~cores.triton_gates.exchanged_tile`). Every gate's input side ``G_t`` is
-    read in one go (:func:`load_gates`), so the reads' memory latencies overlap; with
-    ``PREFETCH`` the next step's is read while the barrier waits, so after the barrier
-    only ``h_{t-1}`` is read from memory."""
+    registers, reads all of ``h_{t-1}`` and meets the tile's other parts after each step
+    (:func:`~cores.triton_gates.sync_parts`)."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -405,6 +387,7 @@ def forward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)  # every unit of h_{t-1}
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
+    error = flags_ptr + tl.num_programs(0) * n_parts
     GH = NG * H
     w_o = weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     w_f = weight_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
@@ -414,14 +397,13 @@ def forward_split_kernel(
     if REFINE:
         w_r = weight_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
     c = tile(c_ptr, rows, row_ok, cols_n, n_ok, H)
-    g_o, g_f, g_u, g_i, g_r = load_gates(g_ptr, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R)
+    ok = part >= 0  # no wait has given up
     for t in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
-        if not PREFETCH:  # (with PREFETCH the previous step read them)
-            g_o, g_f, g_u, g_i, g_r = load_gates(
-                g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
-            )
+        g_o, g_f, g_u, g_i, g_r = load_gates(
+            g_ptr + t * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
+        )
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
-        h = exchanged_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H, BARRIER, t > 0)
+        h = shared_tile(y_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(start[:, None], 0.0, h)
         a_t = a_ptr + t * B * GH
         a_o = g_o + tl.dot(h, w_o, input_precision=PREC)
@@ -441,14 +423,9 @@ def forward_split_kernel(
         c_prev = tl.where(start[:, None], 0.0, c)
         c, h_new = cell(a_o, a_f, a_u, a_i, a_r, c_prev, ACT, TIED, REFINE, CLAMP, POWER)
         put(c_ptr + (t + 1) * B * H, c, rows, row_ok, cols_n, n_ok, H)
-        put(y_ptr + (t + 1) * B * H, exchanged(h_new, BARRIER), rows, row_ok, cols_n, n_ok, H)
+        put(y_ptr + (t + 1) * B * H, h_new, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            if PREFETCH:
-                g_o, g_f, g_u, g_i, g_r = load_gates(
-                    g_ptr + (t + 1) * B * GH, rows, row_ok, cols_n, n_ok, H, NG, TIED, REFINE, R
-                )
-            if BARRIER != DATA_BARRIER:  # (the data barrier waits in the read of h_t)
-                sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
+            ok = sync_parts(flags, error, part, n_parts, t + 1, ok, PARTS, SPIN_LIMIT)
 
 
 @triton.jit
@@ -462,7 +439,7 @@ def backward_split_kernel(
     dh_ptr,  # [B, H] the final h's gradient
     dc_ptr,  # [B, H] in: the final c's gradient; out: the gradient into c_0
     da_ptr,  # [T, B, NG*H] out: pre-activation gradients
-    flags_ptr,  # [tiles * parts] int32 zeros
+    flags_ptr,  # [tiles * parts + 1] int32 zeros
     T,
     B,
     H,
@@ -476,19 +453,17 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
-    PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
     CLAMP: tl.constexpr,
     POWER: tl.constexpr,  # the power-law cell's r (0: the ordinary cell)
+    SPIN_LIMIT: tl.constexpr,
 ):
     """The reverse-time pass with a step's units split over programs, as
     :func:`forward_split_kernel`: a part writes its units' ``dA_t``, meets the other parts,
-    then reads every unit's ``dA_t`` for its units of ``dh_{t-1}`` (all gate blocks in one
-    go, before the products). A step's own values (:func:`step_saved`) are read in one go
-    too; with ``PREFETCH`` the earlier step's are read while the barrier waits. The
-    gradient into ``h_0`` is one matmul after the launch (step 0 needs no barrier)."""
+    then reads every unit's ``dA_t``, a gate block before its product, for its units of
+    ``dh_{t-1}``. The gradient into ``h_0`` is one matmul after the launch (step 0 needs no
+    barrier)."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -498,6 +473,7 @@ def backward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
+    error = flags_ptr + tl.num_programs(0) * n_parts
     GH = NG * H
     w_o = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     w_f = back_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
@@ -508,70 +484,37 @@ def backward_split_kernel(
         w_r = back_slice(w_ptr, R, cols_k, k_ok, cols_n, n_ok, H)
     dh = tile(dh_ptr, rows, row_ok, cols_n, n_ok, H)
     dc = tile(dc_ptr, rows, row_ok, cols_n, n_ok, H)
-    s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
-        a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, T - 1, B, H, rows, row_ok, cols_n, n_ok,
-        NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
-    )  # fmt: skip
+    ok = part >= 0  # no wait has given up
     for k in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         t = T - 1 - k
-        if not PREFETCH:  # (with PREFETCH the later step read them)
-            s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
-                a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t, B, H, rows, row_ok, cols_n,
-                n_ok, NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
-            )  # fmt: skip
-        start = s_start
-        stop = s_stop
+        s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, start, stop = step_saved(
+            a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t, B, H, rows, row_ok, cols_n, n_ok,
+            NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
+        )  # fmt: skip
         da_t = da_ptr + t * B * GH
         dh += s_dy
         dc = step_grads(
             s_o, s_f, s_u, s_i, s_r, s_c, s_cp, da_t, start, dh, dc, rows, row_ok, cols_n, n_ok,
-            H, NG, ACT, TIED, REFINE, R, CLAMP, POWER, BARRIER,
+            H, NG, ACT, TIED, REFINE, R, CLAMP, POWER,
         )  # fmt: skip
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
-            if PREFETCH:
-                s_o, s_f, s_u, s_i, s_r, s_c, s_cp, s_dy, s_start, s_stop = step_saved(
-                    a_ptr, c_ptr, dy_ptr, starts_ptr, detach_ptr, t - 1, B, H, rows, row_ok,
-                    cols_n, n_ok, NG, TIED, REFINE, R, BLOCK_B, HAS_STARTS, HAS_DETACH,
-                )  # fmt: skip
-            meet_parts(
-                flags, part, n_parts, k + 1, BARRIER, PARTS,
-                da_t, rows, row_ok, cols_k, k_ok, GH, NG, H, da_t, GH, 0,
+            ok = sync_parts(flags, error, part, n_parts, k + 1, ok, PARTS, SPIN_LIMIT)
+            acc = tl.dot(
+                shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH), w_f, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH), w_u,
+                input_precision=PREC,
             )  # fmt: skip
-            if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
-                d_o = shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH)
-                d_f = shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH)
-                d_u = shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH)
-                d_i = d_o  # stand-ins, not read where the preset lacks the block
-                d_r = d_o
-                if not TIED:
-                    d_i = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
-                if REFINE:
-                    d_r = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
-                acc = tl.dot(d_o, w_o, input_precision=PREC)
-                acc += tl.dot(d_f, w_f, input_precision=PREC)
-                acc += tl.dot(d_u, w_u, input_precision=PREC)
-                if not TIED:
-                    acc += tl.dot(d_i, w_i, input_precision=PREC)
-                if REFINE:
-                    acc += tl.dot(d_r, w_r, input_precision=PREC)
-            else:  # each block read before its product: less shared memory at once
-                acc = tl.dot(
-                    shared_tile(da_t, rows, row_ok, cols_k, k_ok, GH), w_o, input_precision=PREC
-                )
-                acc += tl.dot(
-                    shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, GH), w_f,
-                    input_precision=PREC,
-                )  # fmt: skip
-                acc += tl.dot(
-                    shared_tile(da_t + (NG - 1) * H, rows, row_ok, cols_k, k_ok, GH), w_u,
-                    input_precision=PREC,
-                )  # fmt: skip
-                if not TIED:
-                    da_i_all = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
-                    acc += tl.dot(da_i_all, w_i, input_precision=PREC)
-                if REFINE:
-                    da_r_all = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
-                    acc += tl.dot(da_r_all, w_r, input_precision=PREC)
+            if not TIED:
+                da_i_all = shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_i_all, w_i, input_precision=PREC)
+            if REFINE:
+                da_r_all = shared_tile(da_t + R * H, rows, row_ok, cols_k, k_ok, GH)
+                acc += tl.dot(da_r_all, w_r, input_precision=PREC)
             dh = tl.where(start[:, None] | stop[:, None], 0.0, acc)
     put(dc_ptr, dc, rows, row_ok, cols_n, n_ok, H)
 
@@ -616,9 +559,10 @@ class _TritonLSTM(torch.autograd.Function):
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else Y
         ctx.tile_meta = _meta(spec, H, x.device)
+        ctx.where = tg.describe("GatedLSTM", spec, T, B, H)
         ctx.plan, ctx.meta = tg.launch_forward(
             forward_split_kernel, forward_kernel, (G, A, w, starts8, Y, C), T, B, H,
-            ctx.tile_meta, Y[1:],
+            ctx.tile_meta, ctx.where,
             HAS_STARTS=starts is not None,
         )  # fmt: skip
         ctx.has_starts = starts is not None
@@ -682,10 +626,11 @@ def _split_backward(
     dc = dY.new_zeros(B, H) if dcT is None else dcT.clone()  # the kernel writes dc_0 here
     dA = torch.empty_like(A)
     detach8 = detach if detach is not None else starts8
+    flags = plan.flags(dY.device)
     if not tg.launch_split(
         backward_split_kernel, plan,
-        A, w, C, starts8, detach8, dY, dh, dc, dA, plan.flags(dY.device), T, B, H,
-        exchanged=(dA,),
+        A, w, C, starts8, detach8, dY, dh, dc, dA, flags, T, B, H,
+        flags=flags, where=ctx.where,
         HAS_STARTS=ctx.has_starts,
         HAS_DETACH=ctx.has_detach,
         **ctx.meta,

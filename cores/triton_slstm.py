@@ -29,15 +29,9 @@ from torch.autograd.function import once_differentiable
 
 from cores import triton_gates as tg
 from cores.triton_gates import (
-    DATA_BARRIER,
-    GATHER_MAX_H,
     SPLIT_LOOP_STAGES,
-    any_tile,
     back,
     back_slice,
-    exchanged,
-    exchanged_tile,
-    meet_parts,
     put,
     rec,
     shared_tile,
@@ -100,13 +94,12 @@ def cell_grads(
 
 
 @triton.jit
-def load_gates(ptr, rows, row_ok, cols, col_ok, H, SHARED: tl.constexpr = False):
-    """The gate blocks ``z, i, f, o`` of one step (``ptr`` at ``[B, 4H]``); with ``SHARED``,
-    blocks other programs wrote in this launch (:func:`~cores.triton_gates.shared_tile`)."""
-    a_z = any_tile(ptr, rows, row_ok, cols, col_ok, 4 * H, SHARED)
-    a_i = any_tile(ptr + H, rows, row_ok, cols, col_ok, 4 * H, SHARED)
-    a_f = any_tile(ptr + 2 * H, rows, row_ok, cols, col_ok, 4 * H, SHARED)
-    a_o = any_tile(ptr + 3 * H, rows, row_ok, cols, col_ok, 4 * H, SHARED)
+def load_gates(ptr, rows, row_ok, cols, col_ok, H):
+    """The gate blocks ``z, i, f, o`` of one step (``ptr`` at ``[B, 4H]``)."""
+    a_z = tile(ptr, rows, row_ok, cols, col_ok, 4 * H)
+    a_i = tile(ptr + H, rows, row_ok, cols, col_ok, 4 * H)
+    a_f = tile(ptr + 2 * H, rows, row_ok, cols, col_ok, 4 * H)
+    a_o = tile(ptr + 3 * H, rows, row_ok, cols, col_ok, 4 * H)
     return a_z, a_i, a_f, a_o
 
 
@@ -276,7 +269,7 @@ def forward_split_kernel(
     w_ptr,  # [4H, H] the dense recurrent matrix
     starts_ptr,  # [T, B] int8 (unused without HAS_STARTS)
     s_ptr,  # [4, T+1, B, H] h, c, n, m: the initial state at index 0, step t's at t+1
-    flags_ptr,  # [tiles * parts] int32 zeros: the barrier's step counters
+    flags_ptr,  # [tiles * parts + 1] int32 zeros: the barrier's step counters, the error word
     T,
     B,
     H,
@@ -285,14 +278,13 @@ def forward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
-    PREFETCH: tl.constexpr,  # the next step's input side is read before the barrier
     PREC: tl.constexpr,
+    SPIN_LIMIT: tl.constexpr,  # rounds a barrier waits before the launch fails
 ):
     """The forward with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.forward_split_kernel`, ``PREFETCH`` included); ``c, n, m`` of a
-    part's units stay in its registers."""
+    :func:`cores.triton_lstm.forward_split_kernel`); ``c, n, m`` of a part's units stay in its
+    registers."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -302,6 +294,7 @@ def forward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
+    error = flags_ptr + tl.num_programs(0) * n_parts
     S = (T + 1) * B * H
     w_z = weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     w_i = weight_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
@@ -310,17 +303,15 @@ def forward_split_kernel(
     c = tile(s_ptr + S, rows, row_ok, cols_n, n_ok, H)
     n = tile(s_ptr + 2 * S, rows, row_ok, cols_n, n_ok, H)
     m = tile(s_ptr + 3 * S, rows, row_ok, cols_n, n_ok, H)
-    g_z, g_i, g_f, g_o = load_gates(g_ptr, rows, row_ok, cols_n, n_ok, H)
+    ok = part >= 0  # no wait has given up
     for t in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
-        if not PREFETCH:  # (with PREFETCH the previous step read them)
-            g_z, g_i, g_f, g_o = load_gates(g_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
+        a_z, a_i, a_f, a_o = load_gates(g_ptr + t * B * 4 * H, rows, row_ok, cols_n, n_ok, H)
         start = starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B, HAS_STARTS)
         reset = start[:, None]
-        h = exchanged_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H, BARRIER, t > 0)
+        h = shared_tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H)
         h = tl.where(reset, 0.0, h)
         now = s_ptr + (t + 1) * B * H
         a_t = a_ptr + t * B * 4 * H
-        a_z, a_i, a_f, a_o = g_z, g_i, g_f, g_o
         a_z += tl.dot(h, w_z, input_precision=PREC)
         a_i += tl.dot(h, w_i, input_precision=PREC)
         a_f += tl.dot(h, w_f, input_precision=PREC)
@@ -330,17 +321,12 @@ def forward_split_kernel(
         n = tl.where(reset, 0.0, n)
         m = tl.where(reset, 0.0, m)
         c, n, m, h_new = cell(a_z, a_i, a_f, a_o, c, n, m, EPS)
-        put(now, exchanged(h_new, BARRIER), rows, row_ok, cols_n, n_ok, H)
+        put(now, h_new, rows, row_ok, cols_n, n_ok, H)
         put(now + S, c, rows, row_ok, cols_n, n_ok, H)
         put(now + 2 * S, n, rows, row_ok, cols_n, n_ok, H)
         put(now + 3 * S, m, rows, row_ok, cols_n, n_ok, H)
         if t + 1 < T:  # every part's h_t is stored before any part reads it
-            if PREFETCH:
-                g_z, g_i, g_f, g_o = load_gates(
-                    g_ptr + (t + 1) * B * 4 * H, rows, row_ok, cols_n, n_ok, H
-                )
-            if BARRIER != DATA_BARRIER:  # (the data barrier waits in the read of h_t)
-                sync_parts(flags, part, n_parts, t + 1, BARRIER, PARTS)
+            ok = sync_parts(flags, error, part, n_parts, t + 1, ok, PARTS, SPIN_LIMIT)
 
 
 @triton.jit
@@ -352,7 +338,7 @@ def backward_split_kernel(
     dy_ptr,  # [T, B, H] gradient of the outputs
     ds_ptr,  # [4, B, H] in: the final state's gradient; out: c_0's, n_0's, m_0's (h_0's after)
     da_ptr,  # [T, B, 4H] out: pre-activation gradients
-    flags_ptr,  # [tiles * parts] int32 zeros
+    flags_ptr,  # [tiles * parts + 1] int32 zeros
     T,
     B,
     H,
@@ -361,15 +347,12 @@ def backward_split_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    BARRIER: tl.constexpr,  # how the parts meet: the index of SplitOptions.barrier
     PARTS: tl.constexpr,  # a power of two >= the parts of a tile
-    PREFETCH: tl.constexpr,  # the previous step's saved values are read before the barrier
     PREC: tl.constexpr,
+    SPIN_LIMIT: tl.constexpr,
 ):
     """The reverse-time pass with a step's units split over programs (the design of
-    :func:`cores.triton_lstm.backward_split_kernel`: a step's own values read in one go,
-    :func:`step_saved`, with ``PREFETCH`` the earlier step's while the barrier waits; every
-    part's gradients read in one go before the products); the gradient into ``h_0`` is one
+    :func:`cores.triton_lstm.backward_split_kernel`); the gradient into ``h_0`` is one
     matmul after the launch."""
     part = tl.program_id(1)
     n_parts = tl.num_programs(1)
@@ -380,6 +363,7 @@ def backward_split_kernel(
     cols_k = tl.arange(0, BLOCK_H)
     k_ok = cols_k < H
     flags = flags_ptr + tl.program_id(0) * n_parts
+    error = flags_ptr + tl.num_programs(0) * n_parts
     D = B * H  # one state's gradient in ds_ptr
     w_z = back_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H)
     w_i = back_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H)
@@ -389,61 +373,40 @@ def backward_split_kernel(
     dc = tile(ds_ptr + D, rows, row_ok, cols_n, n_ok, H)
     dn = tile(ds_ptr + 2 * D, rows, row_ok, cols_n, n_ok, H)
     dm = tile(ds_ptr + 3 * D, rows, row_ok, cols_n, n_ok, H)
-    s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
-        a_ptr, s_ptr, dy_ptr, starts_ptr, T - 1, T, B, H, rows, row_ok, cols_n, n_ok, BLOCK_B,
-        HAS_STARTS,
-    )  # fmt: skip
+    ok = part >= 0  # no wait has given up
     for k in tl.range(T, num_stages=SPLIT_LOOP_STAGES):
         t = T - 1 - k
-        if not PREFETCH:  # (with PREFETCH the later step read them)
-            s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
-                a_ptr, s_ptr, dy_ptr, starts_ptr, t, T, B, H, rows, row_ok, cols_n, n_ok,
-                BLOCK_B, HAS_STARTS,
-            )  # fmt: skip
+        s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
+            a_ptr, s_ptr, dy_ptr, starts_ptr, t, T, B, H, rows, row_ok, cols_n, n_ok,
+            BLOCK_B, HAS_STARTS,
+        )  # fmt: skip
         reset = s_start[:, None]
         da_t = da_ptr + t * B * 4 * H
         dh += s_dy
         da_z, da_i, da_f, da_o, dc, dn, dm = cell_grads(
             s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, dh, dc, dn, dm, EPS
         )
-        da_z, da_i = exchanged(da_z, BARRIER), exchanged(da_i, BARRIER)
-        da_f, da_o = exchanged(da_f, BARRIER), exchanged(da_o, BARRIER)
         put_gates(da_t, da_z, da_i, da_f, da_o, rows, row_ok, cols_n, n_ok, H)
         dc = tl.where(reset, 0.0, dc)
         dn = tl.where(reset, 0.0, dn)
         dm = tl.where(reset, 0.0, dm)
         if t > 0:  # gradient into h_{t-1}: every part's dA_t times its weights
-            if PREFETCH:
-                s_z, s_i, s_f, s_o, s_cp, s_np, s_mp, s_c, s_n, s_dy, s_start = step_saved(
-                    a_ptr, s_ptr, dy_ptr, starts_ptr, t - 1, T, B, H, rows, row_ok, cols_n,
-                    n_ok, BLOCK_B, HAS_STARTS,
-                )  # fmt: skip
-            meet_parts(
-                flags, part, n_parts, k + 1, BARRIER, PARTS,
-                da_t, rows, row_ok, cols_k, k_ok, 4 * H, 4, H, da_t, 4 * H, 0,
+            ok = sync_parts(flags, error, part, n_parts, k + 1, ok, PARTS, SPIN_LIMIT)
+            acc = tl.dot(
+                shared_tile(da_t, rows, row_ok, cols_k, k_ok, 4 * H), w_z, input_precision=PREC
+            )
+            acc += tl.dot(
+                shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, 4 * H), w_i,
+                input_precision=PREC,
             )  # fmt: skip
-            if PREFETCH and BLOCK_H <= GATHER_MAX_H:  # every block read, then the products
-                d_z, d_i, d_f, d_o = load_gates(da_t, rows, row_ok, cols_k, k_ok, H, True)
-                acc = tl.dot(d_z, w_z, input_precision=PREC)
-                acc += tl.dot(d_i, w_i, input_precision=PREC)
-                acc += tl.dot(d_f, w_f, input_precision=PREC)
-                acc += tl.dot(d_o, w_o, input_precision=PREC)
-            else:  # each block read before its product: less shared memory at once
-                acc = tl.dot(
-                    shared_tile(da_t, rows, row_ok, cols_k, k_ok, 4 * H), w_z, input_precision=PREC
-                )
-                acc += tl.dot(
-                    shared_tile(da_t + H, rows, row_ok, cols_k, k_ok, 4 * H), w_i,
-                    input_precision=PREC,
-                )  # fmt: skip
-                acc += tl.dot(
-                    shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_f,
-                    input_precision=PREC,
-                )  # fmt: skip
-                acc += tl.dot(
-                    shared_tile(da_t + 3 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_o,
-                    input_precision=PREC,
-                )  # fmt: skip
+            acc += tl.dot(
+                shared_tile(da_t + 2 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_f,
+                input_precision=PREC,
+            )  # fmt: skip
+            acc += tl.dot(
+                shared_tile(da_t + 3 * H, rows, row_ok, cols_k, k_ok, 4 * H), w_o,
+                input_precision=PREC,
+            )  # fmt: skip
             dh = tl.where(reset, 0.0, acc)
     put(ds_ptr + D, dc, rows, row_ok, cols_n, n_ok, H)
     put(ds_ptr + 2 * D, dn, rows, row_ok, cols_n, n_ok, H)
@@ -471,8 +434,9 @@ class _TritonSLSTM(torch.autograd.Function):
         S[:, 0] = s0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
+        ctx.where = tg.describe("SLSTM", {}, T, B, H)
         ctx.plan, ctx.meta = tg.launch_forward(
-            forward_split_kernel, forward_kernel, (G, A, w, starts8, S), T, B, H, meta, S[0, 1:],
+            forward_split_kernel, forward_kernel, (G, A, w, starts8, S), T, B, H, meta, ctx.where,
             HAS_STARTS=starts is not None,
         )  # fmt: skip
         ctx.tile_meta = meta
@@ -491,10 +455,11 @@ class _TritonSLSTM(torch.autograd.Function):
         split = ctx.plan is not None
         if split:
             dS0 = x.new_zeros(4, B, H) if dS is None else dS.clone()  # out: the initial state's
+            flags = ctx.plan.flags(x.device)
             split = tg.launch_split(
                 backward_split_kernel, ctx.plan,
-                A, w, S, starts8, dY, dS0, dA, ctx.plan.flags(x.device), T, B, H,
-                exchanged=(dA,),
+                A, w, S, starts8, dY, dS0, dA, flags, T, B, H,
+                flags=flags, where=ctx.where,
                 HAS_STARTS=ctx.has_starts,
                 **ctx.meta,
             )  # fmt: skip

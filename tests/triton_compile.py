@@ -18,13 +18,12 @@ from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource, compile
 
 from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
-from experiments.bench.gpu import Sizes
 
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)
 ARCH = 90
-# the steps and batch the kernels are compiled for: bench gpu's cores table (T=256, B=64)
-LAUNCH_SHAPE = dict(zip(("T", "B"), Sizes().cores[:2], strict=True))
+# the steps and batch the kernels are compiled for: bench gpu's cores table
+LAUNCH_SHAPE = dict(T=256, B=64)
 
 
 def launch_attributes(kernel, ints: dict[str, int]) -> dict:
@@ -90,13 +89,14 @@ def describe(
     return " ".join(str(f) for f in fields)
 
 
-def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, int]:
-    """The unit-split kernels' compile-time parameters at ``hidden`` units, and their warps."""
-    parts = triton_gates.cdiv(hidden, options.units)
-    plan = triton_gates.SplitPlan(16, options.units, hidden, 1, parts, options)
+def split_meta(hidden: int, precision: str, num_warps: int | None) -> tuple[dict, int]:
+    """The unit-split kernels' compile-time parameters at ``hidden`` units and their warps
+    (``None``: the launcher's, :func:`cores.triton_gates.split_warps`)."""
+    parts = triton_gates.cdiv(hidden, triton_gates.SPLIT_UNITS)
+    plan = triton_gates.SplitPlan(16, triton_gates.SPLIT_UNITS, hidden, 1, parts, precision)
     meta = plan.meta()
-    del meta["launch_cooperative_grid"]  # how it launches, not what it compiles
-    return meta, meta.pop("num_warps")
+    warps = meta.pop("num_warps")
+    return meta, num_warps or warps
 
 
 def main(hidden: int, spills: bool = False) -> None:
@@ -116,17 +116,9 @@ def main(hidden: int, spills: bool = False) -> None:
         ("lstm_power", triton_lstm, dict(lstm, POWER=1.5)),
         ("gru_power", triton_gru, dict(gru, POWER=1.5)),
     )
-    options = triton_gates.SplitOptions
-    variants = [
-        ("", options(precision="ieee")),
-        ("_tf32", options(precision="tf32")),
-        ("_probe", options(barrier="release", precision="ieee", prefetch=False)),
-        ("_data", options(barrier="data", precision="tf32")),
-        ("_32_units", options(precision="tf32", units=32)),
-        ("_64_units", options(precision="tf32", units=64)),
-    ]
+    variants = [("", "ieee", None), ("_tf32", "tf32", None)]
     if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
-        variants.append(("_4_warps", options(precision="ieee", num_warps=4)))
+        variants.append(("_4_warps", "ieee", 4))
     for family, module, constants in families:
         backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
         for suffix, precision in (("", "ieee"), ("_tf32", "tf32")):
@@ -139,9 +131,8 @@ def main(hidden: int, spills: bool = False) -> None:
             )
             print(f"{family}.backward{suffix}", info, flush=True)
         unsplit = {k: v for k, v in constants.items() if k != "BLOCK_K"}
-        # the default split, and the variants bench gpu's probe times
-        for suffix, split in variants:
-            meta, split_warps = split_meta(hidden, split)
+        for suffix, precision, num_warps in variants:
+            meta, split_warps = split_meta(hidden, precision, num_warps)
             for way, kernel, consts in (
                 ("forward", module.forward_split_kernel, unsplit),
                 ("backward", module.backward_split_kernel, {**backward, **unsplit}),
