@@ -1,7 +1,7 @@
 """Triton's interpreter with a launch's programs running side by side, one thread each.
 
 The interpreter runs a grid's programs one after the other, so a kernel whose programs wait
-for each other (the unit-split kernels' barriers, :mod:`cores.triton_gates`) would wait
+for each other (the unit-split kernels' barriers, :mod:`cores.triton_kernels`) would wait
 forever there: without this, those kernels run under the interpreter with one part per tile.
 Inside :func:`programs_side_by_side` every program of a launch runs in its own thread and
 reads its own ``tl.program_id``, so the parts of a tile meet at their barriers as on a GPU:

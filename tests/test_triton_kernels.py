@@ -1,5 +1,5 @@
 """The fused Triton kernels of the gated LSTM and GRU families and of sLSTM
-(cores/triton_lstm.py, cores/triton_gru.py, cores/triton_slstm.py), and the cuDNN route of the
+(cores/triton_kernels.py, launched by cores/triton_engine.py), and the cuDNN route of the
 presets that are nn.LSTM/nn.GRU maths (cores/cudnn.py), against the reference step loops.
 
 Without a GPU the kernels run under Triton's interpreter (``tests/conftest.py`` sets
@@ -24,7 +24,7 @@ pytest.importorskip("triton", reason="triton is in the dev extra")
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from cores import make_core, presets_of, triton_gates  # noqa: E402
+from cores import make_core, presets_of, triton_engine  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 T, B, D, H = 6, 3, 3, 12
@@ -122,7 +122,7 @@ def test_kernel_matches_the_reference_loop_in_float32(name: str) -> None:
 def test_kernel_without_starts_and_with_a_batch_over_one_tile(name: str) -> None:
     ref, tri = _pair(name, EXACT)
     gen = torch.Generator().manual_seed(2)
-    batch = triton_gates.BLOCK_B + 2  # two programs, the second partly masked
+    batch = triton_engine.BLOCK_B + 2  # two programs, the second partly masked
     x = torch.randn(3, batch, D, generator=gen, dtype=torch.float64).to(DEVICE, EXACT)
     state = tuple(
         torch.randn(batch, H, generator=gen).to(DEVICE, EXACT) for _ in range(ref.state_arity)
@@ -135,7 +135,7 @@ def test_kernel_over_several_unit_chunks(name: str) -> None:
     """H = 40 spans two chunks of 32 units, the second partly masked, in both the gate and
     the recurrent-product loops."""
     hidden = 40
-    assert triton_gates.block_meta(hidden)["BLOCK_N"] < hidden
+    assert triton_engine.block_meta(hidden)["BLOCK_N"] < hidden
     ref, tri = _pair(name, EXACT, hidden=hidden)
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(4, 2, D, generator=gen, dtype=torch.float64).to(DEVICE, EXACT)
@@ -191,7 +191,7 @@ def test_unit_split_kernel_over_several_parts(name: str) -> None:
     interpreter's one-program-at-a-time launches too (longer sequences over several parts:
     :func:`test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side`)."""
     hidden, batch, steps = 40, 3, 1 if DEVICE == "cpu" else 7
-    plan = triton_gates.split_plan(steps, batch, hidden, torch.device(DEVICE))
+    plan = triton_engine.split_plan(steps, batch, hidden, torch.device(DEVICE))
     assert plan is not None and plan.parts == 3
     ref, tri = _pair(name, EXACT, hidden=hidden, **({"p": 0.5} if "hdetach" in name else {}))
     gen = torch.Generator().manual_seed(4)
@@ -209,9 +209,9 @@ SIDE_BY_SIDE_CASES += [(name, 144) for name in ("ur_lstm", "fast_gru", "slstm")]
 
 
 def _gpu_cut(steps: int, batch: int, hidden: int, device: torch.device):
-    """The cut :func:`~cores.triton_gates.split_plan` makes on an H100 (132 multiprocessors),
+    """The cut :func:`~cores.triton_engine.split_plan` makes on an H100 (132 multiprocessors),
     at full float32 products."""
-    return triton_gates.resident_cut(batch, hidden, slots=132, precision="ieee")
+    return triton_engine.resident_cut(batch, hidden, slots=132, precision="ieee")
 
 
 def _side_by_side_case(name: str, hidden: int, batch: int = 18, steps: int = 5):
@@ -245,7 +245,7 @@ def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
     fails here (checked by breaking the wait)."""
     from side_by_side import programs_side_by_side
 
-    monkeypatch.setattr(triton_gates, "split_plan", _gpu_cut)
+    monkeypatch.setattr(triton_engine, "split_plan", _gpu_cut)
     assert _gpu_cut(5, 18, hidden, torch.device("cpu")).grid == (2, -(-hidden // 16))
     ref, tri, x, state, starts = _side_by_side_case(name, hidden)
     expected = _run(ref, x, state, starts)
@@ -305,8 +305,8 @@ def test_a_part_that_never_starts_ends_the_launch_with_an_error_within_the_bound
     limit would call it hung; every later wait of those parts is skipped."""
     import side_by_side
 
-    monkeypatch.setattr(triton_gates, "split_plan", _gpu_cut)
-    monkeypatch.setattr(triton_gates, "SPIN_LIMIT", 40)
+    monkeypatch.setattr(triton_engine, "split_plan", _gpu_cut)
+    monkeypatch.setattr(triton_engine, "SPIN_LIMIT", 40)
     monkeypatch.setattr(side_by_side, "WAIT_LIMIT_S", 60.0)
     _, tri, x, state, starts = _side_by_side_case(name, 40)
     with side_by_side.programs_side_by_side(absent={(0, 1, 0)}):
@@ -317,7 +317,7 @@ def test_a_part_that_never_starts_ends_the_launch_with_an_error_within_the_bound
     # the same launch with every part present runs through (at the product's bound: the
     # interpreter's stalls make a legitimate wait last many rounds)
     monkeypatch.undo()
-    monkeypatch.setattr(triton_gates, "split_plan", _gpu_cut)
+    monkeypatch.setattr(triton_engine, "split_plan", _gpu_cut)
     with side_by_side.programs_side_by_side():
         y, _ = tri(x, state, starts)
     assert y.shape == (5, 18, 40)
@@ -335,18 +335,14 @@ def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_til
     calls at that width go straight to the unsplit kernels."""
     from triton.runtime.errors import OutOfResources
 
-    from cores import triton_gru, triton_lstm, triton_slstm
+    from cores import triton_kernels
 
-    monkeypatch.setattr(triton_gates, "_UNFIT", set())
-    monkeypatch.setattr(triton_gates, "_WARNED", set())
-    refused = {getattr(module, failing) for module in (triton_lstm, triton_gru, triton_slstm)}
-    split = {
-        getattr(module, way)
-        for module in (triton_lstm, triton_gru, triton_slstm)
-        for way in ("forward_split_kernel", "backward_split_kernel")
-    }
+    monkeypatch.setattr(triton_engine, "_UNFIT", set())
+    monkeypatch.setattr(triton_engine, "_WARNED", set())
+    refused = {getattr(triton_kernels, failing)}
+    split = {triton_kernels.forward_split_kernel, triton_kernels.backward_split_kernel}
     launched = []
-    launch = triton_gates.launch
+    launch = triton_engine.launch
 
     def short_of_shared_memory(kernel, grid, *args, **meta):
         launched.append(kernel)
@@ -354,7 +350,7 @@ def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_til
             raise OutOfResources(200_000, 65_536, "shared memory")
         return launch(kernel, grid, *args, **meta)
 
-    monkeypatch.setattr(triton_gates, "launch", short_of_shared_memory)
+    monkeypatch.setattr(triton_engine, "launch", short_of_shared_memory)
     options = {"p": 0.5} if "hdetach" in name else {}
     with pytest.warns(RuntimeWarning, match="one program per batch tile") as caught:
         _assert_match(name, EXACT, **options)
@@ -373,18 +369,22 @@ def test_a_sequence_past_32_bit_offsets_runs_in_chunks_of_steps(name: str, monke
     """The kernels address their buffers with 32-bit offsets, so a longer sequence runs as
     several launches, the state carried across: the same values and gradients (resets and
     h-detach draws included). The limit is lowered here so that T=6 needs three runs."""
-    per_step = B * (4 if name == "slstm" else make_core(name, D, H).weight_ih.shape[0] // H) * H
-    monkeypatch.setattr(triton_gates, "MAX_OFFSET", 3 * per_step)  # runs of two steps
-    assert triton_gates.time_chunks(T, per_step) == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    # the largest buffer a launch addresses: the saved gate blocks (the GRU's U_n h + b_hn too)
+    # or sLSTM's four states
+    core = make_core(name, D, H)
+    blocks = 4 if name == "slstm" else core.weight_ih.shape[0] // H + ("gru" in name)
+    per_step = B * blocks * H
+    monkeypatch.setattr(triton_engine, "MAX_OFFSET", 3 * per_step)  # runs of two steps
+    assert triton_engine.time_chunks(T, per_step) == [slice(0, 2), slice(2, 4), slice(4, 6)]
     launches = []
-    launch = triton_gates.launch
+    launch = triton_engine.launch
     monkeypatch.setattr(
-        triton_gates, "launch", lambda *a, **k: (launches.append(a[0]), launch(*a, **k))
+        triton_engine, "launch", lambda *a, **k: (launches.append(a[0]), launch(*a, **k))
     )
     _assert_match(name, EXACT, **({"p": 0.5} if "hdetach" in name else {}))
     assert len(launches) == 2 * 3  # a forward and a backward per run
     with pytest.raises(ValueError, match="32-bit offsets; valid instead: impl='loop'"):
-        triton_gates.time_chunks(T, 4 * per_step)
+        triton_engine.time_chunks(T, 4 * per_step)
 
 
 def test_recurrent_precision_follows_pytorchs_switch_for_its_rnns(monkeypatch) -> None:
@@ -404,21 +404,21 @@ def test_recurrent_precision_follows_pytorchs_switch_for_its_rnns(monkeypatch) -
 
     for value in ("tf32", "ieee"):
         switches(rnn=value, cudnn="ieee" if value == "tf32" else "tf32")
-        assert triton_gates.recurrent_precision(cuda) == value
-        assert triton_gates.recurrent_precision(cpu) == "ieee"
+        assert triton_engine.recurrent_precision(cuda) == value
+        assert triton_engine.recurrent_precision(cpu) == "ieee"
     switches(rnn="none", cudnn="tf32")
-    assert triton_gates.recurrent_precision(cuda) == "tf32"  # inherited from cuDNN's switch
+    assert triton_engine.recurrent_precision(cuda) == "tf32"  # inherited from cuDNN's switch
     switches(rnn="none", backends="tf32")
-    assert triton_gates.recurrent_precision(cuda) == "tf32"  # and from PyTorch's own
+    assert triton_engine.recurrent_precision(cuda) == "tf32"  # and from PyTorch's own
     switches(rnn="none")
-    assert triton_gates.recurrent_precision(cuda) == "ieee"
+    assert triton_engine.recurrent_precision(cuda) == "ieee"
     for allow_tf32, expected in ((True, "tf32"), (False, "ieee")):  # before PyTorch 2.9
         switches(allow_tf32=allow_tf32, cudnn="tf32" if expected == "ieee" else "ieee")
-        assert triton_gates.recurrent_precision(cuda) == expected
+        assert triton_engine.recurrent_precision(cuda) == expected
     monkeypatch.undo()
     if hasattr(torch.backends.cudnn, "rnn"):  # the real switch is where the stand-in has it
         assert torch.backends.cudnn.rnn.fp32_precision in ("none", "tf32", "ieee")
-    plan = triton_gates.split_plan(T, B, H, torch.device(DEVICE))
+    plan = triton_engine.split_plan(T, B, H, torch.device(DEVICE))
     if DEVICE == "cpu":  # under the interpreter
         assert plan is not None and plan.precision == plan.meta()["PREC"] == "ieee"
 
@@ -429,7 +429,7 @@ def test_with_tf32_products_the_kernels_stay_near_the_reference(name: str, monke
     """PyTorch's default for its RNNs (TF32 products) on the fused kernels: within TF32's
     rounding of the full-float32 reference loop (the other tests run full float32)."""
     monkeypatch.setattr(torch.backends.cudnn.rnn, "fp32_precision", "tf32")
-    assert triton_gates.recurrent_precision(torch.device("cuda")) == "tf32"
+    assert triton_engine.recurrent_precision(torch.device("cuda")) == "tf32"
     ref, tri = _pair(name, torch.float32)
     x, _, starts = _inputs(torch.float32)
     # a state the core can reach: from random states sLSTM's normaliser can sit near zero, and
@@ -444,19 +444,19 @@ def test_split_programs_run_the_warps_that_hold_their_weights(hidden: int, warps
     """The warps follow the hidden size (4 up to 64 units, 8 above, where 4 would spill the
     forward's weights: see the compile test)."""
     # one program per batch tile: 8 warps with 32-wide chunks, 4 with 16-wide ones
-    meta = triton_gates.block_meta(hidden)
+    meta = triton_engine.block_meta(hidden)
     assert meta["num_warps"] == (4 if meta["BLOCK_N"] == 16 else 8)
-    plan = triton_gates.split_plan(T, B, hidden, torch.device(DEVICE))
+    plan = triton_engine.split_plan(T, B, hidden, torch.device(DEVICE))
     if plan is not None:  # the split exists under the interpreter and on CUDA
-        assert triton_gates.split_warps(plan.block_h) == plan.meta()["num_warps"] == warps
+        assert triton_engine.split_warps(plan.block_h) == plan.meta()["num_warps"] == warps
 
 
 @pytest.mark.parametrize("name", ["ur_lstm", "tied_lstm", "hdetach_lstm", "gru", "ur_gru", "slstm"])
 def test_kernel_with_one_program_per_tile_when_the_split_is_off(name: str, monkeypatch) -> None:
     """MEMCORES_TRITON_SPLIT=0 (and shapes the GPU cannot hold split) run every unit of a
     step in one program per batch tile: the same values and gradients."""
-    monkeypatch.setenv(triton_gates.SPLIT_ENV, "0")
-    assert triton_gates.split_plan(T, B, H, torch.device(DEVICE)) is None
+    monkeypatch.setenv(triton_engine.SPLIT_ENV, "0")
+    assert triton_engine.split_plan(T, B, H, torch.device(DEVICE)) is None
     _assert_match(name, EXACT)
 
 
@@ -466,22 +466,22 @@ def test_split_plan_keeps_every_program_resident(monkeypatch) -> None:
     from types import SimpleNamespace
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(triton_gates, "_WARNED", set())
+    monkeypatch.setattr(triton_engine, "_WARNED", set())
     monkeypatch.setattr(
         torch.cuda, "get_device_properties", lambda _: SimpleNamespace(multi_processor_count=132)
     )
     cuda = torch.device("cuda")
-    plan = triton_gates.split_plan(256, 64, 128, cuda)
+    plan = triton_engine.split_plan(256, 64, 128, cuda)
     assert (plan.block_b, plan.tiles, plan.parts, plan.block_h) == (16, 4, 8, 128)
-    assert triton_gates.split_plan(256, 512, 128, cuda).block_b == 32  # 16 tiles x 8 parts
-    assert triton_gates.split_plan(256, 1024, 128, cuda).block_b == 64
+    assert triton_engine.split_plan(256, 512, 128, cuda).block_b == 32  # 16 tiles x 8 parts
+    assert triton_engine.split_plan(256, 1024, 128, cuda).block_b == 64
     with pytest.warns(RuntimeWarning, match="batch 4096 at hidden 128 needs more unit-split"):
-        assert triton_gates.split_plan(256, 4096, 128, cuda) is None  # 64 tiles x 8 parts > 132
+        assert triton_engine.split_plan(256, 4096, 128, cuda) is None  # 64 tiles x 8 parts > 132
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per shape
-        assert triton_gates.split_plan(256, 4096, 128, cuda) is None
-    assert triton_gates.split_plan(256, 64, 512, cuda) is None  # weights beyond registers
-    assert triton_gates.split_plan(256, 64, 128, torch.device("cpu")) is None
+        assert triton_engine.split_plan(256, 4096, 128, cuda) is None
+    assert triton_engine.split_plan(256, 64, 512, cuda) is None  # weights beyond registers
+    assert triton_engine.split_plan(256, 64, 128, torch.device("cpu")) is None
 
 
 class _OpCounter(TorchDispatchMode):
@@ -499,7 +499,7 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-_LAUNCH = triton_gates.launch
+_LAUNCH = triton_engine.launch
 
 
 def _count(core, steps: int, monkeypatch) -> _OpCounter:
@@ -513,7 +513,7 @@ def _count(core, steps: int, monkeypatch) -> _OpCounter:
         finally:
             counter.paused = False
 
-    monkeypatch.setattr(triton_gates, "launch", counting_launch)
+    monkeypatch.setattr(triton_engine, "launch", counting_launch)
     x, state, starts = _inputs(EXACT, steps, core.state_arity)
     with counter:
         _run(core, x, state, starts)
@@ -540,7 +540,7 @@ def test_cpu_default_keeps_the_cpu_fused_function(monkeypatch) -> None:
     def no_launch(*args, **kwargs):
         raise AssertionError("the Triton kernel ran on CPU tensors by default")
 
-    monkeypatch.setattr(triton_gates, "launch", no_launch)
+    monkeypatch.setattr(triton_engine, "launch", no_launch)
     core = make_core("lstm", D, H)
     assert core.has_fused
     x, state, starts = _inputs(torch.float32)
@@ -669,9 +669,9 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     """At H=128 the split runs 8 parts per batch tile over 24 steps, meeting after each step,
     and with the split off one program per batch tile runs every unit: each must give the
     reference loop's values and gradients."""
-    monkeypatch.setenv(triton_gates.SPLIT_ENV, split)
+    monkeypatch.setenv(triton_engine.SPLIT_ENV, split)
     steps, batch, width, hidden = 24, 40, 16, 128
-    assert (triton_gates.split_plan(steps, batch, hidden, torch.device("cuda")) is None) == (
+    assert (triton_engine.split_plan(steps, batch, hidden, torch.device("cuda")) is None) == (
         split == "0"
     )
     torch.manual_seed(0)
@@ -684,16 +684,16 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     with torch.no_grad():
         _, state = ref(x.flip(0), ref.initial_state(batch, "cuda"))
     compiled: list = []
-    real_launch = triton_gates.launch
+    real_launch = triton_engine.launch
 
     def recorded_launch(kernel, grid, *args, **meta):
         compiled.append(real_launch(kernel, grid, *args, **meta))
         return compiled[-1]
 
-    monkeypatch.setattr(triton_gates, "launch", recorded_launch)
+    monkeypatch.setattr(triton_engine, "launch", recorded_launch)
     _assert_paths_match(tri, ref, x, state, starts, rtol=2e-3, atol=2e-4)
     # as launched here (this GPU's Triton, the launch's own specialization), no split kernel
-    # reads another part's values ahead of its wait (triton_gates.SPLIT_LOOP_STAGES)
+    # reads another part's values ahead of its wait (triton_engine.SPLIT_LOOP_STAGES)
     split_kernels = [k for k in compiled if "split_kernel" in k.name]
     assert len(split_kernels) == (2 if split == "1" else 0)
     for kernel in split_kernels:

@@ -1,7 +1,13 @@
-"""Triton pieces shared by the fused recurrent kernels (:mod:`cores.triton_lstm`,
-:mod:`cores.triton_gru`): the gate functions of :mod:`cores.gates` as ``@triton.jit``
-functions selected by a compile-time ``ACT`` (0 sigmoid, 1 fast, 2 fast2, 3 softsign), the
-per-gate-block recurrent products, and the one launcher every kernel starts through.
+"""The host side of the fused recurrent kernels (:mod:`cores.triton_kernels`): which cut runs,
+and the one autograd function every family goes through.
+
+:func:`triton_lstm`, :func:`triton_gru` and :func:`triton_slstm` run a core's sequence through
+:class:`_Fused`: one matmul for every step's input side, one forward launch, and in the
+backward one launch and a few matmuls over all steps for the weight and input gradients. A
+launch takes the unit-split kernels where :func:`split_plan` gives a cut every part of which is
+resident at once (one program per multiprocessor, :func:`resident_cut`), else the tile kernels;
+cuDNN's route for the presets that are ``nn.LSTM``'s or ``nn.GRU``'s maths is picked before
+this, by the cores themselves (:mod:`cores.cudnn`).
 
 Importing this module imports ``triton``; :mod:`cores` imports it only when a Triton path runs.
 """
@@ -14,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 from triton.runtime.errors import OutOfResources
 
+from cores import triton_kernels as tk
 from cores.base import pow2_at_least, reset_where
+from cores.gates import ACTIVATIONS, FAST_CLAMP
 
 BLOCK_B = 16
 """Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
@@ -34,148 +41,6 @@ def block_meta(hidden: int) -> dict[str, int]:
     ``python tests/triton_compile.py 128 --spills``); 16-wide chunks fit in 4."""
     chunk = 16 if hidden <= 16 else 32
     return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk, num_warps=4 if chunk == 16 else 8)
-
-
-@triton.jit
-def sigmoid(z):
-    """sigma(z), from exp(-|z|) so it never overflows."""
-    e = tl.exp(-tl.abs(z))
-    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-@triton.jit
-def tanh(z):
-    """tanh z, from exp(-2|z|) so it never overflows (and keeps small |z| exact)."""
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z >= 0, t, -t)
-
-
-@triton.jit
-def sinh(z):
-    """sinh z."""
-    return 0.5 * (tl.exp(z) - tl.exp(-z))
-
-
-@triton.jit
-def cosh(z):
-    """cosh z."""
-    return 0.5 * (tl.exp(z) + tl.exp(-z))
-
-
-@triton.jit
-def gate(a, ACT: tl.constexpr, CLAMP: tl.constexpr):
-    """phi(a) of cores.gates: 0 sigmoid, 1 fast, 2 fast2, 3 softsign."""
-    if ACT == 0:
-        f = sigmoid(a)
-    elif ACT == 1:
-        f = sigmoid(sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)))
-    elif ACT == 2:
-        s = sinh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP))
-        f = sigmoid(sinh(tl.minimum(tl.maximum(s, -CLAMP), CLAMP)))
-    else:
-        f = 0.5 + 0.5 * a / (2.0 + tl.abs(a))
-    return f
-
-
-@triton.jit
-def gate_slope(a, f, ACT: tl.constexpr, CLAMP: tl.constexpr):
-    """phi'(a) given f = phi(a), as cores.gates.gate_derivative (zero beyond the clamp)."""
-    if ACT == 0:
-        d = f * (1.0 - f)
-    elif ACT == 1:
-        inside = tl.abs(a) <= CLAMP
-        d = tl.where(inside, f * (1.0 - f) * cosh(tl.minimum(tl.maximum(a, -CLAMP), CLAMP)), 0.0)
-    elif ACT == 2:
-        ac = tl.minimum(tl.maximum(a, -CLAMP), CLAMP)
-        s = sinh(ac)
-        inside = (tl.abs(a) <= CLAMP) & (tl.abs(s) <= CLAMP)
-        sc = tl.minimum(tl.maximum(s, -CLAMP), CLAMP)
-        d = tl.where(inside, f * (1.0 - f) * cosh(sc) * cosh(ac), 0.0)
-    else:
-        q = 1.0 / (2.0 + tl.abs(a))
-        d = q * q
-    return d
-
-
-@triton.jit
-def power_decay(x, POWER: tl.constexpr):
-    """Ohno & Kumagai's decay term ``|x|^r x`` (``r = POWER > 0``, as
-    :func:`cores.power_rnn.power_decay`) and its slope ``(r + 1) |x|^r``."""
-    if POWER == 2.0:  # the presets' r: exactly the reference's x * x * x
-        x2 = x * x
-        decay = x2 * x
-        slope = 3.0 * x2
-    else:
-        ax = tl.abs(x)
-        nonzero = ax > 0.0
-        # |x|^r through log2 and exp2, the log kept finite at 0, where both terms are 0
-        x_r = tl.where(nonzero, tl.exp2(POWER * tl.log2(tl.where(nonzero, ax, 1.0))), 0.0)
-        decay = x * x_r
-        slope = (POWER + 1.0) * x_r
-    return decay, slope
-
-
-@triton.jit
-def clip_unit(x):
-    """``x`` clipped to ``[-1, 1]``, the power-law cells' range."""
-    return tl.minimum(tl.maximum(x, -1.0), 1.0)
-
-
-@triton.jit
-def inside_unit(x):
-    """Where :func:`clip_unit` passes gradient (``torch.clamp``'s rule: bounds included)."""
-    return (x >= -1.0) & (x <= 1.0)
-
-
-@triton.jit
-def starts_at(starts_ptr, t, B, rows, row_ok, BLOCK_B: tl.constexpr, HAS_STARTS: tl.constexpr):
-    """Which of the tile's rows start an episode at step ``t`` (``starts_ptr`` at ``[T, B]``
-    int8): ``[BLOCK_B]`` bool, all false without ``HAS_STARTS``. Those rows read the zero
-    initial state, as :func:`cores.base.reset_where` does in the reference loop."""
-    start = tl.zeros([BLOCK_B], dtype=tl.int1)
-    if HAS_STARTS:
-        start = tl.load(starts_ptr + t * B + rows, mask=row_ok, other=0) != 0
-    return start
-
-
-@triton.jit
-def rec(h, w_ptr, g, cols_k, k_ok, cols_n, n_ok, H, PREC: tl.constexpr):
-    """``h [BB, BK] @ W_g[cols_n, cols_k]^T``: gate block ``g``'s recurrent pre-activation for
-    output units ``cols_n`` from input units ``cols_k`` (``W = weight_hh [nH, H]``)."""
-    w = tl.load(
-        w_ptr + (g * H + cols_n[None, :]) * H + cols_k[:, None],
-        mask=k_ok[:, None] & n_ok[None, :],
-        other=0.0,
-    )
-    return tl.dot(h, w, input_precision=PREC)
-
-
-@triton.jit
-def back(da, w_ptr, g, cols_n, n_ok, cols_k, k_ok, H, PREC: tl.constexpr):
-    """``da_g [BB, BN] @ W_g[cols_n, cols_k]``: the gradient into ``h_{t-1}[cols_k]`` through
-    gate block ``g``'s units ``cols_n``."""
-    w = tl.load(
-        w_ptr + (g * H + cols_n[:, None]) * H + cols_k[None, :],
-        mask=n_ok[:, None] & k_ok[None, :],
-        other=0.0,
-    )
-    return tl.dot(da, w, input_precision=PREC)
-
-
-@triton.jit
-def tile(ptr, rows, row_ok, cols, col_ok, width):
-    """The ``[BB, BC]`` tile ``ptr[rows, cols]`` of a row-major matrix ``width`` wide (0
-    outside the matrix)."""
-    mask = row_ok[:, None] & col_ok[None, :]
-    return tl.load(ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0)
-
-
-@triton.jit
-def put(ptr, value, rows, row_ok, cols, col_ok, width):
-    """Store a ``[BB, BC]`` tile at ``ptr[rows, cols]`` (the inverse of :func:`tile`)."""
-    mask = row_ok[:, None] & col_ok[None, :]
-    tl.store(ptr + rows[:, None] * width + cols[None, :], value, mask=mask)
 
 
 MAX_OFFSET = 2**31 - 1
@@ -254,15 +119,9 @@ SPLIT_MAX_HIDDEN = 256
 """Above this hidden size a program's weight slice no longer fits its registers."""
 SPIN_LIMIT = 1 << 24
 """Rounds a part of a unit-split launch waits at a barrier for the tile's other parts before it
-gives up and reports the launch failed (:func:`sync_parts`): at the microsecond or so an atomic
-round trip takes on a GPU, seconds, where a legitimate wait lasts one step's work. A bound, not
-a timer: Triton has no clock its interpreter runs too."""
-
-SPLIT_LOOP_STAGES = tl.constexpr(1)
-"""The unit-split kernels' time loops run in one stage (``tl.range(T, num_stages=...)``):
-Triton's software pipeliner would otherwise issue a later step's read of the values the
-parts exchange (as an asynchronous copy) before this step's wait, where that read would find
-those values unwritten."""
+gives up and reports the launch failed (:func:`~cores.triton_kernels.sync_parts`): at the
+microsecond or so an atomic round trip takes on a GPU, seconds, where a legitimate wait lasts
+one step's work. A bound, not a timer: Triton has no clock its interpreter runs too."""
 
 
 def recurrent_precision(device: torch.device) -> str:
@@ -330,7 +189,7 @@ class SplitPlan:
 
     def flags(self, device: torch.device) -> Tensor:
         """Zeroed step counters of the barrier, one per program, then the launch's error word
-        (the step at which a part gave up waiting, :func:`sync_parts`)."""
+        (the step at which a part gave up waiting, :func:`~cores.triton_kernels.sync_parts`)."""
         return torch.zeros(self.tiles * self.parts + 1, dtype=torch.int32, device=device)
 
 
@@ -386,8 +245,9 @@ def resident_cut(batch: int, hidden: int, slots: int, precision: str) -> SplitPl
     within 255 per thread at 8 warps or fewer (65,280 of the 65,536 a multiprocessor has). So
     with the GPU to itself the launch's programs all start at once. Where other work holds
     multiprocessors (another stream, another process under MPS) a part may start late, or,
-    if the others of its tile hold the last free ones, never: :func:`sync_parts` bounds every
-    wait, so that ends the launch with an error (:func:`launch_split`), not a hang.
+    if the others of its tile hold the last free ones, never: every wait is bounded
+    (:func:`~cores.triton_kernels.sync_parts`), so that ends the launch with an error
+    (:func:`launch_split`), not a hang.
     """
     parts = cdiv(hidden, SPLIT_UNITS)
     block_h = split_width(hidden)
@@ -450,105 +310,249 @@ def launch_split(
     return True
 
 
-def launch_forward(
-    split_kernel: Any, tile_kernel: Any, buffers: tuple[Tensor, ...], T: int, B: int, H: int,
-    tile_meta: dict[str, Any], where: str, **flags: Any,
-) -> tuple[SplitPlan | None, dict[str, Any]]:  # fmt: skip
-    """Run a family's forward over ``buffers`` (its kernels' arguments before ``T, B, H``; the
-    split kernel also takes the barrier's counters after them): the unit-split kernel where
-    :func:`split_plan` gives a cut and the GPU fits it (:func:`launch_split`), else one
-    program per batch tile with ``tile_meta``. ``where``: the core and shape, for errors.
-    ``flags``: the compile-time switches both take.
-
-    :return: the plan taken (``None``: one program per tile) and the compile-time parameters
-        it ran with, which its backward launches with too.
-    """
-    device = buffers[0].device
-    plan = split_plan(T, B, H, device)
-    if plan is not None:
-        meta = {**tile_meta, **plan.meta()}
-        del meta["BLOCK_K"]
-        counters = plan.flags(device)
-        args = (*buffers, counters, T, B, H)
-        if launch_split(split_kernel, plan, *args, flags=counters, where=where, **flags, **meta):
-            return plan, meta
-    launch(tile_kernel, (cdiv(B, BLOCK_B),), *buffers, T, B, H, **flags, **tile_meta)
-    return None, tile_meta
-
-
-@triton.jit
-def sync_parts(
-    flags_ptr, error_ptr, part, n_parts, step, ok, PARTS: tl.constexpr, SPIN_LIMIT: tl.constexpr
-):  # fmt: skip
-    """A barrier over the ``n_parts <= PARTS`` programs of one batch tile: mark this part done
-    with ``step`` and wait until every part is, reading all their counters at once with
-    ``acq_rel`` atomics, so the parts' stores before the mark are visible to the loads after
-    the wait (which bypass L1). The counters only grow and each is written by its own part.
-
-    Bounded: after ``SPIN_LIMIT`` rounds the part stops waiting, writes ``step`` to the
-    launch's error word at ``error_ptr`` (the launcher raises on it) and returns ``False``;
-    given ``ok`` false (an earlier wait gave up) it does not wait at all, so a launch with a
-    part that never started ends after one bound. The wait carries scalars only (Triton 3.6
-    fails to compile a while loop carrying a tensor here)."""
-    tl.debug_barrier()  # every thread of this program has stored its step
-    tl.atomic_max(flags_ptr + part, step, sem="acq_rel")
-    others = tl.arange(0, PARTS)
-    mine = others < n_parts
-    spins = 0
-    while (
-        ok
-        & (spins < SPIN_LIMIT)
-        & (
-            tl.min(
-                tl.where(mine, tl.atomic_max(flags_ptr + others, 0, mask=mine, sem="acq_rel"), step)
-            )
-            < step
-        )
-    ):
-        spins += 1
-    if spins >= SPIN_LIMIT:
-        tl.atomic_max(error_ptr, step)
-    tl.debug_barrier()
-    return ok & (spins < SPIN_LIMIT)
-
-
-@triton.jit
-def shared_tile(ptr, rows, row_ok, cols, col_ok, width):
-    """:func:`tile` of a matrix other programs wrote in this launch (read from L2, not L1)."""
-    mask = row_ok[:, None] & col_ok[None, :]
-    return tl.load(
-        ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0, cache_modifier=".cg"
-    )
-
-
-@triton.jit
-def weight_slice(w_ptr, g, cols_k, k_ok, cols_n, n_ok, H):
-    """``W_g[cols_n, cols_k]^T`` as a ``[BK, BN]`` tile (``W = weight_hh [nH, H]``): gate block
-    ``g``'s recurrent weights from input units ``cols_k`` into output units ``cols_n``."""
-    return tl.load(
-        w_ptr + (g * H + cols_n[None, :]) * H + cols_k[:, None],
-        mask=k_ok[:, None] & n_ok[None, :],
-        other=0.0,
-    )
-
-
-@triton.jit
-def back_slice(w_ptr, g, cols_all, all_ok, cols_own, own_ok, H):
-    """``W_g[cols_all, cols_own]`` as a ``[BH, BN]`` tile: what gate block ``g``'s gradients of
-    every unit send into the gradient of ``h_{t-1}[cols_own]``."""
-    return tl.load(
-        w_ptr + (g * H + cols_all[:, None]) * H + cols_own[None, :],
-        mask=all_ok[:, None] & own_ok[None, :],
-        other=0.0,
-    )
-
-
-def describe(family: str, options: dict[str, Any], T: int, B: int, H: int) -> str:
-    """The core and shape of a launch, as its errors name them."""
-    listed = ", ".join(f"{k}={v}" for k, v in options.items())
-    return f"{family}({listed}) at T={T}, B={B}, H={H}"
-
-
 def cdiv(a: int, b: int) -> int:
     """``ceil(a / b)`` for positive ints."""
     return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One core's cell for the kernels: its name (for errors), its compile-time parameters
+    (``FAMILY``, the gate functions, ``NG`` gate blocks, ``NA`` saved slots, ``NS`` states)
+    and the sizes the wrapper allocates by."""
+
+    name: str
+    meta: tuple[tuple[str, Any], ...]
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        return dict(self.meta)
+
+    def where(self, T: int, B: int, H: int) -> str:
+        """The core and shape of a launch, as its errors name them."""
+        listed = ", ".join(f"{k}={v}" for k, v in self.meta if k not in ("NA", "NS", "PREC"))
+        return f"{self.name}({listed}) at T={T}, B={B}, H={H}"
+
+
+def family(
+    name: str, kind: int, n_gates: int, n_states: int, device: torch.device, **gates: Any
+) -> Family:
+    """A :class:`Family` on ``device``: ``kind`` one of :mod:`cores.triton_cells`'s ``FAMILY``
+    values; ``gates``: those of ``ACT, TIED, REFINE, R, POWER, EPS`` the cell uses (the rest
+    default to the plain cell's)."""
+    meta = {**dict(ACT=0, TIED=False, REFINE=False, R=0, POWER=0.0, EPS=0.0), **gates}
+    meta.update(
+        FAMILY=kind,
+        NG=n_gates,
+        NA=n_gates + (kind == 1),  # the GRU keeps U_n h + b_hn too
+        NS=n_states,
+        CLAMP=FAST_CLAMP,
+        PREC=recurrent_precision(device),  # PyTorch's switch for its own RNNs
+    )
+    return Family(name, tuple(meta.items()))
+
+
+def _split_backward(ctx: Any, *tensors: Tensor) -> tuple[Tensor, Tensor] | None:
+    """The unit-split reverse pass: ``dA [T, B, NA*H]`` and the gradient into the initial
+    state ``[NS, B, H]``, its ``h`` part without step 0's products, which the caller adds;
+    ``None`` where the GPU cannot fit its programs (:func:`launch_split`)."""
+    A, w, S, starts8, detach8, dY, dS = tensors
+    T, B, H = dY.shape
+    dS0 = dY.new_zeros(S.shape[0], B, H) if dS is None else dS.contiguous().clone()
+    dA = torch.empty_like(A)
+    flags = ctx.plan.flags(dY.device)
+    args = (A, w, S, starts8, detach8, dY, dS0, dA, flags, T, B, H)
+    meta = dict(ctx.meta, HAS_STARTS=ctx.has_starts, HAS_DETACH=ctx.has_detach)
+    if not launch_split(
+        tk.backward_split_kernel, ctx.plan, *args, flags=flags, where=ctx.where, **meta
+    ):
+        return None
+    return dA, dS0
+
+
+class _Fused(torch.autograd.Function):
+    """``y [T, B, H]`` and the final state ``[NS, B, H]`` of a family's cell over ``x [T, B, D]``
+    from the state ``s0 [NS, B, H]``, the kernels forward and backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: Tensor,
+        weight_ih: Tensor,
+        bias: Tensor,
+        weight_hh: Tensor,
+        bias_hn: Tensor | None,
+        s0: Tensor,
+        starts: Tensor | None,
+        detach: Tensor | None,
+        cell: Family,
+    ) -> tuple[Tensor, Tensor]:
+        T, B, _ = x.shape
+        H = weight_hh.shape[1]
+        c = cell.constants
+        G = input_projection(x, weight_ih, bias)  # the kernel adds h U^T
+        A = x.new_empty(T, B, c["NA"] * H)
+        S = x.new_empty(c["NS"], T + 1, B, H)  # the state before the first step and after each
+        S[:, 0] = s0
+        w = weight_hh.contiguous()
+        starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
+        bhn = bias_hn.contiguous() if bias_hn is not None else w  # read by the GRU only
+        tile_meta = dict(c, **block_meta(H))
+        ctx.where = cell.where(T, B, H)
+        buffers = (G, A, w, bhn, starts8, S)
+        ctx.plan, ctx.meta = None, tile_meta
+        plan = split_plan(T, B, H, x.device)
+        if plan is not None:
+            meta = {k: v for k, v in tile_meta.items() if k != "BLOCK_K"}
+            meta.update(plan.meta())
+            flags = plan.flags(x.device)
+            args = (*buffers, flags, T, B, H)
+            if launch_split(
+                tk.forward_split_kernel, plan, *args, flags=flags, where=ctx.where,
+                HAS_STARTS=starts is not None, **meta,
+            ):  # fmt: skip
+                ctx.plan, ctx.meta = plan, meta
+        if ctx.plan is None:
+            grid = (cdiv(B, BLOCK_B),)
+            launch(
+                tk.forward_kernel,
+                grid,
+                *buffers,
+                T,
+                B,
+                H,
+                HAS_STARTS=starts is not None,
+                **tile_meta,
+            )
+        ctx.tile_meta = tile_meta
+        ctx.has_starts, ctx.has_detach = starts is not None, detach is not None
+        ctx.gru = bias_hn is not None
+        ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, S)
+        return S[0, 1:], S[:, -1].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dY: Tensor | None, dS: Tensor | None):
+        x, weight_ih, w, starts8, detach, A, S = ctx.saved_tensors
+        T, B, _ = x.shape
+        H = w.shape[1]
+        NG = w.shape[0] // H
+        dY = x.new_zeros(T, B, H) if dY is None else dY.contiguous()
+        detach8 = detach if detach is not None else starts8
+        tensors = (A, w, S, starts8, detach8, dY, dS)
+        split = _split_backward(ctx, *tensors) if ctx.plan is not None else None
+        if split is None:  # one program per batch tile (or a GPU the split does not fit)
+            dA = torch.empty_like(A)
+            dSall = torch.empty_like(S)  # the gradient into each state from the steps after it
+            dSall[:, T] = 0.0 if dS is None else dS
+            grid = (cdiv(B, BLOCK_B),)
+            args = (A, w, S, starts8, detach8, dY, dSall, dA, T, B, H)
+            launch(
+                tk.backward_kernel, grid, *args,
+                HAS_STARTS=ctx.has_starts, HAS_DETACH=ctx.has_detach, **ctx.tile_meta,
+            )  # fmt: skip
+            dS0 = dSall[:, 0]
+        # the recurrent side's gradient: dA with the GRU's n block replaced by U_n h's
+        dA_flat = dA.view(T * B, -1) if split is None else split[0].view(T * B, -1)
+        dA_rec = dA_flat
+        if ctx.gru:
+            dA_rec = torch.cat([dA_flat[:, : (NG - 1) * H], dA_flat[:, -H:]], 1)
+        if split is not None:  # step 0's products need every part's dA_0: one matmul
+            dS0 = split[1]
+            dh0 = dS0[0] + dA_rec[:B].mm(w)
+            if ctx.has_starts:
+                dh0 = dh0.masked_fill(starts8[0].bool()[:, None], 0.0)
+            if ctx.has_detach:
+                dh0 = torch.where(detach[0] != 0, dS0[0], dh0)
+            dS0[0] = dh0
+        h_prev = previous_states(S[0, :-1], starts8, ctx.has_starts)
+        d_weight_hh = dA_rec.t().mm(h_prev.reshape(T * B, H))
+        dA_in = dA_flat[:, : NG * H] if ctx.gru else dA_flat
+        d_bias_hn = dA_flat[:, NG * H :].sum(0) if ctx.gru else None
+        dx, d_weight_ih, d_bias = input_side_grads(ctx.needs_input_grad, dA_in, x, weight_ih)
+        return dx, d_weight_ih, d_bias, d_weight_hh, d_bias_hn, dS0, None, None, None
+
+
+def _run(
+    cell: Family, x: Tensor, weights: tuple[Tensor, ...], state: tuple[Tensor, ...],
+    starts: Tensor | None, detach: list[bool] | None = None,
+) -> tuple[Tensor, tuple[Tensor, ...]]:  # fmt: skip
+    """``x [T, B, D]`` through :class:`_Fused` with ``weights`` (``weight_ih, bias,
+    weight_hh`` and the GRU's ``bias_hn`` or ``None``), a launch pair per run of
+    :func:`time_chunks`, the state carried from one to the next."""
+    check_device(x)
+    if starts is not None:
+        starts = starts.to(device=x.device, dtype=torch.bool)
+    mask = None
+    if detach is not None and any(detach):
+        mask = torch.tensor(detach, dtype=torch.int8, device=x.device)
+    c = cell.constants
+    final, ys = torch.stack(state), []
+    # the slots [T, B, NA*H] or the states [NS, T+1, B, H]: the largest buffer a launch addresses
+    per_step = x.shape[1] * weights[2].shape[1] * max(c["NA"], c["NS"])
+    for steps in time_chunks(x.shape[0], per_step):
+        y, final = _Fused.apply(
+            x[steps].contiguous(),
+            *weights,
+            final,
+            None if starts is None else starts[steps],
+            None if mask is None else mask[steps],
+            cell,
+        )
+        ys.append(y)
+    return (ys[0] if len(ys) == 1 else torch.cat(ys)), tuple(final.unbind(0))
+
+
+def triton_lstm(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, detach: list[bool]
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
+    :return: ``y [T, B, H]`` and the final ``(h, c)``.
+    """
+    cell = family(
+        "GatedLSTM", 0, len(core.gate_names), 2, x.device,
+        ACT=ACTIVATIONS.index(core.activation), TIED=core.tied, REFINE=core.refine,
+        R=2 if core.tied else 3, POWER=core.power,
+    )  # fmt: skip
+    weights = (core.weight_ih, core.bias, core.weight_hh, None)
+    return _run(cell, x, weights, state, starts, detach)
+
+
+def triton_gru(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.gru.GatedGRU` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :return: ``y [T, B, H]`` and the final ``(h,)``.
+    """
+    cell = family(
+        "GatedGRU", 1, len(core.gate_names), 1, x.device,
+        ACT=ACTIVATIONS.index(core.activation), REFINE=core.refine, POWER=core.power,
+    )  # fmt: skip
+    weights = (core.weight_ih, core.bias, core.weight_hh, core.bias_hn)
+    return _run(cell, x, weights, state, starts)
+
+
+def dense_recurrent(recurrent: Tensor) -> Tensor:
+    """The block-diagonal recurrence ``[4, heads, d, d]`` as one ``[4H, H]`` matrix whose gate
+    block ``g`` maps ``h`` to that gate's pre-activation (``a_g = W_g h``), built with autograd
+    so its gradient reaches only the diagonal blocks."""
+    return torch.cat([torch.block_diag(*r).t() for r in recurrent.unbind(0)], 0)
+
+
+def triton_slstm(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, eps: float
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.xlstm.SLSTM` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :param eps: the normaliser's floor.
+    :return: ``y [T, B, H]`` and the final ``(h, c, n, m)``.
+    """
+    cell = family("SLSTM", 2, 4, 4, x.device, EPS=eps)
+    weights = (core.input.weight, core.input.bias, dense_recurrent(core.recurrent), None)
+    return _run(cell, x, weights, state, starts)
