@@ -701,3 +701,39 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
     assert len(split_kernels) == (2 if split == "1" else 0)
     for kernel in split_kernels:
         assert "async_copy_global_to_local" not in kernel.asm["ttgir"], kernel.name
+
+
+SHARED_GPU_RUN = """
+import torch
+from cores import make_core
+core = make_core("ur_lstm", 16, 128, impl="triton").cuda()
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+batch = 16 * (sms // 8)  # a grid of one program per multiprocessor: 8 parts x batch / 16 tiles
+x = torch.randn(256, batch, 16, device="cuda", requires_grad=True)
+for _ in range(20):
+    y, _ = core(x, core.initial_state(batch, "cuda"))
+    y.sum().backward()
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: two processes on one GPU")
+def test_two_processes_sharing_a_gpu_never_hang(tmp_path) -> None:
+    """Two processes each launch split kernels whose grids fill every multiprocessor, at once
+    on one GPU (as two sweep trials sharing it): each finishes, or (where the GPU runs both
+    side by side, under MPS, and a part never starts) ends with the bounded wait's error;
+    neither hangs."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    script = tmp_path / "run.py"
+    script.write_text(SHARED_GPU_RUN)
+    runs = [
+        subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        for run in runs:
+            _, err = run.communicate(timeout=300)
+            assert run.returncode == 0 or "never reached step" in err, err
+    finally:
+        for run in runs:
+            run.kill()
