@@ -27,6 +27,7 @@ from triton.runtime.errors import OutOfResources
 from cores import triton_kernels as tk
 from cores.base import pow2_at_least, reset_where
 from cores.gates import ACTIVATIONS, FAST_CLAMP
+from cores.triton_cells import GRU, LSTM, SLSTM
 
 BLOCK_B = 16
 """Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
@@ -344,7 +345,7 @@ def family(
     meta.update(
         FAMILY=kind,
         NG=n_gates,
-        NA=n_gates + (kind == 1),  # the GRU keeps U_n h + b_hn too
+        NA=n_gates + (kind == GRU.value),  # the GRU keeps U_n h + b_hn too
         NS=n_states,
         CLAMP=FAST_CLAMP,
         PREC=recurrent_precision(device),  # PyTorch's switch for its own RNNs
@@ -513,7 +514,7 @@ def triton_lstm(
     :return: ``y [T, B, H]`` and the final ``(h, c)``.
     """
     cell = family(
-        "GatedLSTM", 0, len(core.gate_names), 2, x.device,
+        "GatedLSTM", LSTM.value, len(core.gate_names), 2, x.device,
         ACT=ACTIVATIONS.index(core.activation), TIED=core.tied, REFINE=core.refine,
         R=2 if core.tied else 3, POWER=core.power,
     )  # fmt: skip
@@ -530,7 +531,7 @@ def triton_gru(
     :return: ``y [T, B, H]`` and the final ``(h,)``.
     """
     cell = family(
-        "GatedGRU", 1, len(core.gate_names), 1, x.device,
+        "GatedGRU", GRU.value, len(core.gate_names), 1, x.device,
         ACT=ACTIVATIONS.index(core.activation), REFINE=core.refine, POWER=core.power,
     )  # fmt: skip
     weights = (core.weight_ih, core.bias, core.weight_hh, core.bias_hn)
@@ -553,6 +554,6 @@ def triton_slstm(
     :param eps: the normaliser's floor.
     :return: ``y [T, B, H]`` and the final ``(h, c, n, m)``.
     """
-    cell = family("SLSTM", 2, 4, 4, x.device, EPS=eps)
+    cell = family("SLSTM", SLSTM.value, 4, 4, x.device, EPS=eps)
     weights = (core.input.weight, core.input.bias, dense_recurrent(core.recurrent), None)
     return _run(cell, x, weights, state, starts)
