@@ -64,7 +64,7 @@ class GatedLSTM(BlockGatedCore):
     :param p: probability of detaching at a time step (only with ``hdetach=True``).
     :param impl: ``fused`` (the whole sequence as one autograd function with a hand-written
         backward: cuDNN where the preset is ``nn.LSTM``'s maths (:mod:`cores.cudnn`), else the
-        Triton kernels of :mod:`cores.triton_lstm` on CUDA tensors, the
+        Triton kernels of :mod:`cores.triton_engine` on CUDA tensors, the
         :mod:`cores._fused_lstm` function on the CPU), ``triton`` (the Triton kernels on any
         device; a CPU needs ``TRITON_INTERPRET=1``) or ``loop`` (a plain per-step autograd
         loop; the reference).
@@ -199,7 +199,7 @@ class GatedLSTM(BlockGatedCore):
             if x.is_cuda and self.impl == "fused" and cudnn.lstm_applies(self, starts):
                 return cudnn.lstm(self, x, state, starts)  # nn.LSTM's maths: its kernels
             if self.impl == "triton" or (x.is_cuda and triton_available()):
-                from cores.triton_lstm import triton_lstm
+                from cores.triton_engine import triton_lstm
 
                 return triton_lstm(self, x, state, starts, detach)
             if self.power == 0.0:

@@ -47,7 +47,7 @@ class GatedGRU(BlockGatedCore):
     :param t_max: the largest decay period of the ``chrono`` initialiser.
     :param power: the power-law decay exponent ``r >= 0`` (0: the ordinary GRU).
     :param impl: ``fused`` (on CUDA tensors cuDNN where the preset is ``nn.GRU``'s maths,
-        :mod:`cores.cudnn`, else the Triton kernels of :mod:`cores.triton_gru`; the step loop
+        :mod:`cores.cudnn`, else the Triton kernels of :mod:`cores.triton_engine`; the step loop
         on the CPU), ``triton`` (the kernels on any device; a CPU needs
         ``TRITON_INTERPRET=1``) or ``loop`` (the step loop everywhere; the reference).
 
@@ -136,7 +136,7 @@ class GatedGRU(BlockGatedCore):
             if x.is_cuda and self.impl == "fused" and cudnn.gru_applies(self, starts):
                 return cudnn.gru(self, x, state, starts)  # nn.GRU's maths: its kernels
             if self.impl == "triton" or (x.is_cuda and triton_available()):
-                from cores.triton_gru import triton_gru
+                from cores.triton_engine import triton_gru
 
                 return triton_gru(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH], one matmul for all steps

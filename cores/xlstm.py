@@ -84,7 +84,7 @@ class SLSTM(MemoryCore):
 
     :param heads: recurrent blocks (``hidden_size / heads`` units each); default: the largest
         of 4, 2, 1 dividing ``hidden_size``.
-    :param impl: ``fused`` (the Triton kernels of :mod:`cores.triton_slstm` on CUDA tensors,
+    :param impl: ``fused`` (the Triton kernels of :mod:`cores.triton_engine` on CUDA tensors,
         the step loop on the CPU), ``triton`` (the kernels on any device; a CPU needs
         ``TRITON_INTERPRET=1``) or ``loop`` (the step loop everywhere; the reference).
     """
@@ -137,7 +137,7 @@ class SLSTM(MemoryCore):
         # break; under autocast the step loop runs
         if self.has_fused and not autocast_enabled(x.device.type):
             if self.impl == "triton" or (x.is_cuda and triton_available()):
-                from cores.triton_slstm import triton_slstm
+                from cores.triton_engine import triton_slstm
 
                 return triton_slstm(self, x, state, starts, _EPS)
         pre = self.input(x).view(x.shape[0], x.shape[1], 4, -1)  # [T, B, 4, H]

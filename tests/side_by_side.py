@@ -1,7 +1,7 @@
 """Triton's interpreter with a launch's programs running side by side, one thread each.
 
 The interpreter runs a grid's programs one after the other, so a kernel whose programs wait
-for each other (the unit-split kernels' barriers, :mod:`cores.triton_gates`) would wait
+for each other (the unit-split kernels' barriers, :mod:`cores.triton_kernels`) would wait
 forever there: without this, those kernels run under the interpreter with one part per tile.
 Inside :func:`programs_side_by_side` every program of a launch runs in its own thread and
 reads its own ``tl.program_id``, so the parts of a tile meet at their barriers as on a GPU:
@@ -13,6 +13,7 @@ is the GPU's memory model: the interpreter's loads and stores reach memory at on
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import itertools
 import random
@@ -72,9 +73,12 @@ class _ThreadGridIndex:
             time.sleep(stalls.uniform(0.0, STALL_MAX_S))
 
 
-def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
-    """``GridExecutor.__call__`` with the grid's programs in threads: the arguments move to the
-    host and back as the interpreter's own call does (Triton 3.9, pinned in constraints.txt)."""
+def _call_side_by_side(
+    executor: Any, *args_dev: Any, absent: frozenset = frozenset(), **kwargs: Any
+) -> None:
+    """``GridExecutor.__call__`` with the grid's programs in threads, but for the ``absent``
+    ones, which never start: the arguments move to the host and back as the interpreter's own
+    call does (Triton 3.9, pinned in constraints.txt)."""
     spec = inspect.getfullargspec(executor.fn)
     kwargs = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
     args_hst, kwargs_hst = executor._init_args_hst(args_dev, kwargs)
@@ -105,7 +109,7 @@ def _call_side_by_side(executor: Any, *args_dev: Any, **kwargs: Any) -> None:
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(err)
 
-        indices = list(itertools.product(*(range(n) for n in grid)))
+        indices = [i for i in itertools.product(*(range(n) for n in grid)) if i not in absent]
         threads = [
             threading.Thread(target=program, args=(index,), daemon=True) for index in indices
         ]
@@ -154,8 +158,10 @@ def _locked(lock: threading.RLock, fn: Callable[..., Any]) -> Callable[..., Any]
 
 
 @contextlib.contextmanager
-def programs_side_by_side() -> Iterator[None]:
-    """Inside the block, every interpreted launch runs its programs concurrently."""
+def programs_side_by_side(absent: set[tuple[int, int, int]] = frozenset()) -> Iterator[None]:
+    """Inside the block, every interpreted launch runs its programs concurrently, except the
+    programs at the grid indices ``absent``, which never start (as a GPU whose
+    multiprocessors are all held may never start some)."""
     builder = interpreter.InterpreterBuilder
     index = _ThreadGridIndex()
     # a device function's first call rewrites it and adds the interpreter's names to its
@@ -173,7 +179,11 @@ def programs_side_by_side() -> Iterator[None]:
                 "rewrite",
                 _locked(lock, interpreter.InterpretedFunction.rewrite),
             ),
-            (interpreter.GridExecutor, "__call__", _call_side_by_side),
+            (
+                interpreter.GridExecutor,
+                "__call__",
+                functools.partialmethod(_call_side_by_side, absent=frozenset(absent)),
+            ),
         ):
             patches.enter_context(mock.patch.object(target, name, value, create=True))
         # the builder's own index, if one was set, would hide the per-thread one

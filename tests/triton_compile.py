@@ -13,18 +13,18 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource, compile
 
-from cores import triton_gates, triton_gru, triton_lstm, triton_slstm
-from experiments.bench.gpu import Sizes
+from cores import triton_engine, triton_kernels
 
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)
 ARCH = 90
-# the steps and batch the kernels are compiled for: bench gpu's cores table (T=256, B=64)
-LAUNCH_SHAPE = dict(zip(("T", "B"), Sizes().cores[:2], strict=True))
+# the steps and batch the kernels are compiled for: bench gpu's cores table
+LAUNCH_SHAPE = dict(T=256, B=64)
 
 
 def launch_attributes(kernel, ints: dict[str, int]) -> dict:
@@ -90,65 +90,60 @@ def describe(
     return " ".join(str(f) for f in fields)
 
 
-def split_meta(hidden: int, options: triton_gates.SplitOptions) -> tuple[dict, int]:
-    """The unit-split kernels' compile-time parameters at ``hidden`` units, and their warps."""
-    parts = triton_gates.cdiv(hidden, options.units)
-    plan = triton_gates.SplitPlan(16, options.units, hidden, 1, parts, options)
+def split_meta(hidden: int, precision: str, num_warps: int | None) -> tuple[dict, int]:
+    """The unit-split kernels' compile-time parameters at ``hidden`` units and their warps
+    (``None``: the launcher's, :func:`cores.triton_engine.split_warps`)."""
+    parts = triton_engine.cdiv(hidden, triton_engine.SPLIT_UNITS)
+    plan = triton_engine.SplitPlan(16, triton_engine.SPLIT_UNITS, hidden, 1, parts, precision)
     meta = plan.meta()
-    del meta["launch_cooperative_grid"]  # how it launches, not what it compiles
-    return meta, meta.pop("num_warps")
+    warps = meta.pop("num_warps")
+    return meta, num_warps or warps
 
 
 def main(hidden: int, spills: bool = False) -> None:
     """Each kernel at full float32 products (what the tests run), and at TF32 (PyTorch's
-    default for its RNNs on a GPU, :func:`cores.triton_gates.recurrent_precision`): one line
+    default for its RNNs on a GPU, :func:`cores.triton_engine.recurrent_precision`): one line
     per kernel, ``<family>.<way>[_split][<variant>]``."""
     shape = dict(LAUNCH_SHAPE, H=hidden)
-    base = dict(HAS_STARTS=True, **triton_gates.block_meta(hidden))
+    cpu = torch.device("cpu")
+    family = triton_engine.family
+    base = dict(HAS_STARTS=True, **triton_engine.block_meta(hidden))
     warps = base.pop("num_warps")  # the one-program-per-tile kernels' default
-    lstm = dict(base, NG=4, ACT=0, TIED=True, REFINE=True, R=2, CLAMP=10.0, POWER=0.0)
-    gru = dict(base, NG=4, ACT=1, REFINE=True, CLAMP=10.0, POWER=0.0)
+    lstm = family("lstm", 0, 4, 2, cpu, ACT=0, TIED=True, REFINE=True, R=2).constants
+    gru = family("gru", 1, 4, 1, cpu, ACT=1, REFINE=True).constants
     families = (
-        ("lstm", triton_lstm, lstm),
-        ("gru", triton_gru, gru),
-        ("slstm", triton_slstm, dict(base, EPS=1e-6)),
+        ("lstm", lstm),
+        ("gru", gru),
+        ("slstm", family("slstm", 2, 4, 4, cpu, EPS=1e-6).constants),
         # the power-law cells, with an r that takes the general |x|^r
-        ("lstm_power", triton_lstm, dict(lstm, POWER=1.5)),
-        ("gru_power", triton_gru, dict(gru, POWER=1.5)),
+        ("lstm_power", dict(lstm, POWER=1.5)),
+        ("gru_power", dict(gru, POWER=1.5)),
     )
-    options = triton_gates.SplitOptions
-    variants = [
-        ("", options(precision="ieee")),
-        ("_tf32", options(precision="tf32")),
-        ("_probe", options(barrier="release", precision="ieee", prefetch=False)),
-        ("_data", options(barrier="data", precision="tf32")),
-        ("_32_units", options(precision="tf32", units=32)),
-        ("_64_units", options(precision="tf32", units=64)),
-    ]
-    if spills:  # what the default's warps (triton_gates.split_warps) are chosen against
-        variants.append(("_4_warps", options(precision="ieee", num_warps=4)))
-    for family, module, constants in families:
-        backward = dict(constants, HAS_DETACH=True) if family.startswith("lstm") else constants
+    variants = [("", "ieee", None), ("_tf32", "tf32", None)]
+    if spills:  # what the default's warps (triton_engine.split_warps) are chosen against
+        variants.append(("_4_warps", "ieee", 4))
+    for name, cell in families:
+        cell = dict(base, **{k: v for k, v in cell.items() if k != "PREC"})
+        backward = dict(cell, HAS_DETACH=True)
         for suffix, precision in (("", "ieee"), ("_tf32", "tf32")):
             forward = describe(
-                module.forward_kernel, {**constants, "PREC": precision}, shape, warps, spills
+                triton_kernels.forward_kernel, {**cell, "PREC": precision}, shape, warps, spills
             )
-            print(f"{family}.forward{suffix}", forward, flush=True)
+            print(f"{name}.forward{suffix}", forward, flush=True)
             info = describe(
-                module.backward_kernel, {**backward, "PREC": precision}, shape, warps, spills
-            )
-            print(f"{family}.backward{suffix}", info, flush=True)
-        unsplit = {k: v for k, v in constants.items() if k != "BLOCK_K"}
-        # the default split, and the variants bench gpu's probe times
-        for suffix, split in variants:
-            meta, split_warps = split_meta(hidden, split)
+                triton_kernels.backward_kernel, {**backward, "PREC": precision}, shape, warps,
+                spills,
+            )  # fmt: skip
+            print(f"{name}.backward{suffix}", info, flush=True)
+        for suffix, precision, num_warps in variants:
+            meta, split_warps = split_meta(hidden, precision, num_warps)
             for way, kernel, consts in (
-                ("forward", module.forward_split_kernel, unsplit),
-                ("backward", module.backward_split_kernel, {**backward, **unsplit}),
+                ("forward", triton_kernels.forward_split_kernel, cell),
+                ("backward", triton_kernels.backward_split_kernel, backward),
             ):
                 consts = {k: v for k, v in consts.items() if k != "BLOCK_K"}
                 info = describe(kernel, {**consts, **meta}, shape, split_warps, spills)
-                print(f"{family}.{way}_split{suffix}", info, flush=True)
+                print(f"{name}.{way}_split{suffix}", info, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,559 @@
+"""The host side of the fused recurrent kernels (:mod:`cores.triton_kernels`): which cut runs,
+and the one autograd function every family goes through.
+
+:func:`triton_lstm`, :func:`triton_gru` and :func:`triton_slstm` run a core's sequence through
+:class:`_Fused`: one matmul for every step's input side, one forward launch, and in the
+backward one launch and a few matmuls over all steps for the weight and input gradients. A
+launch takes the unit-split kernels where :func:`split_plan` gives a cut every part of which is
+resident at once (one program per multiprocessor, :func:`resident_cut`), else the tile kernels;
+cuDNN's route for the presets that are ``nn.LSTM``'s or ``nn.GRU``'s maths is picked before
+this, by the cores themselves (:mod:`cores.cudnn`).
+
+Importing this module imports ``triton``; :mod:`cores` imports it only when a Triton path runs.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+from triton.runtime.errors import OutOfResources
+
+from cores import triton_kernels as tk
+from cores.base import pow2_at_least, reset_where
+from cores.gates import ACTIVATIONS, FAST_CLAMP
+from cores.triton_cells import GRU, LSTM, SLSTM
+
+BLOCK_B = 16
+"""Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
+
+
+def block_meta(hidden: int) -> dict[str, int]:
+    """Tile sizes: ``BLOCK_B`` rows per program, units in chunks of ``BLOCK_N`` (outputs) and
+    ``BLOCK_K`` (inputs of the recurrent product), so a step's working set stays a few small
+    tiles whatever ``H`` is (``tl.dot`` needs 16 or more in every dimension); and the warps
+    per program that hold that working set in registers: with 32-wide chunks 4 warps spill
+    52-596 bytes per thread, 8 warps none (``ptxas -v`` on the sm_90 code, any ``H``:
+    ``python tests/triton_compile.py 128 --spills``); 16-wide chunks fit in 4."""
+    chunk = 16 if hidden <= 16 else 32
+    return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk, num_warps=4 if chunk == 16 else 8)
+
+
+MAX_OFFSET = 2**31 - 1
+"""The kernels address their buffers with 32-bit offsets (``t * B * G`` and the like), so no
+buffer a launch touches may hold more elements than this."""
+
+
+def time_chunks(steps: int, per_step: int) -> list[slice]:
+    """Steps ``0 .. steps-1`` cut into consecutive runs, each short enough that a launch's
+    largest buffer, ``(run + 1) * per_step`` elements, stays within :data:`MAX_OFFSET` (one
+    run unless the sequence is very long); the wrappers run one launch pair per run, carrying
+    the state from one to the next.
+
+    :raises ValueError: a single step's buffers are already too large.
+    """
+    longest = MAX_OFFSET // per_step - 1
+    if longest < 1:
+        raise ValueError(
+            f"one step's buffers ({per_step} elements) exceed the Triton kernels' 32-bit "
+            "offsets; valid instead: impl='loop'"
+        )
+    return [slice(i, min(i + longest, steps)) for i in range(0, steps, longest)]
+
+
+def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> Any:
+    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here,
+    and on a GPU read the compiled kernel it returns, Triton's ``CompiledKernel``; ``None``
+    under the interpreter)."""
+    return kernel[grid](*args, **meta)
+
+
+def input_projection(x: Tensor, weight_ih: Tensor, bias: Tensor) -> Tensor:
+    """Every step's input side ``x W_ih^T + b`` as one matmul: ``x [T, B, D]`` -> ``[T, B, G]``
+    (the kernels add the recurrent side)."""
+    T, B, _ = x.shape
+    return torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
+
+
+def previous_states(h_before: Tensor, starts8: Tensor, has_starts: bool) -> Tensor:
+    """``h_{t-1} [T, B, H]`` as step ``t`` read it: the stored state before each step, with the
+    rows that restart at ``t`` reset (for the weight gradient ``dA^T h_{t-1}``)."""
+    if not has_starts:
+        return h_before
+    (h_prev,) = reset_where((h_before,), starts8.bool())
+    return h_prev
+
+
+def input_side_grads(
+    needs: tuple[bool, ...], dA: Tensor, x: Tensor, weight_ih: Tensor
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Gradients of ``x``, ``weight_ih`` and the bias from the pre-activation gradients
+    ``dA [T, B, G]``, one matmul each over all steps (``needs``: autograd's
+    ``needs_input_grad`` for those three, in that order)."""
+    dA_flat = dA.view(-1, dA.shape[-1])
+    dx = dA_flat.mm(weight_ih).view_as(x) if needs[0] else None
+    d_weight_ih = dA_flat.t().mm(x.reshape(dA_flat.shape[0], -1)) if needs[1] else None
+    d_bias = dA_flat.sum(0) if needs[2] else None
+    return dx, d_weight_ih, d_bias
+
+
+def check_device(x: Tensor) -> None:
+    """Refuse CPU tensors unless Triton's interpreter is on (it compiles for GPUs only)."""
+    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
+            "before triton is imported; valid impls on a CPU: fused, loop"
+        )
+
+
+SPLIT_ENV = "MEMCORES_TRITON_SPLIT"
+"""``0`` turns the unit-split kernels off (every step then runs in one program per batch tile)."""
+SPLIT_UNITS = 16
+"""Units per program in the unit-split kernels (``tl.dot``'s minimum width; the only width a GPU
+record has timed, ``results/bench_gpu/h100_probe``)."""
+SPLIT_MAX_HIDDEN = 256
+"""Above this hidden size a program's weight slice no longer fits its registers."""
+SPIN_LIMIT = 1 << 24
+"""Rounds a part of a unit-split launch waits at a barrier for the tile's other parts before it
+gives up and reports the launch failed (:func:`~cores.triton_kernels.sync_parts`): at the
+microsecond or so an atomic round trip takes on a GPU, seconds, where a legitimate wait lasts
+one step's work. A bound, not a timer: Triton has no clock its interpreter runs too."""
+
+
+def recurrent_precision(device: torch.device) -> str:
+    """``tl.dot``'s input precision for the recurrent products on ``device``: on CUDA what
+    PyTorch's own cuDNN RNNs use, ``torch.backends.cudnn.rnn.fp32_precision`` (``"tf32"`` by
+    default, as for ``nn.LSTM``; set ``"ieee"`` for full float32 products), so a preset on these
+    kernels and one routed to cuDNN (``lstm``, ``gru``) compute at the same precision. PyTorch
+    before 2.9 has ``torch.backends.cudnn.allow_tf32`` instead. Elsewhere (Triton's
+    interpreter) ``"ieee"``: TF32 is a mode of NVIDIA tensor cores."""
+    if device.type != "cuda":
+        return "ieee"
+    rnn = getattr(torch.backends.cudnn, "rnn", None)
+    value = getattr(rnn, "fp32_precision", None)
+    if value is None:  # PyTorch before 2.9 (reading allow_tf32 later raises on a mix of APIs)
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    for parent in (torch.backends.cudnn, torch.backends):  # "none" inherits from its parent
+        if value != "none":
+            break
+        value = getattr(parent, "fp32_precision", "none")
+    return "tf32" if value == "tf32" else "ieee"
+
+
+def split_warps(block_h: int) -> int:
+    """Warps per unit-split program for ``block_h`` input units: the fewest that hold a
+    program's weight slices without register spills.
+
+    The forward multiplies by ``NG x block_h x 16`` weights every step. By ``ptxas -v`` on the
+    sm_90 code (``python tests/triton_compile.py 128 --spills``, as launched at T=256, B=64),
+    at 128 units 4 warps spill 324-548 bytes per thread in the LSTM and GRU forwards
+    (420-540 with Triton 3.6; ``slstm`` 3.9-6.4 KB), 8 warps none; at 256 units 4 warps spill
+    4.8-12.7 KB, 8 warps none at TF32 products and 744-812 bytes at full float32 (Triton
+    3.9). Up to 64 units 4 warps hold them.
+    """
+    return 4 if block_h <= 64 else 8
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How a unit-split launch cuts the work: ``tiles`` batch tiles of ``block_b`` rows, each
+    run by ``parts`` programs of ``block_n`` units that meet at a barrier after every step;
+    ``precision``: the recurrent products' (:func:`recurrent_precision`)."""
+
+    block_b: int
+    block_n: int
+    block_h: int
+    tiles: int
+    parts: int
+    precision: str = "ieee"
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.tiles, self.parts)
+
+    def meta(self) -> dict[str, Any]:
+        """The kernel's compile-time parameters (tile sizes, precision, wait bound) and warps."""
+        return dict(
+            BLOCK_B=self.block_b,
+            BLOCK_N=self.block_n,
+            BLOCK_H=self.block_h,
+            PARTS=pow2_at_least(self.parts),
+            PREC=self.precision,
+            SPIN_LIMIT=SPIN_LIMIT,
+            num_warps=split_warps(self.block_h),
+        )
+
+    def flags(self, device: torch.device) -> Tensor:
+        """Zeroed step counters of the barrier, one per program, then the launch's error word
+        (the step at which a part gave up waiting, :func:`~cores.triton_kernels.sync_parts`)."""
+        return torch.zeros(self.tiles * self.parts + 1, dtype=torch.int32, device=device)
+
+
+def split_width(hidden: int) -> int:
+    """``BLOCK_H`` of a unit-split launch: the units of ``h_{t-1}`` every part reads, a power
+    of two (``tl.arange``), at least ``tl.dot``'s 16."""
+    return max(16, pow2_at_least(hidden))
+
+
+def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> SplitPlan | None:
+    """The cut of a unit-split launch, or ``None`` where one program per batch tile must do.
+
+    Splitting a step's units over ``parts`` programs runs them side by side (each keeps its
+    slice of ``weight_hh`` on chip), but the programs of a tile meet after every step, so all
+    of them must be resident at once (:func:`resident_cut`). Triton's interpreter runs
+    programs one after the other, so there a tile has one part, except for a single step,
+    which needs no barrier (the tests run the GPU's cut under the interpreter with a launch's
+    programs in threads, ``tests/side_by_side.py``).
+    """
+    if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
+        return None
+    block_h = split_width(hidden)
+    if (str(device), block_h) in _UNFIT:
+        return None
+    precision = recurrent_precision(device)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        block_n = SPLIT_UNITS if steps == 1 else block_h
+        parts = cdiv(hidden, block_n)
+        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, precision)
+    if device.type != "cuda":
+        return None
+    slots = torch.cuda.get_device_properties(device).multi_processor_count
+    plan = resident_cut(batch, hidden, slots, precision)
+    if plan is None:
+        _warn_once(
+            ("grid", batch, hidden),
+            f"memcores: batch {batch} at hidden {hidden} needs more unit-split programs than "
+            f"the {slots} multiprocessors of {device} hold at once; the fused Triton kernels "
+            "run one program per batch tile there (slower)",
+        )
+    return plan
+
+
+def resident_cut(batch: int, hidden: int, slots: int, precision: str) -> SplitPlan | None:
+    """The unit-split cut whose programs are all resident at once on a GPU of ``slots``
+    multiprocessors: parts of :data:`SPLIT_UNITS` units, batch tiles as narrow as fit (16, 32
+    or 64 rows), or ``None``.
+
+    Why every part is resident: the grid holds at most one program per multiprocessor, and
+    one program always fits a multiprocessor, since a launch Triton accepts has one program's
+    shared memory within the per-block limit (it raises ``OutOfResources`` before launching
+    otherwise, :func:`launch_split`), which is at most the multiprocessor's, and its registers
+    within 255 per thread at 8 warps or fewer (65,280 of the 65,536 a multiprocessor has). So
+    with the GPU to itself the launch's programs all start at once. Where other work holds
+    multiprocessors (another stream, another process under MPS) a part may start late, or,
+    if the others of its tile hold the last free ones, never: every wait is bounded
+    (:func:`~cores.triton_kernels.sync_parts`), so that ends the launch with an error
+    (:func:`launch_split`), not a hang.
+    """
+    parts = cdiv(hidden, SPLIT_UNITS)
+    block_h = split_width(hidden)
+    for block_b in (16, 32, 64):
+        tiles = cdiv(batch, block_b)
+        if tiles * parts <= slots:
+            return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, precision)
+    return None
+
+
+_UNFIT: set[tuple[str, int]] = set()
+"""``(device, BLOCK_H)`` where a unit-split kernel needed more shared memory than the GPU gives
+a block: :func:`split_plan` keeps to one program per batch tile there."""
+_WARNED: set[Any] = set()
+
+
+def _warn_once(key: Any, message: str) -> None:
+    """A one-line ``RuntimeWarning``, once per ``key`` in a process."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def launch_split(
+    kernel: Any, plan: SplitPlan, *args: Any, flags: Tensor, where: str, **meta: Any
+) -> bool:
+    """Launch a unit-split kernel on ``plan``'s grid (``flags``: its barrier's counters and
+    error word, among ``args``); ``False``, having run nothing, where the GPU cannot give a
+    program the shared memory it needs (Triton raises ``OutOfResources`` before the launch: up
+    to 80 KB at 256 units, more than a T4's 64 KB). The caller then runs its
+    one-program-per-tile kernel, as every later call at that width does (warned once).
+
+    :param where: the core and shape, for the error a part that never arrived raises.
+    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another part of its tile
+        (one that never started: the GPU's multiprocessors held by other work). Checked after
+        the launch, except while a CUDA graph is being captured (reading the word would wait
+        for the GPU, which a capture forbids).
+    """
+    try:
+        launch(kernel, plan.grid, *args, **meta)
+    except OutOfResources as err:
+        device = flags.device
+        _UNFIT.add((str(device), plan.block_h))
+        _warn_once(
+            ("shared", str(device), plan.block_h),
+            f"memcores: {err}; the fused Triton kernels at hidden width {plan.block_h} run "
+            f"with one program per batch tile on {device} (slower; MEMCORES_TRITON_SPLIT=0 "
+            "does so without this warning)",
+        )
+        return False
+    if not (flags.is_cuda and torch.cuda.is_current_stream_capturing()):
+        step = int(flags[-1])
+        if step:
+            raise RuntimeError(
+                f"memcores: {kernel.__name__} of {where}: a part of a batch tile never reached "
+                f"step {step} within {meta['SPIN_LIMIT']} rounds of waiting (the GPU's "
+                "multiprocessors held by other work?); MEMCORES_TRITON_SPLIT=0 runs one "
+                "program per batch tile, which never waits"
+            )
+    return True
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive ints."""
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One core's cell for the kernels: its name (for errors), its compile-time parameters
+    (``FAMILY``, the gate functions, ``NG`` gate blocks, ``NA`` saved slots, ``NS`` states)
+    and the sizes the wrapper allocates by."""
+
+    name: str
+    meta: tuple[tuple[str, Any], ...]
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        return dict(self.meta)
+
+    def where(self, T: int, B: int, H: int) -> str:
+        """The core and shape of a launch, as its errors name them."""
+        listed = ", ".join(f"{k}={v}" for k, v in self.meta if k not in ("NA", "NS", "PREC"))
+        return f"{self.name}({listed}) at T={T}, B={B}, H={H}"
+
+
+def family(
+    name: str, kind: int, n_gates: int, n_states: int, device: torch.device, **gates: Any
+) -> Family:
+    """A :class:`Family` on ``device``: ``kind`` one of :mod:`cores.triton_cells`'s ``FAMILY``
+    values; ``gates``: those of ``ACT, TIED, REFINE, R, POWER, EPS`` the cell uses (the rest
+    default to the plain cell's)."""
+    meta = {**dict(ACT=0, TIED=False, REFINE=False, R=0, POWER=0.0, EPS=0.0), **gates}
+    meta.update(
+        FAMILY=kind,
+        NG=n_gates,
+        NA=n_gates + (kind == GRU.value),  # the GRU keeps U_n h + b_hn too
+        NS=n_states,
+        CLAMP=FAST_CLAMP,
+        PREC=recurrent_precision(device),  # PyTorch's switch for its own RNNs
+    )
+    return Family(name, tuple(meta.items()))
+
+
+def _split_backward(ctx: Any, *tensors: Tensor) -> tuple[Tensor, Tensor] | None:
+    """The unit-split reverse pass: ``dA [T, B, NA*H]`` and the gradient into the initial
+    state ``[NS, B, H]``, its ``h`` part without step 0's products, which the caller adds;
+    ``None`` where the GPU cannot fit its programs (:func:`launch_split`)."""
+    A, w, S, starts8, detach8, dY, dS = tensors
+    T, B, H = dY.shape
+    dS0 = dY.new_zeros(S.shape[0], B, H) if dS is None else dS.contiguous().clone()
+    dA = torch.empty_like(A)
+    flags = ctx.plan.flags(dY.device)
+    args = (A, w, S, starts8, detach8, dY, dS0, dA, flags, T, B, H)
+    meta = dict(ctx.meta, HAS_STARTS=ctx.has_starts, HAS_DETACH=ctx.has_detach)
+    if not launch_split(
+        tk.backward_split_kernel, ctx.plan, *args, flags=flags, where=ctx.where, **meta
+    ):
+        return None
+    return dA, dS0
+
+
+class _Fused(torch.autograd.Function):
+    """``y [T, B, H]`` and the final state ``[NS, B, H]`` of a family's cell over ``x [T, B, D]``
+    from the state ``s0 [NS, B, H]``, the kernels forward and backward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: Tensor,
+        weight_ih: Tensor,
+        bias: Tensor,
+        weight_hh: Tensor,
+        bias_hn: Tensor | None,
+        s0: Tensor,
+        starts: Tensor | None,
+        detach: Tensor | None,
+        cell: Family,
+    ) -> tuple[Tensor, Tensor]:
+        T, B, _ = x.shape
+        H = weight_hh.shape[1]
+        c = cell.constants
+        G = input_projection(x, weight_ih, bias)  # the kernel adds h U^T
+        A = x.new_empty(T, B, c["NA"] * H)
+        S = x.new_empty(c["NS"], T + 1, B, H)  # the state before the first step and after each
+        S[:, 0] = s0
+        w = weight_hh.contiguous()
+        starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
+        bhn = bias_hn.contiguous() if bias_hn is not None else w  # read by the GRU only
+        tile_meta = dict(c, **block_meta(H))
+        ctx.where = cell.where(T, B, H)
+        buffers = (G, A, w, bhn, starts8, S)
+        ctx.plan, ctx.meta = None, tile_meta
+        plan = split_plan(T, B, H, x.device)
+        if plan is not None:
+            meta = {k: v for k, v in tile_meta.items() if k != "BLOCK_K"}
+            meta.update(plan.meta())
+            flags = plan.flags(x.device)
+            args = (*buffers, flags, T, B, H)
+            if launch_split(
+                tk.forward_split_kernel, plan, *args, flags=flags, where=ctx.where,
+                HAS_STARTS=starts is not None, **meta,
+            ):  # fmt: skip
+                ctx.plan, ctx.meta = plan, meta
+        if ctx.plan is None:
+            grid = (cdiv(B, BLOCK_B),)
+            launch(
+                tk.forward_kernel,
+                grid,
+                *buffers,
+                T,
+                B,
+                H,
+                HAS_STARTS=starts is not None,
+                **tile_meta,
+            )
+        ctx.tile_meta = tile_meta
+        ctx.has_starts, ctx.has_detach = starts is not None, detach is not None
+        ctx.gru = bias_hn is not None
+        ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, S)
+        return S[0, 1:], S[:, -1].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dY: Tensor | None, dS: Tensor | None):
+        x, weight_ih, w, starts8, detach, A, S = ctx.saved_tensors
+        T, B, _ = x.shape
+        H = w.shape[1]
+        NG = w.shape[0] // H
+        dY = x.new_zeros(T, B, H) if dY is None else dY.contiguous()
+        detach8 = detach if detach is not None else starts8
+        tensors = (A, w, S, starts8, detach8, dY, dS)
+        split = _split_backward(ctx, *tensors) if ctx.plan is not None else None
+        if split is None:  # one program per batch tile (or a GPU the split does not fit)
+            dA = torch.empty_like(A)
+            dSall = torch.empty_like(S)  # the gradient into each state from the steps after it
+            dSall[:, T] = 0.0 if dS is None else dS
+            grid = (cdiv(B, BLOCK_B),)
+            args = (A, w, S, starts8, detach8, dY, dSall, dA, T, B, H)
+            launch(
+                tk.backward_kernel, grid, *args,
+                HAS_STARTS=ctx.has_starts, HAS_DETACH=ctx.has_detach, **ctx.tile_meta,
+            )  # fmt: skip
+            dS0 = dSall[:, 0]
+        # the recurrent side's gradient: dA with the GRU's n block replaced by U_n h's
+        dA_flat = dA.view(T * B, -1) if split is None else split[0].view(T * B, -1)
+        dA_rec = dA_flat
+        if ctx.gru:
+            dA_rec = torch.cat([dA_flat[:, : (NG - 1) * H], dA_flat[:, -H:]], 1)
+        if split is not None:  # step 0's products need every part's dA_0: one matmul
+            dS0 = split[1]
+            dh0 = dS0[0] + dA_rec[:B].mm(w)
+            if ctx.has_starts:
+                dh0 = dh0.masked_fill(starts8[0].bool()[:, None], 0.0)
+            if ctx.has_detach:
+                dh0 = torch.where(detach[0] != 0, dS0[0], dh0)
+            dS0[0] = dh0
+        h_prev = previous_states(S[0, :-1], starts8, ctx.has_starts)
+        d_weight_hh = dA_rec.t().mm(h_prev.reshape(T * B, H))
+        dA_in = dA_flat[:, : NG * H] if ctx.gru else dA_flat
+        d_bias_hn = dA_flat[:, NG * H :].sum(0) if ctx.gru else None
+        dx, d_weight_ih, d_bias = input_side_grads(ctx.needs_input_grad, dA_in, x, weight_ih)
+        return dx, d_weight_ih, d_bias, d_weight_hh, d_bias_hn, dS0, None, None, None
+
+
+def _run(
+    cell: Family, x: Tensor, weights: tuple[Tensor, ...], state: tuple[Tensor, ...],
+    starts: Tensor | None, detach: list[bool] | None = None,
+) -> tuple[Tensor, tuple[Tensor, ...]]:  # fmt: skip
+    """``x [T, B, D]`` through :class:`_Fused` with ``weights`` (``weight_ih, bias,
+    weight_hh`` and the GRU's ``bias_hn`` or ``None``), a launch pair per run of
+    :func:`time_chunks`, the state carried from one to the next."""
+    check_device(x)
+    if starts is not None:
+        starts = starts.to(device=x.device, dtype=torch.bool)
+    mask = None
+    if detach is not None and any(detach):
+        mask = torch.tensor(detach, dtype=torch.int8, device=x.device)
+    c = cell.constants
+    final, ys = torch.stack(state), []
+    # the slots [T, B, NA*H] or the states [NS, T+1, B, H]: the largest buffer a launch addresses
+    per_step = x.shape[1] * weights[2].shape[1] * max(c["NA"], c["NS"])
+    for steps in time_chunks(x.shape[0], per_step):
+        y, final = _Fused.apply(
+            x[steps].contiguous(),
+            *weights,
+            final,
+            None if starts is None else starts[steps],
+            None if mask is None else mask[steps],
+            cell,
+        )
+        ys.append(y)
+    return (ys[0] if len(ys) == 1 else torch.cat(ys)), tuple(final.unbind(0))
+
+
+def triton_lstm(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, detach: list[bool]
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
+    :return: ``y [T, B, H]`` and the final ``(h, c)``.
+    """
+    cell = family(
+        "GatedLSTM", LSTM.value, len(core.gate_names), 2, x.device,
+        ACT=ACTIVATIONS.index(core.activation), TIED=core.tied, REFINE=core.refine,
+        R=2 if core.tied else 3, POWER=core.power,
+    )  # fmt: skip
+    weights = (core.weight_ih, core.bias, core.weight_hh, None)
+    return _run(cell, x, weights, state, starts, detach)
+
+
+def triton_gru(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.gru.GatedGRU` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :return: ``y [T, B, H]`` and the final ``(h,)``.
+    """
+    cell = family(
+        "GatedGRU", GRU.value, len(core.gate_names), 1, x.device,
+        ACT=ACTIVATIONS.index(core.activation), REFINE=core.refine, POWER=core.power,
+    )  # fmt: skip
+    weights = (core.weight_ih, core.bias, core.weight_hh, core.bias_hn)
+    return _run(cell, x, weights, state, starts)
+
+
+def dense_recurrent(recurrent: Tensor) -> Tensor:
+    """The block-diagonal recurrence ``[4, heads, d, d]`` as one ``[4H, H]`` matrix whose gate
+    block ``g`` maps ``h`` to that gate's pre-activation (``a_g = W_g h``), built with autograd
+    so its gradient reaches only the diagonal blocks."""
+    return torch.cat([torch.block_diag(*r).t() for r in recurrent.unbind(0)], 0)
+
+
+def triton_slstm(
+    core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, eps: float
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Run :class:`~cores.xlstm.SLSTM` over ``x [T, B, D]`` with the Triton kernels.
+
+    :param starts: ``[T, B]`` bool episode starts or ``None``.
+    :param eps: the normaliser's floor.
+    :return: ``y [T, B, H]`` and the final ``(h, c, n, m)``.
+    """
+    cell = family("SLSTM", SLSTM.value, 4, 4, x.device, EPS=eps)
+    weights = (core.input.weight, core.input.bias, dense_recurrent(core.recurrent), None)
+    return _run(cell, x, weights, state, starts)
