@@ -1,0 +1,43 @@
+"""Load a gymnasium env's exact state into one row of a batched env (parity tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from envs.batched_memory_match import BatchedVisualMatch
+
+
+def visual_match_state(env) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    """The state of the unwrapped :class:`envs.memory_match.VisualMatchEnv` ``env`` as one
+    row (``[1, ...]``) of :class:`BatchedVisualMatch`'s state."""
+    n = env.room_size
+    phase = env.phase - 1
+    rooms = np.zeros((3, n * n + 1), np.int32)
+    starts = np.zeros((3, 2), np.int64)
+
+    def packed(grid) -> np.ndarray:  # noqa: ANN001
+        enc = grid.encode().astype(np.int32)  # [x, y, (object, colour, state)]
+        return (enc[..., 0] | enc[..., 1] << 8 | enc[..., 2] << 16).reshape(-1)
+
+    rooms[phase, : n * n] = packed(env.grid)
+    starts[phase] = (env.agent_pos[0] * n + env.agent_pos[1], env.agent_dir)
+    for p, (grid, pos, d) in env._rooms.items():
+        rooms[p - 1, : n * n] = packed(grid)
+        starts[p - 1] = (pos[0] * n + pos[1], d)
+    one = {
+        "rooms": rooms.reshape(-1),
+        "starts": starts,
+        "pos": np.int64(env.agent_pos[0] * n + env.agent_pos[1]),
+        "dir": np.int64(env.agent_dir),
+        "phase": np.int64(phase),
+        "t": np.int64(env.step_count),
+        "cue": np.int64(env.colors.index(env.cue_color)),
+    }
+    return {k: torch.as_tensor(np.asarray(v)).unsqueeze(0) for k, v in one.items()}
+
+
+def load_row(batched: BatchedVisualMatch, row: int, env) -> None:  # noqa: ANN001
+    """Put ``env``'s state into row ``row`` of ``batched`` and refresh its observation."""
+    batched.load_rows(torch.tensor([row]), visual_match_state(env))
+    batched.obs = batched._observe()
