@@ -285,10 +285,15 @@ class BatchedVisualMatch(BatchedEnv):
 
     def _observe(self) -> dict[str, Tensor]:
         s = self.state
-        view = self._view[s["pos"] * 4 + s["dir"]] + (s["phase"] * self.cells).unsqueeze(1)
+        view = self._view.index_select(0, s["pos"] * 4 + s["dir"])
+        view += (s["phase"] * self.cells).unsqueeze(1)
         codes = s["rooms"].gather(1, view)  # [N, 49] int32: object | colour << 8
         image = codes.view(torch.uint8).view(-1, VIEW, VIEW, 4)[..., :3].contiguous()
-        return {"image": image, "direction": s["dir"].clone(), "mission": self._missions[s["cue"]]}
+        if self.reveal_cue:
+            mission = self._missions.index_select(0, s["cue"])
+        else:  # one mission for every env: a broadcast view, no copy
+            mission = self._missions[0].expand(self.num_envs, -1)
+        return {"image": image, "direction": s["dir"].clone(), "mission": mission}
 
 
 def code(obj: int, color: int) -> int:

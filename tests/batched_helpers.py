@@ -41,3 +41,26 @@ def load_row(batched: BatchedVisualMatch, row: int, env) -> None:  # noqa: ANN00
     """Put ``env``'s state into row ``row`` of ``batched`` and refresh its observation."""
     batched.load_rows(torch.tensor([row]), visual_match_state(env))
     batched.obs = batched._observe()
+
+
+def card_game_state(env) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    """The state of an unwrapped POPGym card game just after its reset, as one row of its
+    batched version (decks dealt from the end: the deal order is the reversed ``idx``)."""
+    one: dict[str, np.ndarray] = {
+        "first": np.bool_(True),
+        "last_action": np.int64(0),
+        "last_reward": np.float32(0.0),
+    }
+    if hasattr(env, "value_deck"):  # CountRecall
+        one["values"] = env.deck_idx_type[env.value_deck.idx[::-1]]
+        one["queries"] = env.deck_idx_type[env.query_deck.idx[::-1]]
+        one["counts"] = env.counts.copy()
+        one["h"] = np.int64(env.value_deck.hand_size("in_play"))
+    else:
+        player = next(iter(env.deck.hands))
+        one["deal"] = env.deck.idx[::-1].copy()
+        one["h"] = np.int64(env.deck.hand_size(player))
+        if hasattr(env, "mode"):  # Autoencode
+            one["watch"] = np.bool_(int(env.mode) == 1)
+            one["shown"] = np.bool_(True)
+    return {k: torch.as_tensor(np.array(v)).unsqueeze(0) for k, v in one.items()}
