@@ -55,12 +55,14 @@ def env_keys(seed: int, n: int, device: torch.device | str = "cpu") -> Tensor:
     return hash32(hash32(ids & MASK32) ^ ((ids >> 32) & MASK32))
 
 
-def random_words(keys: Tensor, episodes: Tensor, n_slots: int) -> Tensor:
+def random_words(keys: Tensor, episodes: Tensor, n_slots: int, first_slot: int = 0) -> Tensor:
     """``[M, n_slots]`` uniform floats in ``[0, 1)`` for envs ``keys [M]`` at episode
-    ``episodes [M]``: a pure function of ``(key, episode, slot)``, equal on every device."""
+    ``episodes [M]``, slots ``first_slot ..`` (an int or ``[M]``): a pure function of
+    ``(key, episode, slot)``, equal on every device."""
     base = hash32(keys + _mul32(episodes & MASK32, 0x9E3779B1))
     slots = torch.arange(1, n_slots + 1, dtype=torch.int64, device=keys.device)
-    words = hash32(base.unsqueeze(1) ^ _mul32(slots, 0x7FEB352D).unsqueeze(0))
+    slots = slots + torch.as_tensor(first_slot, device=keys.device).view(-1, 1)
+    words = hash32(base.unsqueeze(1) ^ _mul32(slots & MASK32, 0x7FEB352D))
     return (words >> 8).to(torch.float32) * (1.0 / (1 << 24))
 
 

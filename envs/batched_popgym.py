@@ -14,6 +14,7 @@ episode), and the number dealt so far, ``h [N]``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -31,75 +32,111 @@ def _deal_order(u: Tensor) -> Tensor:
     return torch.argsort(u, dim=1)
 
 
-class BatchedCardGame(BatchedEnv):
-    """The shared part: deck orders, the previous action/reward and the observation vector.
+class BatchedPopGym(BatchedEnv):
+    """The shared part: the previous action/reward, the first-step flag and the observation
+    vector of :mod:`envs.popgym_env`.
 
-    Subclasses set :attr:`obs_sizes` (the one-hot sizes of the game's observation parts),
-    :attr:`n_actions`, :attr:`n_cards`, and define :meth:`_game_fresh`, :meth:`_play` and
+    Subclasses set :attr:`obs_size` (the game's flattened observation) and :attr:`n_actions`
+    and define :meth:`_fresh_game` (the game's state at its reset), :meth:`_play` and
     :meth:`_game_obs`.
     """
 
-    obs_sizes: tuple[int, ...]
+    obs_size: int
     n_actions: int
-    n_cards: int
-    n_decks_drawn = 1  # shuffled decks per episode
 
     def __init__(self, n_envs: int, device: torch.device | str, prev_reward: bool) -> None:
         super().__init__(n_envs, device)
         self.prev_reward = bool(prev_reward)
-        size = sum(self.obs_sizes) + self.n_actions + 1 + self.prev_reward
+        size = self.obs_size + self.n_actions + 1 + self.prev_reward
         self.single_observation_space = gym.spaces.Dict(
             {"vector": gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)}
         )
         self.single_action_space = gym.spaces.Discrete(self.n_actions)
 
     # ------------------------------------------------------------------ game hooks
-    def _game_fresh(self, decks: list[Tensor]) -> dict[str, Tensor]:
-        """The game's state after its reset, from ``decks`` (each ``[M, C]`` deal orders)."""
+    def _fresh_game(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:
+        """The game's state after its reset, for envs ``keys [M]`` at ``episodes [M]``."""
         raise NotImplementedError
 
-    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor]:
-        """Step the game's state in place: ``(reward [N] float32, terminated [N])``."""
+    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Step the game's state in place: ``(reward [N] float32, terminated, truncated)``."""
         raise NotImplementedError
 
-    def _game_obs(self) -> list[Tensor]:
-        """The game's observation parts as indices, ``[N]`` each (one per :attr:`obs_sizes`)."""
+    def _game_obs(self) -> Tensor:
+        """The game's flattened observation, ``[N, obs_size]`` float32."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ BatchedEnv
     def _fresh(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:
-        c, m = self.n_cards, keys.shape[0]
-        u = random_words(keys, episodes, c * self.n_decks_drawn)
-        decks = [_deal_order(u[:, i * c : (i + 1) * c]) for i in range(self.n_decks_drawn)]
-        state = self._game_fresh(decks)
+        m = keys.shape[0]
+        state = self._fresh_game(keys, episodes)
         state["first"] = torch.ones(m, dtype=torch.bool, device=keys.device)
         state["last_action"] = torch.zeros(m, dtype=torch.int64, device=keys.device)
         state["last_reward"] = torch.zeros(m, dtype=torch.float32, device=keys.device)
         return state
 
     def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        reward, terminated = self._play(actions)
+        reward, terminated, truncated = self._play(actions)
         s = self.state
         s["first"] = torch.zeros_like(s["first"])
         s["last_action"] = actions.clone()  # the caller may reuse its tensor
         s["last_reward"] = reward.clone()  # resets write into the state in place
-        no = torch.zeros_like(terminated)
-        return reward, terminated, no, no
+        return reward, terminated, truncated, torch.zeros_like(terminated)
 
     def _observe(self) -> dict[str, Tensor]:
         s = self.state
         first = s["first"]
-        parts = [
-            torch.nn.functional.one_hot(index, size)
-            for index, size in zip(self._game_obs(), self.obs_sizes, strict=True)
-        ]
         action = torch.nn.functional.one_hot(s["last_action"], self.n_actions)
-        parts.append(action * ~first.unsqueeze(1))
-        parts.append(first.unsqueeze(1))
+        parts = [self._game_obs(), action * ~first.unsqueeze(1), first.unsqueeze(1)]
         vector = torch.cat([p.to(torch.float32) for p in parts], 1)
         if self.prev_reward:
             vector = torch.cat([vector, s["last_reward"].unsqueeze(1)], 1)
         return {"vector": vector}
+
+
+class BatchedCardGame(BatchedPopGym):
+    """A card game: ``n_decks_drawn`` shuffled decks of :attr:`n_cards` per episode, and an
+    observation of one-hot parts of sizes :attr:`obs_sizes`."""
+
+    obs_sizes: tuple[int, ...]
+    n_cards: int
+    n_decks_drawn = 1
+
+    def __init__(self, n_envs: int, device: torch.device | str, prev_reward: bool) -> None:
+        self.obs_size = sum(self.obs_sizes)
+        super().__init__(n_envs, device, prev_reward)
+
+    def _game_fresh(self, decks: list[Tensor]) -> dict[str, Tensor]:
+        """The game's state after its reset, from ``decks`` (each ``[M, C]`` deal orders)."""
+        raise NotImplementedError
+
+    def _fresh_game(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:
+        c = self.n_cards
+        u = random_words(keys, episodes, c * self.n_decks_drawn)
+        return self._game_fresh(
+            [_deal_order(u[:, i * c : (i + 1) * c]) for i in range(self.n_decks_drawn)]
+        )
+
+    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        reward, terminated = self._play_cards(actions)
+        return reward, terminated, torch.zeros_like(terminated)
+
+    def _play_cards(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Step the game in place: ``(reward [N] float32, terminated [N])``."""
+        raise NotImplementedError
+
+    def _game_obs(self) -> Tensor:
+        return torch.cat(
+            [
+                torch.nn.functional.one_hot(index, size)
+                for index, size in zip(self._card_obs(), self.obs_sizes, strict=True)
+            ],
+            1,
+        )
+
+    def _card_obs(self) -> list[Tensor]:
+        """The observation parts as indices, ``[N]`` each (one per :attr:`obs_sizes`)."""
+        raise NotImplementedError
 
 
 class BatchedRepeatPrevious(BatchedCardGame):
@@ -123,7 +160,7 @@ class BatchedRepeatPrevious(BatchedCardGame):
     def _suit(self, j: Tensor) -> Tensor:
         return self.state["deal"].gather(1, j.unsqueeze(1)).squeeze(1) % 4
 
-    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+    def _play_cards(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         h = self.state["h"]
         scale = 1.0 / (self.n_cards - self.k)
         terminated = h == self.n_cards - 1
@@ -132,7 +169,7 @@ class BatchedRepeatPrevious(BatchedCardGame):
         self.state["h"] = h + 1
         return reward.to(torch.float32), terminated
 
-    def _game_obs(self) -> list[Tensor]:
+    def _card_obs(self) -> list[Tensor]:
         return [self._suit(self.state["h"] - 1)]
 
 
@@ -162,7 +199,7 @@ class BatchedAutoencode(BatchedCardGame):
     def _suit(self, j: Tensor) -> Tensor:
         return self.state["deal"].gather(1, j.clamp(min=0).unsqueeze(1)).squeeze(1) % 4
 
-    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+    def _play_cards(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         s = self.state
         h, watch = s["h"], s["watch"]
         # Watching: deal one card. Playing: name the last card in hand, which is given back.
@@ -175,7 +212,7 @@ class BatchedAutoencode(BatchedCardGame):
         s["shown"] = watch  # a watching step shows the card it deals
         return reward.to(torch.float32), terminated
 
-    def _game_obs(self) -> list[Tensor]:
+    def _card_obs(self) -> list[Tensor]:
         s = self.state
         # After a reset or a watching step: the newest card's suit. After a playing step:
         # POPGym shows card 0 of the unshuffled deck, whose suit is 0.
@@ -224,7 +261,7 @@ class BatchedCountRecall(BatchedCardGame):
     def _card(self, key: str, j: Tensor) -> Tensor:
         return self.state[key].gather(1, j.unsqueeze(1)).squeeze(1)
 
-    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+    def _play_cards(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         s = self.state
         h = s["h"]
         asked = self._card("queries", h - 1)
@@ -239,13 +276,79 @@ class BatchedCountRecall(BatchedCardGame):
         reward = torch.where(actions == prev_count, scale, -scale)
         return reward.to(torch.float32), h == self.n_cards
 
-    def _game_obs(self) -> list[Tensor]:
+    def _card_obs(self) -> list[Tensor]:
         h = self.state["h"]
         return [self._card("values", h - 1), self._card("queries", h - 1)]
 
 
+class BatchedNoisyPositionOnlyCartPole(BatchedPopGym):
+    """NoisyPositionOnlyCartPole: gymnasium's cart-pole (Euler steps in float64), observed as
+    cart position and pole angle plus Gaussian noise, clipped to the observation box; every
+    step pays ``1 / max_episode_length``; time-out after ``max_episode_length`` steps."""
+
+    obs_size = 2
+    n_actions = 2
+    # gymnasium's CartPoleEnv constants.
+    GRAVITY, MASSPOLE, TOTAL_MASS, LENGTH = 9.8, 0.1, 0.1 + 1.0, 0.5
+    POLEMASS_LENGTH, FORCE_MAG, TAU = 0.1 * 0.5, 10.0, 0.02
+    THETA_THRESHOLD, X_THRESHOLD = 12 * 2 * math.pi / 360, 2.4
+    NOISE_SLOT = 8  # random-word slots of step t's noise: NOISE_SLOT + 4 * t ..
+
+    def __init__(
+        self, n_envs: int, device: torch.device | str = "cpu", prev_reward: bool = False,
+        noise_sigma: float = 0.1, max_episode_length: int = 200,
+    ) -> None:  # fmt: skip
+        self.noise_sigma, self.max_episode_length = float(noise_sigma), int(max_episode_length)
+        super().__init__(n_envs, device, prev_reward)
+        high = np.array([self.X_THRESHOLD * 2, self.THETA_THRESHOLD * 2], dtype=np.float32)
+        self._high = torch.from_numpy(high).to(self.device)
+
+    def _noise(self, keys: Tensor, episodes: Tensor, t: Tensor) -> Tensor:
+        """``[M, 2]`` float32 N(0, sigma) noise of step ``t [M]`` (0: the reset), Box-Muller."""
+        u = random_words(keys, episodes, 4, self.NOISE_SLOT + 4 * t).double()
+        radius = torch.sqrt(-2.0 * torch.log1p(-u[:, :2]))
+        normal = radius * torch.cos(2 * math.pi * u[:, 2:])
+        return (normal * self.noise_sigma).to(torch.float32)
+
+    def _noisy(self, phys: Tensor, noise: Tensor) -> Tensor:
+        seen = phys[:, [0, 2]].to(torch.float32) + noise
+        return torch.maximum(torch.minimum(seen, self._high), -self._high)
+
+    def _fresh_game(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:
+        u = random_words(keys, episodes, 4).double()
+        phys = u * 0.1 - 0.05  # uniform in [-0.05, 0.05), as gymnasium's reset
+        t = torch.zeros(keys.shape[0], dtype=torch.int64, device=keys.device)
+        return {"phys": phys, "t": t, "seen": self._noisy(phys, self._noise(keys, episodes, t))}
+
+    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        s = self.state
+        x, x_dot, theta, theta_dot = s["phys"].unbind(1)
+        force = torch.where(actions == 1, self.FORCE_MAG, -self.FORCE_MAG).double()
+        costheta, sintheta = torch.cos(theta), torch.sin(theta)
+        # gymnasium's expressions in its evaluation order, so float64 results agree bitwise.
+        temp = (force + self.POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / self.TOTAL_MASS
+        thetaacc = (self.GRAVITY * sintheta - costheta * temp) / (
+            self.LENGTH * (4.0 / 3.0 - self.MASSPOLE * (costheta * costheta) / self.TOTAL_MASS)
+        )
+        xacc = temp - self.POLEMASS_LENGTH * thetaacc * costheta / self.TOTAL_MASS
+        x = x + self.TAU * x_dot
+        x_dot = x_dot + self.TAU * xacc
+        theta = theta + self.TAU * theta_dot
+        theta_dot = theta_dot + self.TAU * thetaacc
+        s["phys"] = phys = torch.stack([x, x_dot, theta, theta_dot], 1)
+        terminated = (x.abs() > self.X_THRESHOLD) | (theta.abs() > self.THETA_THRESHOLD)
+        s["t"] = t = s["t"] + 1
+        s["seen"] = self._noisy(phys, self._noise(self.keys, self.episodes, t))
+        truncated = t >= self.max_episode_length
+        reward = torch.full_like(x, 1.0 / self.max_episode_length, dtype=torch.float32)
+        return reward, terminated, truncated
+
+    def _game_obs(self) -> Tensor:
+        return self.state["seen"]
+
+
 # id -> (class, options) of every batched POPGym env, POPGym's difficulties.
-BATCHED_POPGYM: dict[str, tuple[type[BatchedCardGame], dict[str, Any]]] = {
+BATCHED_POPGYM: dict[str, tuple[type[BatchedPopGym], dict[str, Any]]] = {
     "popgym/RepeatPreviousEasy-v0": (BatchedRepeatPrevious, {}),
     "popgym/RepeatPreviousMedium-v0": (BatchedRepeatPrevious, {"num_decks": 2, "k": 32}),
     "popgym/RepeatPreviousHard-v0": (BatchedRepeatPrevious, {"num_decks": 3, "k": 64}),
@@ -255,12 +358,21 @@ BATCHED_POPGYM: dict[str, tuple[type[BatchedCardGame], dict[str, Any]]] = {
     "popgym/CountRecallEasy-v0": (BatchedCountRecall, {}),
     "popgym/CountRecallMedium-v0": (BatchedCountRecall, {"num_decks": 2, "deck_type": "suits"}),
     "popgym/CountRecallHard-v0": (BatchedCountRecall, {"num_decks": 4, "deck_type": "ranks"}),
+    "popgym/NoisyPositionOnlyCartPoleEasy-v0": (BatchedNoisyPositionOnlyCartPole, {}),
+    "popgym/NoisyPositionOnlyCartPoleMedium-v0": (
+        BatchedNoisyPositionOnlyCartPole,
+        {"noise_sigma": 0.2},
+    ),
+    "popgym/NoisyPositionOnlyCartPoleHard-v0": (
+        BatchedNoisyPositionOnlyCartPole,
+        {"noise_sigma": 0.3},
+    ),
 }
 
 
 def make_batched_popgym(
     env_id: str, n_envs: int, device: torch.device | str, env_kwargs: dict[str, Any]
-) -> BatchedCardGame:
+) -> BatchedPopGym:
     """The batched ``env_id`` with ``env_kwargs`` (``prev_reward``; the Easy classes' own
     options too, as POPGym's constructors take them).
 

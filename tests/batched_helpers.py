@@ -64,3 +64,17 @@ def card_game_state(env) -> dict[str, torch.Tensor]:  # noqa: ANN001
             one["watch"] = np.bool_(int(env.mode) == 1)
             one["shown"] = np.bool_(True)
     return {k: torch.as_tensor(np.array(v)).unsqueeze(0) for k, v in one.items()}
+
+
+def cart_pole_state(env, seen: np.ndarray) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    """The state of an unwrapped POPGym NoisyPositionOnlyCartPole just after its reset, whose
+    (noisy) observation was ``seen [2]``, as one row of its batched version."""
+    one = {
+        "phys": np.asarray(env.state, np.float64),
+        "t": np.int64(env.num_steps),
+        "seen": np.asarray(seen, np.float32),
+        "first": np.bool_(True),
+        "last_action": np.int64(0),
+        "last_reward": np.float32(0.0),
+    }
+    return {k: torch.as_tensor(np.array(v)).unsqueeze(0) for k, v in one.items()}

@@ -3,6 +3,8 @@ as memcores wraps it (envs/popgym_env.py), at every difficulty."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -10,10 +12,14 @@ import torch
 from envs import make_env
 from envs.batched import make_batched_env
 from envs.batched_popgym import BATCHED_POPGYM
-from tests.batched_helpers import card_game_state
+from tests.batched_helpers import card_game_state, cart_pole_state
 
 
-@pytest.mark.parametrize("env_id", list(BATCHED_POPGYM))
+CARD_GAMES = [i for i in BATCHED_POPGYM if "CartPole" not in i]
+CART_POLES = [i for i in BATCHED_POPGYM if "CartPole" in i]
+
+
+@pytest.mark.parametrize("env_id", CARD_GAMES)
 @pytest.mark.parametrize("prev_reward", [False, True])
 def test_batched_popgym_steps_as_popgym(env_id, prev_reward):
     """From POPGym's exact deal (the shuffled decks) the batched row returns the same vector
@@ -49,7 +55,7 @@ def test_batched_popgym_steps_as_popgym(env_id, prev_reward):
     assert nonzero >= steps // 3
 
 
-@pytest.mark.parametrize("env_id", list(BATCHED_POPGYM))
+@pytest.mark.parametrize("env_id", CARD_GAMES)
 def test_batched_popgym_episodes_have_popgym_lengths(env_id):
     """Every env of a batched run ends its episodes after exactly POPGym's episode length
     (the batched env's own shuffles, over auto-resets)."""
@@ -64,3 +70,44 @@ def test_batched_popgym_episodes_have_popgym_lengths(env_id):
             assert done.all()
             done_at.append(t)
     assert done_at == [length, 2 * length]
+
+
+@pytest.mark.parametrize("env_id", CART_POLES)
+@pytest.mark.parametrize("prev_reward", [False, True])
+def test_batched_cart_pole_steps_as_popgym(env_id, prev_reward):
+    """From POPGym's exact physical state, with the Gaussian noise POPGym draws on each step
+    fed to the batched row, the float64 physics, clipping, rewards, terminations and
+    time-outs agree exactly over whole episodes."""
+    kwargs = {"prev_reward": prev_reward}
+    gym_env = make_env(env_id, seed=7, **kwargs)
+    inner = gym_env.unwrapped
+    batched = make_batched_env(env_id, 3, env_kwargs=kwargs)
+    batched.reset(seed=1)
+    assert batched.single_observation_space == gym_env.observation_space
+    rng = np.random.default_rng(3)
+    lengths = []
+    noise = torch.zeros(3, 2)
+    batched._noise = lambda keys, episodes, t: noise[: keys.shape[0]]  # noqa: ARG005
+    while len(lengths) < 4:
+        obs, _ = gym_env.reset()
+        batched.load_rows(torch.tensor([1]), cart_pole_state(inner, obs["vector"][:2]))
+        batched.obs = batched._observe()
+        done, steps = False, 0
+        while not done:
+            np.testing.assert_array_equal(batched.obs["vector"][1].numpy(), obs["vector"])
+            # Balance the pole (episodes time out) or push at random (episodes end in a fall).
+            _, _, theta, theta_dot = inner.state
+            balance = int(theta + 0.5 * theta_dot > 0)
+            action = balance if len(lengths) % 2 == 0 else int(rng.integers(2))
+            draw = copy.deepcopy(inner.np_random).normal(0, inner.noise_sigma)
+            noise[1] = torch.from_numpy(draw.astype(np.float32))
+            obs, reward, terminated, truncated, _ = gym_env.step(action)
+            _, b_reward, b_done, _ = batched.step(torch.tensor([0, action, 1]))
+            done = terminated or truncated
+            assert b_reward[1].item() == np.float32(reward)
+            assert batched.last_terminated[1].item() == terminated
+            assert batched.last_truncated[1].item() == truncated
+            assert b_done[1].item() == done
+            steps += 1
+        lengths.append(steps)
+    assert min(lengths) < 200 and max(lengths) == 200, lengths

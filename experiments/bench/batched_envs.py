@@ -163,3 +163,80 @@ def main(argv: list[str]) -> int:
         payload = {"command": command.strip(), "device": str(device), "rows": rows}
         (out / "bench_envs.json").write_text(json.dumps(payload, indent=1) + "\n")
     return 0
+
+
+# ---------------------------------------------------------------------------- bench rl --batched
+RL_CONFIG = "experiments/configs/passive_visual_match.yaml"
+
+
+def train_fps(vector: str, n_envs: int, updates: int, device: str, tmp: str) -> tuple[float, float]:
+    """Frames per wall second and per CPU second of ``memcores train`` on :data:`RL_CONFIG`
+    (PPO, ``lstm``, its reconstruction loss) with ``env.vector=vector`` (after a warm-up)."""
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import train
+    from experiments.config import load_config
+
+    def run(n_updates: int, name: str) -> tuple[float, float]:
+        overrides = [
+            f"env.vector={vector}",
+            f"env.n_envs={n_envs}",
+            f"train.total_steps={n_updates * n_envs * 128}",
+            f"train.device={device}",
+            "train.threads=0",  # the thread count this bench set
+            "train.progress=false",
+            "train.histogram_every=0",
+            f"train.checkpoint_every={n_updates}",
+        ]
+        result = train(load_config(RLConfig, RL_CONFIG, overrides), f"{tmp}/{name}")
+        return (
+            result.global_step / result.loop_seconds,
+            result.global_step / result.loop_cpu_seconds,
+        )
+
+    run(1, f"warmup_{vector}_{n_envs}")
+    return run(updates, f"timed_{vector}_{n_envs}")
+
+
+def rl_main(argv: list[str]) -> int:
+    """``memcores bench rl --batched``: PPO frames/s on Passive Visual Match with the
+    gymnasium envs (``env.vector=sync``) beside the batched envs (``env.vector=batched``),
+    same config, same device, alternately."""
+    import shutil
+    import tempfile
+
+    parser = argparse.ArgumentParser(
+        prog="memcores bench rl --batched",
+        description=f"PPO frames/s on {RL_CONFIG}: env.vector=sync beside env.vector=batched",
+    )
+    parser.add_argument("--sizes", default="8,32", help="numbers of envs (128 steps each)")
+    parser.add_argument("--updates", type=int, default=2, help="timed updates per run")
+    parser.add_argument("--device", default="cpu", help="train.device of both sides")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
+    parser.add_argument("--quick", action="store_true", help="2 envs, 1 update")
+    args = parser.parse_args(argv)
+    sizes = (2,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
+    updates = 1 if args.quick else args.updates
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(
+        f"bench rl --batched: {RL_CONFIG} (PPO, lstm 64, 128 steps per env per update), "
+        f"{updates} timed updates after one warm-up, device {args.device}, torch threads "
+        f"{torch.get_num_threads()}"
+    )
+    print(
+        "| envs | sync frames/s | batched frames/s | ratio | sync frames/CPU-s | batched frames/CPU-s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_batched_")
+    try:
+        for n in sizes:
+            sync = train_fps("sync", n, updates, args.device, tmp)
+            batched = train_fps("batched", n, updates, args.device, tmp)
+            print(
+                f"| {n} | {sync[0]:,.0f} | {batched[0]:,.0f} | {batched[0] / sync[0]:.2f}x "
+                f"| {sync[1]:,.0f} | {batched[1]:,.0f} |",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
