@@ -14,7 +14,6 @@ from envs.batched import make_batched_env
 from envs.batched_popgym import BATCHED_POPGYM
 from tests.batched_helpers import card_game_state, cart_pole_state
 
-
 CARD_GAMES = [i for i in BATCHED_POPGYM if "CartPole" not in i]
 CART_POLES = [i for i in BATCHED_POPGYM if "CartPole" in i]
 

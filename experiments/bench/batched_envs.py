@@ -224,7 +224,8 @@ def rl_main(argv: list[str]) -> int:
         f"{torch.get_num_threads()}"
     )
     print(
-        "| envs | sync frames/s | batched frames/s | ratio | sync frames/CPU-s | batched frames/CPU-s |"
+        "| envs | sync frames/s | batched frames/s | ratio | sync frames/CPU-s "
+        "| batched frames/CPU-s |"
     )
     print("|---:|---:|---:|---:|---:|---:|")
     tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_batched_")
