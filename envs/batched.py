@@ -55,13 +55,15 @@ def env_keys(seed: int, n: int, device: torch.device | str = "cpu") -> Tensor:
     return hash32(hash32(ids & MASK32) ^ ((ids >> 32) & MASK32))
 
 
-def random_words(keys: Tensor, episodes: Tensor, n_slots: int, first_slot: int = 0) -> Tensor:
+def random_words(
+    keys: Tensor, episodes: Tensor, n_slots: int, first_slot: int | Tensor = 0
+) -> Tensor:
     """``[M, n_slots]`` uniform floats in ``[0, 1)`` for envs ``keys [M]`` at episode
     ``episodes [M]``, slots ``first_slot ..`` (an int or ``[M]``): a pure function of
     ``(key, episode, slot)``, equal on every device."""
     base = hash32(keys + _mul32(episodes & MASK32, 0x9E3779B1))
     slots = torch.arange(1, n_slots + 1, dtype=torch.int64, device=keys.device)
-    slots = slots + torch.as_tensor(first_slot, device=keys.device).view(-1, 1)
+    slots = slots + (first_slot.view(-1, 1) if isinstance(first_slot, Tensor) else first_slot)
     words = hash32(base.unsqueeze(1) ^ _mul32(slots & MASK32, 0x7FEB352D))
     return (words >> 8).to(torch.float32) * (1.0 / (1 << 24))
 
@@ -69,7 +71,9 @@ def random_words(keys: Tensor, episodes: Tensor, n_slots: int, first_slot: int =
 def uniform_int(u: Tensor, n: int | Tensor) -> Tensor:
     """Integers uniform in ``[0, n)`` from uniforms ``u`` in ``[0, 1)`` (int64)."""
     k = (u * n).to(torch.int64)
-    return torch.minimum(k, torch.as_tensor(n, device=u.device) - 1)
+    if isinstance(n, int):  # no host-to-device copy of a scalar
+        return k.clamp_(max=n - 1)
+    return torch.minimum(k, n - 1)
 
 
 class BatchedEnv:
@@ -205,7 +209,7 @@ class BatchedEnv:
     def to(self, device: torch.device | str) -> BatchedEnv:
         """Move the envs (state and constants) to ``device``; returns ``self``."""
         device = torch.device(device)
-        for name, value in vars(self).items():
+        for name, value in list(vars(self).items()):
             if isinstance(value, Tensor):
                 setattr(self, name, value.to(device))
             elif isinstance(value, dict) and all(isinstance(v, Tensor) for v in value.values()):

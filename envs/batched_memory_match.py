@@ -132,6 +132,8 @@ class BatchedVisualMatch(BatchedEnv):
         self._template = self._room_template(dev, with_balls=False)
         self._reward_room = self._room_template(dev, with_balls=True)
         self._empty_code = torch.tensor(EMPTY, dtype=torch.int32, device=dev)
+        (rx, ry) = self._ball_cells()[1]
+        self._reward_start = torch.tensor([rx * n + ry, 3], device=dev)  # (cell, heading up)
 
     # ------------------------------------------------------------------ layouts
     def _ball_cells(self) -> tuple[list[tuple[int, int]], tuple[int, int]]:
@@ -185,15 +187,14 @@ class BatchedVisualMatch(BatchedEnv):
         # Reward room: the colours in shuffled order on the layout's ball cells.
         order = torch.argsort(u_order, dim=1).to(torch.int32)  # a uniform permutation per env
         reward_room = self._reward_room.expand(m, -1).clone()
-        ball_cells, (rx, ry) = self._ball_cells()
-        for slot, (x, y) in enumerate(ball_cells):
+        for slot, (x, y) in enumerate(self._ball_cells()[0]):
             reward_room[:, x * n + y] += order[:, slot] << 8
 
         starts = torch.stack(
             [
                 torch.stack([agent[:, 0] * n + agent[:, 1], d], 1),
                 torch.stack([d_agent, uniform_int(u_dis[:, 1], 4)], 1),
-                torch.tensor([rx * n + ry, 3], device=dev).expand(m, 2),
+                self._reward_start.expand(m, 2),
             ],
             1,
         )  # [M, 3 rooms, (cell, heading)]

@@ -311,7 +311,7 @@ class BatchedNoisyPositionOnlyCartPole(BatchedPopGym):
         return (normal * self.noise_sigma).to(torch.float32)
 
     def _noisy(self, phys: Tensor, noise: Tensor) -> Tensor:
-        seen = phys[:, [0, 2]].to(torch.float32) + noise
+        seen = phys[:, 0::2].to(torch.float32) + noise  # cart position, pole angle
         return torch.maximum(torch.minimum(seen, self._high), -self._high)
 
     def _fresh_game(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:

@@ -29,7 +29,7 @@ def test_batched_env_steps_as_the_gymnasium_env(env_id, kwargs):
     """From the gymnasium env's exact state (rooms, poses, cue, step count), the batched env's
     row returns the same observations, rewards, terminations and successes on every step of
     whole episodes; at each reset the row is loaded with the gymnasium env's new episode."""
-    steps = 1500
+    steps = 1000
     gym_env = make_env(env_id, seed=5, **kwargs)
     batched = make_batched_env(env_id, 3, env_kwargs=kwargs)
     batched.reset(seed=11)
@@ -57,7 +57,7 @@ def test_batched_env_steps_as_the_gymnasium_env(env_id, kwargs):
             totals["truncated"] += truncated
             obs, _ = gym_env.reset()
             load_row(batched, 1, gym_env.unwrapped)
-    assert totals["episodes"] >= 5 and totals["successes"] >= 1
+    assert totals["episodes"] >= 4 and totals["successes"] >= 1
     if kwargs.get("reward_layout") != "adjacent":  # there every episode ends in a choice
         assert totals["truncated"] >= 1
     if kwargs.get("apple_reward", 0.1) > 0:

@@ -213,6 +213,7 @@ def rl_main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", help="train.device of both sides")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
     parser.add_argument("--quick", action="store_true", help="2 envs, 1 update")
+    parser.add_argument("--out", default="", help="folder for bench_rl_batched.md")
     args = parser.parse_args(argv)
     sizes = (2,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
     updates = 1 if args.quick else args.updates
@@ -223,21 +224,27 @@ def rl_main(argv: list[str]) -> int:
         f"{updates} timed updates after one warm-up, device {args.device}, torch threads "
         f"{torch.get_num_threads()}"
     )
-    print(
+    lines = [
         "| envs | sync frames/s | batched frames/s | ratio | sync frames/CPU-s "
-        "| batched frames/CPU-s |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|")
+        "| batched frames/CPU-s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines))
     tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_batched_")
     try:
         for n in sizes:
             sync = train_fps("sync", n, updates, args.device, tmp)
             batched = train_fps("batched", n, updates, args.device, tmp)
-            print(
+            lines.append(
                 f"| {n} | {sync[0]:,.0f} | {batched[0]:,.0f} | {batched[0] / sync[0]:.2f}x "
-                f"| {sync[1]:,.0f} | {batched[1]:,.0f} |",
-                flush=True,
+                f"| {sync[1]:,.0f} | {batched[1]:,.0f} |"
             )
+            print(lines[-1], flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = " ".join(["memcores bench rl --batched", *argv])
+        (out / "bench_rl_batched.md").write_text(f"`{command}`\n\n" + "\n".join(lines) + "\n")
     return 0
