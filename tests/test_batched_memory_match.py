@@ -134,3 +134,37 @@ def test_bad_batched_options_are_clear():
         )
     with pytest.raises(ValueError, match="bad options"):
         make_batched_env("memcores/PassiveVisualMatch-v0", 2, env_kwargs={"active": True})
+
+
+def _random_policy_episodes(env, batched: bool, n_episodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Returns and successes of ``n_episodes`` episodes of forward-heavy random actions."""
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    running = np.zeros(env.num_envs)
+    returns, successes = [], []
+    while len(returns) < n_episodes:
+        actions = rng.choice(7, size=env.num_envs, p=ACTION_P)
+        _, reward, done, success = env.step(torch.from_numpy(actions) if batched else actions)
+        reward, done, success = (np.asarray(x) for x in (reward, done, success))
+        running += reward
+        for i in np.flatnonzero(done):
+            returns.append(running[i])
+            successes.append(success[i])
+            running[i] = 0.0
+    return np.array(returns), np.array(successes, dtype=float)
+
+
+@pytest.mark.parametrize(
+    "env_id", ["memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0"]
+)
+def test_batched_layouts_score_as_the_gymnasium_layouts(env_id):
+    """On their own layouts (not loaded ones) the batched envs give a random policy the same
+    mean return (apples and choices) and success as the gymnasium envs, within 4 standard
+    errors over 400 episodes each."""
+    from envs.vector import VectorEnv
+
+    gym_ret, gym_succ = _random_policy_episodes(VectorEnv(env_id, 32, seed=0), False, 400)
+    b_ret, b_succ = _random_policy_episodes(make_batched_env(env_id, 32), True, 400)
+    for a, b in ((gym_ret, b_ret), (gym_succ, b_succ)):
+        se = np.sqrt(a.var() / a.size + b.var() / b.size)
+        assert abs(a.mean() - b.mean()) <= 4 * se, (a.mean(), b.mean(), se)
