@@ -32,7 +32,7 @@ from envs.vector import VectorEnv
 
 SIZES = (64, 256, 1024, 4096, 16384)
 TARGET_SIZE, TARGET_RATIO = 1024, 10.0
-"""The issue's CPU target: each batched env alone at 1,024 envs >= 10x its gymnasium version."""
+"""The CPU target: each batched env alone at 1,024 envs >= 10x its gymnasium version."""
 GYM_ENVS = 64
 
 
