@@ -1,5 +1,5 @@
-"""POPGym's card games as batched torch envs (:mod:`envs.batched`): RepeatPrevious, Autoencode
-and CountRecall at every difficulty.
+"""POPGym envs as batched torch envs (:mod:`envs.batched`): RepeatPrevious, Autoencode,
+CountRecall, NoisyPositionOnlyCartPole and MineSweeper, at every difficulty.
 
 Each is POPGym 1.0.7's game (Morad et al., "POPGym: Benchmarking Partially Observable
 Reinforcement Learning", ICLR 2023, arXiv:2303.01859) for ``N`` envs, with the observation
@@ -47,7 +47,7 @@ class BatchedPopGym(BatchedEnv):
     def __init__(self, n_envs: int, device: torch.device | str, prev_reward: bool) -> None:
         super().__init__(n_envs, device)
         self.prev_reward = bool(prev_reward)
-        size = self.obs_size + self.n_actions + 1 + self.prev_reward
+        size = self.obs_size + self.action_obs_size + 1 + self.prev_reward
         self.single_observation_space = gym.spaces.Dict(
             {"vector": gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)}
         )
@@ -65,6 +65,14 @@ class BatchedPopGym(BatchedEnv):
     def _game_obs(self) -> Tensor:
         """The game's flattened observation, ``[N, obs_size]`` float32."""
         raise NotImplementedError
+
+    def _action_obs(self, actions: Tensor) -> Tensor:
+        """The previous action as the observation shows it: one-hot, ``[N, action_obs_size]``."""
+        return torch.nn.functional.one_hot(actions, self.n_actions)
+
+    @property
+    def action_obs_size(self) -> int:
+        return self.n_actions
 
     # ------------------------------------------------------------------ BatchedEnv
     def _fresh(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:
@@ -86,7 +94,7 @@ class BatchedPopGym(BatchedEnv):
     def _observe(self) -> dict[str, Tensor]:
         s = self.state
         first = s["first"]
-        action = torch.nn.functional.one_hot(s["last_action"], self.n_actions)
+        action = self._action_obs(s["last_action"])
         parts = [self._game_obs(), action * ~first.unsqueeze(1), first.unsqueeze(1)]
         vector = torch.cat([p.to(torch.float32) for p in parts], 1)
         if self.prev_reward:
@@ -347,6 +355,80 @@ class BatchedNoisyPositionOnlyCartPole(BatchedPopGym):
         return self.state["seen"]
 
 
+class BatchedMineSweeper(BatchedPopGym):
+    """MineSweeper with the board hidden: each click shows the number of mines in the 3x3
+    block around the clicked tile (itself included); a mine ends the episode, clicking every
+    free tile wins it (POPGym's rules and rewards). The action is the tile ``row * W + col``
+    (POPGym's ``MultiDiscrete([H, W])`` raveled), observed as a row and a column one-hot."""
+
+    CLEAR, MINE, VIEWED = 0, 1, 2
+
+    def __init__(
+        self, n_envs: int, device: torch.device | str = "cpu", prev_reward: bool = False,
+        difficulty: str = "easy",
+    ) -> None:  # fmt: skip
+        boards = {"easy": ((4, 4), 2), "medium": ((6, 6), 6), "hard": ((8, 8), 10)}
+        if difficulty not in boards:
+            raise ValueError(f"difficulty must be one of {', '.join(boards)}, got {difficulty!r}")
+        (self.rows, self.cols), self.n_mines = boards[difficulty]
+        self.n_actions = self.rows * self.cols
+        self.obs_size = min(self.n_mines + 1, 10)
+        self.max_episode_length = self.n_actions - self.n_mines
+        self.success_reward = 1 / self.max_episode_length
+        self.fail_reward = -0.5 - self.success_reward
+        self.bad_action_reward = -0.5 / (self.max_episode_length - 2)
+        super().__init__(n_envs, device, prev_reward)
+
+    @property
+    def action_obs_size(self) -> int:
+        return self.rows + self.cols
+
+    def _action_obs(self, actions: Tensor) -> Tensor:
+        one_hot = torch.nn.functional.one_hot
+        return torch.cat(
+            [one_hot(actions // self.cols, self.rows), one_hot(actions % self.cols, self.cols)], 1
+        )
+
+    def _fresh_game(self, keys: Tensor, episodes: Tensor) -> dict[str, Tensor]:
+        m, dev = keys.shape[0], keys.device
+        order = torch.argsort(random_words(keys, episodes, self.n_actions), dim=1)
+        hidden = torch.zeros(m, self.n_actions, dtype=torch.int64, device=dev)
+        hidden.scatter_(1, order[:, : self.n_mines], self.MINE)  # mines on distinct tiles
+        board = torch.nn.functional.pad(hidden.view(m, self.rows, self.cols), (1, 1, 1, 1))
+        neighbours = sum(
+            board[:, 1 + di : 1 + di + self.rows, 1 + dj : 1 + dj + self.cols]
+            for di in (-1, 0, 1)
+            for dj in (-1, 0, 1)
+        )
+        zero = torch.zeros(m, dtype=torch.int64, device=dev)
+        return {
+            "hidden": hidden,
+            "neighbours": neighbours.reshape(m, -1),
+            "t": zero,
+            "seen": zero.clone(),
+        }
+
+    def _play(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        s = self.state
+        at = actions.unsqueeze(1)
+        tile = s["hidden"].gather(1, at).squeeze(1)
+        mine, viewed = tile == self.MINE, tile == self.VIEWED
+        reward = torch.where(
+            mine, self.fail_reward, torch.where(viewed, self.bad_action_reward, self.success_reward)
+        ).to(torch.float32)
+        s["hidden"] = s["hidden"].scatter(
+            1, at, torch.where(mine | viewed, tile, self.VIEWED).unsqueeze(1)
+        )
+        s["t"] = t = s["t"] + 1
+        terminated = mine | (s["hidden"] != self.CLEAR).all(1)
+        truncated = (t == self.max_episode_length) & ~terminated
+        s["seen"] = s["neighbours"].gather(1, at).squeeze(1)
+        return reward, terminated, truncated
+
+    def _game_obs(self) -> Tensor:
+        return torch.nn.functional.one_hot(self.state["seen"], self.obs_size)
+
+
 # id -> (class, options) of every batched POPGym env, POPGym's difficulties.
 BATCHED_POPGYM: dict[str, tuple[type[BatchedPopGym], dict[str, Any]]] = {
     "popgym/RepeatPreviousEasy-v0": (BatchedRepeatPrevious, {}),
@@ -367,6 +449,9 @@ BATCHED_POPGYM: dict[str, tuple[type[BatchedPopGym], dict[str, Any]]] = {
         BatchedNoisyPositionOnlyCartPole,
         {"noise_sigma": 0.3},
     ),
+    "popgym/MineSweeperEasy-v0": (BatchedMineSweeper, {"difficulty": "easy"}),
+    "popgym/MineSweeperMedium-v0": (BatchedMineSweeper, {"difficulty": "medium"}),
+    "popgym/MineSweeperHard-v0": (BatchedMineSweeper, {"difficulty": "hard"}),
 }
 
 

@@ -78,3 +78,18 @@ def cart_pole_state(env, seen: np.ndarray) -> dict[str, torch.Tensor]:  # noqa: 
         "last_reward": np.float32(0.0),
     }
     return {k: torch.as_tensor(np.array(v)).unsqueeze(0) for k, v in one.items()}
+
+
+def mine_sweeper_state(env) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    """The state of an unwrapped POPGym MineSweeper just after its reset, as one row of its
+    batched version."""
+    one = {
+        "hidden": env.hidden_grid.reshape(-1).astype(np.int64),
+        "neighbours": env.neighbor_grid.reshape(-1).astype(np.int64),
+        "t": np.int64(env.timestep),
+        "seen": np.int64(0),
+        "first": np.bool_(True),
+        "last_action": np.int64(0),
+        "last_reward": np.float32(0.0),
+    }
+    return {k: torch.as_tensor(np.array(v)).unsqueeze(0) for k, v in one.items()}

@@ -12,9 +12,9 @@ import torch
 from envs import make_env
 from envs.batched import make_batched_env
 from envs.batched_popgym import BATCHED_POPGYM
-from tests.batched_helpers import card_game_state, cart_pole_state
+from tests.batched_helpers import card_game_state, cart_pole_state, mine_sweeper_state
 
-CARD_GAMES = [i for i in BATCHED_POPGYM if "CartPole" not in i]
+CARD_GAMES = [i for i in BATCHED_POPGYM if "CartPole" not in i and "MineSweeper" not in i]
 CART_POLES = [i for i in BATCHED_POPGYM if "CartPole" in i]
 
 
@@ -110,3 +110,68 @@ def test_batched_cart_pole_steps_as_popgym(env_id, prev_reward):
             steps += 1
         lengths.append(steps)
     assert min(lengths) < 200 and max(lengths) == 200, lengths
+
+
+MINE_SWEEPERS = [i for i in BATCHED_POPGYM if "MineSweeper" in i]
+
+
+@pytest.mark.parametrize("env_id", MINE_SWEEPERS)
+@pytest.mark.parametrize("prev_reward", [False, True])
+def test_batched_mine_sweeper_steps_as_popgym(env_id, prev_reward):
+    """From POPGym's exact board, the batched row gives the same observations (neighbour
+    counts, the clicked row and column), rewards, terminations and time-outs over whole
+    episodes that are won, lost on a mine and spent on tiles already seen."""
+    kwargs = {"prev_reward": prev_reward}
+    gym_env = make_env(env_id, seed=2, **kwargs)
+    inner = gym_env.unwrapped
+    batched = make_batched_env(env_id, 3, env_kwargs=kwargs)
+    batched.reset(seed=5)
+    assert batched.single_observation_space == gym_env.observation_space
+    n_actions = int(batched.single_action_space.n)
+    assert n_actions == gym_env.action_space.n
+    rng = np.random.default_rng(0)
+    outcomes = {"won": 0, "lost": 0, "repeats": 0}
+    for episode in range(12):
+        obs, _ = gym_env.reset()
+        batched.load_rows(torch.tensor([1]), mine_sweeper_state(inner))
+        batched.obs = batched._observe()
+        done = False
+        while not done:
+            np.testing.assert_array_equal(batched.obs["vector"][1].numpy(), obs["vector"])
+            clear = np.flatnonzero(inner.hidden_grid.reshape(-1) == 0)
+            # Clear tiles only (won), mostly clear tiles, or any tile (mines, repeats).
+            careful = rng.random() < (0.0, 1.0, 0.8)[episode % 3]
+            action = int(rng.choice(clear)) if careful else int(rng.integers(n_actions))
+            obs, reward, terminated, truncated, _ = gym_env.step(action)
+            _, b_reward, b_done, _ = batched.step(torch.tensor([0, action, 1]))
+            done = terminated or truncated
+            assert b_reward[1].item() == np.float32(reward)
+            assert batched.last_terminated[1].item() == terminated
+            assert batched.last_truncated[1].item() == truncated
+            assert b_done[1].item() == done
+            outcomes["repeats"] += reward < 0 and not terminated
+        won = terminated and reward > 0
+        outcomes["won" if won else "lost"] += terminated
+    assert min(outcomes.values()) >= 1, outcomes
+
+
+def test_batched_boards_and_poles_are_drawn_as_popgym_draws_them():
+    """The batched envs' own resets: MineSweeper boards hold exactly the mines of their
+    difficulty on distinct tiles, with neighbour counts as POPGym computes them; cart-poles
+    start uniform in [-0.05, 0.05) with observation noise of the difficulty's sigma."""
+    env = make_batched_env("popgym/MineSweeperMedium-v0", 500)
+    env.reset(seed=0)
+    hidden = env.state["hidden"].view(500, 6, 6).numpy()
+    assert (hidden.sum((1, 2)) == 6).all()
+    padded = np.pad(hidden, [(0, 0), (1, 1), (1, 1)])
+    counts = sum(padded[:, 1 + i : 7 + i, 1 + j : 7 + j] for i in (-1, 0, 1) for j in (-1, 0, 1))
+    np.testing.assert_array_equal(env.state["neighbours"].view(500, 6, 6).numpy(), counts)
+    # Every tile is mined about as often (6 / 36 of the boards).
+    assert abs(hidden.mean(0) - 1 / 6).max() < 0.06
+
+    pole = make_batched_env("popgym/NoisyPositionOnlyCartPoleHard-v0", 4000)
+    pole.reset(seed=0)
+    phys = pole.state["phys"]
+    assert phys.min() >= -0.05 and phys.max() < 0.05 and abs(phys.mean()) < 0.002
+    noise = pole.state["seen"][:, 0] - phys[:, 0].float()  # the cart position is not clipped
+    assert abs(noise.std().item() - 0.3) < 0.015 and abs(noise.mean().item()) < 0.015
