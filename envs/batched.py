@@ -6,8 +6,8 @@ on the accelerator the policy runs on. Its semantics are the vector env's
 (:mod:`envs.vector`), so the trainer can use either:
 
 - env ``i`` is seeded from ``seed + i`` (:meth:`BatchedEnv.reset`) and its episodes depend on
-  nothing else: not on ``N``, not on the device, not on the other envs (the random numbers are
-  a counter-based hash of ``(seed + i, episode, slot)``, :func:`random_words`);
+  nothing else: not on ``N``, not on the other envs (the random numbers are a counter-based
+  hash of ``(seed + i, episode, slot)``, :func:`random_words`, the same on every device);
 - auto-reset in the SAME step: after a terminal step the returned observation is already the
   next episode's first one and ``success`` says whether the finished episode succeeded;
 - the observation dict has the gymnasium version's keys, shapes and dtypes, so a policy trained
@@ -100,8 +100,8 @@ class BatchedEnv:
         self.device = torch.device(device)
         self.groups = [slice(0, self.num_envs)]
         self.compact_resets = self.device.type == "cpu"
-        """Regenerate only the finished rows (index by ``nonzero``, a host sync on an
-        accelerator) instead of every row."""
+        """Reset and refill only the rows concerned (found with ``nonzero``, a host sync on an
+        accelerator) instead of computing every row and masking."""
         self.keys = env_keys(0, self.num_envs, self.device)
         self.episodes = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self.state: dict[str, Tensor] = {}
@@ -233,7 +233,8 @@ def make_batched_env(
     device: torch.device | str = "cpu",
     env_kwargs: dict[str, Any] | None = None,
 ) -> BatchedEnv:
-    """The batched version of ``env_id`` (see :data:`BATCHED_IDS`).
+    """The batched version of ``env_id`` (one of :func:`batched_ids`), ``n_envs`` envs on
+    ``device``.
 
     :raises ValueError: no batched version of ``env_id`` (the message lists those there are),
         or options it does not take.
