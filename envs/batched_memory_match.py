@@ -23,9 +23,10 @@ the gymnasium env, step for step.
 with the cue cell ``cue_distance`` ahead inside the room; Active, the first of
 :data:`ACTIVE_TRIES` uniform (agent, ball, heading) draws with the ball out of view (the
 gymnasium env tries up to 100; in a 7x7 room 53 % of the draws see the ball, so all
-:data:`ACTIVE_TRIES` fail with a chance of 2e-9, in an 11x11 room far less); the distractor room's agent cell, heading and apples; the reward room's
-colour order; the cue colour. ``reward_layout`` ``row`` and ``adjacent`` are supported;
-``random`` (resampled until every ball is reachable) is not.
+:data:`ACTIVE_TRIES` fail with a chance of 2e-9, in an 11x11 room far less); the distractor
+room's agent cell, heading and apples; the reward room's colour order; the cue colour.
+``reward_layout`` ``row`` and ``adjacent`` are supported; ``random`` (resampled until every
+ball is reachable) is not.
 """
 
 from __future__ import annotations
