@@ -18,6 +18,20 @@ CARD_GAMES = [i for i in BATCHED_POPGYM if "CartPole" not in i and "MineSweeper"
 CART_POLES = [i for i in BATCHED_POPGYM if "CartPole" in i]
 
 
+def step_both(gym_env, batched, action: int, others: torch.Tensor) -> tuple:  # noqa: ANN001
+    """Step ``gym_env`` and row 1 of ``batched`` (rows 0 and 2 take ``others``) with
+    ``action``; assert equal rewards, terminations, time-outs and no success; returns
+    ``(obs, reward, terminated, truncated)`` of ``gym_env``."""
+    obs, reward, terminated, truncated, _ = gym_env.step(action)
+    actions = torch.stack([others[0], torch.tensor(action), others[1]])
+    _, b_reward, b_done, b_success = batched.step(actions)
+    assert b_reward[1].item() == np.float32(reward)
+    assert batched.last_terminated[1].item() == terminated
+    assert batched.last_truncated[1].item() == truncated
+    assert b_done[1].item() == (terminated or truncated) and not b_success[1].item()
+    return obs, reward, terminated, truncated
+
+
 @pytest.mark.parametrize("env_id", CARD_GAMES)
 @pytest.mark.parametrize("prev_reward", [False, True])
 def test_batched_popgym_steps_as_popgym(env_id, prev_reward):
@@ -41,13 +55,9 @@ def test_batched_popgym_steps_as_popgym(env_id, prev_reward):
         while not done:
             np.testing.assert_array_equal(batched.obs["vector"][1].numpy(), obs["vector"])
             action = int(rng.integers(n_actions))
-            obs, reward, terminated, truncated, _ = gym_env.step(action)
-            actions = torch.from_numpy(rng.integers(0, n_actions, size=3))
-            actions[1] = action
-            _, b_reward, b_done, b_success = batched.step(actions)
+            others = torch.from_numpy(rng.integers(0, n_actions, size=2))
+            obs, reward, terminated, truncated = step_both(gym_env, batched, action, others)
             done = terminated or truncated
-            assert b_reward[1].item() == np.float32(reward), (episodes, steps)
-            assert b_done[1].item() == done and not b_success[1].item()
             nonzero += reward != 0
             steps += 1
         episodes += 1
@@ -100,13 +110,10 @@ def test_batched_cart_pole_steps_as_popgym(env_id, prev_reward):
             action = balance if len(lengths) % 2 == 0 else int(rng.integers(2))
             draw = copy.deepcopy(inner.np_random).normal(0, inner.noise_sigma)
             noise[1] = torch.from_numpy(draw.astype(np.float32))
-            obs, reward, terminated, truncated, _ = gym_env.step(action)
-            _, b_reward, b_done, _ = batched.step(torch.tensor([0, action, 1]))
+            obs, _, terminated, truncated = step_both(
+                gym_env, batched, action, torch.tensor([0, 1])
+            )
             done = terminated or truncated
-            assert b_reward[1].item() == np.float32(reward)
-            assert batched.last_terminated[1].item() == terminated
-            assert batched.last_truncated[1].item() == truncated
-            assert b_done[1].item() == done
             steps += 1
         lengths.append(steps)
     assert min(lengths) < 200 and max(lengths) == 200, lengths
@@ -142,13 +149,9 @@ def test_batched_mine_sweeper_steps_as_popgym(env_id, prev_reward):
             # Clear tiles only (won), mostly clear tiles, or any tile (mines, repeats).
             careful = rng.random() < (0.0, 1.0, 0.8)[episode % 3]
             action = int(rng.choice(clear)) if careful else int(rng.integers(n_actions))
-            obs, reward, terminated, truncated, _ = gym_env.step(action)
-            _, b_reward, b_done, _ = batched.step(torch.tensor([0, action, 1]))
+            others = torch.tensor([0, n_actions - 1])
+            obs, reward, terminated, truncated = step_both(gym_env, batched, action, others)
             done = terminated or truncated
-            assert b_reward[1].item() == np.float32(reward)
-            assert batched.last_terminated[1].item() == terminated
-            assert batched.last_truncated[1].item() == truncated
-            assert b_done[1].item() == done
             outcomes["repeats"] += reward < 0 and not terminated
         won = terminated and reward > 0
         outcomes["won" if won else "lost"] += terminated
