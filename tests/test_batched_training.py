@@ -18,7 +18,7 @@ from agents.evaluation import evaluate_policy, load_policy
 from agents.policy import build_policy, observation_shape
 from agents.rl_trainer import train
 from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
-from envs.batched import BatchedEnv, make_batched_env
+from envs.batched import BatchedEnv, batched_ids, make_batched_env
 
 ENV = "memcores/PassiveVisualMatch-v0"
 SHORT = {"distractor_steps": 3, "max_steps": 20}  # episodes of 9..20 steps
@@ -111,3 +111,19 @@ def test_committed_policy_scores_its_record_on_the_batched_env():
     se = math.sqrt(p * (1 - p) * (1 / record["episodes"] + 1 / result.episodes))
     assert result.episodes == 400
     assert abs(result.success_rate - p) <= 3 * se, (result.success_rate, p)
+
+
+@pytest.mark.parametrize("env_id", batched_ids())
+def test_batched_env_steps_on_another_device_without_the_host(env_id):
+    """Every batched env, built on the CPU and moved to PyTorch's ``meta`` device (tensors
+    without data: any op that mixes in a CPU tensor or needs the host fails), resets, steps,
+    auto-resets and refills there with every row computed and masked, as on a GPU; nothing
+    it returns or keeps is left on the CPU."""
+    env = make_batched_env(env_id, 8).to("meta")
+    assert not env.compact_resets
+    env.reset(seed=0)
+    for _ in range(2):
+        obs, reward, done, success = env.step(torch.zeros(8, dtype=torch.int64, device="meta"))
+    env._refill()
+    kept = {**env.state, **env._next, **obs, "reward": reward, "done": done, "success": success}
+    assert {k for k, v in kept.items() if v.device.type != "meta"} == set()
