@@ -65,15 +65,23 @@ class EvalResult:
 
 
 def eval_envs(
-    env_id: str, episodes: int, n_envs: int, seed: int, env_kwargs: dict[str, Any] | None
+    env_id: str,
+    episodes: int,
+    n_envs: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None,
+    vector: str = "sync",
+    device: torch.device | str = "cpu",
 ) -> Any:
-    """The in-process vector env an evaluation plays on: at most ``episodes`` envs.
+    """The env an evaluation plays on: at most ``episodes`` envs, in process (``sync``) or
+    batched on ``device`` (``batched``, :mod:`envs.batched`).
 
     :raises ValueError: ``episodes < 1``, unknown env id or bad env options.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    return make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
+    n = max(1, min(n_envs, episodes))
+    return make_vector_env(env_id, n, seed, vector, env_kwargs, device=device)
 
 
 def play_episodes(
@@ -116,7 +124,8 @@ def play_episodes(
             out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
             actions, _ = sample_actions(out.logits[0], argmax=argmax)
             state = out.state
-            obs, reward, done, success = envs.step(actions.cpu().numpy())
+            obs, *outcome = envs.step(actions.cpu().numpy())
+            reward, done, success = (np.asarray(torch.as_tensor(x).cpu()) for x in outcome)
             starts = torch.as_tensor(done, device=device)
             counted = done & (done_count < quota)
             done_count += done
@@ -132,15 +141,18 @@ def evaluate_policy(
     seed: int = 10_000,
     n_envs: int = 8,
     env_kwargs: dict[str, Any] | None = None,
+    vector: str = "sync",
 ) -> EvalResult:
     """Run ``episodes`` episodes of ``policy`` on ``env_id`` (:func:`play_episodes`), on the
     policy's device.
 
     :param argmax: take the most likely action instead of sampling.
     :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
+    :param vector: ``sync`` (the gymnasium envs) or ``batched`` (:mod:`envs.batched`, on the
+        policy's device).
     :raises ValueError: unknown env id, or an env whose observations the policy cannot read.
     """
-    envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs)
+    envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs, vector, policy.device)
     try:
         check_observations(policy, envs, env_id)
         running = RunningEpisodes(envs.num_envs)

@@ -368,14 +368,17 @@ def log_prob_entropy(logits: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
     return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), entropy
 
 
-def obs_to_tensors(obs: dict[str, np.ndarray], device: torch.device) -> Obs:
-    """A vector env's batched numpy observation -> tensors with a leading ``[1, B]``.
+def obs_to_tensors(obs: dict[str, np.ndarray] | dict[str, Tensor], device: torch.device) -> Obs:
+    """A vector env's batched numpy observation (or a batched env's tensors) -> tensors with a
+    leading ``[1, B]``.
 
     ``torch.from_numpy`` shares memory (no copy on CPU); dtypes stay as the env made them
     (uint8 image, int64 ids), so one conversion per step and no float copies.
     """
     return {
-        k: torch.from_numpy(np.asarray(v)).to(device, non_blocking=True).unsqueeze(0)
+        k: (v if isinstance(v, Tensor) else torch.from_numpy(np.asarray(v)))
+        .to(device, non_blocking=True)
+        .unsqueeze(0)
         for k, v in obs.items()
     }
 

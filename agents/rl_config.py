@@ -39,11 +39,13 @@ class EnvConfig:
     ``memcores/*``)."""
     n_envs: int = 8
     """Number of parallel environments in the vector env."""
-    vector: Literal["sync", "async"] = "sync"
+    vector: Literal["sync", "async", "batched"] = "sync"
     """``sync`` steps the envs in the trainer's process; ``async`` steps them in
     ``env.workers`` worker processes over shared memory, in two groups, so the policy acts on
     one group while the other steps (both CPU cores busy; ``memcores bench rl`` measures it;
-    :mod:`envs.vector`)."""
+    :mod:`envs.vector`); ``batched`` steps all of them as tensors on the device the policy
+    acts on, and the rollout never leaves that device (:mod:`envs.batched`; ids with a batched
+    version only)."""
     workers: int = 1
     """Worker processes when ``vector`` is ``async`` (group ``g`` of the envs lives in worker
     ``g % workers``)."""
@@ -57,6 +59,14 @@ class EnvConfig:
             raise ValueError(f"env.workers must be >= 1, got {self.workers}")
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
+        if self.vector == "batched":
+            from envs.batched import batched_ids
+
+            if self.id not in batched_ids():
+                raise ValueError(
+                    f"env.vector=batched: env.id {self.id!r} has no batched version; batched "
+                    f"ids: {', '.join(batched_ids())}"
+                )
         from envs.suites import unavailable_reason
 
         why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset

@@ -58,6 +58,7 @@ from agents.run import RunLayout, RunSession
 from agents.update_graph import UpdateGraph, keyed_by_state, refusal
 from cores.diagnostics import timescales
 from cores.graphed import cuda_only, graph_switch, maybe_graphed
+from envs.batched import BatchedEnv, make_batched_env
 from envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
@@ -102,16 +103,20 @@ def make_vector_env(
     vector: str = "sync",
     env_kwargs: dict[str, Any] | None = None,
     workers: int = 1,
-) -> VectorEnv:
+    device: torch.device | str = "cpu",
+) -> VectorEnv | BatchedEnv:
     """``n_envs`` copies of ``env_id`` (env ``i`` seeded ``seed + i``), auto-reset in the SAME
     step (:mod:`envs.vector`): the observation after a terminal step is already the next
     episode's first one, so every stored transition is a real one.
 
     :param vector: ``sync`` steps the envs in this process; ``async`` in ``workers`` worker
         processes over shared memory, in two groups so that the policy acts on one group while
-        the other steps.
+        the other steps; ``batched`` steps them all as tensors on ``device``
+        (:mod:`envs.batched`).
     :raises ValueError: unknown env id or bad env options (before any process is started).
     """
+    if vector == "batched":
+        return make_batched_env(env_id, n_envs, device, env_kwargs)
     if vector == "async":
         return VectorEnv(env_id, n_envs, seed, env_kwargs, workers=workers, groups=2)
     return VectorEnv(env_id, n_envs, seed, env_kwargs)
@@ -124,7 +129,7 @@ class Setup:
 
     config: RLConfig
     device: torch.device
-    envs: VectorEnv
+    envs: VectorEnv | BatchedEnv
     policy: RecurrentActorCritic
     optimizer: torch.optim.Optimizer
     n_actions: int
@@ -413,6 +418,8 @@ def _rollouts(
     """The rollout schedule of ``train.overlap``, starting at update ``updates``."""
     cfg, agent, envs = s.config, s.config.agent, s.envs
     act_device = module_device(acting)
+    if isinstance(envs, BatchedEnv):
+        envs.to(act_device)  # batched envs step where the policy acts
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 

@@ -30,6 +30,7 @@ from agents.episodes import EpisodeStats
 from agents.policy import Obs, RecurrentActorCritic, obs_to_tensors, sample_actions
 from agents.rl_config import AgentConfig
 from cores import State
+from envs.batched import BatchedEnv
 from envs.vector import VectorEnv
 
 
@@ -210,7 +211,7 @@ def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch
 class RolloutCarry:
     """What one rollout hands to the next: the current observation, starts and core state."""
 
-    obs: dict[str, np.ndarray]  # the vector env's batched observation, [N, ...] each
+    obs: dict[str, np.ndarray] | dict[str, Tensor]  # the env's batched observation, [N, ...]
     starts: Tensor  # [N] bool: obs is the first of an episode
     state: State  # core state before reading obs, [N, ...] each
 
@@ -239,7 +240,7 @@ def act(policy: RecurrentActorCritic, obs: Obs, state: State, starts: Tensor) ->
 
 
 def start_rollouts(
-    policy: RecurrentActorCritic, envs: VectorEnv, seed: int, device: torch.device
+    policy: RecurrentActorCritic, envs: VectorEnv | BatchedEnv, seed: int, device: torch.device
 ) -> RolloutCarry:
     """Reset the envs (env ``i`` seeded ``seed + i``) and the core state."""
     obs = envs.reset(seed=seed)
@@ -298,9 +299,47 @@ def collect_rollout(
     return RolloutCarry(envs.obs, starts, state)
 
 
+def collect_on_device(
+    policy: RecurrentActorCritic,
+    envs: BatchedEnv,
+    buffer: RolloutBuffer,
+    carry: RolloutCarry,
+    episodes: EpisodeStats | None = None,
+    acting: Acting | None = None,
+) -> RolloutCarry:
+    """:func:`collect_rollout` for a batched env (:mod:`envs.batched`) on the buffer's device:
+    the env step and the acting step run back to back there and fill the buffer in place, so
+    observations, rewards and dones never visit the host during the rollout. The episode
+    statistics are read once, after the last step (one transfer of ``done`` and ``success``).
+    """
+    n_steps = buffer.n_steps
+    starts, state, obs = carry.starts.clone(), carry.state, carry.obs
+    policy.eval()
+    step = acting if acting is not None else functools.partial(act, policy)
+    dones = torch.zeros_like(buffer.starts)
+    successes = torch.zeros_like(buffer.starts)
+    for t in range(n_steps):
+        obs_t = {k: v.unsqueeze(0) for k, v in obs.items()}
+        out = step(obs_t, state, starts)
+        buffer.add(t, obs_t, starts, state, out.actions, out.logprobs, out.values)
+        for s, new in zip(state, out.state, strict=True):
+            s.copy_(new)  # an acting graph's outputs are overwritten by its next replay
+        obs, reward, done, success = envs.step(out.actions)
+        buffer.rewards[t] = reward
+        starts.copy_(done)
+        dones[t], successes[t] = done, success
+    if episodes is not None:
+        rewards, dones_np, successes_np = (
+            x.cpu().numpy() for x in (buffer.rewards, dones, successes)
+        )
+        for t in range(n_steps):
+            episodes.step(rewards[t].astype(np.float64), dones_np[t], successes_np[t])
+    return RolloutCarry(obs, starts, state)
+
+
 def collect_with_returns(
     policy: RecurrentActorCritic,
-    envs: VectorEnv,
+    envs: VectorEnv | BatchedEnv,
     buffer: RolloutBuffer,
     carry: RolloutCarry,
     agent: AgentConfig,
@@ -308,7 +347,8 @@ def collect_with_returns(
     acting: Acting | None = None,
 ) -> RolloutCarry:
     """:func:`collect_rollout`, then GAE from ``policy``'s value of the observation after it."""
-    carry = collect_rollout(policy, envs, buffer, carry, episodes, acting)
+    collect = collect_on_device if getattr(envs, "on_device", False) else collect_rollout
+    carry = collect(policy, envs, buffer, carry, episodes, acting)
     with torch.no_grad():
         obs = obs_to_tensors(carry.obs, buffer.device)
         last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]

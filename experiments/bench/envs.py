@@ -9,6 +9,7 @@ robust to a busy, shared machine.
 
     memcores bench envs            # 5 rounds x 10000 steps per env and observation code
     memcores bench envs --quick    # 2 rounds x 1000 steps (smoke test)
+    memcores bench envs --batched  # the batched torch envs (experiments/bench/batched_envs.py)
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv and "--batched" in argv:  # the batched torch envs: their own table
+        from experiments.bench import batched_envs
+
+        return batched_envs.main([a for a in argv if a != "--batched"])
     parser = argparse.ArgumentParser(prog="memcores bench envs", description=__doc__)
     parser.add_argument("--steps", type=int, default=10000, help="steps per env per round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")

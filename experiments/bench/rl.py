@@ -300,6 +300,10 @@ def print_recipe_costs(config_path: str, rounds: int, quick: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if "--batched" in argv:  # PPO with the batched envs beside the gymnasium ones
+        from experiments.bench import batched_envs
+
+        return batched_envs.rl_main([a for a in argv if a != "--batched"])
     parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)
     parser.add_argument("--updates", type=int, default=4, help="timed updates per side")
     parser.add_argument("--repeats", type=int, default=2, help="alternating repeats; best kept")

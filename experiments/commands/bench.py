@@ -7,8 +7,10 @@ import importlib
 
 BENCHES = {
     "cores": "forward+backward time of every core, as ratios to torch.nn.LSTM",
-    "rl": "PPO steps/s of memcores vs sb3-contrib RecurrentPPO on MiniGrid-MemoryS7",
-    "envs": "steps/s of the memory-match envs vs MiniGrid-MemoryS7",
+    "rl": "PPO steps/s of memcores vs sb3-contrib RecurrentPPO on MiniGrid-MemoryS7 "
+    "(--batched: PPO with the gymnasium vs the batched envs)",
+    "envs": "steps/s of the memory-match envs vs MiniGrid-MemoryS7 (--batched: the batched "
+    "torch envs vs their gymnasium versions)",
     "memory": "peak memory/time of lstm vs rel_lstm vs mem_lstm, and LRU bptt vs online",
     "gpu": "the GPU measured in one run: cores vs cuDNN, T-scaling, acting, "
     "RL and supervised GPU vs CPU (JSON + markdown in --out)",

@@ -1,0 +1,250 @@
+"""``memcores bench envs --batched``: steps/s of the batched torch envs beside their gymnasium
+versions.
+
+Each batched env (:mod:`envs.batched`) is stepped with uniformly random actions at each
+``--sizes`` number of envs, on ``--device``; its gymnasium version runs in memcores' in-process
+vector env (:mod:`envs.vector`, 64 envs, random actions). Resets at episode ends are included
+in both. The sides are timed in interleaved rounds (gymnasium, then every size of the batched
+env, ``--rounds`` times) in one process, and the median round of each is reported, so a busy
+machine slows both alike. ``--threads`` (default 1) torch threads: on a CPU the ratio is then
+one core against one core. With ``--out DIR`` the table is also written to
+``DIR/bench_envs.md`` and ``DIR/bench_envs.json``.
+
+    memcores bench envs --batched                          # CPU, 64 .. 16384 envs
+    memcores bench envs --batched --device cuda --out results/bench_envs/gpu
+    memcores bench envs --batched --quick                  # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from envs.batched import batched_ids, make_batched_env
+from envs.vector import VectorEnv
+
+SIZES = (64, 256, 1024, 4096, 16384)
+TARGET_SIZE, TARGET_RATIO = 1024, 10.0
+"""The CPU target: each batched env alone at 1,024 envs >= 10x its gymnasium version."""
+GYM_ENVS = 64
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def batched_steps_per_second(env_id: str, n: int, steps: int, device: torch.device) -> float:
+    """Steps/s (over all envs) of ``n`` batched ``env_id`` envs under random actions."""
+    env = make_batched_env(env_id, n, device)
+    env.reset(seed=0)
+    n_actions = int(env.single_action_space.n)
+    actions = torch.randint(0, n_actions, (steps, n), device=device)
+    for t in range(min(steps, 5)):  # warm-up: allocator, first refill
+        env.step(actions[t])
+    _sync(device)
+    start = time.perf_counter()
+    for t in range(steps):
+        env.step(actions[t])
+    _sync(device)
+    return n * steps / (time.perf_counter() - start)
+
+
+def gym_steps_per_second(env_id: str, steps: int) -> float:
+    """Steps/s of ``env_id``'s gymnasium version in the in-process vector env."""
+    envs = VectorEnv(env_id, GYM_ENVS, seed=0)
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    n_actions = int(envs.single_action_space.n)
+    actions = rng.integers(0, n_actions, (steps, GYM_ENVS))
+    for t in range(min(steps, 10)):  # warm-up: first observations, lazy imports
+        envs.step(actions[t])
+    start = time.perf_counter()
+    for t in range(steps):
+        envs.step(actions[t])
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return GYM_ENVS * steps / elapsed
+
+
+def run(
+    env_ids: list[str], sizes: tuple[int, ...], rounds: int, frames: int, device: torch.device
+) -> list[dict]:
+    """One row per (env, size): median batched and gymnasium steps/s over ``rounds``."""
+    rows = []
+    for env_id in env_ids:
+        gym_samples: list[float] = []
+        samples: dict[int, list[float]] = {n: [] for n in sizes}
+        for _ in range(rounds):
+            gym_samples.append(gym_steps_per_second(env_id, max(4, frames // 8 // GYM_ENVS)))
+            for n in sizes:
+                samples[n].append(batched_steps_per_second(env_id, n, max(8, frames // n), device))
+        gym = statistics.median(gym_samples)
+        for n in sizes:
+            fast = statistics.median(samples[n])
+            rows.append(
+                {"env": env_id, "n_envs": n, "batched": fast, "gymnasium": gym, "ratio": fast / gym}
+            )
+        print(f"  {env_id} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows: list[dict], device: torch.device) -> str:
+    """The rows as a markdown table."""
+    lines = [
+        f"| env | envs | batched steps/s ({device.type}) | gymnasium steps/s (vector env, "
+        f"{GYM_ENVS} envs, CPU) | ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['env']} | {r['n_envs']} | {r['batched']:,.0f} | {r['gymnasium']:,.0f} "
+            f"| {r['ratio']:.1f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="memcores bench envs --batched", description=__doc__)
+    parser.add_argument("--device", default="cpu", help="device of the batched envs")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="numbers of envs")
+    parser.add_argument("--envs", default="", help="comma-separated ids (default: every one)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--frames", type=int, default=200_000, help="env steps per measurement")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
+    parser.add_argument("--out", default="", help="folder for bench_envs.md and .json")
+    parser.add_argument("--quick", action="store_true", help="1 round, 2,000 frames, 64 envs")
+    args = parser.parse_args(argv)
+    try:
+        sizes = tuple(int(s) for s in args.sizes.split(","))
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    env_ids = [e for e in args.envs.split(",") if e] or batched_ids()
+    unknown = [e for e in env_ids if e not in batched_ids()]
+    if unknown:
+        parser.error(
+            f"no batched version of {', '.join(unknown)}; valid: {', '.join(batched_ids())}"
+        )
+    if args.quick:
+        args.rounds, args.frames, sizes = 1, 2000, (64,)
+    if args.rounds < 1 or args.frames < 1 or min(sizes) < 1:
+        parser.error("--rounds, --frames and every size must be >= 1")
+    device = torch.device(args.device)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(
+        f"bench envs --batched: random actions, {args.rounds} interleaved rounds x "
+        f"{args.frames} env steps per measurement, median round; batched envs on {device}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
+    rows = run(env_ids, sizes, args.rounds, args.frames, device)
+    text = table(rows, device)
+    print(text)
+    at_target = [r for r in rows if r["n_envs"] == TARGET_SIZE]
+    if at_target and device.type == "cpu":
+        worst = min(at_target, key=lambda r: r["ratio"])
+        verdict = "meets" if worst["ratio"] >= TARGET_RATIO else "BELOW"
+        print(
+            f"slowest at {TARGET_SIZE} envs: {worst['env']} {worst['ratio']:.1f}x its gymnasium "
+            f"version ({verdict} target {TARGET_RATIO:.0f}x)"
+        )
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = "memcores bench envs --batched " + " ".join(argv)
+        (out / "bench_envs.md").write_text(f"`{command.strip()}`\n\n{text}\n")
+        payload = {"command": command.strip(), "device": str(device), "rows": rows}
+        (out / "bench_envs.json").write_text(json.dumps(payload, indent=1) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------- bench rl --batched
+RL_CONFIG = "experiments/configs/passive_visual_match.yaml"
+
+
+def train_fps(vector: str, n_envs: int, updates: int, device: str, tmp: str) -> tuple[float, float]:
+    """Frames per wall second and per CPU second of ``memcores train`` on :data:`RL_CONFIG`
+    (PPO, ``lstm``, its reconstruction loss) with ``env.vector=vector`` (after a warm-up)."""
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import train
+    from experiments.config import load_config
+
+    def run(n_updates: int, name: str) -> tuple[float, float]:
+        overrides = [
+            f"env.vector={vector}",
+            f"env.n_envs={n_envs}",
+            f"train.total_steps={n_updates * n_envs * 128}",
+            f"train.device={device}",
+            "train.threads=0",  # the thread count this bench set
+            "train.progress=false",
+            "train.histogram_every=0",
+            f"train.checkpoint_every={n_updates}",
+        ]
+        result = train(load_config(RLConfig, RL_CONFIG, overrides), f"{tmp}/{name}")
+        return (
+            result.global_step / result.loop_seconds,
+            result.global_step / result.loop_cpu_seconds,
+        )
+
+    run(1, f"warmup_{vector}_{n_envs}")
+    return run(updates, f"timed_{vector}_{n_envs}")
+
+
+def rl_main(argv: list[str]) -> int:
+    """``memcores bench rl --batched``: PPO frames/s on Passive Visual Match with the
+    gymnasium envs (``env.vector=sync``) beside the batched envs (``env.vector=batched``),
+    same config, same device, alternately."""
+    import shutil
+    import tempfile
+
+    parser = argparse.ArgumentParser(
+        prog="memcores bench rl --batched",
+        description=f"PPO frames/s on {RL_CONFIG}: env.vector=sync beside env.vector=batched",
+    )
+    parser.add_argument("--sizes", default="8,32", help="numbers of envs (128 steps each)")
+    parser.add_argument("--updates", type=int, default=2, help="timed updates per run")
+    parser.add_argument("--device", default="cpu", help="train.device of both sides")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
+    parser.add_argument("--quick", action="store_true", help="2 envs, 1 update")
+    parser.add_argument("--out", default="", help="folder for bench_rl_batched.md")
+    args = parser.parse_args(argv)
+    sizes = (2,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
+    updates = 1 if args.quick else args.updates
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    print(
+        f"bench rl --batched: {RL_CONFIG} (PPO, lstm 64, 128 steps per env per update), "
+        f"{updates} timed updates after one warm-up, device {args.device}, torch threads "
+        f"{torch.get_num_threads()}"
+    )
+    lines = [
+        "| envs | sync frames/s | batched frames/s | ratio | sync frames/CPU-s "
+        "| batched frames/CPU-s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines))
+    tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_batched_")
+    try:
+        for n in sizes:
+            sync = train_fps("sync", n, updates, args.device, tmp)
+            batched = train_fps("batched", n, updates, args.device, tmp)
+            lines.append(
+                f"| {n} | {sync[0]:,.0f} | {batched[0]:,.0f} | {batched[0] / sync[0]:.2f}x "
+                f"| {sync[1]:,.0f} | {batched[1]:,.0f} |"
+            )
+            print(lines[-1], flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = " ".join(["memcores bench rl --batched", *argv])
+        (out / "bench_rl_batched.md").write_text(f"`{command}`\n\n" + "\n".join(lines) + "\n")
+    return 0
