@@ -544,7 +544,7 @@ def _announce(
 
 
 def _check_machine(options: SweepOptions) -> None:
-    """Whether this machine can hold one trial (for a private local Ray).
+    """Whether the local computer can hold one trial (for a private local Ray).
 
     :raises SweepError: it cannot.
     """

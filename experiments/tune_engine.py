@@ -156,7 +156,7 @@ def check_resources(nodes: Sequence[dict[str, float]], need: dict[str, float]) -
 
 
 def this_machine() -> dict[str, float]:
-    """What this machine has, in Ray's resource names: the CPU cores this process may use,
+    """What the local computer has, in Ray's resource names: the CPU cores this process may use,
     its CUDA GPUs and its physical memory (bytes); what a private local Ray can offer."""
     import torch
 
@@ -170,7 +170,7 @@ def this_machine() -> dict[str, float]:
 
 
 def check_machine(need: dict[str, float]) -> None:
-    """Whether this machine can hold one trial that needs ``need``, before a private local
+    """Whether the local computer can hold one trial that needs ``need``, before a private local
     Ray is sized from the request (Ray would accept any number of CPUs it is told of).
 
     :raises ValueError: it cannot, naming each option and what the machine has (one line).
@@ -180,7 +180,7 @@ def check_machine(need: dict[str, float]) -> None:
     if short:
         wanted = ", ".join(f"{_show(k, need[k])} ({FLAGS[k]})" for k in short)
         has = ", ".join(_show(k, have[k]) for k in short)
-        raise ValueError(f"this machine cannot run a trial: it needs {wanted}; it has {has}")
+        raise ValueError(f"the local computer cannot run a trial: it needs {wanted}; it has {has}")
 
 
 def cluster_nodes() -> list[dict[str, float]]:

@@ -876,7 +876,7 @@ def test_a_request_this_machine_cannot_meet_stops_before_ray_starts(
     args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
     assert main([*args, *TINY_COPY, *option]) == 2
     err = capsys.readouterr().err
-    assert "this machine cannot run a trial" in err and message in err
+    assert "the local computer cannot run a trial" in err and message in err
     assert err.count("\n") == 1
     assert not Path(paths["out"]).exists()
 
