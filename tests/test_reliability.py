@@ -337,7 +337,7 @@ def test_unusable_config_file_is_named_in_one_line(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["evaluate", "RUN", "--seed", "-1"], "argument --seed: must be >= 0, got -1"),
+        (["evaluate", "RUN", "--seed", "-1"], "argument --seed: must be in 0..4294967295, got -1"),
         (["evaluate", "RUN", "--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
         (["visualize", "RUN", "--gif", "x.gif", "--fps", "0"], "argument --fps: must be > 0"),
         (["visualize", "RUN", "--gif", "x.gif", "--episodes", "0"], "--episodes: must be >= 1"),
