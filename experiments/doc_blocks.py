@@ -57,8 +57,15 @@ class Block:
 
 
 def doc_files(repo: Path = REPO) -> list[Path]:
-    """README.md and every Markdown file under docs/."""
+    """README.md and every Markdown file under docs/: what teaches, every table of measured
+    numbers in it generated (:func:`inventory`)."""
     return [repo / "README.md", *sorted((repo / "docs").rglob("*.md"))]
+
+
+def block_files(repo: Path = REPO) -> list[Path]:
+    """Every file whose generated blocks are kept up to date: the docs and results/'s
+    Markdown write-ups."""
+    return [*doc_files(repo), *sorted((repo / "results").rglob("*.md"))]
 
 
 def find_blocks(text: str) -> list[Block]:
@@ -226,7 +233,7 @@ def _with_out(argv: list[str], out: Path) -> list[str]:
 def check(docs: list[Path] | None = None, repo: Path = REPO, reports: bool = True) -> list[str]:
     """Every difference between the docs' blocks and their sources (and, with ``reports``,
     between the quoted reports and their records); empty when all match."""
-    docs = doc_files(repo) if docs is None else docs
+    docs = block_files(repo) if docs is None else docs
     problems = []
     for doc in docs:
         problems += regenerate(doc, repo)[1]

@@ -152,19 +152,6 @@ def record_folder(args: argparse.Namespace, name: str) -> Path | None:
     return None if getattr(args, "quick", False) else ROOT / name
 
 
-def _without_out(argv: list[str]) -> list[str]:
-    """``argv`` less ``--out DIR``: the record's command measures, wherever it is written."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("--out="):
-            skip = False
-            continue
-        skip = arg == "--out"
-        if not skip:
-            kept.append(arg)
-    return kept
-
-
 def write_record(
     out: Path | None,
     *,
@@ -177,7 +164,8 @@ def write_record(
     """Write ``record.json`` and ``REPORT.md`` into ``out`` (nothing when ``out`` is None).
 
     :param bench: the record's name, e.g. ``"memory_lru"``.
-    :param argv: the bench command after ``memcores bench``, e.g. ``["memory", "lru"]``.
+    :param argv: the bench command after ``memcores bench``, e.g. ``["memory", "lru"]``, as
+        typed (an ``--out`` stays in it: the command re-makes this record where it lies).
     :returns: the path of ``record.json``, or None.
     """
     if out is None:
@@ -185,7 +173,7 @@ def write_record(
     record = {
         "format": BENCH_FORMAT,
         "bench": bench,
-        "command": shlex.join(["memcores", "bench", *_without_out(argv)]),
+        "command": shlex.join(["memcores", "bench", *argv]),
         "machine": machine(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tables": [dataclasses.asdict(t) for t in tables],

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(problems)} difference(s)" if problems else "every generated block matches")
         return 1 if problems else 0
     changed = 0
-    for doc in doc_blocks.doc_files():
+    for doc in doc_blocks.block_files():
         text, problems = doc_blocks.regenerate(doc)
         for line in problems:
             print(line)
