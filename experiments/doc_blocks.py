@@ -263,15 +263,32 @@ def table_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# The header of a reference table (options, config keys, task definitions): its numbers are
+# settings, not measurements.
+REFERENCE_HEADER = re.compile(r"\|\s*(?:default|option|key|definition)\s*\|", re.IGNORECASE)
+RESULTS_LINK = re.compile(r"\]\(((?:\.\./)*results/[^)\s#]*)")
+
+
 def has_measured_numbers(rows: list[str]) -> bool:
     """Whether a table's body rows hold a measured-looking number (code spans ignored)."""
     return any(MEASURED.search(re.sub(r"`[^`]*`", "", row)) for row in rows)
 
 
+def rows_link_records(doc: Path, rows: list[str]) -> bool:
+    """Whether every row links a record or report under results/ that exists (a table of
+    results gathered from several studies, each row naming where its numbers are)."""
+    for row in rows:
+        links = RESULTS_LINK.findall(row)
+        if not links or not all((doc.parent / link).exists() for link in links):
+            return False
+    return True
+
+
 def inventory(repo: Path = REPO) -> list[str]:
-    """One line per table with measured numbers in README.md and docs/: where it is and where
-    its numbers come from (a generated block's source, or the report's own command);
-    ``ORPHAN`` where neither."""
+    """One line per table with measured numbers in README.md and docs/ (reference tables of
+    options and defaults left out): where it is and where its numbers come from (a generated
+    block's source, the report's own command, or a results/ link in every row); ``ORPHAN``
+    where none."""
     lines = []
     for doc in doc_files(repo):
         text = doc.read_text(encoding="utf-8")
@@ -279,7 +296,8 @@ def inventory(repo: Path = REPO) -> list[str]:
         blocks = find_blocks(text)
         made_by = MADE_BY.search(text)
         for first, last in table_spans(text):
-            if not has_measured_numbers(rows[first + 2 : last + 1]):
+            body = rows[first + 2 : last + 1]
+            if REFERENCE_HEADER.search(rows[first]) or not has_measured_numbers(body):
                 continue
             where = f"{doc.relative_to(repo)}:{first + 1}"
             block = next((b for b in blocks if b.start < first < b.end), None)
@@ -287,6 +305,8 @@ def inventory(repo: Path = REPO) -> list[str]:
                 lines.append(f"{where}  from {block.source} ({block.command})")
             elif made_by:
                 lines.append(f"{where}  report made by `{made_by['command']}`")
+            elif rows_link_records(doc, body):
+                lines.append(f"{where}  each row links its record under results/")
             else:
                 lines.append(f"{where}  ORPHAN")
     return lines
