@@ -1,7 +1,8 @@
 """The documentation describes the product: no development-log words, no dead repository paths.
 
 Checked text: README.md, docs/**/*.md, results/'s README.md and REPORT.md files,
-constraints.txt, and the source and config files of cores/, agents/, envs/ and experiments/. Binary files (figures) are not read.
+constraints.txt, and the source and config files of cores/, agents/, envs/ and experiments/.
+Binary files (figures) are not read.
 """
 
 from __future__ import annotations
