@@ -47,3 +47,35 @@ def test_rel_graph_memory_matches_its_record() -> None:
         core = memory_rel.build_core(name, 8, 128, 250, 5, 5)
         nbytes = memory_rel.graph_bytes(core, 250, 16, "meta")
         assert nbytes == recorded[f"{name}/250"]["graph_bytes"], name
+
+
+def test_where_a_bench_writes_its_record() -> None:
+    """Default results/bench/<name>; --out elsewhere; none for --no-record or a --quick run
+    (a smoke run must never replace a measurement)."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    bench_record.add_record_arguments(parser, "toy")
+
+    def folder(*argv: str) -> Path | None:
+        return bench_record.record_folder(parser.parse_args(argv), "toy")
+
+    assert folder() == Path("results/bench/toy")
+    assert folder("--out", "x") == Path("x")
+    assert folder("--quick") is None
+    assert folder("--quick", "--out", "x") == Path("x")
+    assert folder("--no-record") is None
+
+
+def test_every_bench_record_renders_and_names_its_machine() -> None:
+    """Each committed bench record reads, names the CPU model and count, and its REPORT.md is
+    what the record renders."""
+    folders = sorted(p.parent for p in BENCH.glob("*/record.json"))
+    assert {f.name for f in folders} >= {"memory_lru", "memory_lru_b1", "memory_rel"}
+    for folder in folders:
+        record = bench_record.read_record(folder)
+        assert record["machine"]["cpu"] and record["machine"]["cpus"] >= 1
+        assert record["command"].startswith("memcores bench ")
+        report = (folder / bench_record.REPORT).read_text()
+        assert report == bench_record.render_report(record), folder.name
