@@ -231,12 +231,18 @@ def _with_out(argv: list[str], out: Path) -> list[str]:
 
 
 def check(docs: list[Path] | None = None, repo: Path = REPO, reports: bool = True) -> list[str]:
-    """Every difference between the docs' blocks and their sources (and, with ``reports``,
-    between the quoted reports and their records); empty when all match."""
+    """Every difference between the docs' blocks and their sources, between each bench
+    record's ``REPORT.md`` and its ``record.json``, and (with ``reports``) between the quoted
+    reports and their records; empty when all match."""
     docs = block_files(repo) if docs is None else docs
     problems = []
     for doc in docs:
         problems += regenerate(doc, repo)[1]
+    for folder in sorted(p.parent for p in (repo / "results" / "bench").glob("*/record.json")):
+        report = folder / bench_record.REPORT
+        fresh = bench_record.render_report(bench_record.read_record(folder))
+        if not report.is_file() or report.read_text(encoding="utf-8") != fresh:
+            problems.append(f"{report.relative_to(repo)}: differs from its record.json")
     if reports:
         for report in quoted_reports(docs, repo):
             problems += check_report(report, repo)

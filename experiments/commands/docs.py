@@ -1,5 +1,7 @@
-"""``memcores docs [--check]``: rewrite the generated tables of README.md and docs/ from the
-committed records, or (``--check``) only list the blocks and reports that differ from them.
+"""``memcores docs [--check|--list]``: rewrite the generated tables of README.md, docs/ and
+results/ (and each bench record's REPORT.md) from the committed records, or (``--check``) only
+list what differs from them, or (``--list``) list every table with numbers and its source.
+Run from the repository root.
 
 See :mod:`experiments.doc_blocks` for the block markers.
 """
@@ -7,8 +9,11 @@ See :mod:`experiments.doc_blocks` for the block markers.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from agents.files import write_text_atomic
 from experiments import doc_blocks
+from experiments.bench.record import REPORT, read_record, render_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         if text != doc.read_text(encoding="utf-8"):
             doc.write_text(text, encoding="utf-8")
+            changed += 1
+    for folder in sorted(p.parent for p in Path("results/bench").glob("*/record.json")):
+        fresh = render_report(read_record(folder))
+        report = folder / REPORT
+        if not report.is_file() or report.read_text(encoding="utf-8") != fresh:
+            write_text_atomic(report, fresh)
             changed += 1
     print(f"rewrote {changed} file(s)")
     return 0
