@@ -132,7 +132,8 @@ def test_the_check_fails_when_a_record_or_a_block_is_edited_by_hand(tmp_path: Pa
     record["tables"][0]["rows"][0][1] = "1.08"
     record_file.write_text(json.dumps(record))
     assert doc_blocks.check(repo=tmp_path) == [
-        "docs/toy.md:3: the block differs from results/bench/toy"
+        "docs/toy.md:3: the block differs from results/bench/toy",
+        "results/bench/toy/REPORT.md: differs from its record.json",
     ]
     # the marker must name the command that made the record
     record_file.write_text(json.dumps({**record, "command": "memcores bench other"}))
