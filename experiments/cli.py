@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("plot", "learning curves of runs, sweeps and results records"),
     "report": ("report", "markdown result tables and plots for a sweep"),
     "record": ("record", "write a run's small results record (results/<experiment>/<trial>)"),
+    "docs": ("docs", "regenerate (or --check) the docs' tables from the committed records"),
 }
 
 

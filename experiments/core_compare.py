@@ -68,17 +68,22 @@ def comparison_rows(
 ) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the comparison, one row per pair both cores ran: their ``block``
     scores per run (in record order: by seed for a sweep's records), ``other`` minus ``base``
-    of the means, :func:`separation` and Welch's p. No rows where the cores share no pair."""
+    of the means, :func:`separation` and Welch's p. No rows where the cores share no pair.
+    The ``train`` block has one row per train env, however many test envs it was paired with
+    (the train scores of its pairs are the same runs)."""
     if block not in BLOCKS:
         raise ValueError(f"unknown block {block!r}; valid: {', '.join(BLOCKS)}")
     by_pair = {(p.core, p.train_env, p.test_env): p for p in points}
-    rows = []
+    rows, seen = [], set()
     for point in points:
         if point.core != base or (other, point.train_env, point.test_env) not in by_pair:
             continue
+        env = point.test_env if block == "test" else point.train_env
+        if env in seen:
+            continue
+        seen.add(env)
         a = getattr(point, block)
         b = getattr(by_pair[(other, point.train_env, point.test_env)], block)
-        env = point.test_env if block == "test" else point.train_env
         p = welch_p(a, b)
         rows.append(
             [
@@ -87,7 +92,7 @@ def comparison_rows(
                 " / ".join(f"{v:.2f}" for v in b),
                 f"{statistics.fmean(b) - statistics.fmean(a):+.3f}",
                 separation(a, b),
-                "-" if math.isnan(p) else f"{p:.2f}",
+                _p(p),
             ]
         )
     header = [f"{block} env", f"`{base}` runs", f"`{other}` runs", "difference", "separation"]
@@ -149,7 +154,8 @@ def _mean_std(values: Sequence[float]) -> str:
 
 
 def _p(value: float) -> str:
-    """A p-value to three decimals; below 0.001, to two significant digits (not ``0.000``)."""
+    """A p-value to two significant figures (``0.45``, ``0.0053``; below 0.001 ``4.3e-05``),
+    never rounded to ``0.00``; ``-`` for NaN."""
     if math.isnan(value):
         return "-"
-    return f"{value:.3f}" if value >= 0.001 else f"{value:.2g}"
+    return f"{value:#.2g}" if value >= 0.001 else f"{value:.1e}"

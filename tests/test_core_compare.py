@@ -24,12 +24,29 @@ def test_separation_and_welch_p():
     assert math.isnan(welch_p([0.5], [0.1, 0.2]))  # one run: no test
 
 
-def test_p_values_below_a_thousandth_keep_two_significant_digits():
+def test_p_values_keep_two_significant_figures():
     from experiments.core_compare import _p
 
     assert _p(0.0123) == "0.012"
+    assert _p(0.00531) == "0.0053"  # not 0.005: the retention wording rests on this digit
+    assert _p(0.4504) == "0.45"
     assert _p(6.44e-05) == "6.4e-05"
     assert _p(float("nan")) == "-"
+
+
+def test_comparison_rows_give_each_train_env_once_and_small_p_in_figures():
+    """A train env paired with two test envs is one train row, and a small p is not 0.00."""
+    points = [
+        TransferPoint("lstm", "PVM", "PVM-Large", train=[0.1, 0.2, 0.15], test=[0.0, 0.1, 0.0]),
+        TransferPoint("lstm", "PVM", "PVM-Long", train=[0.1, 0.2, 0.15], test=[0.1, 0.0, 0.1]),
+        TransferPoint("ur_lstm", "PVM", "PVM-Large", train=[0.9, 0.95, 0.92], test=[0, 0, 0]),
+        TransferPoint("ur_lstm", "PVM", "PVM-Long", train=[0.9, 0.95, 0.92], test=[1, 1, 1]),
+    ]
+    _, train_rows = comparison_rows(points, "lstm", "ur_lstm", "train")
+    assert [row[0] for row in train_rows] == ["PVM"]
+    assert train_rows[0][-1] == "1.8e-04"
+    _, test_rows = comparison_rows(points, "lstm", "ur_lstm", "test")
+    assert [row[0] for row in test_rows] == ["PVM-Large", "PVM-Long"]
 
 
 def test_comparison_rows_pair_the_cores_per_env_and_skip_unshared_pairs():
@@ -141,12 +158,12 @@ def test_retention_rows_pair_each_run_test_with_its_own_train():
     assert by_core["fast_lstm"][5:7] == ["0.80 / 1.00", "0.900 ± 0.141"]
     p_test = _welch_by_hand([0.2, 0.5], [0.4, 0.6])
     p_ratio = _welch_by_hand([0.25, 0.5], [0.8, 1.0])
-    assert by_core["fast_lstm"][7:] == [f"{p_test:.3f}", f"{p_ratio:.3f}"]
+    assert by_core["fast_lstm"][7:] == [f"{p_test:#.2g}", f"{p_ratio:#.2g}"]
     assert by_core["fast_lstm"][8] == "0.087"  # t = 3.28, df = 1.91 (t = 3.28 at df 2: 0.082)
     assert by_core["ur_lstm"][5:9] == [
         "- / 1.00",
         "1.000",
-        f"{_welch_by_hand([0.2, 0.5], [0.1, 0.5]):.3f}",
+        f"{_welch_by_hand([0.2, 0.5], [0.1, 0.5]):#.2g}",
         "-",
     ]
 

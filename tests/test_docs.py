@@ -1,7 +1,8 @@
 """The documentation describes the product: no development-log words, no dead repository paths.
 
-Checked text: README.md, docs/**/*.md, constraints.txt, and the source and config files of
-cores/, agents/, envs/ and experiments/. Binary files (figures) are not read.
+Checked text: README.md, docs/**/*.md, results/'s README.md and REPORT.md files,
+constraints.txt, and the source and config files of cores/, agents/, envs/ and experiments/.
+Binary files (figures) are not read.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ CODE_SUFFIXES = {".py", ".yaml", ".yml", ".toml", ".txt", ".md"}
 
 # Words that belong to how the project was built, not to what it is, and paths into material
 # that is not part of the repository (papers are cited by authors, title and arXiv id instead).
+# A CPU vendor is a machine's nickname ("the AMD box") unless it starts the CPU model a record
+# names ("2-core AMD EPYC CPU").
 PROCESS_WORDS = re.compile(
-    r"session [0-9]|sessions [0-9]|\bVM\b|\bAMD\b|\bIntel\b|my shell|\blent\b|can_start_another"
+    r"session [0-9]|sessions [0-9]|\bVM\b|\b(?:AMD|Intel)\b(?! (?:EPYC|Xeon|Core|Ryzen)\b)"
+    r"|my shell|\blent\b|can_start_another"
     r"|\bthe issue\b|engineer|this machine|papers/[a-z_]+\.md|shared/papers|the digest",
     re.IGNORECASE,
 )
@@ -48,7 +52,9 @@ def anchors(doc: Path) -> set[str]:
 
 
 def doc_files() -> list[Path]:
+    """README.md, docs/ and the write-ups under results/ (its README and REPORT.md files)."""
     files = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    files += [REPO / "results" / "README.md", *sorted((REPO / "results").rglob("REPORT.md"))]
     return [f for f in files if f.is_file()]
 
 
@@ -112,6 +118,8 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert process_words("measured in session 4 on the AMD VM")
     assert process_words("see papers/fast_gate.md and the digest")
     assert not process_words("a 2-core x86 CPU with AVX-512, PyTorch 2.13 CPU build")
+    assert not process_words("on a 2-core AMD EPYC CPU, torch 2.13.0, 2026-11-27")
+    assert process_words("measured on the Intel machine")
     doc = tmp_path / "doc.md"
     doc.write_text(
         "run `memcores train experiments/configs/no_such.yaml` and see ![x](img/gone.png);\n"

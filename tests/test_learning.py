@@ -33,7 +33,7 @@ class _Reached(Exception):
 @pytest.mark.slow
 def test_memory_s7_lstm_reaches_its_documented_return(tmp_path: Path) -> None:
     """MemoryS7, `experiments/configs/memory_s7.yaml` (lstm 64, 8 epochs, LR annealed over 1M
-    frames), seed 1: docs/results.md "MemoryS7, lstm 64" reports that the config passes mean
+    frames), seed 1: results/README.md "MemoryS7, lstm 64" reports that the config passes mean
     return 0.9 within its 1M frames on seeds 0-2 (first at 78,848-542,720 frames). The run
     stops once it passes 0.9."""
     budget = 1_000_000
@@ -58,7 +58,7 @@ def test_memory_s7_lstm_reaches_its_documented_return(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_copy_t100_solved_by_rel_rnn(tmp_path: Path) -> None:
     """Copy at T=100, `experiments/configs/rel_copy.yaml core.name=rel_rnn train.steps=1500`:
-    docs/results.md (RelLSTM section) reports 99.2 % at 1,050 updates and 100 % at 1,300.
+    results/README.md (RelLSTM section) reports 99.2 % at 1,050 updates and 100 % at 1,300.
     The run stops at 99 % accuracy on 500 held-out sequences (chance: 12.5 %)."""
     config = load_config(
         SupervisedConfig,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -129,7 +131,7 @@ def test_live_tensor_bytes_counts_allocations_and_frees() -> None:
     assert view.numel() == 1000
 
 
-def test_memory_bench_script_runs_and_streaming_is_flat(capsys) -> None:
+def test_memory_bench_script_runs_and_streaming_is_flat(capsys, tmp_path) -> None:
     from experiments.bench import memory_lru
 
     results = memory_lru.run_bench([3, 9], 8, 4, 1, 2, report=lambda _: None)
@@ -143,5 +145,14 @@ def test_memory_bench_script_runs_and_streaming_is_flat(capsys) -> None:
     assert results["infer-seq"][9]["total"] > results["infer-stream"][9]["total"]
     # The command-line entry point (what `memcores bench memory lru` calls).
     argv = ["--lengths", "2", "--hidden-size", "4", "--state-size", "2", "--layers", "1"]
-    assert memory_lru.main([*argv, "--methods", "online-stream", "infer-stream"]) == 0
+    out = tmp_path / "record"  # never the committed results/bench/memory_lru
+    assert (
+        memory_lru.main([*argv, "--methods", "online-stream", "infer-stream", "--out", str(out)])
+        == 0
+    )
     assert "| online-stream |" in capsys.readouterr().out
+    record = json.loads((out / "record.json").read_text())
+    assert record["command"].startswith("memcores bench memory lru --lengths 2")
+    assert set(record["numbers"]) == {"online-stream", "infer-stream"}
+    assert record["machine"]["cpus"] >= 1 and record["machine"]["cpu"]
+    assert "| online-stream |" in (out / "REPORT.md").read_text()

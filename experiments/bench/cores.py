@@ -49,6 +49,7 @@ import torch
 from agents.device import resolve_device, sync
 from cores import CORES, make_core
 from experiments.argtypes import positive_int
+from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
 from experiments.config import parse_yaml
 from experiments.malloc import ENV_VAR, keep_freed_memory
 
@@ -290,6 +291,23 @@ def format_table(samples: Samples, threads: int, stat: str = "median") -> str:
     return "\n".join(lines)
 
 
+def result_table(samples: Samples, threads: int, stat: str = "median") -> Table:
+    """:func:`format_table`'s numbers as a record table (ms and ratios to ``nn.LSTM``)."""
+    rows = []
+    for name in [ANCHOR, *sorted(k for k in samples if k != ANCHOR and k not in MATMUL_RUNS)]:
+        twin = twin_of(name, samples)
+        cells = [name]
+        for col in (0, 1):
+            cells += [
+                f"{summary_time(samples, name, col, stat) * 1e3:.1f}",
+                _fmt(ratio(samples, name, ANCHOR, col, stat)).strip(),
+            ]
+        twin_ratio = _fmt(ratio(samples, name, twin, 0, stat)).strip()
+        rows.append([*cells, twin or "-", twin_ratio, _target(name, samples, stat) or "-"])
+    columns = ["core", "wall ms", "x nn.LSTM", "cpu ms", "x nn.LSTM (cpu)", "twin", "x twin"]
+    return Table(f"threads={threads}, {stat}", [*columns, "target (wall)"], rows)
+
+
 def format_refine_split(samples: Samples, stat: str = "median") -> str | None:
     """One line that splits ``ur_lstm``'s ratio to its 3-block twin into the price of a fourth
     gate block (``lstm / tied_lstm``: same cell family, plain sigmoid gates, no refine) and the
@@ -452,6 +470,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time torch.tanh against the sigmoid route of cores/fast_tanh.py instead of cores",
     )
+    add_record_arguments(parser, "cores")
     return parser
 
 
@@ -469,8 +488,8 @@ def _core_names(spec: str) -> list[str]:
 
 def _bench_threads(
     names: list[str], args: argparse.Namespace, device: torch.device, n: int
-) -> None:
-    """Time the cores with ``n`` torch threads and print their tables."""
+) -> Table:
+    """Time the cores with ``n`` torch threads, print their tables, return the record's."""
     torch.set_num_threads(n)
     runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed, device)
     samples = measure(runs, args.reps, device)
@@ -484,6 +503,7 @@ def _bench_threads(
         print(speedup)
     for name, err in errors.items():
         print(f"{name:<14}skipped ({err})")
+    return result_table(samples, n, args.stat)
 
 
 def main(argv: list[str]) -> int:
@@ -507,8 +527,15 @@ def main(argv: list[str]) -> int:
         f"malloc keeps freed memory: {'yes' if keep_freed_memory() else 'no'} ({ENV_VAR})"
     )
     try:
-        for n in threads:
-            _bench_threads(names, args, device, n)
+        tables = [_bench_threads(names, args, device, n) for n in threads]
     finally:
         torch.set_num_threads(old_threads)
+    setup = f"forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, {args.reps} rounds"
+    write_record(
+        record_folder(args, "cores"),
+        bench="cores",
+        argv=["cores", *argv],
+        tables=tables,
+        notes=[setup],
+    )
     return 0

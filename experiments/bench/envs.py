@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from envs import fast_obs, make_env
+from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
 
 BASELINE = "MiniGrid-MemoryS7-v0"
 MEMORY_MATCH = ("memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0")
@@ -71,6 +72,19 @@ def run(
     return {key: statistics.median(s) for key, s in samples.items()}
 
 
+def result_table(result: dict[tuple[str, bool], float]) -> Table:
+    """Steps/s per env, the ratio to MemoryS7, and the ``fast_obs`` speed-up."""
+    base = result[BASELINE, False]
+    columns = ["env", "steps/s", "vs MemoryS7", "MiniGrid obs steps/s", "fast_obs speed-up"]
+    rows = []
+    for env_id in dict.fromkeys(e for e, _ in result):
+        fast, slow = result[env_id, False], result[env_id, True]
+        rows.append(
+            [env_id, f"{fast:.0f}", f"{fast / base:.2f}", f"{slow:.0f}", f"{fast / slow:.2f}x"]
+        )
+    return Table("random actions through envs.make_env, median round", columns, rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv and "--batched" in argv:  # the batched torch envs: their own table
         from experiments.bench import batched_envs
@@ -81,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="2 rounds x 1000 steps")
+    add_record_arguments(parser, "envs")
     args = parser.parse_args(argv or [])
     if args.quick:
         args.steps, args.rounds = 1000, 2
@@ -105,5 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     worst = min(result[i, False] / base for i in MEMORY_MATCH)
     verdict = "meets" if worst >= TARGET_RATIO else "BELOW"
-    print(f"slowest memory-match / MemoryS7 = {worst:.2f} ({verdict} target {TARGET_RATIO:.2f})")
+    summary = f"slowest memory-match / MemoryS7 = {worst:.2f} ({verdict} target {TARGET_RATIO:.2f})"
+    print(summary)
+    write_record(
+        record_folder(args, "envs"),
+        bench="envs",
+        argv=["envs", *(argv or [])],
+        tables=[result_table(result)],
+        notes=[f"{args.rounds} rounds x {args.steps} steps", summary],
+    )
     return 0

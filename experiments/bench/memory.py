@@ -18,6 +18,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("section", nargs="?", default="all", choices=[*SECTIONS, "all"])
     args, rest = parser.parse_known_args(argv)
     names = list(SECTIONS) if args.section == "all" else [args.section]
+    if len(names) > 1 and any(a == "--out" or a.startswith("--out=") for a in rest):
+        # each section writes its own record; one folder cannot hold both
+        parser.error("--out needs one section (rel or lru); without it each writes its own")
     for name in names:
         print(f"== bench memory: {name}")
         importlib.import_module(SECTIONS[name]).main(rest)

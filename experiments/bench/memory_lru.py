@@ -43,6 +43,13 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from agents.online import StreamingOnlineTrainer
 from cores.lru import LRUCore
+from experiments.bench.record import (
+    Table,
+    add_record_arguments,
+    markdown_table,
+    record_folder,
+    write_record,
+)
 
 MiB = 2**20
 METHODS = ("bptt", "online-seq", "online-stream", "infer-seq", "infer-stream")
@@ -176,23 +183,24 @@ def run_bench(
     return results
 
 
-def format_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
-    """Markdown table of peak MiB (total and excluding parameters) plus the growth ratio."""
+def result_table(results: dict[str, dict[int, dict[str, float]]]) -> Table:
+    """Peak MiB per method and T (total, and excluding parameters) plus the growth ratio."""
     lengths = sorted(next(iter(results.values())))
-    head = (
-        "| method | "
-        + " | ".join(f"T={t}" for t in lengths)
-        + f" | T={lengths[-1]} / T={lengths[0]} |"
-    )
-    lines = [head, "|" + "---|" * (len(lengths) + 2)]
+    columns = ["method", *(f"T={t}" for t in lengths), f"T={lengths[-1]} / T={lengths[0]}"]
+    rows = []
     for m, by_t in results.items():
         cells = [
             f"{by_t[t]['total'] / MiB:.2f} ({(by_t[t]['total'] - by_t[t]['params']) / MiB:.2f})"
             for t in lengths
         ]
         growth = by_t[lengths[-1]]["total"] / by_t[lengths[0]]["total"]
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {growth:.2f}x |")
-    return "\n".join(lines)
+        rows.append([m, *cells, f"{growth:.2f}x"])
+    return Table("peak MiB of one step, total (excluding parameters)", columns, rows)
+
+
+def format_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
+    """Markdown table of peak MiB (total and excluding parameters) plus the growth ratio."""
+    return markdown_table(result_table(results))
 
 
 def verdicts(results: dict[str, dict[int, dict[str, float]]]) -> list[str]:
@@ -233,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--quick", action="store_true", help="tiny model, T=32,64,128 (smoke test, seconds)"
     )
+    add_record_arguments(p, "memory_lru")
     args = p.parse_args(argv)
     if args.quick:
         args.lengths, args.hidden_size, args.state_size = [32, 64, 128], 16, 8
@@ -257,6 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in verdicts(results):
         print(line)
+    config = (
+        f"H={args.hidden_size} N={args.state_size} layers={args.layers} B={args.batch_size}, "
+        f"float32, {args.threads} thread(s); peak live tensor bytes (LiveTensorBytes)"
+    )
+    write_record(
+        record_folder(args, "memory_lru"),
+        bench="memory_lru",
+        argv=["memory", "lru", *(argv or [])],
+        tables=[result_table(results)],
+        notes=[config, *verdicts(results)],
+        numbers={m: {str(t): v for t, v in by_t.items()} for m, by_t in results.items()},
+    )
     return 0
 
 

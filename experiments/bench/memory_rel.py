@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from cores import make_core
 from cores.base import MemoryCore
+from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
 
 CORE_NAMES = ("lstm", "rel_lstm", "mem_lstm")
 
@@ -180,6 +181,23 @@ def format_table(rows: list[Row], max_gb: float) -> str:
     return "\n".join(out)
 
 
+def result_table(rows: list[Row]) -> Table:
+    """Graph MB per length and core, and the ``mem_lstm / rel_lstm`` memory ratio."""
+    by = {(r.core, r.T): r.graph_bytes / 2**20 for r in rows}
+    names = list(dict.fromkeys(r.core for r in rows))
+    table_rows = []
+    for T in sorted({r.T for r in rows}):
+        cells = [f"{by[n, T]:.1f}" if (n, T) in by else "-" for n in names]
+        ratio = (
+            f"{by['mem_lstm', T] / by['rel_lstm', T]:.1f}x"
+            if ("mem_lstm", T) in by and ("rel_lstm", T) in by
+            else "-"
+        )
+        table_rows.append([str(T), *cells, ratio])
+    columns = ["T", *(f"{n} MB" for n in names), "mem / rel"]
+    return Table("bytes autograd saves for one forward+backward", columns, table_rows)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench memory rel", description=__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[250, 500, 1000, 2000])
@@ -193,6 +211,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    add_record_arguments(parser, "memory_rel")
     args = parser.parse_args(argv)
     if args.quick:
         args.lengths, args.batch, args.hidden = [20, 40], 2, 16
@@ -212,4 +231,17 @@ def main(argv: list[str]) -> int:
         args.max_gb,
     )
     print(format_table(rows, args.max_gb))
+    write_record(
+        record_folder(args, "memory_rel"),
+        bench="memory_rel",
+        argv=["memory", "rel", *argv],
+        tables=[result_table(rows)],
+        notes=[
+            f"B={args.batch} H={args.hidden} D={args.input_size}, rel_lstm nu={args.nu} "
+            f"rho={args.rho}, mem_lstm max_len=T; graph bytes are exact (meta device)",
+        ],
+        numbers={
+            f"{r.core}/{r.T}": {"graph_bytes": r.graph_bytes, "seconds": r.seconds} for r in rows
+        },
+    )
     return 0

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from envs import fast_obs
+from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
 
 ENV_ID = "MiniGrid-MemoryS7-v0"
 
@@ -314,6 +315,7 @@ def main(argv: list[str]) -> int:
         "--quick", action="store_true", help="tiny run (2 envs x 32 steps, 1 update) for tests"
     )
     parser.add_argument("--skip-sb3", action="store_true", help="time memcores only")
+    add_record_arguments(parser, "rl")
     parser.add_argument(
         "--skip-scaling", action="store_true", help="leave out the ceiling and scaling table"
     )
@@ -372,12 +374,22 @@ def main(argv: list[str]) -> int:
             f"ratio memcores / sb3-contrib: {best_ours[0] / best_theirs[0]:.2f}x (wall), "
             f"{best_ours[1] / best_theirs[1]:.2f}x (CPU time)"
         )
+    rows = [[f"memcores PPO ({args.core})", f"{best_ours[0]:.0f}", f"{best_ours[1]:.0f}"]]
+    if theirs:
+        rows.append(["sb3-contrib RecurrentPPO", f"{best_theirs[0]:.0f}", f"{best_theirs[1]:.0f}"])
+        ratios = [best_ours[i] / best_theirs[i] for i in (0, 1)]
+        rows.append(["ratio memcores / sb3-contrib", f"{ratios[0]:.2f}x", f"{ratios[1]:.2f}x"])
+    columns = ["trainer", "frames/s wall", "frames per CPU-second"]
+    table = Table(
+        f"PPO on {ENV_ID}, {n_envs} envs x {n_steps} steps, best of {repeats}", columns, rows
+    )
     if not args.skip_scaling:
         tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_")
         try:
             scaling_table(sizes, n_steps, max(2, updates // 2), args.core, args.device, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    write_record(record_folder(args, "rl"), bench="rl", argv=["rl", *argv], tables=[table])
     return 0
 
 
