@@ -65,15 +65,23 @@ class EvalResult:
 
 
 def eval_envs(
-    env_id: str, episodes: int, n_envs: int, seed: int, env_kwargs: dict[str, Any] | None
+    env_id: str,
+    episodes: int,
+    n_envs: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None,
+    vector: str = "sync",
 ) -> Any:
-    """The in-process vector env an evaluation plays on: at most ``episodes`` envs.
+    """The vector env an evaluation plays on: at most ``episodes`` envs, stepped in this
+    process (``vector="sync"``) or by EnvPool (``"envpool"``, one thread).
 
     :raises ValueError: ``episodes < 1``, unknown env id or bad env options.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    return make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, "sync", env_kwargs)
+    if vector not in ("sync", "envpool"):
+        raise ValueError(f"evaluation steps envs with vector sync or envpool, got {vector!r}")
+    return make_vector_env(env_id, max(1, min(n_envs, episodes)), seed, vector, env_kwargs)
 
 
 def play_episodes(
@@ -132,15 +140,17 @@ def evaluate_policy(
     seed: int = 10_000,
     n_envs: int = 8,
     env_kwargs: dict[str, Any] | None = None,
+    vector: str = "sync",
 ) -> EvalResult:
     """Run ``episodes`` episodes of ``policy`` on ``env_id`` (:func:`play_episodes`), on the
     policy's device.
 
     :param argmax: take the most likely action instead of sampling.
     :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
+    :param vector: ``sync`` (memcores' envs) or ``envpool`` (EnvPool's MiniGrid).
     :raises ValueError: unknown env id, or an env whose observations the policy cannot read.
     """
-    envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs)
+    envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs, vector)
     try:
         check_observations(policy, envs, env_id)
         running = RunningEpisodes(envs.num_envs)
@@ -182,13 +192,16 @@ def evaluate_run(
     argmax: bool = False,
     seed: int = 10_000,
     device: str | torch.device = "cpu",
+    vector: str | None = None,
 ) -> EvalResult:
     """Load ``run``'s checkpoint onto ``device`` and evaluate it on ``env_id`` (default: its
-    training env)."""
+    training env), through EnvPool where ``vector`` (default: the run's ``env.vector``) is
+    ``envpool``."""
     policy, config = load_policy(run, device)
     env_id = env_id or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
-    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs)
+    vector = vector or ("envpool" if config.env.vector == "envpool" else "sync")
+    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs, vector=vector)
 
 
 @torch.no_grad()

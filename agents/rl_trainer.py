@@ -59,6 +59,7 @@ from agents.run import RunLayout, RunSession
 from agents.update_graph import UpdateGraph, refusal
 from cores.diagnostics import timescales
 from cores.graphed import cuda_graph_choice, maybe_graphed
+from envs.envpool_env import EnvPoolVectorEnv
 from envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
@@ -80,16 +81,19 @@ def make_vector_env(
     vector: str = "sync",
     env_kwargs: dict[str, Any] | None = None,
     workers: int = 1,
-) -> VectorEnv:
+) -> VectorEnv | EnvPoolVectorEnv:
     """``n_envs`` copies of ``env_id`` (env ``i`` seeded ``seed + i``), auto-reset in the SAME
     step (:mod:`envs.vector`): the observation after a terminal step is already the next
     episode's first one, so every stored transition is a real one.
 
     :param vector: ``sync`` steps the envs in this process; ``async`` in ``workers`` worker
         processes over shared memory, in two groups so that the policy acts on one group while
-        the other steps.
+        the other steps; ``envpool`` in EnvPool's C++ envs on ``workers`` threads
+        (:mod:`envs.envpool_env`).
     :raises ValueError: unknown env id or bad env options (before any process is started).
     """
+    if vector == "envpool":
+        return EnvPoolVectorEnv(env_id, n_envs, seed, env_kwargs, threads=workers)
     if vector == "async":
         return VectorEnv(env_id, n_envs, seed, env_kwargs, workers=workers, groups=2)
     return VectorEnv(env_id, n_envs, seed, env_kwargs)
