@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.observation import MAX_MISSION_LEN, tokenize
+from envs.observation import tokenize
 
 EXTRA_HINT = "pip install 'memcores[envpool]'"
 
@@ -101,6 +101,7 @@ class EnvPoolVectorEnv:
         self.done = np.zeros(n_envs, bool)
         self.success = np.zeros(n_envs, bool)
         self._missions: dict[bytes, np.ndarray] = {}
+        self._all = np.arange(n_envs)
         self._pool: Any = None
         self._fresh_seed: int | None = None  # seed of a pool not reset yet
         self._pending = False
@@ -132,15 +133,14 @@ class EnvPoolVectorEnv:
             tokens = self._missions[key] = tokenize(key.rstrip(b"\0").decode("ascii", "replace"))
         return tokens
 
-    def _write(self, raw: dict[str, np.ndarray], rows: np.ndarray) -> None:
-        """EnvPool observations of envs ``rows`` -> the memcores arrays."""
-        self.obs["image"][rows] = raw["image"]
-        self.obs["direction"][rows] = raw["direction"]
-        mission = raw.get("mission")
-        if mission is None:
-            self.obs["mission"][rows] = np.zeros(MAX_MISSION_LEN, np.int64)
-        else:
-            self.obs["mission"][rows] = np.stack([self._tokens(m) for m in mission])
+    def _write(self, raw: dict[str, np.ndarray], rows: np.ndarray, mission: bool) -> None:
+        """EnvPool's observations of envs ``rows`` -> the memcores arrays (the mission only
+        where ``mission``: it changes only at reset)."""
+        index: Any = slice(None) if np.array_equal(rows, self._all) else rows
+        self.obs["image"][index] = raw["image"]
+        self.obs["direction"][index] = raw["direction"]
+        if mission and "mission" in raw:
+            self.obs["mission"][index] = np.stack([self._tokens(m) for m in raw["mission"]])
 
     def reset(self, seed: int) -> dict[str, np.ndarray]:
         """Reset every env (env ``i`` with seed ``seed + i``); returns the ``[N, ...]`` arrays."""
@@ -148,7 +148,7 @@ class EnvPoolVectorEnv:
             self._build(seed)
         self._fresh_seed = None
         raw, info = self._pool.reset()
-        self._write(raw, np.asarray(info["env_id"]))
+        self._write(raw, np.asarray(info["env_id"]), mission=True)
         self.reward[:], self.done[:], self.success[:] = 0.0, False, False
         self._pending = False
         return self.obs
@@ -175,11 +175,11 @@ class EnvPoolVectorEnv:
         self.reward[rows] = reward
         self.done[rows] = terminated | truncated
         self.success[rows] = terminated & (reward > 0)
-        self._write(raw, rows)
+        self._write(raw, rows, mission=False)
         ended = np.flatnonzero(self.done)
         if ended.size:  # same-step auto-reset: EnvPool would reset them on their next step
             raw, info = self._pool.reset(ended)
-            self._write(raw, np.asarray(info["env_id"]))
+            self._write(raw, np.asarray(info["env_id"]), mission=True)
         return self.obs, self.reward, self.done, self.success
 
     def step(

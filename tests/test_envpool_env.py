@@ -155,3 +155,27 @@ def test_train_and_evaluate_select_envpool_by_one_key(tmp_path: Path) -> None:
     assert result.global_step >= 128
     evaluated = evaluate_run(tmp_path / "run", episodes=2)  # the run's env.vector: envpool
     assert evaluated.episodes == 2
+
+
+def test_bench_refuses_without_envpool(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from experiments.bench import envs as bench_envs
+
+    monkeypatch.setattr(envpool_env, "available", lambda: False)
+    assert bench_envs.main(["--envpool"]) == 2
+    assert "memcores[envpool]" in capsys.readouterr().err
+
+
+@needs_envpool
+def test_bench_rows_and_record(tmp_path: Path) -> None:
+    from experiments.bench import envs as bench_envs
+
+    out = tmp_path / "bench.json"
+    argv = ["--envpool", "--sizes", "4", "--env-steps", "40", "--rounds", "1", "--out", str(out)]
+    assert bench_envs.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["command"] == "memcores bench envs " + " ".join(argv)
+    engines = [r["engine"] for r in record["rows"]]
+    assert engines[0] == "memcores" and "envpool T2" in engines
+    assert all(r["envs"] == 4 and r["steps_per_s"] > 0 for r in record["rows"])

@@ -20,6 +20,7 @@ reported, so the ratios are robust to a busy, shared machine.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -123,7 +124,7 @@ def main(args: Any, command: str) -> int:
         f"bench envs --envpool: {ENV_ID}, random actions, {rounds} interleaved rounds of "
         f"~{env_steps} env steps per engine, median round reported"
     )
-    start = time.perf_counter()
+    start, cpu_start, load = time.perf_counter(), time.process_time(), os.getloadavg()[0]
     rows = run(ENV_ID, sizes, env_steps, rounds, args.seed)
     print(f"{'envs':>6}  {'engine':<16}  {'steps/s':>10}  {'vs memcores':>11}")
     for r in rows:
@@ -146,6 +147,8 @@ def main(args: Any, command: str) -> int:
             env_steps_per_round=env_steps,
             seed=args.seed,
             wall_seconds=round(time.perf_counter() - start, 1),
+            cpu_seconds=round(time.process_time() - cpu_start, 1),
+            load_average_at_start=round(load, 2),  # other processes' demand for the cores
             rows=rows,
         )
         tmp = out.with_suffix(".tmp")
