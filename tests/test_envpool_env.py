@@ -118,6 +118,25 @@ def test_same_step_auto_reset_and_truncation() -> None:
 
 
 @needs_envpool
+def test_envpool_itself_resets_on_the_next_step() -> None:
+    """What the wrapper undoes: EnvPool resets an ended env on its next step (action ignored)."""
+    import envpool
+
+    pool = envpool.make_gymnasium(MEMORY_S7, num_envs=2, num_threads=1, seed=0, max_episode_steps=2)
+    try:
+        pool.reset()
+        turn = np.zeros(2, np.int32)
+        for _ in range(2):
+            _, _, terminated, truncated, info = pool.step(turn)
+        assert truncated.all() and not terminated.any()
+        obs, reward, terminated, truncated, info = pool.step(turn)
+        assert (info["elapsed_step"] == 0).all() and (obs["direction"] == 0).all()
+        assert not (terminated | truncated).any() and (reward == 0).all()
+    finally:
+        pool.close()
+
+
+@needs_envpool
 def test_seeded_like_the_vector_env() -> None:
     """Env ``i`` from ``seed + i``: the same seed replays, a reset with another seed does not."""
     pool = envpool_env.EnvPoolVectorEnv(MEMORY_S7, 4, seed=5)
