@@ -198,3 +198,16 @@ def test_bench_rows_and_record(tmp_path: Path) -> None:
     engines = [r["engine"] for r in record["rows"]]
     assert engines[0] == "memcores" and "envpool T2" in engines
     assert all(r["envs"] == 4 and r["steps_per_s"] > 0 for r in record["rows"])
+
+
+@needs_envpool
+def test_evaluate_cli_vector_option(capsys: pytest.CaptureFixture) -> None:
+    from experiments.cli import main
+
+    policy = str(POLICY_RUN / "policy.pt")
+    argv = ["evaluate", policy, "--vector", "envpool", "--episodes", "4", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["episodes"] == 4
+    lacking = ["evaluate", policy, "--vector", "envpool", "--env", "memcores/ActiveVisualMatch-v0"]
+    assert main(lacking) == 2
+    assert "EnvPool has no env" in capsys.readouterr().err
