@@ -85,6 +85,11 @@ def test_random_policy_sees_minigrids_observations(env_id: str) -> None:
             / b["obs.image"][..., channel].size
         )
         assert np.abs(ca - cb).max() < 0.03, (channel, ca.round(3), cb.round(3))
+    # and at every position of the view (a transposed view differs by up to 1.0 here)
+    kinds_a, kinds_b = a["obs.image"][..., 0], b["obs.image"][..., 0]
+    for kind in np.union1d(np.unique(kinds_a), np.unique(kinds_b)):
+        where_a, where_b = (kinds_a == kind).mean((0, 1)), (kinds_b == kind).mean((0, 1))
+        assert np.abs(where_a - where_b).max() < 0.08, kind
     assert set(np.unique(a["obs.direction"])) == set(np.unique(b["obs.direction"]))
     # missions: the same token vocabulary (GoToObject's vary by episode)
     assert {m.tobytes() for m in a["obs.mission"][:, 0]} == {
