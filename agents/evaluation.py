@@ -73,13 +73,18 @@ def eval_envs(
     vector: str = "sync",
     device: torch.device | str = "cpu",
 ) -> Any:
-    """The env an evaluation plays on: at most ``episodes`` envs, in process (``sync``) or
-    batched on ``device`` (``batched``, :mod:`envs.batched`).
+    """The env an evaluation plays on: at most ``episodes`` envs, in process (``sync``),
+    batched on ``device`` (``batched``, :mod:`envs.batched`) or by EnvPool (``envpool``, one
+    thread).
 
     :raises ValueError: ``episodes < 1``, unknown env id or bad env options.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if vector not in ("sync", "batched", "envpool"):
+        raise ValueError(
+            f"evaluation steps envs with vector sync, batched or envpool, got {vector!r}"
+        )
     n = max(1, min(n_envs, episodes))
     return make_vector_env(env_id, n, seed, vector, env_kwargs, device=device)
 
@@ -148,8 +153,8 @@ def evaluate_policy(
 
     :param argmax: take the most likely action instead of sampling.
     :param seed: env ``i`` is seeded ``seed + i`` (defaults away from training seeds).
-    :param vector: ``sync`` (the gymnasium envs) or ``batched`` (:mod:`envs.batched`, on the
-        policy's device).
+    :param vector: ``sync`` (the gymnasium envs), ``batched`` (:mod:`envs.batched`, on the
+        policy's device) or ``envpool`` (EnvPool's MiniGrid).
     :raises ValueError: unknown env id, or an env whose observations the policy cannot read.
     """
     envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs, vector, policy.device)
@@ -194,13 +199,16 @@ def evaluate_run(
     argmax: bool = False,
     seed: int = 10_000,
     device: str | torch.device = "cpu",
+    vector: str | None = None,
 ) -> EvalResult:
     """Load ``run``'s checkpoint onto ``device`` and evaluate it on ``env_id`` (default: its
-    training env)."""
+    training env), through EnvPool where ``vector`` (default: the run's ``env.vector``) is
+    ``envpool``."""
     policy, config = load_policy(run, device)
     env_id = env_id or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
-    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs)
+    vector = vector or ("envpool" if config.env.vector == "envpool" else "sync")
+    return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs, vector=vector)
 
 
 @torch.no_grad()

@@ -39,16 +39,17 @@ class EnvConfig:
     ``memcores/*``)."""
     n_envs: int = 8
     """Number of parallel environments in the vector env."""
-    vector: Literal["sync", "async", "batched"] = "sync"
+    vector: Literal["sync", "async", "batched", "envpool"] = "sync"
     """``sync`` steps the envs in the trainer's process; ``async`` steps them in
     ``env.workers`` worker processes over shared memory, in two groups, so the policy acts on
     one group while the other steps (both CPU cores busy; ``memcores bench rl`` measures it;
     :mod:`envs.vector`); ``batched`` steps all of them as tensors on the device the policy
     acts on, and the rollout never leaves that device (:mod:`envs.batched`; ids with a batched
-    version only)."""
+    version only); ``envpool`` steps ``MiniGrid-*`` ids in EnvPool's C++ envs on
+    ``env.workers`` threads (the ``envpool`` extra; :mod:`envs.envpool_env`)."""
     workers: int = 1
     """Worker processes when ``vector`` is ``async`` (group ``g`` of the envs lives in worker
-    ``g % workers``)."""
+    ``g % workers``); EnvPool's threads when it is ``envpool``."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra constructor options of the env (e.g. ``max_steps``)."""
 
@@ -67,11 +68,15 @@ class EnvConfig:
                     f"env.vector=batched: env.id {self.id!r} has no batched version; batched "
                     f"ids: {', '.join(batched_ids())}"
                 )
+        from envs import envpool_env
         from envs.suites import unavailable_reason
 
         why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset
         if why:
             raise ValueError(f"env.id {self.id!r} is unavailable: {why}")
+        why = envpool_env.unavailable_reason(self.id) if self.vector == "envpool" else None
+        if why:
+            raise ValueError(why)
 
 
 @dataclass

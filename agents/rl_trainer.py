@@ -59,6 +59,7 @@ from agents.update_graph import UpdateGraph, keyed_by_state, refusal
 from cores.diagnostics import timescales
 from cores.graphed import cuda_only, graph_switch, maybe_graphed
 from envs.batched import BatchedEnv, make_batched_env
+from envs.envpool_env import EnvPoolVectorEnv
 from envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
@@ -104,7 +105,7 @@ def make_vector_env(
     env_kwargs: dict[str, Any] | None = None,
     workers: int = 1,
     device: torch.device | str = "cpu",
-) -> VectorEnv | BatchedEnv:
+) -> VectorEnv | BatchedEnv | EnvPoolVectorEnv:
     """``n_envs`` copies of ``env_id`` (env ``i`` seeded ``seed + i``), auto-reset in the SAME
     step (:mod:`envs.vector`): the observation after a terminal step is already the next
     episode's first one, so every stored transition is a real one.
@@ -112,11 +113,14 @@ def make_vector_env(
     :param vector: ``sync`` steps the envs in this process; ``async`` in ``workers`` worker
         processes over shared memory, in two groups so that the policy acts on one group while
         the other steps; ``batched`` steps them all as tensors on ``device``
-        (:mod:`envs.batched`).
+        (:mod:`envs.batched`); ``envpool`` in EnvPool's C++ envs on ``workers`` threads
+        (:mod:`envs.envpool_env`).
     :raises ValueError: unknown env id or bad env options (before any process is started).
     """
     if vector == "batched":
         return make_batched_env(env_id, n_envs, device, env_kwargs)
+    if vector == "envpool":
+        return EnvPoolVectorEnv(env_id, n_envs, seed, env_kwargs, threads=workers)
     if vector == "async":
         return VectorEnv(env_id, n_envs, seed, env_kwargs, workers=workers, groups=2)
     return VectorEnv(env_id, n_envs, seed, env_kwargs)

@@ -10,6 +10,7 @@ robust to a busy, shared machine.
     memcores bench envs            # 5 rounds x 10000 steps per env and observation code
     memcores bench envs --quick    # 2 rounds x 1000 steps (smoke test)
     memcores bench envs --batched  # the batched torch envs (experiments/bench/batched_envs.py)
+    memcores bench envs --envpool  # MemoryS7 through EnvPool vs memcores' vector env
 """
 
 from __future__ import annotations
@@ -85,6 +86,19 @@ def result_table(result: dict[tuple[str, bool], float]) -> Table:
     return Table("random actions through envs.make_env, median round", columns, rows)
 
 
+def envpool_options(parser: argparse.ArgumentParser) -> None:
+    """``--envpool`` and its options (:mod:`experiments.bench.envs_envpool`)."""
+    parser.add_argument(
+        "--envpool",
+        action="store_true",
+        help="time MiniGrid-MemoryS7 through EnvPool beside memcores' vector env instead",
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024], help="--envpool: envs")
+    parser.add_argument(
+        "--env-steps", type=int, default=100_000, help="--envpool: env steps per engine and round"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv and "--batched" in argv:  # the batched torch envs: their own table
         from experiments.bench import batched_envs
@@ -96,7 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="2 rounds x 1000 steps")
     add_record_arguments(parser, "envs")
+    envpool_options(parser)
     args = parser.parse_args(argv or [])
+    if args.envpool:
+        from experiments.bench import envs_envpool
+
+        return envs_envpool.main(args, "memcores bench envs " + " ".join(argv or []))
     if args.quick:
         args.steps, args.rounds = 1000, 2
     if args.steps < 1 or args.rounds < 1:

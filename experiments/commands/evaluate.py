@@ -21,6 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--argmax", action="store_true", help="greedy actions, not sampled")
     parser.add_argument("--seed", type=seed, default=10_000, help="env seed (default 10000)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
+    parser.add_argument(
+        "--vector",
+        choices=("sync", "envpool"),
+        default=None,
+        help="step the envs in memcores (sync) or EnvPool's C++ MiniGrid (envpool; the "
+        "envpool extra); default: the run's env.vector",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument(
         "--phases",
@@ -38,7 +45,13 @@ def run(args: argparse.Namespace) -> int:
         return _phases(args, resolve_device(args.device))
 
     result = evaluate_run(
-        args.run, args.env, args.episodes, args.argmax, args.seed, resolve_device(args.device)
+        args.run,
+        args.env,
+        args.episodes,
+        args.argmax,
+        args.seed,
+        resolve_device(args.device),
+        vector=args.vector,
     )
     if args.json:
         print(
