@@ -106,8 +106,7 @@ def train_torchrl_ppo(config: TorchRLPPOConfig, log: Any = print) -> dict[str, A
     memcores logs as ``rollout/ep_rew_mean``); ``curve`` has one row per batch.
     """
     torch.manual_seed(config.seed)
-    np.random.seed(config.seed)
-    torch.set_num_threads(1)  # memcores' train.threads=1: one process per core, no oversubscription
+    torch.set_num_threads(1)  # as memcores' train.threads=1: no oversubscribed cores
     probe = make_popgym(config.env_id)
     obs_size = probe.observation_space["vector"].shape[0]
     actor, critic, core = build_actor_critic(config, obs_size, int(probe.action_space.n))
@@ -125,7 +124,7 @@ def train_torchrl_ppo(config: TorchRLPPOConfig, log: Any = print) -> dict[str, A
         critic,
         clip_epsilon=config.clip_range,
         entropy_coeff=config.ent_coef,
-        critic_coeff=config.vf_coef,
+        critic_coeff=config.vf_coef / 2,  # memcores: vf_coef * 0.5 * MSE; torchrl: coeff * MSE
         loss_critic_type="l2",
         normalize_advantage=True,
     )

@@ -78,8 +78,9 @@ def test_primer_declares_every_state_tensor():
 
 def test_collector_values_are_exact_across_episode_boundaries():
     """add_state_values from stored states equals the critic run over each whole row."""
-    from agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
     from torchrl.collectors import Collector
+
+    from agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
 
     torch.manual_seed(0)
     config = TorchRLPPOConfig(n_envs=2, n_steps=120)  # RepeatPreviousEasy: 52-step episodes
