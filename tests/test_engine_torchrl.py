@@ -14,6 +14,17 @@ from agents.torchrl_module import CoreModule, add_state_values  # noqa: E402
 from cores import CORES, make_core  # noqa: E402
 
 B, T, D, H = 3, 7, 5, 8
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the trainers use: small batches on a shared CPU run many times
+    slower with a thread per core contending."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _episode_starts(generator: torch.Generator) -> torch.Tensor:
@@ -83,11 +94,11 @@ def test_collector_values_are_exact_across_episode_boundaries():
     from agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
 
     torch.manual_seed(0)
-    config = TorchRLPPOConfig(n_envs=2, n_steps=120)  # RepeatPreviousEasy: 52-step episodes
+    config = TorchRLPPOConfig(n_envs=2, n_steps=64)  # RepeatPreviousEasy: 52-step episodes
     actor, critic, core = build_actor_critic(config, 9, 4)
     env = _make_env(config, core)
-    collector = Collector(env, actor, frames_per_batch=240, total_frames=240)
-    data = next(iter(collector)).reshape(2, 120)
+    collector = Collector(env, actor, frames_per_batch=128, total_frames=128)
+    data = next(iter(collector)).reshape(2, 64)
     collector.shutdown()
     assert data["next", "done"].sum() >= 2  # boundaries inside the rows
     add_state_values(critic, data)
@@ -119,3 +130,17 @@ def test_torchrl_ppo_learns_repeat_previous():
     result = train_torchrl_ppo(TorchRLPPOConfig(core="gru", seed=0), log=lambda _: None)
     assert result["frames"] == 50_176
     assert result["final_mmer"] > -0.35
+
+
+@pytest.mark.slow
+def test_docs_example_runs():
+    """The torchrl example of docs/engines.md, cut to one batch."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "engines.md").read_text()
+    code = re.search(r"```python\n(import torch\n.*?)```", text, re.S).group(1)
+    assert "total_frames=10_240" in code
+    scope: dict = {}
+    exec(compile(code.replace("total_frames=10_240", "total_frames=1_024"), "docs", "exec"), scope)
+    assert scope["data"].shape == (8, 128) and "advantage" in scope["data"].keys()
