@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # RLlib PPO (agents.rllib_module) with its env runners on two Ray nodes on one host: a
-# head node and a worker node, each with its own ports and temp dir, each offering one "memcores_runner" slot so each of the two env runners lands on a different node. The
+# head node and a worker node, each with its own ports and temp dir, each offering one
+# "memcores_runner" slot, so each of the two env runners lands on a different node. The
 # learner runs in the driver, on the head node. On real machines, run the two `ray start`
 # lines on two hosts with their own addresses instead of 127.0.0.1.
 #
