@@ -36,6 +36,7 @@ from tensordict.nn import TensorDictModuleBase
 from torch import Tensor
 from torchrl.data.tensor_specs import Unbounded
 from torchrl.envs.transforms import TensorDictPrimer
+from torchrl.modules import set_recurrent_mode
 from torchrl.modules.tensordict_module.rnn import recurrent_mode as torchrl_recurrent_mode
 
 from cores import MemoryCore
@@ -141,8 +142,6 @@ def add_state_values(
         (run here in single-step mode).
     :return: ``data``, for chaining; pass it to torchrl's ``GAE``, which then reuses these.
     """
-    from torchrl.modules import set_recurrent_mode
-
     with set_recurrent_mode(False):
         root = critic(data.select(*critic.in_keys, strict=False).clone(False))
         following = data.get("next").select(*critic.in_keys, strict=False).clone(False)

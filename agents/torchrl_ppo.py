@@ -90,13 +90,8 @@ def build_actor_critic(
         distribution_class=Categorical,
         return_log_prob=True,
     )
-    value = TensorDictModule(
-        lambda memory: net.critic(memory), in_keys=["memory"], out_keys=["state_value"]
-    )
-    critic = TensorDictSequential(encoder, core, value)
-    # the lambda hides net.critic from the module tree; register it for parameters()
-    critic.add_module("critic_head", net.critic)
-    return actor, critic, core
+    value = TensorDictModule(net.critic, in_keys=["memory"], out_keys=["state_value"])
+    return actor, TensorDictSequential(encoder, core, value), core
 
 
 def train_torchrl_ppo(config: TorchRLPPOConfig, log: Any = print) -> dict[str, Any]:
