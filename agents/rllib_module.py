@@ -182,6 +182,7 @@ def train_rllib_ppo(config: PPOConfig, total_frames: int, log: Any = print) -> d
 
     import ray
 
+    torch.set_num_threads(1)  # the learner runs in this process, as memcores' threads=1
     start = time.perf_counter()
     algo = config.build_algo()
     setup = time.perf_counter() - start

@@ -89,11 +89,8 @@ def run_rllib(
     """RLlib PPO with two env runners (4 envs each): on a local Ray, or, with ``address``,
     on a running cluster with one runner per node offering :data:`RUNNER_RESOURCE`."""
     import ray
-    import torch
 
     from agents.rllib_module import core_ppo_config, train_rllib_ppo
-
-    torch.set_num_threads(1)  # the learner runs in this process; runners get one CPU each
 
     config = core_ppo_config(core, ENV_ID, seed=seed, num_env_runners=2)
     if address:
