@@ -24,8 +24,9 @@ Two modes, chosen like ``LSTMModule``'s, by torchrl's ``set_recurrent_mode`` con
 
 Values for GAE: :func:`add_state_values` evaluates the critic at every step of a collected
 batch from the states the collector stored, which is exact; torchrl's GAE then skips its own
-value calls. (GAE's recurrent path re-runs the critic over ``"next"`` with ``is_init`` copied
-from the root, which restarts the memory one step late at every episode boundary.)
+value calls. (GAE's own pass over ``"next"`` copies the root's ``is_init`` there and relies on
+``LSTMModule`` restarting from the stored state at those flags; a core resets to its initial
+state instead. It also needs ``vmap`` off: a core's resets are data-dependent control flow.)
 """
 
 from __future__ import annotations
