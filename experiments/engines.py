@@ -154,6 +154,10 @@ def _memcores_reference(root: Path, core: str, frames: int) -> list[float]:
     return values
 
 
+def _mmer_column(folder: Path) -> list[str]:
+    return [row["rollout/ep_rew_mean"] for row in csv.DictReader(open(folder / "curve.csv"))]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Write ``REPORT.md``: one row per record, the popgym_150k reference beside it."""
     results = Path(args.results)
@@ -196,6 +200,22 @@ def cmd_report(args: argparse.Namespace) -> int:
         if ref:
             shown = ", ".join(f"{v:.3f}" for v in ref)
             lines.append(f"- {core} at {frames} frames: MMER {shown} (seeds 0-{len(ref) - 1})")
+    for run in records:
+        placement = run.record.get("placement")
+        if not placement or len(placement.get("nodes", [])) < 2:
+            continue
+        runner_nodes = [runner["node_id"][:12] for runner in placement["env_runners"]]
+        lines += ["", f"Cluster run `{run.path.name}` (`experiments/rllib_cluster.sh`): "
+                  f"{len(placement['nodes'])} Ray nodes; "
+                  f"env runners on nodes {', '.join(runner_nodes)}; learner on node "
+                  f"{placement['learner']['node_id'][:12]}."]  # fmt: skip
+        local = results / run.path.name.replace(",cluster=2-node", "")
+        if (local / "curve.csv").is_file():
+            same = _mmer_column(local) == _mmer_column(run.path)
+            lines.append(
+                f"Its learning curve is {'identical to' if same else 'different from'} the "
+                f"one-node run `{local.name}` (same seed)."
+            )
     hardware = {run.record["hardware"] for run in records}
     lines += ["", f"Hardware: {', '.join(sorted(hardware))}; the machine was shared with other "
               "jobs, so frames/s compare runs made side by side, not absolute speeds.", "",
