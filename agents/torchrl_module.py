@@ -1,0 +1,153 @@
+"""Any memcores core as a torchrl module (``pip install memcores[torchrl]``).
+
+:class:`CoreModule` plays the part of torchrl's ``LSTMModule``/``GRUModule`` for every core in
+:data:`cores.CORES`::
+
+    from torchrl.envs import InitTracker, TransformedEnv
+    from agents.torchrl_module import CoreModule
+
+    core = CoreModule(make_core("ur_lstm", 64, 128), in_key="embed", out_key="memory")
+    env = TransformedEnv(env, InitTracker())            # writes "is_init"
+    env.append_transform(core.make_tensordict_primer())  # the collector tracks the state
+
+Two modes, chosen like ``LSTMModule``'s, by torchrl's ``set_recurrent_mode`` context
+(or ``default_recurrent_mode``):
+
+- **single-step** (acting in a collector): any batch shape, each entry one step. The state is
+  read from ``"<state_key>_<i>"`` and written to ``("next", "<state_key>_<i>")``; where
+  ``is_init`` is true the row is reset to the core's *own* initial state (not zeros).
+- **recurrent** (losses): a ``[B, T]`` batch, time last. The state at ``t = 0`` of each row
+  seeds one core call over the row; ``is_init`` is passed to the core as its ``starts``, so
+  episode boundaries inside a row reset inside the core (no split-and-pad). The state written
+  to ``"next"`` is zero except at the last step, which holds the final state (``LSTMModule``'s
+  convention).
+
+Values for GAE: :func:`add_state_values` evaluates the critic at every step of a collected
+batch from the states the collector stored, which is exact; torchrl's GAE then skips its own
+value calls. (GAE's own pass over ``"next"`` copies the root's ``is_init`` there and relies on
+``LSTMModule`` restarting from the stored state at those flags; a core resets to its initial
+state instead. It also needs ``vmap`` off: a core's resets are data-dependent control flow.)
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from torch import Tensor
+from torchrl.data.tensor_specs import Unbounded
+from torchrl.envs.transforms import TensorDictPrimer
+from torchrl.modules import set_recurrent_mode
+from torchrl.modules.tensordict_module.rnn import recurrent_mode as torchrl_recurrent_mode
+
+from cores import MemoryCore
+
+
+class CoreModule(TensorDictModuleBase):
+    """A memcores core reading and writing a tensordict.
+
+    :param core: any :class:`~cores.MemoryCore`.
+    :param in_key: the ``[..., input_size]`` input entry.
+    :param out_key: the ``[..., hidden_size]`` output entry.
+    :param state_key: prefix of the state entries, one per state tensor
+        (``"<state_key>_0"``, ``"<state_key>_1"``, ...); give two cores different prefixes.
+    :param default_recurrent_mode: the mode outside torchrl's ``set_recurrent_mode``.
+    """
+
+    def __init__(
+        self,
+        core: MemoryCore,
+        in_key: str = "embed",
+        out_key: str = "memory",
+        state_key: str = "recurrent_state",
+        default_recurrent_mode: bool = False,
+    ) -> None:
+        super().__init__()
+        self.core = core
+        template = core.initial_state(1)
+        self.state_keys = [f"{state_key}_{i}" for i in range(len(template))]
+        self._state_specs = [(tuple(s.shape[1:]), s.dtype) for s in template]
+        self.in_keys = [in_key, *self.state_keys, "is_init"]
+        self.out_keys = [out_key, *(("next", key) for key in self.state_keys)]
+        self._default_recurrent_mode = bool(default_recurrent_mode)
+
+    @property
+    def recurrent_mode(self) -> bool:
+        """True inside ``torchrl.modules.set_recurrent_mode(True)`` (or by default)."""
+        mode = torchrl_recurrent_mode()
+        return self._default_recurrent_mode if mode is None else bool(mode)
+
+    def make_tensordict_primer(self) -> TensorDictPrimer:
+        """The transform that adds the state entries to an env's specs, so collectors carry
+        the state from ``"next"`` to the root at every step. Its zeros at a reset are never
+        read: ``is_init`` resets the row to the core's initial state first."""
+        return TensorDictPrimer(
+            {
+                key: Unbounded(shape=shape, dtype=dtype)
+                for key, (shape, dtype) in zip(self.state_keys, self._state_specs, strict=True)
+            },
+            expand_specs=True,
+        )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Run the core on ``tensordict`` (see the module docstring for the two modes)."""
+        shape = tensordict.shape
+        if self.recurrent_mode:
+            if tensordict.ndim == 0:
+                raise ValueError("recurrent mode needs a tensordict with a time dimension")
+            shaped = tensordict.unsqueeze(0) if tensordict.ndim == 1 else tensordict
+            shaped = shaped.flatten(0, -2) if shaped.ndim > 2 else shaped  # [B, T]
+        else:
+            shaped = tensordict.reshape(-1).unsqueeze(-1)  # [N, 1]: one step per entry
+        x = shaped.get(self.in_keys[0]).transpose(0, 1)  # [T, B, D]
+        batch = x.shape[1]
+        starts = shaped.get("is_init", None)
+        if starts is None:
+            starts = torch.zeros(shaped.shape, dtype=torch.bool, device=x.device)
+            starts[:, 0] = True  # no state tracked: every row starts an episode
+        starts = starts.reshape(shaped.shape).transpose(0, 1).bool()  # [T, B]
+        stored = [shaped.get(key, None) for key in self.state_keys]
+        if any(s is None for s in stored):
+            state = self.core.initial_state(batch, x.device)
+        else:
+            state = tuple(s[:, 0] for s in stored)  # the state before each row's first step
+        y, final = self.core(x, state, starts)  # y: [T, B, H]
+        shaped.set(self.out_keys[0], y.transpose(0, 1))
+        for key, tensor in zip(self.out_keys[1:], final, strict=True):
+            shaped.set(key, _at_last_step(tensor, shaped.shape[1]))
+        if shaped is not tensordict:
+            tensordict.update(shaped.reshape(shape))
+        return tensordict
+
+
+def _at_last_step(state: Tensor, steps: int) -> Tensor:
+    """``[B, ...]`` final state -> ``[B, steps, ...]``: zeros, the state at the last step."""
+    out = state.new_zeros(state.shape[0], steps, *state.shape[1:])
+    out[:, -1] = state
+    return out
+
+
+@torch.no_grad()
+def add_state_values(
+    critic: TensorDictModuleBase, data: TensorDictBase, value_key: str = "state_value"
+) -> TensorDictBase:
+    """Write ``value_key`` and ``("next", value_key)`` into a collected ``[B, T]`` batch.
+
+    The collector stored, at every step, the state before it (root) and after it
+    (``"next"``); both were made by the parameters being evaluated, so evaluating the critic
+    one step at a time from them gives exactly the values a recurrent pass would, including
+    ``V(s_{t+1})`` after the last step and across episode boundaries. ``"next"`` steps are
+    never reset (``is_init`` false): the stored state already follows the episode.
+
+    :param critic: a tensordict module whose recurrent part is a :class:`CoreModule`
+        (run here in single-step mode).
+    :return: ``data``, for chaining; pass it to torchrl's ``GAE``, which then reuses these.
+    """
+    with set_recurrent_mode(False):
+        root = critic(data.select(*critic.in_keys, strict=False).clone(False))
+        following = data.get("next").select(*critic.in_keys, strict=False).clone(False)
+        following.set("is_init", torch.zeros_like(data.get("is_init")))
+        following = critic(following)
+    data.set(value_key, root.get(value_key))
+    data.set(("next", value_key), following.get(value_key))
+    return data
