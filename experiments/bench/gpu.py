@@ -48,13 +48,7 @@ GRAPHED = " (CUDA graph)"  # suffix of a row timed through GraphedCore
 OWN_LOOP_SPEEDUP = 5.0  # target of a step-loop core through graphs against its eager loop
 LSTM_PRESETS = frozenset(presets_of("cores.gated:GatedLSTM"))
 GRU_PRESETS = frozenset(presets_of("cores.gru:GatedGRU"))
-PARTS: dict[str, float] = {
-    "cores": 90.0,
-    "scaling": 30.0,
-    "acting": 5.0,
-    "rl": 65.0,
-    "supervised": 20.0,
-}
+PARTS: dict[str, float] = dict(cores=90.0, scaling=30.0, acting=5.0, rl=65.0, supervised=20.0)
 """Each part's time budget in seconds (checked between measurements); what a part leaves
 goes to the next."""
 
@@ -136,14 +130,9 @@ def time_runner(
     timed(run, device)  # warm-up
     second = timed(run, device)
     calls = max(1, min(MAX_CALLS_PER_WINDOW, int(window_s / max(second, 1e-9))))
-
-    def window() -> None:
-        for _ in range(calls):
-            run()
-
     times = [second] if calls == 1 else []  # a call that fills a window is a window
     while len(times) < reps and clock.left() >= 2 * calls * second:
-        times.append(timed(window, device) / calls)
+        times.append(timed(lambda: [run() for _ in range(calls)], device) / calls)
     return statistics.median(times) if times else second
 
 
@@ -254,14 +243,12 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, against: str) -
     T, B, D, H = sizes.cores
     shape = dict(T=T, B=B, D=D, H=H)
     record = committed_ms(against, shape)
-    return {
-        "shape": shape,
-        "against": against if record else None,
-        "rows": [_core_row(n, ms, graphed.get(n), eager, record) for n, ms in eager.items()],
-        "baseline_runs": runs,
-        "errors": errors,
-        "not_measured": not_measured,
-    }
+    rows = [_core_row(n, ms, graphed.get(n), eager, record) for n, ms in eager.items()]
+    against = against if record else None
+    return dict(
+        shape=shape, against=against, rows=rows, baseline_runs=runs, errors=errors,
+        not_measured=not_measured,
+    )  # fmt: skip
 
 
 def _core_row(
@@ -272,18 +259,12 @@ def _core_row(
     x_gru = best / eager["nn.GRU"] if "nn.GRU" in eager else None
     x_loop = ms / ms_graphed if ms_graphed is not None else None
     committed = record.get(name)
-    return {
-        "core": name,
-        "ms": ms,
-        "ms_graphed": ms_graphed,
-        "best_ms": best,
-        "x_nn_lstm": x_lstm,
-        "x_nn_gru": x_gru,
-        "x_own_loop": x_loop,
-        "record_ms": committed,
-        "x_record": best / committed if committed else None,
-        "target": target(name, x_lstm, x_gru, x_loop),
-    }
+    x_record = best / committed if committed else None
+    return dict(
+        core=name, ms=ms, ms_graphed=ms_graphed, best_ms=best, x_nn_lstm=x_lstm, x_nn_gru=x_gru,
+        x_own_loop=x_loop, record_ms=committed, x_record=x_record,
+        target=target(name, x_lstm, x_gru, x_loop),
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ scaling
@@ -321,14 +302,8 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
         rows.append(
             {"core": name, "ms": times, "growth": growth, "target": mark and f"{mark} <=8x"}
         )
-    return {
-        "B": B,
-        "H": H,
-        "lengths": list(sizes.scan_lengths),
-        "rows": rows,
-        "errors": errors,
-        "not_measured": not_measured,
-    }
+    lengths = list(sizes.scan_lengths)
+    return dict(B=B, H=H, lengths=lengths, rows=rows, errors=errors, not_measured=not_measured)
 
 
 # ------------------------------------------------------------------------------ acting
@@ -467,15 +442,12 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
         f"{what} {'eager' if g is None else g.failure or f'{g.replays} steps replayed'}"
         for what, g in (("acting", step), ("update", graph))
     ]
-    return {
-        "fps": n_envs * agent.n_steps / (collect + upd),
-        "collect_s": collect,
-        "update_s": upd,
-        "epochs_timed": f"{timed_epochs}/{agent.n_epochs}",
-        "acting": describe_acting(s.device, n_envs, graphed=s.graph_acting),
-        "graphs": "; ".join(graphs),
-        "threads": torch.get_num_threads(),
-    }
+    return dict(
+        fps=n_envs * agent.n_steps / (collect + upd), collect_s=collect, update_s=upd,
+        epochs_timed=f"{timed_epochs}/{agent.n_epochs}",
+        acting=describe_acting(s.device, n_envs, graphed=s.graph_acting),
+        graphs="; ".join(graphs), threads=torch.get_num_threads(),
+    )  # fmt: skip
 
 
 def _warm_epochs(agent: Any, n_envs: int, graph: Any) -> int:
@@ -553,12 +525,9 @@ def supervised_rate(overrides: list[str], device: str, updates: int, clock: Cloc
             train_step(prep, data.train_batch(2 + done), config.optim.lr, math.inf)
             done += 1
         sync(prep.device)
-    return {
-        "s_per_update": (time.perf_counter() - start) / done,
-        "updates": done,
-        "core": config.core.name,
-        "threads": torch.get_num_threads(),
-    }
+    seconds = (time.perf_counter() - start) / done
+    return dict(s_per_update=seconds, updates=done, core=config.core.name,
+                threads=torch.get_num_threads())  # fmt: skip
 
 
 def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
@@ -577,13 +546,10 @@ def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, against: s
     return {"config": COPY, "overrides": overrides, "cpu": cpu, "device": dev, "x_cpu": x_cpu}
 
 
-RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = {
-    "cores": part_cores,
-    "scaling": part_scaling,
-    "acting": part_acting,
-    "rl": part_rl,
-    "supervised": part_supervised,
-}
+RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = dict(
+    cores=part_cores, scaling=part_scaling, acting=part_acting, rl=part_rl,
+    supervised=part_supervised,
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ main
@@ -597,16 +563,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="runs/bench_gpu", help="folder for the JSON and markdown")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a check that it runs)")
-    parser.add_argument(
-        "--parts",
-        default=",".join(PARTS),
-        help=f"comma-separated parts (default {','.join(PARTS)})",
-    )
-    parser.add_argument(
-        "--against",
-        default=RECORD,
-        help=f"a committed bench_gpu.json to compare (default {RECORD})",
-    )
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts")
+    parser.add_argument("--against", default=RECORD, help="a committed bench_gpu.json to compare")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = [p for p in parts if p not in PARTS]
@@ -622,12 +580,9 @@ def main(argv: list[str]) -> int:
     sizes = QUICK if args.quick else Sizes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
-        "command": "memcores bench gpu " + " ".join(argv),
-        "hardware": info(device),
-        "budgets_s": {p: PARTS[p] for p in parts},
-        "parts": {},
-    }
+    command = "memcores bench gpu " + " ".join(argv)
+    budgets = {p: PARTS[p] for p in parts}
+    results = dict(command=command, hardware=info(device), budgets_s=budgets, parts={})
     print(f"bench gpu: device {device}, parts {', '.join(parts)}; writing {out}", flush=True)
     carry = 0.0
     with warnings.catch_warnings():

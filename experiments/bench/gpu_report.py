@@ -141,14 +141,10 @@ def not_measured(parts: dict[str, Any]) -> list[str]:
     return lines
 
 
-SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "cores": cores,
-    "scaling": scaling,
-    "acting": acting,
-    "rl": rl,
-    "supervised": supervised,
-}
-"""Each part's renderer, in the order the parts appear in the report."""
+# each part's renderer, in the order the parts appear in the report
+SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = dict(
+    cores=cores, scaling=scaling, acting=acting, rl=rl, supervised=supervised
+)
 
 
 def markdown(results: dict[str, Any]) -> str:
