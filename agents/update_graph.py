@@ -76,9 +76,7 @@ def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentCon
 
 def _tensors(batch: ChunkBatch) -> list[Tensor]:
     """Every tensor of ``batch``, in a fixed order."""
-    obs = [batch.obs[k] for k in sorted(batch.obs)]
-    rest = (batch.starts, batch.actions, batch.logprobs, batch.values, batch.advantages)
-    return [*obs, *rest, batch.returns, *batch.state]
+    return [*(batch.obs[k] for k in sorted(batch.obs)), *batch[1:7], *batch.state]
 
 
 def _layout(batch: ChunkBatch) -> tuple:
@@ -92,16 +90,8 @@ def _layout(batch: ChunkBatch) -> tuple:
 
 def _clone(batch: ChunkBatch) -> ChunkBatch:
     """A copy of ``batch`` in fresh buffers."""
-    return ChunkBatch(
-        obs={k: v.clone() for k, v in batch.obs.items()},
-        starts=batch.starts.clone(),
-        actions=batch.actions.clone(),
-        logprobs=batch.logprobs.clone(),
-        values=batch.values.clone(),
-        advantages=batch.advantages.clone(),
-        returns=batch.returns.clone(),
-        state=tuple(s.clone() for s in batch.state),
-    )
+    obs = {k: v.clone() for k, v in batch.obs.items()}  # then starts .. returns, state
+    return ChunkBatch(obs, *(t.clone() for t in batch[1:7]), tuple(s.clone() for s in batch.state))
 
 
 def _storage(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> tuple[int, ...]:
