@@ -74,20 +74,13 @@ class Sizes:
 
 _TINY_RL = ("agent.n_steps=16", "agent.seq_len=16", "core.hidden_size=8")
 QUICK = Sizes(
-    cores=(8, 2, 8, 8),
-    scaling_b_h=(2, 8),
-    scan_lengths=(16, 64),
-    loop_lengths=(16,),
-    reps=1,
-    window_s=0.0,
-    acting_envs=(2, 4),
-    acting_steps=3,
-    rl_envs=(8,),
+    cores=(8, 2, 8, 8), scaling_b_h=(2, 8), scan_lengths=(16, 64), loop_lengths=(16,), reps=1,
+    window_s=0.0, acting_envs=(2, 4), acting_steps=3, rl_envs=(8,),
     rl_overrides=(*_TINY_RL, "agent.minibatch_size=32"),
     popgym_overrides=(*_TINY_RL, "env.n_envs=2", "agent.minibatch_size=16"),
     supervised_overrides=("task.length=10", "core.hidden_size=8", "train.batch_size=8"),
     supervised_updates=2,
-)
+)  # fmt: skip
 
 
 class Clock:
@@ -299,9 +292,7 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
     for name, times in ms.items():
         growth = times[last] / times[first] if {first, last} <= times.keys() else None
         mark = "" if growth is None or name not in SCAN_CORES else "ok" if growth <= 8 else "MISS"
-        rows.append(
-            {"core": name, "ms": times, "growth": growth, "target": mark and f"{mark} <=8x"}
-        )
+        rows.append(dict(core=name, ms=times, growth=growth, target=mark and f"{mark} <=8x"))
     lengths = list(sizes.scan_lengths)
     return dict(B=B, H=H, lengths=lengths, rows=rows, errors=errors, not_measured=not_measured)
 
@@ -363,7 +354,8 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
     policies = {"cpu": build_policy(config, 7, (7, 7, 3)).eval()}
     if device.type != "cpu":
         policies["device"] = build_policy(config, 7, (7, 7, 3)).to(device).eval()
-        policies["graphed"] = policies["device"] if device.type == "cuda" else None
+    if device.type == "cuda":
+        policies["graphed"] = policies["device"]
     rng = np.random.default_rng(0)
     rows, not_measured = [], []
     try:
@@ -375,8 +367,6 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
             obs["direction"] = rng.integers(0, 4, n)
             row: dict[str, Any] = {"n_envs": n, "rule": str(acting_device(device, n))}
             for where, policy in policies.items():
-                if policy is None:
-                    continue
                 dev = torch.device("cpu") if where == "cpu" else device
                 try:
                     step = acting_step(policy, obs, dev, graphed=where == "graphed")
