@@ -200,23 +200,17 @@ class RecordedCall(Generic[Out]):
                 self.replay = self.record()
             except RuntimeError as err:  # training goes on, eagerly, rather than stop
                 self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-                warnings.warn(
-                    f"{self.what}: recording failed ({self.failure}); it runs eagerly from now on",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                why = f"{self.what}: recording failed ({self.failure}); it runs eagerly from now on"
+                warnings.warn(why, RuntimeWarning, stacklevel=2)
                 return self.fn(*args)
         self.replays += 1
         return self.replay(*args)
 
 
 def recorded_call(
-    fn: Callable[[], Out],
-    recorder: EagerRecorder,
-    what: str,
-    settings: Settings = contextlib.nullcontext,
-    warmup_calls: int = WARMUP_CALLS,
-) -> RecordedCall[Out]:
+    fn: Callable[[], Out], recorder: EagerRecorder, what: str,
+    settings: Settings = contextlib.nullcontext, warmup_calls: int = WARMUP_CALLS,
+) -> RecordedCall[Out]:  # fmt: skip
     """``fn`` (no arguments, fixed addresses) as a :class:`RecordedCall` of ``recorder``."""
     record = lambda: recorder.record(fn, settings)  # noqa: E731
     return RecordedCall(fn, record, what, recorder.warmup, warmup_calls)
