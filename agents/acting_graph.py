@@ -1,17 +1,12 @@
 """Acting steps replayed from CUDA graphs (``train.graph_acting``).
 
-One acting step of a GPU policy (``T = 1``: the encoders, the core's step with its reset,
-the heads and the action sampling) is a few dozen small kernels, so at RL batch sizes the GPU
-waits on their launches, and an eager GPU step is slower than the CPU's below a few hundred
-envs (docs/cores.md, "Speed on a GPU", has the H100 timings).
-:class:`ActingGraph` is a drop-in :data:`agents.rollout.Acting`: per input shape (one per env
-group) it copies the step's inputs into static buffers, replays :func:`agents.rollout.act`
-recorded on them (after warm-up steps, :class:`cores.graphed.RecordedCall`) and
-returns the static outputs, which the rollout reads before the next step. The weights are read
-where they live, so every update reaches the replays; the sampling draws from the device's
-generator, whose offsets a CUDA graph advances at each replay. A step that cannot be recorded
-(a core whose step reads the device from the host, such as ``mem_lstm``, which reads its
-memory's width) warns once and acts eagerly.
+One acting step of a GPU policy (encoders, the core's step with its reset, heads, sampling) is
+a few dozen small kernels, so an eager GPU step is slower than the CPU's below a few hundred
+envs. :class:`ActingGraph` is a drop-in :data:`agents.rollout.Acting`: per input shape it
+copies the inputs into static buffers and replays :func:`agents.rollout.act` recorded on them.
+Weights are read where they live, so every update reaches the replays; sampling draws from the
+device's generator, whose offsets a graph advances at each replay. A step that cannot be
+recorded (``mem_lstm`` reads its memory's width on the host) warns once and acts eagerly.
 """
 
 from __future__ import annotations
@@ -54,8 +49,7 @@ class ActingGraph:
     """:func:`agents.rollout.act` of ``policy``, replayed from one recording per input shape.
 
     :param policy: the acting policy, on the device its inputs come to.
-    :param recorder: :class:`cores.graphed.CudaRecorder` (default) or the tests'
-        :class:`cores.graphed.EagerRecorder`.
+    :param recorder: ``CudaRecorder`` (default) or the tests' ``EagerRecorder``.
     :param warmup_calls: eager steps per shape before it is recorded (at least one).
     """
 

@@ -1,39 +1,23 @@
-"""The PPO update's minibatch step recorded once as a CUDA graph and replayed.
+"""The PPO update's minibatch step recorded once as a CUDA graph and replayed
+(``train.graph_update``): a minibatch step is a few hundred small kernels whose launches a GPU
+waits on at RL shapes.
 
-A minibatch step (one core call over ``[L, M]`` chunks, the loss, backward, gradient clipping,
-fused Adam) is a few hundred small kernels. At RL shapes the GPU waits on their launches, not
-on the arithmetic; :class:`UpdateGraph` launches the whole step as one graph instead
-(``train.graph_update``).
+- **Fixed addresses.** The rollout is copied into static buffers once per update; a minibatch
+  is chosen by copying its chunk indices into a static ``[M]`` index, and the step returns its
+  loss terms as one static ``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay.
+- **The learning rate** is a device tensor while recorded, filled before each update, so
+  annealing reaches the replays. A non-finite minibatch is skipped on the device (fused
+  Adam's ``found_inf``), as in the eager update.
+- **Warm-up.** The first minibatches of a new layout run eagerly on a side stream (optimiser
+  state, kernel compilation); the next is recorded, then every full-size minibatch replays. A
+  smaller last minibatch runs eagerly. A new policy, optimiser, layout, loss setting or
+  optimiser state (a resume) records a new graph.
+- **Refused** before recording (:func:`refusal`): A2C, an optimiser other than fused Adam, the
+  reconstruction loss, cores that draw random numbers on the host (a graph would freeze the
+  draws) and cores keyed by their state (``mem_lstm``). A recording that raises warns once and
+  the update runs eagerly from there on.
 
-How a step becomes replayable (PyTorch's whole-network capture, with what PPO adds):
-
-- **Fixed addresses.** The rollout is copied into static buffers once per update (one
-  ``_foreach_copy_``) and a minibatch is chosen by copying its chunk indices into a static
-  ``[M]`` index; the graph gathers the minibatch itself. The step returns its loss terms as
-  one static ``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay.
-- **The learning rate** is a device tensor while the graph is recorded, filled before each
-  update, so annealing reaches the replays; the optimiser keeps its float between (checkpoints
-  are unchanged). A non-finite minibatch is skipped on the device (fused Adam's
-  ``found_inf``), as in the eager update.
-- **Warm-up.** The first three minibatches of a new layout (``warmup_steps``) are real steps,
-  taken eagerly on a side stream (they build the optimiser state, compile and autotune the
-  kernels); the next one is recorded, then every full-size minibatch replays. A smaller last
-  minibatch runs eagerly.
-- **Re-recording.** A new policy, optimiser, rollout layout, loss setting or optimiser state
-  (a resume replaces its tensors) records a new graph.
-- **Checked by the tests, not in each run.** That a replay trains as the eager step does is
-  what ``tests/test_update_graph.py`` checks: on a CPU through the eager recorder, on CUDA
-  with graphs (``pytest -m cuda``).
-- **What cannot be recorded** is refused before anything is recorded (:func:`refusal`): A2C,
-  an optimiser other than fused Adam, the reconstruction loss (it picks cells by the data),
-  cores that draw random numbers on the host (``hdetach_lstm``), whose draws a graph would
-  freeze, and cores whose graphs are keyed by their state (``mem_lstm``'s memory width). A
-  core that reads the device from the host inside ``forward`` makes the recording raise; the
-  update then warns once and runs eagerly from there on.
-
-The recorder is a parameter (:mod:`cores.graphed`): CUDA graphs on a GPU; on a CPU
-the tests replay by running the recorded step again on the same static buffers and settings,
-which checks this bookkeeping.
+That a replay trains as the eager step does is checked by ``tests/test_update_graph.py``.
 """
 
 from __future__ import annotations
@@ -54,9 +38,8 @@ from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCal
 
 
 def keyed_by_state(policy: nn.Module) -> str | None:
-    """The class name of the first core in ``policy`` whose calls depend on a value of its
-    state read on the host (:meth:`cores.base.MemoryCore.graph_key`: ``mem_lstm``'s memory
-    width), which one recording would fix; ``None`` where there is none."""
+    """The class name of the first core in ``policy`` with a ``graph_key`` (a value of its
+    state read on the host, which one recording would fix), or ``None``."""
     for module in policy.modules():
         if not isinstance(module, MemoryCore):
             continue
@@ -93,9 +76,7 @@ def refusal(policy: nn.Module, optimizer: torch.optim.Optimizer, agent: AgentCon
 
 def _tensors(batch: ChunkBatch) -> list[Tensor]:
     """Every tensor of ``batch``, in a fixed order."""
-    obs = [batch.obs[k] for k in sorted(batch.obs)]
-    rest = (batch.starts, batch.actions, batch.logprobs, batch.values, batch.advantages)
-    return [*obs, *rest, batch.returns, *batch.state]
+    return [*(batch.obs[k] for k in sorted(batch.obs)), *batch[1:7], *batch.state]
 
 
 def _layout(batch: ChunkBatch) -> tuple:
@@ -109,16 +90,8 @@ def _layout(batch: ChunkBatch) -> tuple:
 
 def _clone(batch: ChunkBatch) -> ChunkBatch:
     """A copy of ``batch`` in fresh buffers."""
-    return ChunkBatch(
-        obs={k: v.clone() for k, v in batch.obs.items()},
-        starts=batch.starts.clone(),
-        actions=batch.actions.clone(),
-        logprobs=batch.logprobs.clone(),
-        values=batch.values.clone(),
-        advantages=batch.advantages.clone(),
-        returns=batch.returns.clone(),
-        state=tuple(s.clone() for s in batch.state),
-    )
+    obs = {k: v.clone() for k, v in batch.obs.items()}  # then starts .. returns, state
+    return ChunkBatch(obs, *(t.clone() for t in batch[1:7]), tuple(s.clone() for s in batch.state))
 
 
 def _storage(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> tuple[int, ...]:
@@ -131,9 +104,8 @@ def _storage(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> tu
 
 @dataclasses.dataclass(frozen=True)
 class _Target:
-    """What a recording holds fixed: the objects it reads (compared by identity), the loss
-    settings (the agent, its learning rate left out: the rate reaches a replay through a
-    tensor), the minibatch size and the rollout's layout."""
+    """What a recording holds fixed: the objects it reads (by identity), the loss settings
+    (learning rate left out: a replay reads it from a tensor), minibatch size and layout."""
 
     policy: RecurrentActorCritic = dataclasses.field(compare=False)
     optimizer: torch.optim.Optimizer = dataclasses.field(compare=False)
@@ -161,8 +133,7 @@ class _Recording:
     storage: tuple[int, ...] = ()  # `_storage` when it was recorded
 
     def fits(self, target: _Target) -> bool:
-        """Whether a replay computes what the eager step for ``target`` does (the optimiser
-        state, which a resume replaces, still where it was recorded)."""
+        """Whether a replay computes ``target``'s step (the optimiser state where recorded)."""
         optimizer = self.target.optimizer
         same_storage = not self.storage or _storage(optimizer, self.params) == self.storage
         return target.same(self.target) and same_storage
@@ -177,8 +148,7 @@ class _Recording:
 
     @contextlib.contextmanager
     def settings(self) -> Iterator[None]:
-        """The optimiser as a recording needs it: the rate as a device tensor, ``capturable``
-        (PyTorch's check for a step inside a graph); restored after."""
+        """The optimiser with the rate as a device tensor and ``capturable``; restored after."""
         groups = self.target.optimizer.param_groups
         saved = [(g["lr"], g["capturable"]) for g in groups]
         for g in groups:
@@ -191,10 +161,9 @@ class _Recording:
 
 
 class UpdateGraph:
-    """Replays the PPO minibatch step from a recording (see the module docstring).
+    """Replays the PPO minibatch step from a recording.
 
-    :param recorder: :class:`cores.graphed.CudaRecorder` (default) or
-        :class:`cores.graphed.EagerRecorder`.
+    :param recorder: ``CudaRecorder`` (default) or the tests' ``EagerRecorder``.
     :param warmup_steps: eager steps of a new layout before it is recorded (at least one).
     """
 
@@ -203,12 +172,9 @@ class UpdateGraph:
             raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps}")
         self.recorder = recorder if recorder is not None else CudaRecorder()
         self.warmup_steps = warmup_steps
-        self.failure: str | None = None
-        """Why a recording failed, after which every update runs eagerly (None: none did)."""
-        self.refused: str | None = None
-        """Why the last update could not be replayed (:func:`refusal`), if it could not."""
-        self.replays = 0
-        """Minibatch steps replayed so far."""
+        self.failure: str | None = None  # why a recording failed; updates then run eagerly
+        self.refused: str | None = None  # why the last update was not replayed (refusal)
+        self.replays = 0  # minibatch steps replayed so far
         self._recording: _Recording | None = None
 
     def bind(
@@ -260,8 +226,7 @@ class UpdateGraph:
         return rec
 
     def _step(self, rec: _Recording, index: Tensor) -> Row:
-        """One minibatch step: a smaller last minibatch eagerly; a full one through the
-        recorded call (eager while it warms up, then replayed)."""
+        """One minibatch step: a smaller last one eagerly, a full one through the recording."""
         call = rec.call
         assert call is not None
         if index.numel() != rec.index.numel() or self.failure is not None:

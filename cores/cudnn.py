@@ -25,10 +25,9 @@ warnings.filterwarnings("ignore", message="RNN module weights are not part of si
 
 
 def _keeps_backward() -> bool:
-    """cuDNN's ``train`` flag: whether the call keeps what its backward needs. Not the module's
-    ``training``: an eval-mode core is still differentiated (the memory probe, gradient
-    diagnostics), and cuDNN refuses a backward of a call made with ``train=False``. Without
-    dropout the flag changes nothing else."""
+    """cuDNN's ``train`` flag (keep what the backward needs): not the module's ``training``,
+    since eval-mode cores are differentiated too (the memory probe) and cuDNN refuses a backward
+    of a call made with ``train=False``."""
     return torch.is_grad_enabled()
 
 
@@ -46,11 +45,8 @@ def gru_applies(core: Any, starts: Tensor | None) -> bool:
 
 
 def _no_inner_starts(starts: Tensor | None) -> bool:
-    """No episode starts after the first step (a start at step 0 is a reset of the state).
-
-    Starts on a GPU are not read: that would make the host wait for every queued kernel (in
-    the RL update, once per minibatch), so there a sequence of more than one step with
-    ``starts`` given counts as having some and runs the fused kernel, which resets anywhere."""
+    """No episode starts after the first step. Starts on a GPU are not read (the host would
+    wait for the queued kernels): there ``starts`` over several steps count as inner ones."""
     if starts is None or starts.shape[0] <= 1:
         return True
     return starts.device.type == "cpu" and not bool(starts[1:].any())
@@ -61,27 +57,25 @@ def _start_state(state: State, starts: Tensor | None) -> State:
     return state if starts is None else reset_where(state, starts[0].to(state[0].device))
 
 
+def _reordered(core: Any, names: tuple[str, ...]) -> tuple[Tensor, Tensor, Tensor]:
+    """``weight_ih, weight_hh, bias`` with their gate blocks in the order ``names``."""
+    order = [core._block(name) for name in names]
+    return tuple(
+        torch.cat([w[b] for b in order]) for w in (core.weight_ih, core.weight_hh, core.bias)
+    )
+
+
 def lstm(core: Any, x: Tensor, state: State, starts: Tensor | None) -> tuple[Tensor, State]:
     """``x [T, B, D]`` through ``torch._VF.lstm`` (cuDNN on CUDA) with ``core``'s weights.
 
     The core's blocks are ``o, f, i, u``; PyTorch's are ``i, f, g, o``.
     """
-    order = [core._block(name) for name in ("i", "f", "u", "o")]
-    w_ih = torch.cat([core.weight_ih[b] for b in order])
-    w_hh = torch.cat([core.weight_hh[b] for b in order])
-    b_ih = torch.cat([core.bias[b] for b in order])
+    w_ih, w_hh, b_ih = _reordered(core, ("i", "f", "u", "o"))
     h0, c0 = _start_state(state, starts)
-    y, h, c = torch._VF.lstm(
-        x,
-        (h0.unsqueeze(0), c0.unsqueeze(0)),
-        [w_ih, w_hh, b_ih, torch.zeros_like(b_ih)],
-        True,  # biases
-        1,  # layers
-        0.0,  # dropout
-        _keeps_backward(),
-        False,  # bidirectional
-        False,  # batch_first
-    )
+    weights = [w_ih, w_hh, b_ih, torch.zeros_like(b_ih)]
+    # biases, layers, dropout, train, bidirectional, batch_first
+    flags = (True, 1, 0.0, _keeps_backward(), False, False)
+    y, h, c = torch._VF.lstm(x, (h0.unsqueeze(0), c0.unsqueeze(0)), weights, *flags)
     return y, (h[0], c[0])
 
 
@@ -90,10 +84,7 @@ def gru(core: Any, x: Tensor, state: State, starts: Tensor | None) -> tuple[Tens
 
     The core's blocks are ``z, r, n`` and ``b_hn``; PyTorch's are ``r, z, n`` with ``b_hh``.
     """
-    order = [core._block(name) for name in ("r", "z", "n")]
-    w_ih = torch.cat([core.weight_ih[b] for b in order])
-    w_hh = torch.cat([core.weight_hh[b] for b in order])
-    b_ih = torch.cat([core.bias[b] for b in order])
+    w_ih, w_hh, b_ih = _reordered(core, ("r", "z", "n"))
     b_hh = torch.cat([core.bias_hn.new_zeros(2 * core.hidden_size), core.bias_hn])
     (h0,) = _start_state(state, starts)
     y, h = torch._VF.gru(

@@ -1,29 +1,17 @@
 """CUDA graphs: one way to record a call once and replay it, and the cores that train through it.
 
 A step loop, an acting step or a PPO minibatch step launches dozens to hundreds of small
-kernels; at RL and supervised shapes a GPU then waits on launches, not arithmetic. Each is
-recorded once as a CUDA graph and replayed as one launch, through one mechanism:
-:class:`RecordedCall` runs a call eagerly for a few warm-up calls, records it once and replays
-it after; a recording that raises (an operation CUDA graphs refuse, such as a read of the
-device from the host) warns once, in one line, and leaves every later call eager. The recorder
-is a parameter: :class:`CudaRecorder` records CUDA graphs; :class:`EagerRecorder` replays by
-running the call again under the recorded settings, on any device, which is how the tests
-check the bookkeeping on a CPU. The acting and update graphs (:mod:`agents.acting_graph`,
-:mod:`agents.update_graph`) record a call on static buffers (``record``); :class:`GraphedCore`
-records a core's forward and backward (``record_autograd``, ``make_graphed_callables``).
+kernels, so at RL shapes a GPU waits on launches. :class:`RecordedCall` runs a call eagerly for
+a few warm-up calls, records it once and replays it after; a recording that raises warns once
+and leaves every later call eager. The recorder is a parameter: :class:`CudaRecorder` records
+CUDA graphs, :class:`EagerRecorder` replays by running the call again under the recorded
+settings (how the tests check the bookkeeping on a CPU; on CUDA: ``pytest -m cuda``).
 
-:class:`GraphedCore` wraps a core whose time loop stays a Python loop (``graph_safe``: no host
-synchronisation and no data-dependent shapes inside ``forward``): on CUDA tensors, with
-autograd on and more than one step, it keeps one recorded call per input shape, dtype, mode
-and ``graph_key`` (``mem_lstm``'s memory width, read once per call), at most
-:data:`MAX_GRAPHS`; elsewhere (CPU, acting under ``torch.no_grad``, one step, autocast) it runs
-the core as it is. Inside a capture :func:`cores.base.steps_with_starts` returns every step, so
-the reset mask is applied at every step and a graph is right for any later ``starts``. The
-wrapper is transparent to checkpoints (its ``state_dict`` is the core's) and diagnostics.
-
-:func:`graph_switch` resolves every CUDA-graph switch (``auto``, ``true``, ``false``) by one
-rule. That a replay computes what the eager call does is checked by the tests (on a CPU with
-the eager recorder, on CUDA with graphs: ``pytest -m cuda``), not in every run.
+:class:`GraphedCore` wraps a ``graph_safe`` core (no host synchronisation, no data-dependent
+shapes in ``forward``): on CUDA with autograd on and T > 1 it keeps one recording per input
+shape, dtype, mode and ``graph_key``; elsewhere it runs the core as it is. Inside a capture
+:func:`cores.base.steps_with_starts` applies the reset mask at every step, so one graph is
+right for any later ``starts``. :func:`graph_switch` resolves every CUDA-graph switch.
 """
 
 from __future__ import annotations
@@ -45,24 +33,20 @@ Settings = Callable[[], contextlib.AbstractContextManager[Any]]
 """A context a call is recorded (and, by :class:`EagerRecorder`, replayed) under."""
 
 CUDA_GRAPH_CHOICES = ("auto", "true", "false")
-"""Every CUDA-graph switch (``core.cuda_graph``, ``train.graph_update``,
-``train.graph_acting``): ``auto`` on where it applies, ``true`` insists (refused, with the
-reason, where it cannot apply), ``false`` off. Booleans are taken too."""
+"""``auto``: on where it applies; ``true``: insists (refused where it cannot apply)."""
 
 WARMUP_CALLS = 3
-"""Eager calls before a recording (PyTorch's examples use 3): they build lazily created state
-(an optimiser's moments), compile and autotune kernels."""
+"""Eager calls before a recording (as PyTorch's examples): they build an optimiser's moments,
+compile and autotune kernels."""
 
 MAX_GRAPHS = 12
-"""Recordings kept per wrapped core (one per shape, mode and ``graph_key`` seen); each holds
-its own memory. Most cores need one to three; ``mem_lstm`` one per memory width, up to
-``log2(max_len) + 1`` (11 at its default ``max_len``)."""
+"""Recordings kept per wrapped core, each with its own memory (``mem_lstm`` needs one per
+memory width: 11 at its default ``max_len``)."""
 
 
 # ------------------------------------------------------------------------------ switches
 def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
-    """``value`` (a config's ``option``: a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one
-    of those strings.
+    """``value`` (a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one of those strings.
 
     :raises ValueError: any other value, named with the valid choices.
     """
@@ -74,8 +58,7 @@ def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str
 
 
 def graph_switch(value: bool | str, option: str, why_not: str | None) -> bool:
-    """A CUDA-graph switch resolved: on unless ``false`` or something speaks against it
-    (``why_not``, None where nothing does); ``true`` against a reason is refused.
+    """On unless ``false`` or ``why_not`` (a reason against, or None).
 
     :raises ValueError: an invalid ``value``, or ``true`` where ``why_not`` is given.
     """
@@ -94,15 +77,9 @@ def cuda_only(device: torch.device | str) -> str | None:
 # ------------------------------------------------------------------------------ recording
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Run a CUDA graph capture with Python's cyclic garbage collector paused, after one
-    collection.
-
-    A dead graph still held in a reference cycle is otherwise destroyed whenever the
-    collector happens to run, which may be in the middle of another capture; destroying a
-    graph is not allowed while a stream captures, so that capture fails with "operation
-    failed due to a previous error during capture" (torch >= 2.9 no longer collects before
-    each capture: pytorch/pytorch PR 161037). Collecting first destroys those graphs while
-    nothing captures."""
+    """A capture with the cyclic garbage collector paused, after one collection: a dead graph
+    in a reference cycle destroyed mid-capture fails that capture ("operation failed due to a
+    previous error during capture"; torch >= 2.9 no longer collects first, PR 161037)."""
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
@@ -114,20 +91,17 @@ def collector_paused() -> Iterator[None]:
 
 
 class EagerRecorder:
-    """How a call is recorded and replayed; this one replays by running the call again under
-    the recorded settings: the same static buffers and settings as a graph, on any device
-    (the tests' stand-in for a GPU). :class:`CudaRecorder` records CUDA graphs."""
+    """Replays by running the call again on the same static buffers and settings, on any
+    device (the tests' stand-in for :class:`CudaRecorder`)."""
 
-    device_type: str | None = None
-    """The device a recording runs on (None: any)."""
+    device_type: str | None = None  # the device a recording runs on (None: any)
 
     def warmup(self) -> contextlib.AbstractContextManager[Any]:
         """The context of the eager calls before recording."""
         return contextlib.nullcontext()
 
     def record(self, fn: Callable[[], Out], settings: Settings) -> Callable[[], Out]:
-        """Record ``fn`` under ``settings()``; return its replay, which returns ``fn``'s
-        outputs (for a CUDA graph, the same static tensors at every replay)."""
+        """``fn`` recorded under ``settings()``, as a replay returning its outputs."""
 
         def replay() -> Out:
             with settings():
@@ -138,8 +112,7 @@ class EagerRecorder:
     def record_autograd(
         self, module: nn.Module, samples: tuple[Tensor, ...], settings: Settings
     ) -> Callable[..., tuple[Tensor, ...]]:
-        """Record ``module``'s forward and backward for inputs like ``samples``; return a
-        callable that autograd differentiates as it would ``module``."""
+        """``module``'s forward and backward recorded for inputs like ``samples``."""
 
         def replay(*args: Tensor) -> tuple[Tensor, ...]:
             with settings():
@@ -159,8 +132,7 @@ class CudaRecorder(EagerRecorder):
 
     @contextlib.contextmanager
     def warmup(self) -> Iterator[None]:
-        """Eager calls on a side stream, ordered after and before the current one (as
-        PyTorch's whole-network capture asks)."""
+        """Eager calls on a side stream (as PyTorch's whole-network capture asks)."""
         if self._side is None:
             self._side = torch.cuda.Stream()
         self._side.wait_stream(torch.cuda.current_stream())
@@ -187,8 +159,7 @@ class CudaRecorder(EagerRecorder):
     def record_autograd(
         self, module: nn.Module, samples: tuple[Tensor, ...], settings: Settings
     ) -> Callable[..., tuple[Tensor, ...]]:
-        """A graph each way (``make_graphed_callables``, which warms up itself);
-        ``allow_unused_input``: a parameter some option leaves out gets no gradient."""
+        """``make_graphed_callables``; unused inputs allowed (an option may drop a parameter)."""
         with settings(), collector_paused():
             return torch.cuda.make_graphed_callables(module, samples, allow_unused_input=True)
 
@@ -196,13 +167,9 @@ class CudaRecorder(EagerRecorder):
 class RecordedCall(Generic[Out]):
     """``fn(*args)``: eager for ``warmup_calls`` calls, then recorded once and replayed.
 
-    :param fn: the eager call; where recorded by ``recorder.record``, it takes no arguments
-        and reads and writes only tensors whose addresses stay fixed between calls.
-    :param record: makes the replay (e.g. ``lambda: recorder.record(fn, settings)``); a
-        :class:`RuntimeError` from it is a failed recording.
+    :param fn: the eager call (for ``recorder.record``: no arguments, fixed addresses).
+    :param record: makes the replay; a :class:`RuntimeError` from it is a failed recording.
     :param what: how the warning of a failed recording names the call.
-    :param warmup: the context of the warm-up calls (the recorder's).
-    :param warmup_calls: eager calls before the recording.
     """
 
     def __init__(
@@ -218,10 +185,8 @@ class RecordedCall(Generic[Out]):
         self.fn, self.record, self.what, self.warmup = fn, record, what, warmup
         self.warmups_left = warmup_calls
         self.replay: Callable[..., Out] | None = None
-        self.failure: str | None = None
-        """Why the recording failed, after which every call is eager (None: it did not)."""
-        self.replays = 0
-        """Calls replayed so far (the recorded one included)."""
+        self.failure: str | None = None  # why the recording failed; every call is then eager
+        self.replays = 0  # calls replayed so far (the recorded one included)
 
     def __call__(self, *args: Any) -> Out:
         if self.failure is not None:
@@ -235,25 +200,18 @@ class RecordedCall(Generic[Out]):
                 self.replay = self.record()
             except RuntimeError as err:  # training goes on, eagerly, rather than stop
                 self.failure = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
-                warnings.warn(
-                    f"{self.what}: recording failed ({self.failure}); it runs eagerly from now on",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                why = f"{self.what}: recording failed ({self.failure}); it runs eagerly from now on"
+                warnings.warn(why, RuntimeWarning, stacklevel=2)
                 return self.fn(*args)
         self.replays += 1
         return self.replay(*args)
 
 
 def recorded_call(
-    fn: Callable[[], Out],
-    recorder: EagerRecorder,
-    what: str,
-    settings: Settings = contextlib.nullcontext,
-    warmup_calls: int = WARMUP_CALLS,
-) -> RecordedCall[Out]:
-    """``fn`` (no arguments, fixed addresses) as a :class:`RecordedCall` of ``recorder``:
-    warmed up in the recorder's context, then recorded under ``settings``."""
+    fn: Callable[[], Out], recorder: EagerRecorder, what: str,
+    settings: Settings = contextlib.nullcontext, warmup_calls: int = WARMUP_CALLS,
+) -> RecordedCall[Out]:  # fmt: skip
+    """``fn`` (no arguments, fixed addresses) as a :class:`RecordedCall` of ``recorder``."""
     record = lambda: recorder.record(fn, settings)  # noqa: E731
     return RecordedCall(fn, record, what, recorder.warmup, warmup_calls)
 
@@ -276,10 +234,9 @@ class _Flat(nn.Module):
 
 
 class GraphedCore(MemoryCore):
-    """A core whose training forward+backward is recorded and replayed (module docstring).
+    """A ``graph_safe`` core whose training forward+backward is recorded and replayed; its
+    ``state_dict`` is the core's, so checkpoints load either way.
 
-    :param core: a core that declares ``graph_safe``; a :class:`ValueError` names the problem
-        otherwise.
     :param recorder: :class:`CudaRecorder` (default) or the tests' :class:`EagerRecorder`.
     """
 
@@ -298,14 +255,11 @@ class GraphedCore(MemoryCore):
         self.graph_safe = True
         # not submodules: each holds the same parameters as `core` (no duplicate state_dict keys)
         self._graphs: OrderedDict[Hashable, RecordedCall[tuple[Tensor, ...]]] = OrderedDict()
-        self.capture_error: str | None = None
-        """Why a recording failed, after which this core runs eagerly (None: none failed)."""
+        self.capture_error: str | None = None  # why a recording failed (then eager)
         self.register_load_state_dict_pre_hook(_keys_into_wrapped)
 
     # ------------------------------------------------------------ transparency
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The wrapped core's ``state_dict``: the keys are those of the unwrapped core, so
-        checkpoints load either way."""
         return self.core.state_dict(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -319,14 +273,13 @@ class GraphedCore(MemoryCore):
             return getattr(modules["core"], name)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The module without its recordings (copies and pickles record their own)."""
+        """Without its recordings (copies and pickles record their own)."""
         return {**self.__dict__, "_graphs": OrderedDict()}
 
     def initial_state(self, batch_size: int, device: torch.device | str | None = None) -> State:
         return self.core.initial_state(batch_size, device)
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
-        """One eager step of the wrapped core (acting is recorded by the acting graph)."""
         return self.core.step(x_t, state)
 
     def reset_state(self, state: State, mask: Tensor) -> State:
@@ -342,9 +295,8 @@ class GraphedCore(MemoryCore):
         return self.core.recording(key)
 
     def graphable(self, x: Tensor) -> bool:
-        """Whether a call with ``x [T, B, D]`` replays a recording (else it runs eagerly).
-        Not while a graph of the whole update step records (graphs do not nest): the wrapped
-        core is then recorded within it."""
+        """Whether a call with ``x [T, B, D]`` replays a recording; not inside the update
+        graph's capture (graphs do not nest: the core is recorded within it)."""
         device_type = self.recorder.device_type
         return (
             device_type in (None, x.device.type)
@@ -357,8 +309,7 @@ class GraphedCore(MemoryCore):
     def forward(
         self, x: Tensor, state: State, starts: Tensor | None = None
     ) -> tuple[Tensor, State]:
-        """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step ``T``, as the
-        wrapped core computes them."""
+        """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step ``T``."""
         if self.capture_error is not None or not self.graphable(x):
             return self.core(x, state, starts)
         args = (x,) if starts is None else (x, starts.to(device=x.device, dtype=torch.bool))
@@ -385,8 +336,7 @@ class GraphedCore(MemoryCore):
     def _new_call(
         self, args: Sequence[Tensor], with_starts: bool, fixed: Hashable
     ) -> RecordedCall[tuple[Tensor, ...]]:
-        """The recorded call for inputs shaped like ``args``, under the core's
-        :meth:`~cores.base.MemoryCore.recording` of ``fixed``."""
+        """The recorded call for inputs like ``args``, under ``core.recording(fixed)``."""
         flat = _Flat(self.core, with_starts)
         samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
         settings = lambda: self.core.recording(fixed)  # noqa: E731
@@ -397,8 +347,7 @@ class GraphedCore(MemoryCore):
 def _keys_into_wrapped(
     module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
 ) -> None:
-    """Load pre-hook of :class:`GraphedCore`: a saved ``prefix + key`` (the unwrapped core's
-    layout, which :meth:`GraphedCore.state_dict` writes) goes to ``prefix + "core." + key``."""
+    """Load pre-hook: a saved key in the unwrapped core's layout goes to ``core.`` + key."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
         state_dict[f"{prefix}core.{key[len(prefix) :]}"] = state_dict.pop(key)
 
@@ -406,15 +355,10 @@ def _keys_into_wrapped(
 def maybe_graphed(
     core: MemoryCore, device: torch.device | str, choice: bool | str = "auto"
 ) -> MemoryCore:
-    """``core`` set up to train through CUDA graphs where ``choice`` (``core.cuda_graph``,
-    :func:`graph_switch`) and ``device`` say so.
+    """``core`` with its outermost ``graph_safe`` cores wrapped in :class:`GraphedCore` (in
+    place, as in the policy's actor/critic pair) where ``choice`` and a CUDA ``device`` say so.
 
-    On CUDA a ``graph_safe`` core comes back wrapped in :class:`GraphedCore`; a core that is
-    not capturable itself but holds capturable cores (the RL policy's actor/critic pair) has
-    those wrapped in place and comes back itself. Elsewhere nothing changes.
-
-    :raises ValueError: ``choice`` is invalid, or ``true`` where the device is not CUDA or no
-        core in ``core`` can be captured.
+    :raises ValueError: ``choice`` is invalid, or ``true`` where it cannot apply.
     """
     why_not = cuda_only(device)
     if why_not is None and _capturable(core) == 0:

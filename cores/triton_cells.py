@@ -1,12 +1,10 @@
 """The pointwise maths of the fused recurrent kernels, as ``@triton.jit`` functions on tiles.
 
-The gate functions of :mod:`cores.gates` (``ACT``: 0 sigmoid, 1 fast, 2 fast2, 3 softsign),
-then one cell and its backward per family (``FAMILY``: :data:`LSTM` the gated LSTM of
-:class:`cores.gated.GatedLSTM`, :data:`GRU` the gated GRU of :class:`cores.gru.GatedGRU`,
-:data:`SLSTM` xLSTM's sLSTM of :class:`cores.xlstm.SLSTM`), and :func:`forward_cell` and
-:func:`backward_cell`, which the kernels of :mod:`cores.triton_kernels` call with the family a
-compile-time parameter. Every tensor here is a ``[BLOCK_B, BLOCK_N]`` tile; nothing reads or
-writes memory.
+The gate functions of :mod:`cores.gates` (``ACT``), one cell and its backward per family
+(``FAMILY``: :data:`LSTM` :class:`cores.gated.GatedLSTM`, :data:`GRU`
+:class:`cores.gru.GatedGRU`, :data:`SLSTM` :class:`cores.xlstm.SLSTM`), and
+:func:`forward_cell`/:func:`backward_cell`, which the kernels call. Every tensor here is a
+``[BLOCK_B, BLOCK_N]`` tile; nothing reads or writes memory.
 
 A family's step sees its gate blocks as five slots ``p0..p4`` in the order they are stored
 (``NG`` blocks of ``weight_hh``; the slots past them are stand-ins nothing reads) and its state
@@ -14,8 +12,6 @@ as four tiles ``s0..s3`` (``h`` first; ``NS`` of them are real): the LSTM's bloc
 ``o, f, [i], [r], u`` and its state ``h, c``; the GRU's ``z, [q], r, n`` and ``h``, with the
 recurrent side of ``n``, ``U_n h + b_hn``, kept as one more saved block after them; sLSTM's
 ``z, i, f, o`` and ``h, c, n, m``.
-
-Importing this module imports ``triton``; :mod:`cores` imports it only when a Triton path runs.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The host side of the fused recurrent kernels (:mod:`cores.triton_kernels`): which cut runs,
 and the one autograd function every family goes through.
 
-:func:`triton_lstm`, :func:`triton_gru` and :func:`triton_slstm` run a core's sequence through
+:func:`triton_lstm`, :func:`triton_gru` and :func:`triton_slstm` run a sequence through
 :class:`_Fused`: one matmul for every step's input side, one forward launch, and in the
-backward one launch and a few matmuls over all steps for the weight and input gradients. A
-launch takes the unit-split kernels where :func:`split_plan` gives a cut every part of which is
-resident at once (one program per multiprocessor, :func:`resident_cut`), else the tile kernels;
-cuDNN's route for the presets that are ``nn.LSTM``'s or ``nn.GRU``'s maths is picked before
-this, by the cores themselves (:mod:`cores.cudnn`).
-
-Importing this module imports ``triton``; :mod:`cores` imports it only when a Triton path runs.
+backward one launch and a few matmuls over all steps. A launch takes the unit-split kernels
+where :func:`split_plan` gives a cut whose parts are all resident at once, else the tile
+kernels (cuDNN's route is picked before this, by the cores: :mod:`cores.cudnn`).
 """
 
 from __future__ import annotations
@@ -34,26 +30,19 @@ BLOCK_B = 16
 
 
 def block_meta(hidden: int) -> dict[str, int]:
-    """Tile sizes: ``BLOCK_B`` rows per program, units in chunks of ``BLOCK_N`` (outputs) and
-    ``BLOCK_K`` (inputs of the recurrent product), so a step's working set stays a few small
-    tiles whatever ``H`` is (``tl.dot`` needs 16 or more in every dimension); and the warps
-    per program that hold that working set in registers: with 32-wide chunks 4 warps spill
-    52-596 bytes per thread, 8 warps none (``ptxas -v`` on the sm_90 code, any ``H``:
-    ``python tests/triton_compile.py 128 --spills``); 16-wide chunks fit in 4."""
+    """Tile sizes (``BLOCK_N`` output and ``BLOCK_K`` input units per chunk, at least
+    ``tl.dot``'s 16) and warps: with 32-wide chunks 4 warps spill 52-596 bytes per thread, 8
+    none (``ptxas -v`` on sm_90: ``python tests/triton_compile.py 128 --spills``)."""
     chunk = 16 if hidden <= 16 else 32
     return dict(BLOCK_B=BLOCK_B, BLOCK_N=chunk, BLOCK_K=chunk, num_warps=4 if chunk == 16 else 8)
 
 
-MAX_OFFSET = 2**31 - 1
-"""The kernels address their buffers with 32-bit offsets (``t * B * G`` and the like), so no
-buffer a launch touches may hold more elements than this."""
+MAX_OFFSET = 2**31 - 1  # the kernels address their buffers with 32-bit offsets
 
 
 def time_chunks(steps: int, per_step: int) -> list[slice]:
-    """Steps ``0 .. steps-1`` cut into consecutive runs, each short enough that a launch's
-    largest buffer, ``(run + 1) * per_step`` elements, stays within :data:`MAX_OFFSET` (one
-    run unless the sequence is very long); the wrappers run one launch pair per run, carrying
-    the state from one to the next.
+    """Steps ``0 .. steps-1`` cut into runs whose largest buffer, ``(run + 1) * per_step``
+    elements, stays within :data:`MAX_OFFSET` (one launch pair per run, the state carried).
 
     :raises ValueError: a single step's buffers are already too large.
     """
@@ -67,9 +56,7 @@ def time_chunks(steps: int, per_step: int) -> list[slice]:
 
 
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> Any:
-    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here,
-    and on a GPU read the compiled kernel it returns, Triton's ``CompiledKernel``; ``None``
-    under the interpreter)."""
+    """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here)."""
     return kernel[grid](*args, **meta)
 
 
@@ -81,8 +68,7 @@ def input_projection(x: Tensor, weight_ih: Tensor, bias: Tensor) -> Tensor:
 
 
 def previous_states(h_before: Tensor, starts8: Tensor, has_starts: bool) -> Tensor:
-    """``h_{t-1} [T, B, H]`` as step ``t`` read it: the stored state before each step, with the
-    rows that restart at ``t`` reset (for the weight gradient ``dA^T h_{t-1}``)."""
+    """``h_{t-1} [T, B, H]`` as step ``t`` read it (restarting rows reset), for ``dA^T h_{t-1}``."""
     if not has_starts:
         return h_before
     (h_prev,) = reset_where((h_before,), starts8.bool())
@@ -92,9 +78,8 @@ def previous_states(h_before: Tensor, starts8: Tensor, has_starts: bool) -> Tens
 def input_side_grads(
     needs: tuple[bool, ...], dA: Tensor, x: Tensor, weight_ih: Tensor
 ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Gradients of ``x``, ``weight_ih`` and the bias from the pre-activation gradients
-    ``dA [T, B, G]``, one matmul each over all steps (``needs``: autograd's
-    ``needs_input_grad`` for those three, in that order)."""
+    """Gradients of ``x``, ``weight_ih`` and the bias from ``dA [T, B, G]``, one matmul each
+    (``needs``: autograd's ``needs_input_grad`` for those three)."""
     dA_flat = dA.view(-1, dA.shape[-1])
     dx = dA_flat.mm(weight_ih).view_as(x) if needs[0] else None
     d_weight_ih = dA_flat.t().mm(x.reshape(dA_flat.shape[0], -1)) if needs[1] else None
@@ -111,27 +96,19 @@ def check_device(x: Tensor) -> None:
         )
 
 
-SPLIT_ENV = "MEMCORES_TRITON_SPLIT"
-"""``0`` turns the unit-split kernels off (every step then runs in one program per batch tile)."""
-SPLIT_UNITS = 16
-"""Units per program in the unit-split kernels (``tl.dot``'s minimum width; the only width a GPU
-record has timed, ``results/bench_gpu/h100_probe``)."""
-SPLIT_MAX_HIDDEN = 256
-"""Above this hidden size a program's weight slice no longer fits its registers."""
+SPLIT_ENV = "MEMCORES_TRITON_SPLIT"  # "0": the tile kernels only
+SPLIT_UNITS = 16  # units per split program (the only width a GPU record timed: h100_probe)
+SPLIT_MAX_HIDDEN = 256  # above it a program's weight slice no longer fits its registers
 SPIN_LIMIT = 1 << 24
-"""Rounds a part of a unit-split launch waits at a barrier for the tile's other parts before it
-gives up and reports the launch failed (:func:`~cores.triton_kernels.sync_parts`): at the
-microsecond or so an atomic round trip takes on a GPU, seconds, where a legitimate wait lasts
-one step's work. A bound, not a timer: Triton has no clock its interpreter runs too."""
+"""Rounds a split part waits at a barrier before the launch fails
+(:func:`~cores.triton_kernels.sync_parts`): seconds at a GPU's atomic round trip, where a
+legitimate wait lasts one step. A bound, not a timer: the interpreter has no clock."""
 
 
 def recurrent_precision(device: torch.device) -> str:
-    """``tl.dot``'s input precision for the recurrent products on ``device``: on CUDA what
-    PyTorch's own cuDNN RNNs use, ``torch.backends.cudnn.rnn.fp32_precision`` (``"tf32"`` by
-    default, as for ``nn.LSTM``; set ``"ieee"`` for full float32 products), so a preset on these
-    kernels and one routed to cuDNN (``lstm``, ``gru``) compute at the same precision. PyTorch
-    before 2.9 has ``torch.backends.cudnn.allow_tf32`` instead. Elsewhere (Triton's
-    interpreter) ``"ieee"``: TF32 is a mode of NVIDIA tensor cores."""
+    """``tl.dot``'s precision for the recurrent products: on CUDA PyTorch's own for cuDNN RNNs
+    (``torch.backends.cudnn.rnn.fp32_precision``, ``allow_tf32`` before 2.9), so these kernels
+    and cuDNN's presets compute alike; elsewhere (the interpreter) ``"ieee"``."""
     if device.type != "cuda":
         return "ieee"
     rnn = getattr(torch.backends.cudnn, "rnn", None)
@@ -146,24 +123,17 @@ def recurrent_precision(device: torch.device) -> str:
 
 
 def split_warps(block_h: int) -> int:
-    """Warps per unit-split program for ``block_h`` input units: the fewest that hold a
-    program's weight slices without register spills.
-
-    The forward multiplies by ``NG x block_h x 16`` weights every step. By ``ptxas -v`` on the
-    sm_90 code (``python tests/triton_compile.py 128 --spills``, as launched at T=256, B=64),
-    at 128 units 4 warps spill 324-548 bytes per thread in the LSTM and GRU forwards
-    (420-540 with Triton 3.6; ``slstm`` 3.9-6.4 KB), 8 warps none; at 256 units 4 warps spill
-    4.8-12.7 KB, 8 warps none at TF32 products and 744-812 bytes at full float32 (Triton
-    3.9). Up to 64 units 4 warps hold them.
+    """Warps per unit-split program for ``block_h`` input units: the fewest that hold its
+    ``NG x block_h x 16`` weights without spills (``ptxas -v`` on sm_90: at 128 units 4 warps
+    spill 324-548 bytes per thread, ``slstm`` 3.9-6.4 KB, 8 none; up to 64 units 4 hold them).
     """
     return 4 if block_h <= 64 else 8
 
 
 @dataclass(frozen=True)
 class SplitPlan:
-    """How a unit-split launch cuts the work: ``tiles`` batch tiles of ``block_b`` rows, each
-    run by ``parts`` programs of ``block_n`` units that meet at a barrier after every step;
-    ``precision``: the recurrent products' (:func:`recurrent_precision`)."""
+    """A unit-split cut: ``tiles`` batch tiles of ``block_b`` rows, each run by ``parts``
+    programs of ``block_n`` units that meet at a barrier after every step."""
 
     block_b: int
     block_n: int
@@ -177,7 +147,6 @@ class SplitPlan:
         return (self.tiles, self.parts)
 
     def meta(self) -> dict[str, Any]:
-        """The kernel's compile-time parameters (tile sizes, precision, wait bound) and warps."""
         return dict(
             BLOCK_B=self.block_b,
             BLOCK_N=self.block_n,
@@ -189,26 +158,21 @@ class SplitPlan:
         )
 
     def flags(self, device: torch.device) -> Tensor:
-        """Zeroed step counters of the barrier, one per program, then the launch's error word
-        (the step at which a part gave up waiting, :func:`~cores.triton_kernels.sync_parts`)."""
+        """Zeroed barrier counters, one per program, then the error word (the step at which a
+        part gave up waiting)."""
         return torch.zeros(self.tiles * self.parts + 1, dtype=torch.int32, device=device)
 
 
 def split_width(hidden: int) -> int:
-    """``BLOCK_H`` of a unit-split launch: the units of ``h_{t-1}`` every part reads, a power
-    of two (``tl.arange``), at least ``tl.dot``'s 16."""
+    """``BLOCK_H``: the units of ``h_{t-1}`` every part reads, a power of two >= 16."""
     return max(16, pow2_at_least(hidden))
 
 
 def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> SplitPlan | None:
-    """The cut of a unit-split launch, or ``None`` where one program per batch tile must do.
-
-    Splitting a step's units over ``parts`` programs runs them side by side (each keeps its
-    slice of ``weight_hh`` on chip), but the programs of a tile meet after every step, so all
-    of them must be resident at once (:func:`resident_cut`). Triton's interpreter runs
-    programs one after the other, so there a tile has one part, except for a single step,
-    which needs no barrier (the tests run the GPU's cut under the interpreter with a launch's
-    programs in threads, ``tests/side_by_side.py``).
+    """The cut of a unit-split launch, or ``None`` for the tile kernels. A tile's parts meet
+    after every step, so all must be resident at once (:func:`resident_cut`). The interpreter
+    runs programs one after another, so there a tile has one part except for a single step
+    (``tests/side_by_side.py`` runs the GPU's cut with the programs in threads).
     """
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
@@ -235,20 +199,14 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
 
 
 def resident_cut(batch: int, hidden: int, slots: int, precision: str) -> SplitPlan | None:
-    """The unit-split cut whose programs are all resident at once on a GPU of ``slots``
-    multiprocessors: parts of :data:`SPLIT_UNITS` units, batch tiles as narrow as fit (16, 32
-    or 64 rows), or ``None``.
+    """The unit-split cut for a GPU of ``slots`` multiprocessors (parts of
+    :data:`SPLIT_UNITS` units, tiles of 16, 32 or 64 rows), or ``None``.
 
     Why every part is resident: the grid holds at most one program per multiprocessor, and
-    one program always fits a multiprocessor, since a launch Triton accepts has one program's
-    shared memory within the per-block limit (it raises ``OutOfResources`` before launching
-    otherwise, :func:`launch_split`), which is at most the multiprocessor's, and its registers
-    within 255 per thread at 8 warps or fewer (65,280 of the 65,536 a multiprocessor has). So
-    with the GPU to itself the launch's programs all start at once. Where other work holds
-    multiprocessors (another stream, another process under MPS) a part may start late, or,
-    if the others of its tile hold the last free ones, never: every wait is bounded
-    (:func:`~cores.triton_kernels.sync_parts`), so that ends the launch with an error
-    (:func:`launch_split`), not a hang.
+    one program always fits one (Triton refuses shared memory beyond the per-block limit with
+    ``OutOfResources``; 255 registers per thread at <= 8 warps is 65,280 of 65,536). Where
+    other work holds multiprocessors (MPS) a part may never start: every wait is bounded, so
+    that ends the launch with an error (:func:`launch_split`), not a hang.
     """
     parts = cdiv(hidden, SPLIT_UNITS)
     block_h = split_width(hidden)
@@ -260,8 +218,7 @@ def resident_cut(batch: int, hidden: int, slots: int, precision: str) -> SplitPl
 
 
 _UNFIT: set[tuple[str, int]] = set()
-"""``(device, BLOCK_H)`` where a unit-split kernel needed more shared memory than the GPU gives
-a block: :func:`split_plan` keeps to one program per batch tile there."""
+"""``(device, BLOCK_H)`` where a split kernel needed more shared memory than a block gets."""
 _WARNED: set[Any] = set()
 
 
@@ -275,17 +232,13 @@ def _warn_once(key: Any, message: str) -> None:
 def launch_split(
     kernel: Any, plan: SplitPlan, *args: Any, flags: Tensor, where: str, **meta: Any
 ) -> bool:
-    """Launch a unit-split kernel on ``plan``'s grid (``flags``: its barrier's counters and
-    error word, among ``args``); ``False``, having run nothing, where the GPU cannot give a
-    program the shared memory it needs (Triton raises ``OutOfResources`` before the launch: up
-    to 80 KB at 256 units, more than a T4's 64 KB). The caller then runs its
-    one-program-per-tile kernel, as every later call at that width does (warned once).
+    """Launch a unit-split kernel on ``plan``'s grid (``flags`` among ``args``); ``False``,
+    having run nothing, where a program's shared memory does not fit (up to 80 KB at 256
+    units, more than a T4's 64 KB): the caller then runs the tile kernel (warned once).
 
     :param where: the core and shape, for the error a part that never arrived raises.
-    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another part of its tile
-        (one that never started: the GPU's multiprocessors held by other work). Checked after
-        the launch, except while a CUDA graph is being captured (reading the word would wait
-        for the GPU, which a capture forbids).
+    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another of its tile.
+        Checked after the launch, except during a CUDA graph capture (which forbids the read).
     """
     try:
         launch(kernel, plan.grid, *args, **meta)
@@ -318,9 +271,8 @@ def cdiv(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class Family:
-    """One core's cell for the kernels: its name (for errors), its compile-time parameters
-    (``FAMILY``, the gate functions, ``NG`` gate blocks, ``NA`` saved slots, ``NS`` states)
-    and the sizes the wrapper allocates by."""
+    """One core's cell: its name (for errors) and compile-time parameters (``FAMILY``, gate
+    functions, ``NG`` gate blocks, ``NA`` saved slots, ``NS`` states)."""
 
     name: str
     meta: tuple[tuple[str, Any], ...]
@@ -338,9 +290,8 @@ class Family:
 def family(
     name: str, kind: int, n_gates: int, n_states: int, device: torch.device, **gates: Any
 ) -> Family:
-    """A :class:`Family` on ``device``: ``kind`` one of :mod:`cores.triton_cells`'s ``FAMILY``
-    values; ``gates``: those of ``ACT, TIED, REFINE, R, POWER, EPS`` the cell uses (the rest
-    default to the plain cell's)."""
+    """A :class:`Family` (``kind``: a ``FAMILY`` value; ``gates``: those of ``ACT, TIED,
+    REFINE, R, POWER, EPS`` the cell uses)."""
     meta = {**dict(ACT=0, TIED=False, REFINE=False, R=0, POWER=0.0, EPS=0.0), **gates}
     meta.update(
         FAMILY=kind,
@@ -354,9 +305,8 @@ def family(
 
 
 def _split_backward(ctx: Any, *tensors: Tensor) -> tuple[Tensor, Tensor] | None:
-    """The unit-split reverse pass: ``dA [T, B, NA*H]`` and the gradient into the initial
-    state ``[NS, B, H]``, its ``h`` part without step 0's products, which the caller adds;
-    ``None`` where the GPU cannot fit its programs (:func:`launch_split`)."""
+    """The unit-split reverse pass: ``dA [T, B, NA*H]`` and the initial state's gradient
+    ``[NS, B, H]`` (``h`` without step 0's products, which the caller adds), or ``None``."""
     A, w, S, starts8, detach8, dY, dS = tensors
     T, B, H = dY.shape
     dS0 = dY.new_zeros(S.shape[0], B, H) if dS is None else dS.contiguous().clone()
@@ -414,17 +364,8 @@ class _Fused(torch.autograd.Function):
             ):  # fmt: skip
                 ctx.plan, ctx.meta = plan, meta
         if ctx.plan is None:
-            grid = (cdiv(B, BLOCK_B),)
-            launch(
-                tk.forward_kernel,
-                grid,
-                *buffers,
-                T,
-                B,
-                H,
-                HAS_STARTS=starts is not None,
-                **tile_meta,
-            )
+            grid, args = (cdiv(B, BLOCK_B),), (*buffers, T, B, H)
+            launch(tk.forward_kernel, grid, *args, HAS_STARTS=starts is not None, **tile_meta)
         ctx.tile_meta = tile_meta
         ctx.has_starts, ctx.has_detach = starts is not None, detach is not None
         ctx.gru = bias_hn is not None
@@ -479,8 +420,7 @@ def _run(
     starts: Tensor | None, detach: list[bool] | None = None,
 ) -> tuple[Tensor, tuple[Tensor, ...]]:  # fmt: skip
     """``x [T, B, D]`` through :class:`_Fused` with ``weights`` (``weight_ih, bias,
-    weight_hh`` and the GRU's ``bias_hn`` or ``None``), a launch pair per run of
-    :func:`time_chunks`, the state carried from one to the next."""
+    weight_hh, bias_hn or None``), a launch pair per run of :func:`time_chunks`."""
     check_device(x)
     if starts is not None:
         starts = starts.to(device=x.device, dtype=torch.bool)
@@ -539,9 +479,8 @@ def triton_gru(
 
 
 def dense_recurrent(recurrent: Tensor) -> Tensor:
-    """The block-diagonal recurrence ``[4, heads, d, d]`` as one ``[4H, H]`` matrix whose gate
-    block ``g`` maps ``h`` to that gate's pre-activation (``a_g = W_g h``), built with autograd
-    so its gradient reaches only the diagonal blocks."""
+    """The block-diagonal recurrence ``[4, heads, d, d]`` as one ``[4H, H]`` matrix (built with
+    autograd, so its gradient reaches only the diagonal blocks)."""
     return torch.cat([torch.block_diag(*r).t() for r in recurrent.unbind(0)], 0)
 
 

@@ -1,8 +1,6 @@
-"""The fused recurrent kernels: the whole time loop in one launch each way, for every family.
-
-Two cuts, a forward and a backward kernel each, with the cell family (``FAMILY``, the maths of
-:mod:`cores.triton_cells`) and its gate functions compile-time parameters, so every preset
-compiles its own specialisation of the same source:
+"""The fused recurrent kernels: the whole time loop in one launch each way, for every family
+(``FAMILY``, :mod:`cores.triton_cells`, and its gate functions compile-time parameters).
+Two cuts, a forward and a backward kernel each:
 
 - **tile** (:func:`forward_kernel`, :func:`backward_kernel`): one program per ``BLOCK_B``
   batch rows runs every unit of a step, in chunks of ``BLOCK_N`` units and ``BLOCK_K`` inputs
@@ -12,21 +10,15 @@ compiles its own specialisation of the same source:
   gate block's weights on chip and its state in registers, reads every unit of ``h_{t-1}``
   and meets its tile's other parts after each step (:func:`sync_parts`, a bounded wait).
 
-The input projection ``x W^T + b`` of every step is one matmul before the forward; the forward
-stores each step's gate pre-activations (slots, :mod:`cores.triton_cells`) and states, and the
-backward recomputes the gates from them, writes the slots' gradients ``dA_t`` and carries the
-state's gradients to the previous step (``dh_{t-1} = dA_t U``); the weight and input gradients
-are matmuls over all steps after it (:mod:`cores.triton_engine`). Episode starts reset the state
-to zero inside the loop, as :func:`cores.base.reset_where` does in the reference loop, and stop
-the gradient into the state a restarting row dropped; h-detach's draws (``HAS_DETACH``, the
-LSTM) stop the gradient into ``h_{t-1}`` at the steps set.
+The forward stores each step's gate pre-activations (slots) and states; the backward
+recomputes the gates from them, writes ``dA_t`` and carries ``dh_{t-1} = dA_t U`` back (the
+weight and input gradients are matmuls after it, :mod:`cores.triton_engine`). Episode starts
+zero the state inside the loop and stop the gradient into it; h-detach (``HAS_DETACH``) stops
+the gradient into ``h_{t-1}`` at the steps set.
 
 Buffers: ``G [T, B, NG*H]`` input side, ``A [T, B, NA*H]`` the saved slots (``NA = NG``, the
 GRU one more), ``W [NG*H, H]`` ``weight_hh``, ``S [NS, T+1, B, H]`` the states (``h`` first)
 before the first step and after each.
-
-On a CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` set before
-``triton`` is imported): the tests compare them with the reference loops there.
 """
 
 from __future__ import annotations
@@ -37,10 +29,8 @@ import triton.language as tl
 from cores.triton_cells import GRU, backward_cell, forward_cell
 
 SPLIT_LOOP_STAGES = tl.constexpr(1)
-"""The unit-split kernels' time loops run in one stage (``tl.range(T, num_stages=...)``):
-Triton's software pipeliner would otherwise issue a later step's read of the values the
-parts exchange (as an asynchronous copy) before this step's wait, where that read would find
-those values unwritten."""
+"""The unit-split time loops run in one stage: Triton's pipeliner would otherwise issue a later
+step's read of the exchanged values before this step's wait, and read them unwritten."""
 
 
 @triton.jit

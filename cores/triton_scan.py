@@ -1,27 +1,13 @@
 """The linear recurrence ``h_t = a_t h_{t-1} + b_t`` as one Triton kernel per direction.
 
 The GPU tier of :func:`cores.scan.linear_scan` (method ``triton``). One program owns a block
-of channels (the flattened trailing dimensions of ``b [T, ...]``) and walks the sequence in
-tiles of ``BLOCK_T`` steps: inside a tile, ``tl.associative_scan`` applies the operator
-``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2)`` along time in ``log2 BLOCK_T`` parallel rounds,
-then the state carried from the previous tile is added as ``A_t h_carry`` (``A_t`` the tile's
-running product of coefficients). So a forward is ONE launch and a backward one more launch
-plus a fixed handful of elementwise torch operations, whatever ``T`` is; the sequential part
-left is ``T / BLOCK_T`` tile steps inside the kernel, where no launch is paid.
-
-- Time-major layout, no transposes: ``a, b, h`` are ``[T, C]`` with channels contiguous, so a
-  tile ``[BLOCK_T, BLOCK_C]`` loads and stores whole rows of consecutive channels.
-- Complex coefficients (the LRU) are real/imaginary pairs (``torch.view_as_real``) combined
-  with the complex product; real ones (minGRU/minLSTM, mLSTM's chunk states) take the same
-  kernel with ``COMPLEX=False``.
-- The backward is the same kernel run over reversed time: ``g_t = dL/dh_t + conj(a_{t+1})
-  g_{t+1}`` reads ``a`` one step ahead, so no shifted copy of ``a`` is made.
-- Episode resets are zero coefficients (``a_t = 0`` at a start), the convention of
-  :mod:`cores.scan`, so the kernel needs no reset input.
-- Arithmetic runs in float32 (float64 for float64 inputs); outputs take the inputs' dtype.
-
-Triton kernels need a GPU, or Triton's interpreter (``TRITON_INTERPRET=1`` set before
-``triton`` is imported), which runs them on CPU tensors; the tests use the latter.
+of channels of ``[T, C]`` time-major buffers and walks the sequence in tiles of ``BLOCK_T``
+steps: inside a tile ``tl.associative_scan`` applies ``(a1, b1) . (a2, b2) = (a1 a2, a2 b1 +
+b2)`` in ``log2 BLOCK_T`` parallel rounds, then adds the carried state as ``A_t h_carry``. So
+each direction is ONE launch whatever ``T`` is. Complex coefficients (the LRU) are
+real/imaginary pairs; the backward is the same kernel over reversed time, reading ``a`` one
+step ahead; episode resets are zero coefficients (:mod:`cores.scan`'s convention).
+Arithmetic runs in float32 (float64 for float64 inputs).
 """
 
 from __future__ import annotations
@@ -34,10 +20,7 @@ import triton.language as tl
 from torch import Tensor
 
 _INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-"""Whether ``triton.jit`` kernels of this module run under Triton's interpreter."""
-
-BLOCK_T = 64
-"""Steps per tile: ``log2 BLOCK_T`` parallel rounds per tile, ``T / BLOCK_T`` tiles in turn."""
+BLOCK_T = 64  # steps per tile: log2 BLOCK_T parallel rounds, T / BLOCK_T tiles in turn
 
 
 @triton.jit
@@ -64,20 +47,10 @@ def _last_row(x, rows, last: tl.constexpr):
 
 @triton.jit
 def _scan_kernel(
-    a_ptr,
-    b_ptr,
-    h0_ptr,
-    out_ptr,
-    steps,
-    channels,
-    REVERSE: tl.constexpr,
-    COMPLEX: tl.constexpr,
-    WIDTH: tl.constexpr,
-    HAS_H0: tl.constexpr,
-    ACC: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_C: tl.constexpr,
-):
+    a_ptr, b_ptr, h0_ptr, out_ptr, steps, channels, REVERSE: tl.constexpr,
+    COMPLEX: tl.constexpr, WIDTH: tl.constexpr, HAS_H0: tl.constexpr, ACC: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
     """Forward (``REVERSE=False``): ``out_t = a_t out_{t-1} + b_t`` from ``h0``.
     Reverse: ``out_t = conj(a_{t+1}) out_{t+1} + b_t`` from zero after the last step.
 
@@ -162,21 +135,12 @@ def _launch(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool) -> Tensor:
     block_t = min(BLOCK_T, max(16, triton.next_power_of_2(steps)))
     grid = (triton.cdiv(channels, block_c),)
     out_real = _real(out)
+    h0_real = _real(h0) if h0 is not None else out_real  # unread without HAS_H0
     _scan_kernel[grid](
-        _real(a),
-        _real(b),
-        _real(h0) if h0 is not None else out_real,  # unread without HAS_H0
-        out_real,
-        steps,
-        channels,
-        REVERSE=reverse,
-        COMPLEX=b.is_complex(),
-        WIDTH=2 if b.is_complex() else 1,
-        HAS_H0=h0 is not None,
-        ACC=acc,
-        BLOCK_T=block_t,
-        BLOCK_C=block_c,
-    )
+        _real(a), _real(b), h0_real, out_real, steps, channels, REVERSE=reverse,
+        COMPLEX=b.is_complex(), WIDTH=2 if b.is_complex() else 1, HAS_H0=h0 is not None,
+        ACC=acc, BLOCK_T=block_t, BLOCK_C=block_c,
+    )  # fmt: skip
     return out
 
 

@@ -1,35 +1,14 @@
 """``memcores bench gpu --out DIR``: the GPU's speed, measured in one run and written as a record.
 
-On a machine with a CUDA GPU, in a few minutes (each part has a time budget, :data:`PARTS`;
-what a part cannot fit is listed as not measured):
-
-1. ``cores``: forward+backward of every core at T=256, B=64, input 64, hidden 128, beside
-   cuDNN's ``nn.LSTM`` and ``nn.GRU`` (timed before, between and after the cores; the ratios
-   divide by the median). Every ``graph_safe`` core is timed twice, eagerly and through
-   :class:`cores.graphed.GraphedCore` (CUDA graphs), the better time counting. Targets,
-   marked ok or MISS: the gated LSTM presets at most 2x ``nn.LSTM``, the GRU presets at most
-   2x ``nn.GRU``, ``slstm`` at most 3x ``nn.LSTM``, a step-loop core through CUDA graphs at
-   least 5x faster than its own eager loop timed in the same run. Beside each time, the
-   committed record's (``--against``, by default ``results/bench_gpu/h100``) and the ratio.
-2. ``scaling``: forward+backward against the sequence length (B=16, hidden 128; T = 256 to
-   16384 for the scan cores, to 4096 for the step-loop cores, :data:`GRAPH_SCALING` also
-   through CUDA graphs); target: a scan core's time at T=16384 at most 8x its time at T=256.
-3. ``acting``: one acting step of the MemoryS7 policy (observations from NumPy, sampled
-   actions back) on the CPU, on the GPU, and on the GPU through the trainer's acting graph,
-   per ``n_envs``, beside the trainer's rule (:func:`agents.device.acting_device`).
-4. ``rl``: PPO frames/s on the GPU against the same machine's CPU: MemoryS7 at 8 and 64
-   envs, and POPGym's settings for :data:`POPGYM_CORES` (:func:`rl_rate`), acting and
-   updating as ``memcores train`` does by default; :data:`EAGER_ROWS` again with
-   ``train.graph_update=false``, on the GPU only.
-5. ``supervised``: the copy task (T=200) at hidden 128 and batch 256, seconds per update on
-   the GPU against the CPU.
-
-The results go to ``DIR/bench_gpu.json`` and ``DIR/bench_gpu.md``, rewritten after each
-part. Without a GPU it stops with exit code 2; ``--device cpu --quick`` runs every part at
-tiny sizes on the CPU (a check that the script works; its numbers mean nothing). The CUDA
-cases of the test suite are not part of it: they run as ``pytest -m cuda``. Timings on a GPU
-wait for the queued kernels before reading the clock; each time is the median of a few
-windows, a window holding as many calls as fill 20 ms (:func:`time_runner`).
+Parts (each with a time budget, :data:`PARTS`; what a part cannot fit is listed as not
+measured): ``cores`` (forward+backward of every core at T=256, B=64, D=64, H=128 beside
+cuDNN's ``nn.LSTM``/``nn.GRU``, the ``graph_safe`` cores also through CUDA graphs, each
+against the committed record ``--against``), ``scaling`` (time against T), ``acting`` (one
+MemoryS7 acting step on the CPU, the GPU and the GPU's acting graph), ``rl`` (PPO frames/s,
+GPU against CPU) and ``supervised`` (copy task, seconds per update). The results go to
+``DIR/bench_gpu.json`` and ``.md``, rewritten after each part. Without a GPU it exits with
+code 2; ``--device cpu --quick`` checks the script at tiny sizes. The CUDA tests run as
+``pytest -m cuda``, not from here.
 """
 
 from __future__ import annotations
@@ -57,44 +36,33 @@ REPO = Path(__file__).resolve().parents[2]
 MEMORY_S7 = "experiments/configs/memory_s7.yaml"
 POPGYM = "experiments/configs/sweep_popgym.yaml"
 COPY = "experiments/configs/copy.yaml"
-RECORD = "results/bench_gpu/h100/bench_gpu.json"
-"""The committed record the cores table is read against by default (``--against``)."""
+RECORD = "results/bench_gpu/h100/bench_gpu.json"  # the default --against
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
+# the RL rows timed again on the GPU with train.graph_update=false
 EAGER_ROWS = ("MemoryS7 lstm, 8 envs", "MemoryS7 lstm, 64 envs", "POPGym ur_lstm")
-"""The RL rows timed again on the GPU with ``train.graph_update=false``."""
 SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
 LOOP_CORES = ("lstm", "gru", "ur_lstm", "slstm")
-GRAPH_SCALING = ("janet",)
-"""Capturable step-loop cores timed against T both eagerly and through CUDA graphs."""
+GRAPH_SCALING = ("janet",)  # step-loop cores timed against T eagerly and through graphs
 BASELINES = ("nn.LSTM", "nn.GRU")
-GRAPHED = " (CUDA graph)"
-"""Suffix of a row timed through :class:`cores.graphed.GraphedCore`."""
-OWN_LOOP_SPEEDUP = 5.0
-"""The target of a step-loop core through CUDA graphs, against its eager loop."""
+GRAPHED = " (CUDA graph)"  # suffix of a row timed through GraphedCore
+OWN_LOOP_SPEEDUP = 5.0  # target of a step-loop core through graphs against its eager loop
 LSTM_PRESETS = frozenset(presets_of("cores.gated:GatedLSTM"))
 GRU_PRESETS = frozenset(presets_of("cores.gru:GatedGRU"))
-PARTS: dict[str, float] = {
-    "cores": 90.0,
-    "scaling": 30.0,
-    "acting": 5.0,
-    "rl": 65.0,
-    "supervised": 20.0,
-}
-"""Each part's time budget in seconds; time a part leaves goes to the next. A part checks its
-clock between measurements, so one measurement can overrun it by its own length."""
+PARTS: dict[str, float] = dict(cores=90.0, scaling=30.0, acting=5.0, rl=65.0, supervised=20.0)
+"""Each part's time budget in seconds (checked between measurements); what a part leaves
+goes to the next."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Sizes:
-    """The shapes of one run: the documented ones, or tiny ones with ``--quick``."""
+    """The shapes of one run (tiny ones with ``--quick``)."""
 
     cores: tuple[int, int, int, int] = (256, 64, 64, 128)  # T, B, D, H
     scaling_b_h: tuple[int, int] = (16, 128)
     scan_lengths: tuple[int, ...] = (256, 1024, 4096, 16384)
     loop_lengths: tuple[int, ...] = (256, 1024, 4096)
     reps: int = 3
-    window_s: float = 0.02
-    """Calls shorter than this are timed several to a window (:func:`time_runner`)."""
+    window_s: float = 0.02  # calls shorter than this are timed several to a window
     acting_envs: tuple[int, ...] = (8, 64, 256, 1024)
     acting_steps: int = 50
     rl_envs: tuple[int, ...] = (8, 64)
@@ -106,20 +74,13 @@ class Sizes:
 
 _TINY_RL = ("agent.n_steps=16", "agent.seq_len=16", "core.hidden_size=8")
 QUICK = Sizes(
-    cores=(8, 2, 8, 8),
-    scaling_b_h=(2, 8),
-    scan_lengths=(16, 64),
-    loop_lengths=(16,),
-    reps=1,
-    window_s=0.0,
-    acting_envs=(2, 4),
-    acting_steps=3,
-    rl_envs=(8,),
+    cores=(8, 2, 8, 8), scaling_b_h=(2, 8), scan_lengths=(16, 64), loop_lengths=(16,), reps=1,
+    window_s=0.0, acting_envs=(2, 4), acting_steps=3, rl_envs=(8,),
     rl_overrides=(*_TINY_RL, "agent.minibatch_size=32"),
     popgym_overrides=(*_TINY_RL, "env.n_envs=2", "agent.minibatch_size=16"),
     supervised_overrides=("task.length=10", "core.hidden_size=8", "train.batch_size=8"),
     supervised_updates=2,
-)
+)  # fmt: skip
 
 
 class Clock:
@@ -156,31 +117,23 @@ MAX_CALLS_PER_WINDOW = 32
 def time_runner(
     run: Callable[[], None], device: torch.device, reps: int, clock: Clock, window_s: float = 0.02
 ) -> float:
-    """Median seconds per call of ``run`` over ``reps`` windows, after a warm-up call
-    (compilation, allocator, recording). A window holds as many calls as fill ``window_s``
-    (sized by the second call), so that one late launch or one GPU clock step weighs on a
-    millisecond-scale time as little as on a long one; fewer windows where the part's time
-    ends."""
+    """Median seconds per call of ``run`` over ``reps`` windows after a warm-up call; a window
+    holds as many calls as fill ``window_s``, so one late launch weighs little on a short
+    time. Fewer windows where the part's time ends."""
     timed(run, device)  # warm-up
     second = timed(run, device)
     calls = max(1, min(MAX_CALLS_PER_WINDOW, int(window_s / max(second, 1e-9))))
-
-    def window() -> None:
-        for _ in range(calls):
-            run()
-
     times = [second] if calls == 1 else []  # a call that fills a window is a window
     while len(times) < reps and clock.left() >= 2 * calls * second:
-        times.append(timed(window, device) / calls)
+        times.append(timed(lambda: [run() for _ in range(calls)], device) / calls)
     return statistics.median(times) if times else second
 
 
 def core_runner(
     name: str, T: int, B: int, D: int, H: int, device: torch.device, graph: bool = False
 ) -> Callable[[], None]:
-    """Forward+backward of core ``name`` (or ``nn.LSTM``/``nn.GRU``) on a fixed ``[T, B, D]``
-    input drawn on the CPU with seed 0; with ``graph``, through
-    :class:`cores.graphed.GraphedCore` (an error where its recording fails)."""
+    """Forward+backward of core ``name`` (or ``nn.LSTM``/``nn.GRU``) on a seeded ``[T, B, D]``
+    input; with ``graph``, through ``GraphedCore`` (an error where its recording fails)."""
     from cores import make_core
     from cores.graphed import GraphedCore
 
@@ -220,15 +173,14 @@ def _time_cell(
 
 # ------------------------------------------------------------------------------ cores
 def graph_safe_cores() -> list[str]:
-    """The registered cores that declare ``graph_safe`` (timed with and without graphs)."""
+    """The registered cores that declare ``graph_safe``."""
     from cores import CORES, make_core
 
     return sorted(name for name in CORES if make_core(name, 4, 4).graph_safe)
 
 
 def committed_ms(path: str | Path, shape: dict[str, int]) -> dict[str, float]:
-    """Each core's best forward+backward ms in a committed ``bench_gpu.json`` at ``shape``
-    (``{}`` where the file, its cores part or that shape is missing)."""
+    """Each core's best ms in a committed ``bench_gpu.json`` at ``shape`` (``{}``: missing)."""
     file = Path(path) if Path(path).is_file() else REPO / path  # from here, or the repo's
     if not file.is_file():
         return {}
@@ -239,8 +191,8 @@ def committed_ms(path: str | Path, shape: dict[str, int]) -> dict[str, float]:
 
 
 def target(name: str, x_lstm: float | None, x_gru: float | None, x_loop: float | None) -> str:
-    """Core ``name``'s target, marked ``ok`` or ``MISS`` (module docstring), from its best
-    time's ratios to cuDNN and to its own eager loop (``x_loop``; None: not graphed)."""
+    """Core ``name``'s target marked ``ok`` or ``MISS``: gated LSTM/GRU presets <=2x their cuDNN
+    module, ``slstm`` <=3x ``nn.LSTM``, a graphed loop >=5x its eager loop (``x_loop``)."""
     if name in LSTM_PRESETS and x_lstm is not None:
         return f"{'ok' if x_lstm <= 2 else 'MISS'} <=2x nn.LSTM"
     if name in GRU_PRESETS and x_gru is not None:
@@ -254,8 +206,8 @@ def target(name: str, x_lstm: float | None, x_gru: float | None, x_loop: float |
 
 
 def part_cores(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
-    """Forward+backward ms of every core beside ``nn.LSTM`` and ``nn.GRU``; the
-    ``graph_safe`` cores also through CUDA graphs, the better time counting."""
+    """Forward+backward ms of every core beside cuDNN (timed before, between and after; the
+    median counts), the ``graph_safe`` cores also through CUDA graphs (the better counts)."""
     from cores import CORES
 
     eager: dict[str, float] = {}
@@ -284,43 +236,34 @@ def part_cores(device: torch.device, sizes: Sizes, clock: Clock, against: str) -
     T, B, D, H = sizes.cores
     shape = dict(T=T, B=B, D=D, H=H)
     record = committed_ms(against, shape)
-    return {
-        "shape": shape,
-        "against": against if record else None,
-        "rows": [_core_row(n, ms, graphed.get(n), eager, record) for n, ms in eager.items()],
-        "baseline_runs": runs,
-        "errors": errors,
-        "not_measured": not_measured,
-    }
+    rows = [_core_row(n, ms, graphed.get(n), eager, record) for n, ms in eager.items()]
+    against = against if record else None
+    return dict(
+        shape=shape, against=against, rows=rows, baseline_runs=runs, errors=errors,
+        not_measured=not_measured,
+    )  # fmt: skip
 
 
 def _core_row(
     name: str, ms: float, ms_graphed: float | None, eager: dict[str, float], record: dict
 ) -> dict[str, Any]:
-    """One row of the cores table: the times, the ratios and the target."""
     best = min(ms, ms_graphed if ms_graphed is not None else math.inf)
     x_lstm = best / eager["nn.LSTM"] if "nn.LSTM" in eager else None
     x_gru = best / eager["nn.GRU"] if "nn.GRU" in eager else None
     x_loop = ms / ms_graphed if ms_graphed is not None else None
     committed = record.get(name)
-    return {
-        "core": name,
-        "ms": ms,
-        "ms_graphed": ms_graphed,
-        "best_ms": best,
-        "x_nn_lstm": x_lstm,
-        "x_nn_gru": x_gru,
-        "x_own_loop": x_loop,
-        "record_ms": committed,
-        "x_record": best / committed if committed else None,
-        "target": target(name, x_lstm, x_gru, x_loop),
-    }
+    x_record = best / committed if committed else None
+    return dict(
+        core=name, ms=ms, ms_graphed=ms_graphed, best_ms=best, x_nn_lstm=x_lstm, x_nn_gru=x_gru,
+        x_own_loop=x_loop, record_ms=committed, x_record=x_record,
+        target=target(name, x_lstm, x_gru, x_loop),
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ scaling
 def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
-    """Forward+backward ms against T; cells in order of T, so the budget cuts the longest,
-    the graphed cores last."""
+    """Forward+backward ms against T (in order of T, so the budget cuts the longest); target:
+    a scan core at the longest T at most 8x its time at the shortest."""
     B, H = sizes.scaling_b_h
     D = sizes.cores[2]
     lengths = {n: sizes.scan_lengths for n in ("nn.LSTM", *SCAN_CORES)}
@@ -349,17 +292,9 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
     for name, times in ms.items():
         growth = times[last] / times[first] if {first, last} <= times.keys() else None
         mark = "" if growth is None or name not in SCAN_CORES else "ok" if growth <= 8 else "MISS"
-        rows.append(
-            {"core": name, "ms": times, "growth": growth, "target": mark and f"{mark} <=8x"}
-        )
-    return {
-        "B": B,
-        "H": H,
-        "lengths": list(sizes.scan_lengths),
-        "rows": rows,
-        "errors": errors,
-        "not_measured": not_measured,
-    }
+        rows.append(dict(core=name, ms=times, growth=growth, target=mark and f"{mark} <=8x"))
+    lengths = list(sizes.scan_lengths)
+    return dict(B=B, H=H, lengths=lengths, rows=rows, errors=errors, not_measured=not_measured)
 
 
 # ------------------------------------------------------------------------------ acting
@@ -372,7 +307,6 @@ def _rl_config(path: str, overrides: list[str]) -> Any:
 
 
 def _recorder(device: torch.device) -> Any:
-    """CUDA graphs on a GPU; elsewhere the eager recorder (the bookkeeping, for the tests)."""
     from cores.graphed import CudaRecorder, EagerRecorder
 
     return CudaRecorder() if device.type == "cuda" else EagerRecorder()
@@ -381,10 +315,8 @@ def _recorder(device: torch.device) -> Any:
 def acting_step(
     policy: torch.nn.Module, obs: dict[str, np.ndarray], device: torch.device, graphed: bool
 ) -> Callable[[], np.ndarray]:
-    """One acting step of ``policy`` on ``device`` as the trainer takes it: the observations
-    from NumPy, the forward (replayed from :class:`agents.acting_graph.ActingGraph` where
-    ``graphed``, warmed up and recorded first), the sampling, the actions back to NumPy.
-    Each call reads the arrays of ``obs`` (refill them in place) and carries the state.
+    """One acting step as the trainer takes it: observations from NumPy, the forward (through
+    ``ActingGraph`` where ``graphed``, recorded first), sampling, actions back to NumPy.
 
     :raises RuntimeError: ``graphed`` and the recording failed.
     """
@@ -412,8 +344,7 @@ def acting_step(
 
 
 def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
-    """Microseconds per acting step of the MemoryS7 policy on the CPU, on ``device`` and on
-    ``device`` through CUDA graphs, with the config's torch threads (as the trainer acts)."""
+    """Microseconds per MemoryS7 acting step on the CPU, ``device`` and its acting graph."""
     from agents.policy import build_policy
 
     config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
@@ -423,7 +354,8 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
     policies = {"cpu": build_policy(config, 7, (7, 7, 3)).eval()}
     if device.type != "cpu":
         policies["device"] = build_policy(config, 7, (7, 7, 3)).to(device).eval()
-        policies["graphed"] = policies["device"] if device.type == "cuda" else None
+    if device.type == "cuda":
+        policies["graphed"] = policies["device"]
     rng = np.random.default_rng(0)
     rows, not_measured = [], []
     try:
@@ -435,8 +367,6 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
             obs["direction"] = rng.integers(0, 4, n)
             row: dict[str, Any] = {"n_envs": n, "rule": str(acting_device(device, n))}
             for where, policy in policies.items():
-                if policy is None:
-                    continue
                 dev = torch.device("cpu") if where == "cpu" else device
                 try:
                     step = acting_step(policy, obs, dev, graphed=where == "graphed")
@@ -453,7 +383,7 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
 
 
 def timed_steps(step: Callable[[], Any], steps: int) -> float:
-    """Seconds per call of ``step`` (whose result reaches the host) over ``steps`` calls."""
+    """Seconds per call of ``step`` (whose result reaches the host)."""
     start = time.perf_counter()
     for _ in range(steps):
         step()
@@ -462,11 +392,8 @@ def timed_steps(step: Callable[[], Any], steps: int) -> float:
 
 # ------------------------------------------------------------------------------ rl
 def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
-    """Frames/s of ``path``'s PPO recipe on ``device``, acting and updating as
-    ``memcores train`` does with the config (through acting and update graphs where
-    ``train.graph_acting``/``graph_update`` resolve on): one timed rollout and an update
-    timed over ``epochs`` of its epochs (all: None), scaled to all of them, each after a
-    warm-up (compiling, recording)."""
+    """Frames/s of ``path``'s PPO recipe on ``device`` as ``memcores train`` runs it: one
+    rollout and ``epochs`` update epochs (None: all) timed after a warm-up, scaled to all."""
     from agents.acting_graph import ActingGraph
     from agents.policy import obs_to_tensors
     from agents.ppo import update
@@ -505,20 +432,16 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
         f"{what} {'eager' if g is None else g.failure or f'{g.replays} steps replayed'}"
         for what, g in (("acting", step), ("update", graph))
     ]
-    return {
-        "fps": n_envs * agent.n_steps / (collect + upd),
-        "collect_s": collect,
-        "update_s": upd,
-        "epochs_timed": f"{timed_epochs}/{agent.n_epochs}",
-        "acting": describe_acting(s.device, n_envs, graphed=s.graph_acting),
-        "graphs": "; ".join(graphs),
-        "threads": torch.get_num_threads(),
-    }
+    return dict(
+        fps=n_envs * agent.n_steps / (collect + upd), collect_s=collect, update_s=upd,
+        epochs_timed=f"{timed_epochs}/{agent.n_epochs}",
+        acting=describe_acting(s.device, n_envs, graphed=s.graph_acting),
+        graphs="; ".join(graphs), threads=torch.get_num_threads(),
+    )  # fmt: skip
 
 
 def _warm_epochs(agent: Any, n_envs: int, graph: Any) -> int:
-    """Update epochs that compile the kernels, and take ``graph``'s warm-up steps and its
-    recording where there is one."""
+    """Warm-up epochs: one, or enough for ``graph``'s warm-up steps and recording."""
     if graph is None:
         return 1
     chunks = n_envs * agent.n_steps // agent.seq_len
@@ -527,8 +450,8 @@ def _warm_epochs(agent: Any, n_envs: int, graph: Any) -> int:
 
 
 def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
-    """The RL rows: ``(label, config, overrides, epochs timed)``, each of
-    :data:`EAGER_ROWS` followed by its eager-update row."""
+    """``(label, config, overrides, epochs timed)`` rows, each of :data:`EAGER_ROWS`
+    followed by its eager-update row."""
     plain = [
         (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
         for n in sizes.rl_envs
@@ -547,8 +470,7 @@ def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
 
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
-    """RL frames/s on ``device`` against the CPU, per :func:`rl_settings` row; an eager-update
-    row times the device only (its CPU is the row above's)."""
+    """RL frames/s on ``device`` against the CPU (an eager-update row reuses the CPU above)."""
     rows: list[dict[str, Any]] = []
     not_measured = []
     threads = torch.get_num_threads()
@@ -574,7 +496,7 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> d
 
 # ------------------------------------------------------------------------------ supervised
 def supervised_rate(overrides: list[str], device: str, updates: int, clock: Clock) -> dict:
-    """Seconds per update of the copy task on ``device`` (after two warm-up updates)."""
+    """Seconds per copy-task update on ``device`` (after two warm-up updates)."""
     from agents.supervised import TaskData, prepare, train_step
     from agents.supervised_config import SupervisedConfig
     from experiments.config import load_config
@@ -593,12 +515,9 @@ def supervised_rate(overrides: list[str], device: str, updates: int, clock: Cloc
             train_step(prep, data.train_batch(2 + done), config.optim.lr, math.inf)
             done += 1
         sync(prep.device)
-    return {
-        "s_per_update": (time.perf_counter() - start) / done,
-        "updates": done,
-        "core": config.core.name,
-        "threads": torch.get_num_threads(),
-    }
+    seconds = (time.perf_counter() - start) / done
+    return dict(s_per_update=seconds, updates=done, core=config.core.name,
+                threads=torch.get_num_threads())  # fmt: skip
 
 
 def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
@@ -617,13 +536,10 @@ def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, against: s
     return {"config": COPY, "overrides": overrides, "cpu": cpu, "device": dev, "x_cpu": x_cpu}
 
 
-RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = {
-    "cores": part_cores,
-    "scaling": part_scaling,
-    "acting": part_acting,
-    "rl": part_rl,
-    "supervised": part_supervised,
-}
+RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = dict(
+    cores=part_cores, scaling=part_scaling, acting=part_acting, rl=part_rl,
+    supervised=part_supervised,
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ main
@@ -637,16 +553,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="runs/bench_gpu", help="folder for the JSON and markdown")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a check that it runs)")
-    parser.add_argument(
-        "--parts",
-        default=",".join(PARTS),
-        help=f"comma-separated parts (default {','.join(PARTS)})",
-    )
-    parser.add_argument(
-        "--against",
-        default=RECORD,
-        help=f"a committed bench_gpu.json to compare (default {RECORD})",
-    )
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts")
+    parser.add_argument("--against", default=RECORD, help="a committed bench_gpu.json to compare")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = [p for p in parts if p not in PARTS]
@@ -662,12 +570,9 @@ def main(argv: list[str]) -> int:
     sizes = QUICK if args.quick else Sizes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
-        "command": "memcores bench gpu " + " ".join(argv),
-        "hardware": info(device),
-        "budgets_s": {p: PARTS[p] for p in parts},
-        "parts": {},
-    }
+    command = "memcores bench gpu " + " ".join(argv)
+    budgets = {p: PARTS[p] for p in parts}
+    results = dict(command=command, hardware=info(device), budgets_s=budgets, parts={})
     print(f"bench gpu: device {device}, parts {', '.join(parts)}; writing {out}", flush=True)
     carry = 0.0
     with warnings.catch_warnings():

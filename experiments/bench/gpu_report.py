@@ -47,16 +47,11 @@ def cores(c: dict[str, Any]) -> list[str]:
         "Capturable cores also through CUDA graphs; ratios and targets use the better time; "
         "x own loop: the eager loop's time over the CUDA graph's. "
         + (f"record: `{against}`. " if against else "No committed record to compare. ")
-        + (
-            f"Baselines timed before, between and after the cores: {'; '.join(runs)}."
-            if runs
-            else ""
-        )
     )
-    title = (
-        f"Cores, forward+backward, T={shape['T']} B={shape['B']} input {shape['D']} "
-        f"hidden {shape['H']}"
-    )
+    if runs:
+        note += f"Baselines timed before, between and after the cores: {'; '.join(runs)}."
+    T, B, D, H = (shape[k] for k in "TBDH")
+    title = f"Cores, forward+backward, T={T} B={B} input {D} hidden {H}"
     columns = ["core", "ms", "ms, CUDA graph", "x nn.LSTM", "x nn.GRU", "x own loop"]
     lines = section(title, [*columns, "record ms", "x record", "target"], note)
     for r in c["rows"]:
@@ -141,14 +136,10 @@ def not_measured(parts: dict[str, Any]) -> list[str]:
     return lines
 
 
-SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "cores": cores,
-    "scaling": scaling,
-    "acting": acting,
-    "rl": rl,
-    "supervised": supervised,
-}
-"""Each part's renderer, in the order the parts appear in the report."""
+# each part's renderer, in the order the parts appear in the report
+SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = dict(
+    cores=cores, scaling=scaling, acting=acting, rl=rl, supervised=supervised
+)
 
 
 def markdown(results: dict[str, Any]) -> str:
