@@ -23,10 +23,12 @@ Two modes, chosen like ``LSTMModule``'s, by torchrl's ``set_recurrent_mode`` con
   convention).
 
 Values for GAE: :func:`add_state_values` evaluates the critic at every step of a collected
-batch from the states the collector stored, which is exact; torchrl's GAE then skips its own
-value calls. (GAE's own pass over ``"next"`` copies the root's ``is_init`` there and relies on
-``LSTMModule`` restarting from the stored state at those flags; a core resets to its initial
-state instead. It also needs ``vmap`` off: a core's resets are data-dependent control flow.)
+batch from the states the collector stored, which is exact; build torchrl's GAE with
+``value_network=None`` so that it reads these values. (Given a value network, GAE recomputes
+and overwrites them: its pass over ``"next"`` copies the root's ``is_init`` there and relies on
+``LSTMModule`` restarting from the stored state at those flags, where a core resets to its
+initial state instead; and it needs ``vmap`` off, a core's resets being data-dependent control
+flow.)
 """
 
 from __future__ import annotations
@@ -141,7 +143,8 @@ def add_state_values(
 
     :param critic: a tensordict module whose recurrent part is a :class:`CoreModule`
         (run here in single-step mode).
-    :return: ``data``, for chaining; pass it to torchrl's ``GAE``, which then reuses these.
+    :return: ``data``, for chaining; pass it to torchrl's ``GAE`` built with
+        ``value_network=None``, which then reads these.
     """
     with set_recurrent_mode(False):
         root = critic(data.select(*critic.in_keys, strict=False).clone(False))

@@ -94,6 +94,17 @@ def build_actor_critic(
     return actor, TensorDictSequential(encoder, core, value), core
 
 
+def make_gae(config: TorchRLPPOConfig) -> GAE:
+    """torchrl's ``GAE`` over the values :func:`~agents.torchrl_module.add_state_values` wrote.
+
+    No value network: given one, ``GAE`` calls it again over root and ``"next"`` and
+    overwrites the exact values, and on ``"next"`` it copies the root's ``is_init``, so a
+    core resets there and ``V(s_{t+1})`` after each episode's first step loses that step.
+    ``("next", "terminated")`` stops bootstrapping, as ``starts`` does in memcores' GAE.
+    """
+    return GAE(gamma=config.gamma, lmbda=config.gae_lambda, value_network=None)
+
+
 def train_torchrl_ppo(config: TorchRLPPOConfig, log: Any = print) -> dict[str, Any]:
     """Train and return ``{"frames", "wall_seconds", "fps", "final_mmer", "curve"}``.
 
@@ -111,9 +122,7 @@ def train_torchrl_ppo(config: TorchRLPPOConfig, log: Any = print) -> dict[str, A
     collector = Collector(
         env, actor, frames_per_batch=batch_frames, total_frames=n_batches * batch_frames
     )
-    advantage = GAE(
-        gamma=config.gamma, lmbda=config.gae_lambda, value_network=critic, deactivate_vmap=True
-    )
+    advantage = make_gae(config)
     loss_fn = ClipPPOLoss(
         actor,
         critic,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from experiments.core_compare import separation, welch_p
 from experiments.records import find_runs, write_record
 
 ENGINES = ("memcores", "torchrl", "rllib")
@@ -158,6 +160,43 @@ def _mmer_column(folder: Path) -> list[str]:
     return [row["rollout/ep_rew_mean"] for row in csv.DictReader(open(folder / "curve.csv"))]
 
 
+def seed_statistics(rows: list[tuple[str, str, int, float]]) -> list[str]:
+    """Markdown lines: per core, each engine's final MMER over its seeds (mean, sample
+    standard deviation) and Welch's p against memcores' own trainer.
+
+    :param rows: ``(engine, core, seed, final MMER)`` of one-node runs.
+    :return: a table with one row per (core, engine) of at least two seeds, for the cores
+        memcores has at least two seeds of; empty when there is none.
+    """
+    runs: dict[tuple[str, str], dict[int, float]] = {}
+    for engine, core, seed, mmer in rows:
+        runs.setdefault((core, engine), {})[seed] = mmer
+    order = {name: i for i, name in enumerate(ENGINES)}
+    lines = []
+    for core, engine in sorted(runs, key=lambda key: (key[0], order.get(key[1], 9))):
+        base = list(runs.get((core, "memcores"), {}).values())
+        values = list(runs[(core, engine)].values())
+        if len(base) < 2 or len(values) < 2:
+            continue
+        seeds = ",".join(str(seed) for seed in sorted(runs[(core, engine)]))
+        if engine == "memcores":
+            versus = ""
+        else:
+            versus = f"{welch_p(base, values):.2f} | {separation(base, values)}"
+        lines.append(
+            f"| {core} | {engine} | {seeds} | {statistics.mean(values):.3f} | "
+            f"{statistics.stdev(values):.3f} | {versus or ' | '} |"
+        )
+    if not lines:
+        return []
+    return [
+        "| core | engine | seeds | mean final MMER | std | Welch p vs memcores | "
+        "runs vs memcores |",
+        "|---|---|---|---:|---:|---:|---|",
+        *lines,
+    ]
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Write ``REPORT.md``: one row per record, the popgym_150k reference beside it."""
     results = Path(args.results)
@@ -193,6 +232,16 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"| {engine} | {core} | {seed} | {frames} | {fps:.0f} | {mmer:.3f} | {wall:.0f} | "
             f"{setup_text} | `{name}` |"
         )
+    spread = seed_statistics(
+        [(r[0], r[1], r[2], r[5]) for r in rows if not r[8].endswith("2-node")]
+    )
+    if spread:
+        legend = (
+            "Across seeds (one-node runs; std: sample standard deviation; Welch's two-sided "
+            "t-test, unequal variances; runs vs memcores: above/below when every run is "
+            "above/below every memcores run, else overlap):"
+        )
+        lines += ["", legend, "", *spread]
     lines += ["", "memcores' popgym_150k records (150,528-frame runs) at the same frames:", ""]
     for core in sorted({r[1] for r in rows}):
         frames = max(r[3] for r in rows if r[1] == core)

@@ -111,6 +111,37 @@ def test_collector_values_are_exact_across_episode_boundaries():
     torch.testing.assert_close(following, whole[:, 1:][~done], atol=1e-5, rtol=1e-5)
 
 
+def test_trainer_gae_keeps_exact_values_and_matches_memcores_recursion():
+    """The trainer's GAE reads add_state_values' values (it recomputed V(s_{t+1}) from a reset
+    state after each episode's first step when given the critic) and its advantages are
+    memcores' GAE recursion, no bootstrap past a terminal step."""
+    from torchrl.collectors import Collector
+
+    from agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic, make_gae
+
+    torch.manual_seed(1)
+    config = TorchRLPPOConfig(n_envs=2, n_steps=64)
+    actor, critic, core = build_actor_critic(config, 9, 4)
+    env = _make_env(config, core)
+    collector = Collector(env, actor, frames_per_batch=128, total_frames=128)
+    data = next(iter(collector)).reshape(2, 64)
+    collector.shutdown()
+    assert data["is_init"][:, 1:].any()  # an episode starts inside a row
+    add_state_values(critic, data)
+    values = data["state_value"].clone().squeeze(-1)
+    next_values = data["next", "state_value"].clone().squeeze(-1)
+    make_gae(config)(data)
+    torch.testing.assert_close(data["next", "state_value"].squeeze(-1), next_values)
+    rewards = data["next", "reward"].squeeze(-1)
+    ended = data["next", "terminated"].squeeze(-1).float()
+    expected, running = torch.zeros_like(values), torch.zeros(values.shape[0])
+    for t in reversed(range(values.shape[1])):
+        delta = rewards[:, t] + config.gamma * next_values[:, t] * (1 - ended[:, t]) - values[:, t]
+        running = delta + config.gamma * config.gae_lambda * (1 - ended[:, t]) * running
+        expected[:, t] = running
+    torch.testing.assert_close(data["advantage"].squeeze(-1), expected, atol=1e-5, rtol=1e-5)
+
+
 def test_missing_state_starts_from_initial_state():
     core = make_core("lstm", D, H).eval()
     module = CoreModule(core, in_key="x", out_key="y")

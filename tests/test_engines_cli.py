@@ -21,3 +21,20 @@ def test_bad_arguments_exit_2(argv, message, capsys, tmp_path):
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
+
+
+def test_seed_statistics_mean_std_and_welch_against_memcores():
+    from scipy import stats
+
+    from experiments.engines import seed_statistics
+
+    memcores, torchrl = [-0.2, -0.25, -0.3], [-0.31, -0.35, -0.4]
+    rows = [("memcores", "gru", s, v) for s, v in enumerate(memcores)]
+    rows += [("torchrl", "gru", s, v) for s, v in enumerate(torchrl)]
+    rows += [("rllib", "gru", 0, -0.1), ("torchrl", "lru", 0, -0.3), ("torchrl", "lru", 1, -0.2)]
+    lines = seed_statistics(rows)
+    assert len(lines) == 4  # header, rule, memcores gru, torchrl gru (one-seed rllib, no lru base)
+    assert lines[2] == "| gru | memcores | 0,1,2 | -0.250 | 0.050 |  |  |"
+    p = stats.ttest_ind(torchrl, memcores, equal_var=False).pvalue
+    assert lines[3] == f"| gru | torchrl | 0,1,2 | -0.353 | 0.045 | {p:.2f} | below |"
+    assert seed_statistics([("memcores", "gru", 0, -0.2)]) == []
