@@ -1,23 +1,15 @@
 """The PPO update's minibatch step recorded once as a CUDA graph and replayed
-(``train.graph_update``): a minibatch step is a few hundred small kernels whose launches a GPU
-waits on at RL shapes.
+(``train.graph_update``): at RL shapes a GPU waits on the launches of its few hundred kernels.
 
-- **Fixed addresses.** The rollout is copied into static buffers once per update; a minibatch
-  is chosen by copying its chunk indices into a static ``[M]`` index, and the step returns its
-  loss terms as one static ``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay.
-- **The learning rate** is a device tensor while recorded, filled before each update, so
-  annealing reaches the replays. A non-finite minibatch is skipped on the device (fused
-  Adam's ``found_inf``), as in the eager update.
-- **Warm-up.** The first minibatches of a new layout run eagerly on a side stream (optimiser
-  state, kernel compilation); the next is recorded, then every full-size minibatch replays. A
-  smaller last minibatch runs eagerly. A new policy, optimiser, layout, loss setting or
-  optimiser state (a resume) records a new graph.
-- **Refused** before recording (:func:`refusal`): A2C, an optimiser other than fused Adam, the
-  reconstruction loss, cores that draw random numbers on the host (a graph would freeze the
-  draws) and cores keyed by their state (``mem_lstm``). A recording that raises warns once and
-  the update runs eagerly from there on.
-
-That a replay trains as the eager step does is checked by ``tests/test_update_graph.py``.
+The rollout is copied into static buffers once per update, a minibatch chosen by copying its
+chunk indices into a static ``[M]`` index; the step returns its loss terms as one static
+``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay. The learning rate is a device
+tensor while recorded, so annealing reaches the replays; a non-finite minibatch is skipped on
+the device (fused Adam's ``found_inf``). The first minibatches of a new layout run eagerly,
+the next is recorded, then every full-size one replays (a smaller last one runs eagerly); a
+new policy, optimiser, layout, loss setting or optimiser state (a resume) records anew.
+:func:`refusal` names what cannot be replayed; a recording that raises warns once and the
+update runs eagerly from there on (``tests/test_update_graph.py`` checks replay = eager).
 """
 
 from __future__ import annotations
@@ -209,20 +201,12 @@ class UpdateGraph:
     def _new_recording(self, target: _Target, batch: ChunkBatch) -> _Recording:
         """Static buffers for a new target, and its step (recorded after its warm-up)."""
         device = batch.starts.device
-        rec = _Recording(
-            target=target,
-            static=_clone(batch),
-            index=torch.zeros(target.chunks_per_mb, dtype=torch.long, device=device),
-            lr=torch.zeros((), device=device),
-            params=[p for p in target.policy.parameters() if p.requires_grad],
-        )
-        rec.call = recorded_call(
-            lambda: rec.eager(rec.index),
-            self.recorder,
-            "train.graph_update: the update step",
-            rec.settings,
-            self.warmup_steps,
-        )
+        params = [p for p in target.policy.parameters() if p.requires_grad]
+        index = torch.zeros(target.chunks_per_mb, dtype=torch.long, device=device)
+        rec = _Recording(target, _clone(batch), index, torch.zeros((), device=device), params)
+        what = "train.graph_update: the update step"
+        step = lambda: rec.eager(rec.index)  # noqa: E731
+        rec.call = recorded_call(step, self.recorder, what, rec.settings, self.warmup_steps)
         return rec
 
     def _step(self, rec: _Recording, index: Tensor) -> Row:
