@@ -93,9 +93,6 @@ class Clock:
     def left(self) -> float:
         return self.budget - (time.perf_counter() - self.start)
 
-    def spent(self) -> float:
-        return time.perf_counter() - self.start
-
 
 def _error(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
@@ -111,9 +108,6 @@ def timed(fn: Callable[[], Any], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-MAX_CALLS_PER_WINDOW = 32
-
-
 def time_runner(
     run: Callable[[], None], device: torch.device, reps: int, clock: Clock, window_s: float = 0.02
 ) -> float:
@@ -122,7 +116,7 @@ def time_runner(
     time. Fewer windows where the part's time ends."""
     timed(run, device)  # warm-up
     second = timed(run, device)
-    calls = max(1, min(MAX_CALLS_PER_WINDOW, int(window_s / max(second, 1e-9))))
+    calls = max(1, min(32, int(window_s / max(second, 1e-9))))
     times = [second] if calls == 1 else []  # a call that fills a window is a window
     while len(times) < reps and clock.left() >= 2 * calls * second:
         times.append(timed(lambda: [run() for _ in range(calls)], device) / calls)
@@ -136,27 +130,23 @@ def core_runner(
     input; with ``graph``, through ``GraphedCore`` (an error where its recording fails)."""
     from cores import make_core
     from cores.graphed import GraphedCore
+    from experiments.bench.cores import _runner
 
     x = torch.randn(T, B, D, generator=torch.Generator().manual_seed(0)).to(device)
     torch.manual_seed(0)
     if name in BASELINES:
         rnn = (torch.nn.LSTM if name == "nn.LSTM" else torch.nn.GRU)(D, H).to(device)
-        call = lambda: rnn(x)[0]  # noqa: E731
-        module: torch.nn.Module = rnn
-    else:
-        module = make_core(name, D, H).to(device).train()
-        module = GraphedCore(module) if graph else module
-        call = lambda: module(x, module.initial_state(B, device))[0]  # noqa: E731
-    params = [p for p in module.parameters() if p.requires_grad]
+        return _runner(rnn, x, lambda x: rnn(x)[0])
+    core = make_core(name, D, H).to(device).train()
+    module = GraphedCore(core) if graph else core
+    run = _runner(module, x, lambda x: module(x, module.initial_state(B, device))[0])
 
-    def run() -> None:
-        for p in params:
-            p.grad = None
-        call().float().sum().backward()
+    def checked() -> None:
+        run()
         if graph and module.capture_error is not None:  # eager, not a graph's time
             raise RuntimeError(module.capture_error)
 
-    return run
+    return checked
 
 
 def _time_cell(
@@ -370,7 +360,8 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
                 dev = torch.device("cpu") if where == "cpu" else device
                 try:
                     step = acting_step(policy, obs, dev, graphed=where == "graphed")
-                    row[f"us_{where}"] = 1e6 * timed_steps(step, sizes.acting_steps)
+                    steps = lambda s=step: [s() for _ in range(sizes.acting_steps)]  # noqa: E731
+                    row[f"us_{where}"] = 1e6 * timed(steps, dev) / sizes.acting_steps
                 except Exception as err:  # a step that cannot be recorded is a result too
                     row[f"{where}_error"] = _error(err)
             if "us_device" in row:
@@ -380,14 +371,6 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
         torch.set_num_threads(threads)
     crossover = next((r["n_envs"] for r in rows if r.get("faster", "cpu") != "cpu"), None)
     return {"rows": rows, "crossover_n_envs": crossover, "not_measured": not_measured}
-
-
-def timed_steps(step: Callable[[], Any], steps: int) -> float:
-    """Seconds per call of ``step`` (whose result reaches the host)."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
 
 
 # ------------------------------------------------------------------------------ rl
@@ -420,8 +403,11 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
             s.device,
         )
         timed_epochs = min(epochs or agent.n_epochs, agent.n_epochs)
-        if s.device.type != "cpu" or graph is not None:
-            warm = dataclasses.replace(agent, n_epochs=_warm_epochs(agent, n_envs, graph))
+        if s.device.type != "cpu" or graph is not None:  # enough for the graph's warm-up
+            chunks_per_mb = max(1, agent.minibatch_size // agent.seq_len)
+            full = max(1, n_envs * agent.n_steps // agent.seq_len // chunks_per_mb)
+            warm_epochs = 1 if graph is None else math.ceil((graph.warmup_steps + 1) / full)
+            warm = dataclasses.replace(agent, n_epochs=warm_epochs)
             update(s.policy, s.optimizer, buffer, warm, graph=graph)
         part = dataclasses.replace(agent, n_epochs=timed_epochs)
         upd = timed(lambda: update(s.policy, s.optimizer, buffer, part, graph=graph), s.device)
@@ -440,28 +426,16 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
     )  # fmt: skip
 
 
-def _warm_epochs(agent: Any, n_envs: int, graph: Any) -> int:
-    """Warm-up epochs: one, or enough for ``graph``'s warm-up steps and recording."""
-    if graph is None:
-        return 1
-    chunks = n_envs * agent.n_steps // agent.seq_len
-    full_minibatches = max(1, chunks // max(1, agent.minibatch_size // agent.seq_len))
-    return math.ceil((graph.warmup_steps + 1) / full_minibatches)
-
-
 def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
     """``(label, config, overrides, epochs timed)`` rows, each of :data:`EAGER_ROWS`
     followed by its eager-update row."""
-    plain = [
-        (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
-        for n in sizes.rl_envs
+    memory = [
+        (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}"], None) for n in sizes.rl_envs
     ]
-    plain += [
-        (f"POPGym {core}", POPGYM, [f"core.name={core}", *sizes.popgym_overrides], 1)
-        for core in POPGYM_CORES
-    ]
+    popgym = [(f"POPGym {core}", POPGYM, [f"core.name={core}"], 1) for core in POPGYM_CORES]
     settings = []
-    for label, path, overrides, epochs in plain:
+    for label, path, overrides, epochs in memory + popgym:
+        overrides += sizes.rl_overrides if path == MEMORY_S7 else sizes.popgym_overrides
         settings.append((label, path, overrides, epochs))
         if label in EAGER_ROWS:
             eager = [*overrides, "train.graph_update=false"]
@@ -543,11 +517,6 @@ RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = dict(
 
 
 # ------------------------------------------------------------------------------ main
-def _write(results: dict[str, Any], out: Path) -> None:
-    (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "bench_gpu.md").write_text(markdown(results))
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/bench_gpu", help="folder for the JSON and markdown")
@@ -580,10 +549,11 @@ def main(argv: list[str]) -> int:
         for name in parts:
             clock = Clock(PARTS[name] + carry)
             result = RUNNERS[name](device, sizes, clock, args.against)
-            result["seconds"] = clock.spent()
+            result["seconds"] = clock.budget - clock.left()
             carry = max(clock.left(), 0.0)
             results["parts"][name] = result
-            _write(results, out)
+            (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+            (out / "bench_gpu.md").write_text(markdown(results))
             print(f"  {name}: {result['seconds']:.1f} s", flush=True)
     print(markdown(results))
     print(f"wrote {out / 'bench_gpu.json'} and {out / 'bench_gpu.md'}")

@@ -21,19 +21,6 @@ def section(title: str, columns: list[str], note: str = "") -> list[str]:
     return head + ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
-def header(results: dict[str, Any]) -> list[str]:
-    """The title, the hardware and the command."""
-    hw = results["hardware"]
-    gpu = f" ({hw['gpu']}, CUDA {hw['cuda']})" if "gpu" in hw else ""
-    return [
-        "# memcores bench gpu",
-        "",
-        f"Device {hw['device']}{gpu}; CPU {hw['cpu']} x {hw['cpu_count']}; "
-        f"torch {hw['torch']}; triton {hw['triton']}.",
-        f"Command: `{results['command']}`.",
-    ]
-
-
 def cores(c: dict[str, Any]) -> list[str]:
     """The cores part: one row per core, forward+backward."""
     shape = c["shape"]
@@ -143,8 +130,15 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = dict(
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The results as markdown: the hardware, then one section per part that ran."""
-    lines = header(results)
+    """The results as markdown: the hardware and command, then one section per part that ran."""
+    hw = results["hardware"]
+    gpu = f" ({hw['gpu']}, CUDA {hw['cuda']})" if "gpu" in hw else ""
+    lines = [
+        "# memcores bench gpu\n",
+        f"Device {hw['device']}{gpu}; CPU {hw['cpu']} x {hw['cpu_count']}; "
+        f"torch {hw['torch']}; triton {hw['triton']}.",
+        f"Command: `{results['command']}`.",
+    ]
     parts = results["parts"]
     for name, render in SECTIONS.items():
         if name in parts:
