@@ -20,7 +20,7 @@ import contextlib
 import gc
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -180,8 +180,6 @@ class RecordedCall(Generic[Out]):
         warmup: Settings = contextlib.nullcontext,
         warmup_calls: int = 0,
     ) -> None:
-        if warmup_calls < 0:
-            raise ValueError(f"warmup_calls must be >= 0, got {warmup_calls}")
         self.fn, self.record, self.what, self.warmup = fn, record, what, warmup
         self.warmups_left = warmup_calls
         self.replay: Callable[..., Out] | None = None
@@ -312,18 +310,20 @@ class GraphedCore(MemoryCore):
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step ``T``."""
         if self.capture_error is not None or not self.graphable(x):
             return self.core(x, state, starts)
-        args = (x,) if starts is None else (x, starts.to(device=x.device, dtype=torch.bool))
+        with_starts = starts is not None
+        args = (x, starts.to(device=x.device, dtype=torch.bool)) if with_starts else (x,)
         args = (*args, *state)
         fixed = self.core.graph_key(state)  # what the shapes leave open (mem_lstm's width)
-        key = (
-            self.core.training,
-            fixed,
-            *((tuple(a.shape), a.dtype, a.requires_grad) for a in args),
-            starts is None,
-        )
+        shapes = tuple((tuple(a.shape), a.dtype, a.requires_grad) for a in args)
+        key = (self.core.training, fixed, shapes, with_starts)
         call = self._graphs.get(key)
-        if call is None:
-            call = self._graphs[key] = self._new_call(args, starts is not None, fixed)
+        if call is None:  # recorded under core.recording(fixed), for inputs like args
+            flat = _Flat(self.core, with_starts)
+            samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+            settings = lambda: self.core.recording(fixed)  # noqa: E731
+            record = lambda: self.recorder.record_autograd(flat, samples, settings)  # noqa: E731
+            what = f"{type(self.core).__name__}: the step loop"
+            call = self._graphs[key] = RecordedCall(flat, record, what)
             while len(self._graphs) > MAX_GRAPHS:
                 self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
@@ -332,16 +332,6 @@ class GraphedCore(MemoryCore):
         # copies out of the static output buffers, which the next replay overwrites
         y, *new_state = (t.clone() for t in out)
         return y, tuple(new_state)
-
-    def _new_call(
-        self, args: Sequence[Tensor], with_starts: bool, fixed: Hashable
-    ) -> RecordedCall[tuple[Tensor, ...]]:
-        """The recorded call for inputs like ``args``, under ``core.recording(fixed)``."""
-        flat = _Flat(self.core, with_starts)
-        samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
-        settings = lambda: self.core.recording(fixed)  # noqa: E731
-        record = lambda: self.recorder.record_autograd(flat, samples, settings)  # noqa: E731
-        return RecordedCall(flat, record, f"{type(self.core).__name__}: the step loop")
 
 
 def _keys_into_wrapped(
