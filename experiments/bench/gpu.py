@@ -98,7 +98,6 @@ def _error(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
 
 
-# ------------------------------------------------------------------------------ timing
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
     """Seconds of one call of ``fn``, to the end of the kernels it queued on ``device``."""
     sync(device)
@@ -161,7 +160,6 @@ def _time_cell(
             torch.cuda.empty_cache()  # the graphs' memory pools
 
 
-# ------------------------------------------------------------------------------ cores
 def graph_safe_cores() -> list[str]:
     """The registered cores that declare ``graph_safe``."""
     from cores import CORES, make_core
@@ -250,7 +248,6 @@ def _core_row(
     )  # fmt: skip
 
 
-# ------------------------------------------------------------------------------ scaling
 def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Forward+backward ms against T (in order of T, so the budget cuts the longest); target:
     a scan core at the longest T at most 8x its time at the shortest."""
@@ -263,6 +260,7 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
     ms: dict[str, dict[int, float]] = {}
     errors: dict[str, str] = {}
     not_measured = []
+    fewer = dataclasses.replace(sizes, reps=max(1, sizes.reps - 1))
     for T, name, graph in cells:
         label = name + (GRAPHED if graph else "")
         if label in errors:
@@ -271,10 +269,8 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
             not_measured.append(f"{label} T={T}")
             continue
         try:
-            fewer = dataclasses.replace(sizes, reps=max(1, sizes.reps - 1))
-            ms.setdefault(label, {})[T] = _time_cell(
-                name, (T, B, D, H), device, graph, fewer, clock
-            )
+            shape = (T, B, D, H)
+            ms.setdefault(label, {})[T] = _time_cell(name, shape, device, graph, fewer, clock)
         except Exception as err:
             errors[label] = _error(err)
     first, last = sizes.scan_lengths[0], sizes.scan_lengths[-1]
@@ -287,7 +283,6 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
     return dict(B=B, H=H, lengths=lengths, rows=rows, errors=errors, not_measured=not_measured)
 
 
-# ------------------------------------------------------------------------------ acting
 def _rl_config(path: str, overrides: list[str]) -> Any:
     from agents.rl_config import RLConfig
     from experiments.config import load_config
@@ -338,8 +333,7 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
     from agents.policy import build_policy
 
     config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.train.threads or threads)
+    torch.set_num_threads(config.train.threads or torch.get_num_threads())  # main restores it
     torch.manual_seed(0)  # MemoryS7: 7 actions, a 7x7x3 view (its mission is not read)
     policies = {"cpu": build_policy(config, 7, (7, 7, 3)).eval()}
     if device.type != "cpu":
@@ -348,32 +342,28 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
         policies["graphed"] = policies["device"]
     rng = np.random.default_rng(0)
     rows, not_measured = [], []
-    try:
-        for n in sizes.acting_envs:
-            if clock.left() <= 0:
-                not_measured.append(n)
-                continue
-            obs = {"image": rng.integers(0, 6, (n, 7, 7, 3), dtype=np.uint8)}
-            obs["direction"] = rng.integers(0, 4, n)
-            row: dict[str, Any] = {"n_envs": n, "rule": str(acting_device(device, n))}
-            for where, policy in policies.items():
-                dev = torch.device("cpu") if where == "cpu" else device
-                try:
-                    step = acting_step(policy, obs, dev, graphed=where == "graphed")
-                    steps = lambda s=step: [s() for _ in range(sizes.acting_steps)]  # noqa: E731
-                    row[f"us_{where}"] = 1e6 * timed(steps, dev) / sizes.acting_steps
-                except Exception as err:  # a step that cannot be recorded is a result too
-                    row[f"{where}_error"] = _error(err)
-            if "us_device" in row:
-                row["faster"] = "cpu" if row["us_cpu"] <= row["us_device"] else str(device)
-            rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
+    for n in sizes.acting_envs:
+        if clock.left() <= 0:
+            not_measured.append(n)
+            continue
+        obs = {"image": rng.integers(0, 6, (n, 7, 7, 3), dtype=np.uint8)}
+        obs["direction"] = rng.integers(0, 4, n)
+        row: dict[str, Any] = {"n_envs": n, "rule": str(acting_device(device, n))}
+        for where, policy in policies.items():
+            dev = torch.device("cpu") if where == "cpu" else device
+            try:
+                step = acting_step(policy, obs, dev, graphed=where == "graphed")
+                steps = lambda s=step: [s() for _ in range(sizes.acting_steps)]  # noqa: E731
+                row[f"us_{where}"] = 1e6 * timed(steps, dev) / sizes.acting_steps
+            except Exception as err:  # a step that cannot be recorded is a result too
+                row[f"{where}_error"] = _error(err)
+        if "us_device" in row:
+            row["faster"] = "cpu" if row["us_cpu"] <= row["us_device"] else str(device)
+        rows.append(row)
     crossover = next((r["n_envs"] for r in rows if r.get("faster", "cpu") != "cpu"), None)
     return {"rows": rows, "crossover_n_envs": crossover, "not_measured": not_measured}
 
 
-# ------------------------------------------------------------------------------ rl
 def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
     """Frames/s of ``path``'s PPO recipe on ``device`` as ``memcores train`` runs it: one
     rollout and ``epochs`` update epochs (None: all) timed after a warm-up, scaled to all."""
@@ -468,7 +458,6 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> d
     return {"rows": rows, "not_measured": not_measured}
 
 
-# ------------------------------------------------------------------------------ supervised
 def supervised_rate(overrides: list[str], device: str, updates: int, clock: Clock) -> dict:
     """Seconds per copy-task update on ``device`` (after two warm-up updates)."""
     from agents.supervised import TaskData, prepare, train_step
@@ -496,16 +485,12 @@ def supervised_rate(overrides: list[str], device: str, updates: int, clock: Cloc
 
 def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Copy T=200, hidden 128, batch 256: seconds per update on the CPU and on ``device``."""
-    overrides = list(sizes.supervised_overrides)
-    threads = torch.get_num_threads()
-    try:
-        half = Clock(max(clock.left() / 2, 1.0))
-        cpu = supervised_rate(overrides, "cpu", sizes.supervised_updates, half)
-        dev = cpu
-        if device.type != "cpu":
-            dev = supervised_rate(overrides, str(device), sizes.supervised_updates, clock)
-    finally:
-        torch.set_num_threads(threads)
+    overrides = list(sizes.supervised_overrides)  # each run sets its threads: main restores
+    half = Clock(max(clock.left() / 2, 1.0))
+    cpu = supervised_rate(overrides, "cpu", sizes.supervised_updates, half)
+    dev = cpu
+    if device.type != "cpu":
+        dev = supervised_rate(overrides, str(device), sizes.supervised_updates, clock)
     x_cpu = cpu["s_per_update"] / dev["s_per_update"]
     return {"config": COPY, "overrides": overrides, "cpu": cpu, "device": dev, "x_cpu": x_cpu}
 
@@ -516,7 +501,6 @@ RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = dict(
 )  # fmt: skip
 
 
-# ------------------------------------------------------------------------------ main
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/bench_gpu", help="folder for the JSON and markdown")
@@ -548,7 +532,11 @@ def main(argv: list[str]) -> int:
         warnings.simplefilter("ignore")
         for name in parts:
             clock = Clock(PARTS[name] + carry)
-            result = RUNNERS[name](device, sizes, clock, args.against)
+            threads = torch.get_num_threads()  # a part may set a config's train.threads
+            try:
+                result = RUNNERS[name](device, sizes, clock, args.against)
+            finally:
+                torch.set_num_threads(threads)
             result["seconds"] = clock.budget - clock.left()
             carry = max(clock.left(), 0.0)
             results["parts"][name] = result
