@@ -1,17 +1,16 @@
 """CUDA graphs: one way to record a call once and replay it, and the cores that train through it.
 
-A step loop, an acting step or a PPO minibatch step launches dozens to hundreds of small
-kernels, so at RL shapes a GPU waits on launches. :class:`RecordedCall` runs a call eagerly for
-a few warm-up calls, records it once and replays it after; a recording that raises warns once
-and leaves every later call eager. The recorder is a parameter: :class:`CudaRecorder` records
-CUDA graphs, :class:`EagerRecorder` replays by running the call again under the recorded
-settings (how the tests check the bookkeeping on a CPU; on CUDA: ``pytest -m cuda``).
+At RL shapes a GPU waits on the launches of a step loop, an acting step or a PPO minibatch
+step. :class:`RecordedCall` runs a call eagerly for a few warm-up calls, records it once and
+replays it after; a recording that raises warns once and leaves every later call eager. The
+recorder is a parameter: :class:`CudaRecorder` records CUDA graphs, :class:`EagerRecorder`
+replays by running the call again under the recorded settings (the tests' CPU stand-in).
 
 :class:`GraphedCore` wraps a ``graph_safe`` core (no host synchronisation, no data-dependent
 shapes in ``forward``): on CUDA with autograd on and T > 1 it keeps one recording per input
-shape, dtype, mode and ``graph_key``; elsewhere it runs the core as it is. Inside a capture
-:func:`cores.base.steps_with_starts` applies the reset mask at every step, so one graph is
-right for any later ``starts``. :func:`graph_switch` resolves every CUDA-graph switch.
+shape, dtype, mode and ``graph_key``, elsewhere runs the core as it is. Inside a capture
+:func:`cores.base.steps_with_starts` resets at every step, so one graph is right for any later
+``starts``. :func:`graph_switch` resolves every CUDA-graph switch.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ MAX_GRAPHS = 12
 memory width: 11 at its default ``max_len``)."""
 
 
-# ------------------------------------------------------------------------------ switches
 def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
     """``value`` (a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one of those strings.
 
@@ -74,7 +72,6 @@ def cuda_only(device: torch.device | str) -> str | None:
     return None if kind == "cuda" else f"the training device is {kind}, not CUDA"
 
 
-# ------------------------------------------------------------------------------ recording
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """A capture with the cyclic garbage collector paused, after one collection: a dead graph
@@ -214,7 +211,6 @@ def recorded_call(
     return RecordedCall(fn, record, what, recorder.warmup, warmup_calls)
 
 
-# ------------------------------------------------------------------------------ the core
 class _Flat(nn.Module):
     """``core`` as a module of tensors only (what ``make_graphed_callables`` takes):
     ``(x, *state) -> (y, *state)``, or ``(x, starts, *state)`` when ``with_starts``."""
@@ -256,7 +252,6 @@ class GraphedCore(MemoryCore):
         self.capture_error: str | None = None  # why a recording failed (then eager)
         self.register_load_state_dict_pre_hook(_keys_into_wrapped)
 
-    # ------------------------------------------------------------ transparency
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.core.state_dict(*args, **kwargs)
 

@@ -15,6 +15,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def section(title: str, columns: list[str], note: str = "") -> list[str]:
     """A part's heading, an optional note, and its table's head."""
     head = ["", f"## {title}", ""] + ([note, ""] if note else [])
@@ -24,11 +28,8 @@ def section(title: str, columns: list[str], note: str = "") -> list[str]:
 def cores(c: dict[str, Any]) -> list[str]:
     """The cores part: one row per core, forward+backward."""
     shape = c["shape"]
-    runs = [
-        f"{name} " + " / ".join(f"{ms:.2f}" for ms in values) + " ms"
-        for name, values in c.get("baseline_runs", {}).items()
-        if values
-    ]
+    timings = c.get("baseline_runs", {}).items()
+    runs = [f"{name} " + " / ".join(map(_ms, ms)) + " ms" for name, ms in timings if ms]
     against = c.get("against")
     note = (
         "Capturable cores also through CUDA graphs; ratios and targets use the better time; "
@@ -67,13 +68,10 @@ def acting(a: dict[str, Any]) -> list[str]:
     columns = ["n_envs", "CPU", "device", "device, CUDA graph", "faster", "trainer's rule"]
     lines = section("Acting step (MemoryS7 policy), microseconds", columns)
     for r in a["rows"]:
-        cells = []
-        for where in ("cpu", "device", "graphed"):
-            value = r.get(f"us_{where}")
-            error = r.get(f"{where}_error")
-            cells.append(
-                f"not measured ({error})" if error else "-" if value is None else f"{value:.0f}"
-            )
+        cells = [
+            f"not measured ({r[f'{w}_error']})" if f"{w}_error" in r else _us(r.get(f"us_{w}"))
+            for w in ("cpu", "device", "graphed")
+        ]
         lines.append(
             f"| {r['n_envs']} | {' | '.join(cells)} | {r.get('faster', '-')} | {r['rule']} |"
         )
