@@ -1,15 +1,13 @@
 """The PPO update's minibatch step recorded once as a CUDA graph and replayed
 (``train.graph_update``): at RL shapes a GPU waits on the launches of its few hundred kernels.
 
-The rollout is copied into static buffers once per update, a minibatch chosen by copying its
-chunk indices into a static ``[M]`` index; the step returns its loss terms as one static
-``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay. The learning rate is a device
-tensor while recorded, so annealing reaches the replays; a non-finite minibatch is skipped on
-the device (fused Adam's ``found_inf``). The first minibatches of a new layout run eagerly,
-the next is recorded, then every full-size one replays (a smaller last one runs eagerly); a
-new policy, optimiser, layout, loss setting or optimiser state (a resume) records anew.
-:func:`refusal` names what cannot be replayed; a recording that raises warns once and the
-update runs eagerly from there on (``tests/test_update_graph.py`` checks replay = eager).
+The rollout is copied into static buffers once per update, a minibatch's chunk indices into a
+static ``[M]`` index; the step's loss terms come back as one static ``[8]`` row, cloned after
+each replay. The learning rate is a device tensor while recorded (annealing reaches the
+replays); a non-finite minibatch is skipped on the device (fused Adam's ``found_inf``). A new
+policy, optimiser, layout, loss setting or optimiser state (a resume) records anew after a
+few eager minibatches; a smaller last minibatch runs eagerly. :func:`refusal` names what
+cannot be replayed; a recording that raises warns once and the update runs eagerly on.
 """
 
 from __future__ import annotations
@@ -106,11 +104,6 @@ class _Target:
     chunks_per_mb: int
     layout: tuple
 
-    def same(self, other: _Target) -> bool:
-        """The same objects and settings."""
-        objects = ("policy", "optimizer", "loss_fn")
-        return self == other and all(getattr(self, k) is getattr(other, k) for k in objects)
-
 
 @dataclasses.dataclass
 class _Recording:
@@ -125,10 +118,11 @@ class _Recording:
     storage: tuple[int, ...] = ()  # `_storage` when it was recorded
 
     def fits(self, target: _Target) -> bool:
-        """Whether a replay computes ``target``'s step (the optimiser state where recorded)."""
-        optimizer = self.target.optimizer
-        same_storage = not self.storage or _storage(optimizer, self.params) == self.storage
-        return target.same(self.target) and same_storage
+        """Whether a replay computes ``target``'s step: the same objects (``is``) and settings,
+        and the optimiser state where recorded."""
+        old, objects = self.target, ("policy", "optimizer", "loss_fn")
+        same = target == old and all(getattr(target, k) is getattr(old, k) for k in objects)
+        return same and (not self.storage or _storage(old.optimizer, self.params) == self.storage)
 
     def eager(self, index: Tensor) -> Row:
         """The minibatch step, launched op by op (device rows)."""

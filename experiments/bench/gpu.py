@@ -1,14 +1,13 @@
 """``memcores bench gpu --out DIR``: the GPU's speed, measured in one run and written as a record.
 
-Parts (each with a time budget, :data:`PARTS`; what a part cannot fit is listed as not
-measured): ``cores`` (forward+backward of every core at T=256, B=64, D=64, H=128 beside
-cuDNN's ``nn.LSTM``/``nn.GRU``, the ``graph_safe`` cores also through CUDA graphs, each
-against the committed record ``--against``), ``scaling`` (time against T), ``acting`` (one
-MemoryS7 acting step on the CPU, the GPU and the GPU's acting graph), ``rl`` (PPO frames/s,
-GPU against CPU) and ``supervised`` (copy task, seconds per update). The results go to
-``DIR/bench_gpu.json`` and ``.md``, rewritten after each part. Without a GPU it exits with
-code 2; ``--device cpu --quick`` checks the script at tiny sizes. The CUDA tests run as
-``pytest -m cuda``, not from here.
+Parts, each with a time budget (:data:`PARTS`; what does not fit is listed as not measured):
+``cores`` (forward+backward of every core at T=256, B=64, D=64, H=128 beside cuDNN's
+``nn.LSTM``/``nn.GRU``, the ``graph_safe`` ones also through CUDA graphs, against the committed
+record ``--against``), ``scaling`` (time against T), ``acting`` (a MemoryS7 acting step on the
+CPU, the GPU and its acting graph), ``rl`` (PPO frames/s, GPU against CPU) and ``supervised``
+(copy task, seconds per update). ``DIR/bench_gpu.json`` and ``.md`` are rewritten after each
+part. Without a GPU it exits with code 2 (``--device cpu --quick``: the script at tiny sizes).
+The CUDA tests run as ``pytest -m cuda``, not from here.
 """
 
 from __future__ import annotations
@@ -301,10 +300,8 @@ def acting_step(
     policy: torch.nn.Module, obs: dict[str, np.ndarray], device: torch.device, graphed: bool
 ) -> Callable[[], np.ndarray]:
     """One acting step as the trainer takes it: observations from NumPy, the forward (through
-    ``ActingGraph`` where ``graphed``, recorded first), sampling, actions back to NumPy.
-
-    :raises RuntimeError: ``graphed`` and the recording failed.
-    """
+    ``ActingGraph`` where ``graphed``, recorded first: a failed recording raises), sampling,
+    actions back to NumPy."""
     from agents.acting_graph import ActingGraph
     from agents.policy import obs_to_tensors
     from agents.rollout import act
@@ -523,20 +520,16 @@ def main(argv: list[str]) -> int:
     sizes = QUICK if args.quick else Sizes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "memcores bench gpu " + " ".join(argv)
-    budgets = {p: PARTS[p] for p in parts}
+    command, budgets = "memcores bench gpu " + " ".join(argv), {p: PARTS[p] for p in parts}
     results = dict(command=command, hardware=info(device), budgets_s=budgets, parts={})
     print(f"bench gpu: device {device}, parts {', '.join(parts)}; writing {out}", flush=True)
-    carry = 0.0
+    carry, threads = 0.0, torch.get_num_threads()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in parts:
             clock = Clock(PARTS[name] + carry)
-            threads = torch.get_num_threads()  # a part may set a config's train.threads
-            try:
-                result = RUNNERS[name](device, sizes, clock, args.against)
-            finally:
-                torch.set_num_threads(threads)
+            result = RUNNERS[name](device, sizes, clock, args.against)
+            torch.set_num_threads(threads)  # a part may set a config's train.threads
             result["seconds"] = clock.budget - clock.left()
             carry = max(clock.left(), 0.0)
             results["parts"][name] = result
