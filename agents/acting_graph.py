@@ -1,12 +1,11 @@
-"""Acting steps replayed from CUDA graphs (``train.graph_acting``).
+"""Acting steps replayed from CUDA graphs (``train.graph_acting``): a GPU policy's acting step
+(encoders, the core's step with its reset, heads, sampling) is a few dozen small kernels, so
+eagerly it is slower than the CPU's below a few hundred envs.
 
-An acting step of a GPU policy (encoders, the core's step with its reset, heads, sampling) is
-a few dozen small kernels: eagerly slower than the CPU's below a few hundred envs.
-:class:`ActingGraph`, a drop-in :data:`agents.rollout.Acting`, copies each input shape's
-inputs into static buffers and replays :func:`agents.rollout.act` recorded on them. Weights
-are read where they live, so updates reach the replays; sampling draws from the device's
-generator, whose offsets a replay advances. A step that cannot be recorded (``mem_lstm``
-reads its memory's width on the host) warns once and acts eagerly.
+:class:`ActingGraph` (an :data:`agents.rollout.Acting`) copies each input shape's inputs into
+static buffers and replays :func:`agents.rollout.act` recorded on them. Weights are read where
+they live, so updates reach the replays; sampling draws from the device's generator, whose
+offsets a replay advances. A step that cannot be recorded warns once and acts eagerly.
 """
 
 from __future__ import annotations

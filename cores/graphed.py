@@ -31,8 +31,7 @@ Out = TypeVar("Out")
 Settings = Callable[[], contextlib.AbstractContextManager[Any]]
 """A context a call is recorded (and, by :class:`EagerRecorder`, replayed) under."""
 
-CUDA_GRAPH_CHOICES = ("auto", "true", "false")
-"""``auto``: on where it applies; ``true``: insists (refused where it cannot apply)."""
+CUDA_GRAPH_CHOICES = ("auto", "true", "false")  # true insists: refused where it cannot apply
 
 WARMUP_CALLS = 3
 """Eager calls before a recording (as PyTorch's examples): they build an optimiser's moments,
@@ -44,10 +43,8 @@ memory width: 11 at its default ``max_len``)."""
 
 
 def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
-    """``value`` (a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one of those strings.
-
-    :raises ValueError: any other value, named with the valid choices.
-    """
+    """``value`` (a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one of those strings
+    (:class:`ValueError` naming the valid choices for any other value)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str) and value.lower() in CUDA_GRAPH_CHOICES:
@@ -56,10 +53,8 @@ def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str
 
 
 def graph_switch(value: bool | str, option: str, why_not: str | None) -> bool:
-    """On unless ``false`` or ``why_not`` (a reason against, or None).
-
-    :raises ValueError: an invalid ``value``, or ``true`` where ``why_not`` is given.
-    """
+    """On unless ``false`` or ``why_not`` (a reason against, or None); :class:`ValueError`
+    for an invalid ``value``, or ``true`` where ``why_not`` is given."""
     choice = cuda_graph_choice(value, option)
     if choice == "true" and why_not is not None:
         raise ValueError(f"{option}=true cannot apply: {why_not}; use auto or false")

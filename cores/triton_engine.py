@@ -25,8 +25,7 @@ from cores.base import pow2_at_least, reset_where
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_cells import GRU, LSTM, SLSTM
 
-BLOCK_B = 16
-"""Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
+BLOCK_B = 16  # batch rows per program (tl.dot needs at least 16 rows on a GPU)
 
 
 def block_meta(hidden: int) -> dict[str, int]:
@@ -42,10 +41,8 @@ MAX_OFFSET = 2**31 - 1  # the kernels address their buffers with 32-bit offsets
 
 def time_chunks(steps: int, per_step: int) -> list[slice]:
     """Steps ``0 .. steps-1`` cut into runs whose largest buffer, ``(run + 1) * per_step``
-    elements, stays within :data:`MAX_OFFSET` (one launch pair per run, the state carried).
-
-    :raises ValueError: a single step's buffers are already too large.
-    """
+    elements, stays within :data:`MAX_OFFSET` (one launch pair per run, the state carried);
+    :class:`ValueError` where one step's buffers are already too large."""
     longest = MAX_OFFSET // per_step - 1
     if longest < 1:
         raise ValueError(
@@ -168,8 +165,7 @@ def resident_cut(batch: int, hidden: int, slots: int, precision: str) -> SplitPl
     return None
 
 
-_UNFIT: set[tuple[str, int]] = set()
-"""``(device, BLOCK_H)`` where a split kernel needed more shared memory than a block gets."""
+_UNFIT: set[tuple[str, int]] = set()  # (device, BLOCK_H) short of a block's shared memory
 _WARNED: set[Any] = set()
 
 
@@ -187,9 +183,8 @@ def launch_split(
     having run nothing, where a program's shared memory does not fit (up to 80 KB at 256
     units, more than a T4's 64 KB): the caller then runs the tile kernel (warned once).
 
-    :param where: the core and shape, for the error a part that never arrived raises.
-    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another of its tile.
-        Checked after the launch, except during a CUDA graph capture (which forbids the read).
+    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another of its tile,
+        named by ``where`` (checked after the launch, except in a CUDA graph capture).
     """
     try:
         launch(kernel, (plan.tiles, plan.parts), *args, **meta)

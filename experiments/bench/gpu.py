@@ -82,12 +82,12 @@ QUICK = Sizes(
 )  # fmt: skip
 
 
+@dataclasses.dataclass
 class Clock:
-    """A part's deadline (``time.perf_counter`` seconds)."""
+    """A part's deadline: ``budget`` seconds from when it is made."""
 
-    def __init__(self, seconds: float) -> None:
-        self.budget = seconds
-        self.start = time.perf_counter()
+    budget: float
+    start: float = dataclasses.field(default_factory=time.perf_counter)
 
     def left(self) -> float:
         return self.budget - (time.perf_counter() - self.start)
@@ -433,8 +433,7 @@ def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """RL frames/s on ``device`` against the CPU (an eager-update row reuses the CPU above)."""
     rows: list[dict[str, Any]] = []
-    not_measured = []
-    threads = torch.get_num_threads()
+    not_measured, threads = [], torch.get_num_threads()
     for label, path, overrides, epochs in rl_settings(sizes):
         if clock.left() <= 0:
             not_measured.append(label)
