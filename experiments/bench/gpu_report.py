@@ -11,12 +11,8 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def section(title: str, columns: list[str], note: str = "") -> list[str]:
@@ -29,7 +25,7 @@ def cores(c: dict[str, Any]) -> list[str]:
     """The cores part: one row per core, forward+backward."""
     shape = c["shape"]
     timings = c.get("baseline_runs", {}).items()
-    runs = [f"{name} " + " / ".join(map(_ms, ms)) + " ms" for name, ms in timings if ms]
+    runs = [f"{name} " + " / ".join(map(_num, ms)) + " ms" for name, ms in timings if ms]
     against = c.get("against")
     note = (
         "Capturable cores also through CUDA graphs; ratios and targets use the better time; "
@@ -44,8 +40,8 @@ def cores(c: dict[str, Any]) -> list[str]:
     lines = section(title, [*columns, "record ms", "x record", "target"], note)
     for r in c["rows"]:
         lines.append(
-            f"| {r['core']} | {_ms(r['ms'])} | {_ms(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
-            f"| {_x(r['x_nn_gru'])} | {_x(r['x_own_loop'])} | {_ms(r['record_ms'])} "
+            f"| {r['core']} | {_num(r['ms'])} | {_num(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
+            f"| {_x(r['x_nn_gru'])} | {_x(r['x_own_loop'])} | {_num(r['record_ms'])} "
             f"| {_x(r['x_record'])} | {r['target']} |"
         )
     return lines
@@ -58,7 +54,7 @@ def scaling(s: dict[str, Any]) -> list[str]:
     lines = section(title, ["core", *lengths, f"{lengths[-1]} / {lengths[0]}", "target"])
     for r in s["rows"]:
         ms = {int(T): v for T, v in r["ms"].items()}  # JSON keys are strings
-        cells = " | ".join(_ms(ms.get(T)) for T in s["lengths"])
+        cells = " | ".join(_num(ms.get(T)) for T in s["lengths"])
         lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
     return lines
 
@@ -69,7 +65,7 @@ def acting(a: dict[str, Any]) -> list[str]:
     lines = section("Acting step (MemoryS7 policy), microseconds", columns)
     for r in a["rows"]:
         cells = [
-            f"not measured ({r[f'{w}_error']})" if f"{w}_error" in r else _us(r.get(f"us_{w}"))
+            f"not measured ({r[f'{w}_error']})" if f"{w}_error" in r else _num(r.get(f"us_{w}"), 0)
             for w in ("cpu", "device", "graphed")
         ]
         lines.append(
