@@ -1,12 +1,11 @@
-"""Acting steps replayed from CUDA graphs (``train.graph_acting``).
+"""Acting steps replayed from CUDA graphs (``train.graph_acting``): a GPU policy's acting step
+(encoders, the core's step with its reset, heads, sampling) is a few dozen small kernels, so
+eagerly it is slower than the CPU's below a few hundred envs.
 
-One acting step of a GPU policy (encoders, the core's step with its reset, heads, sampling) is
-a few dozen small kernels, so an eager GPU step is slower than the CPU's below a few hundred
-envs. :class:`ActingGraph` is a drop-in :data:`agents.rollout.Acting`: per input shape it
-copies the inputs into static buffers and replays :func:`agents.rollout.act` recorded on them.
-Weights are read where they live, so every update reaches the replays; sampling draws from the
-device's generator, whose offsets a graph advances at each replay. A step that cannot be
-recorded (``mem_lstm`` reads its memory's width on the host) warns once and acts eagerly.
+:class:`ActingGraph` (an :data:`agents.rollout.Acting`) copies each input shape's inputs into
+static buffers and replays :func:`agents.rollout.act` recorded on them. Weights are read where
+they live, so updates reach the replays; sampling draws from the device's generator, whose
+offsets a replay advances. A step that cannot be recorded warns once and acts eagerly.
 """
 
 from __future__ import annotations
@@ -14,35 +13,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Hashable
 
+import torch
 from torch import Tensor
 
 from agents.policy import Obs, RecurrentActorCritic
 from agents.rollout import Act, act
 from cores import State
 from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
-
-
-class _Inputs:
-    """Static copies of one shape's inputs."""
-
-    def __init__(self, obs: Obs, state: State, starts: Tensor) -> None:
-        self.obs = {k: v.clone() for k, v in obs.items()}
-        self.state = tuple(s.clone() for s in state)
-        self.starts = starts.clone()
-
-    def fill(self, obs: Obs, state: State, starts: Tensor) -> None:
-        """Copy this step's inputs in (one copy per tensor)."""
-        for key, value in obs.items():
-            self.obs[key].copy_(value, non_blocking=True)
-        for static, value in zip(self.state, state, strict=True):
-            static.copy_(value)
-        self.starts.copy_(starts)
-
-
-def _shape_key(obs: Obs, state: State, starts: Tensor) -> Hashable:
-    """What a recording depends on in the inputs: keys, shapes and dtypes."""
-    tensors = [*(obs[k] for k in sorted(obs)), *state, starts]
-    return (tuple(sorted(obs)), tuple((tuple(t.shape), t.dtype) for t in tensors))
 
 
 class ActingGraph:
@@ -62,7 +39,7 @@ class ActingGraph:
         self.policy = policy
         self.recorder = recorder if recorder is not None else CudaRecorder()
         self.warmup_calls = warmup_calls
-        self._shapes: dict[Hashable, tuple[_Inputs, RecordedCall[Act]]] = {}
+        self._shapes: dict[Hashable, tuple[list[Tensor], RecordedCall[Act]]] = {}
 
     @property
     def replays(self) -> int:
@@ -77,14 +54,17 @@ class ActingGraph:
     def __call__(self, obs: Obs, state: State, starts: Tensor) -> Act:
         """One acting step: ``obs [1, R, ...]``, ``state [R, ...]``, ``starts [R]`` -> the
         step's :class:`agents.rollout.Act`, valid until the next call."""
-        key = _shape_key(obs, state, starts)
+        inputs = [*(obs[k] for k in sorted(obs)), *state, starts]
+        key = (tuple(sorted(obs)), tuple((tuple(t.shape), t.dtype) for t in inputs))
         entry = self._shapes.get(key)
-        if entry is None:
-            inputs = _Inputs(obs, state, starts)
-            step = functools.partial(act, self.policy, inputs.obs, inputs.state, inputs.starts)
+        if entry is None:  # static copies, read by the recording: obs, state, starts
+            static = [t.clone() for t in inputs]
+            obs_s = dict(zip(sorted(obs), static, strict=False))
+            state_s = tuple(static[len(obs) : -1])
+            step = functools.partial(act, self.policy, obs_s, state_s, static[-1])
             what = "train.graph_acting: the acting step"
             call = recorded_call(step, self.recorder, what, warmup_calls=self.warmup_calls)
-            entry = self._shapes[key] = (inputs, call)
-        inputs, call = entry
-        inputs.fill(obs, state, starts)
+            entry = self._shapes[key] = (static, call)
+        static, call = entry
+        torch._foreach_copy_(static, inputs, non_blocking=True)
         return call()

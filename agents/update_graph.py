@@ -1,23 +1,13 @@
 """The PPO update's minibatch step recorded once as a CUDA graph and replayed
-(``train.graph_update``): a minibatch step is a few hundred small kernels whose launches a GPU
-waits on at RL shapes.
+(``train.graph_update``): at RL shapes a GPU waits on the launches of its few hundred kernels.
 
-- **Fixed addresses.** The rollout is copied into static buffers once per update; a minibatch
-  is chosen by copying its chunk indices into a static ``[M]`` index, and the step returns its
-  loss terms as one static ``[8]`` row (:data:`agents.ppo.Row`), cloned after each replay.
-- **The learning rate** is a device tensor while recorded, filled before each update, so
-  annealing reaches the replays. A non-finite minibatch is skipped on the device (fused
-  Adam's ``found_inf``), as in the eager update.
-- **Warm-up.** The first minibatches of a new layout run eagerly on a side stream (optimiser
-  state, kernel compilation); the next is recorded, then every full-size minibatch replays. A
-  smaller last minibatch runs eagerly. A new policy, optimiser, layout, loss setting or
-  optimiser state (a resume) records a new graph.
-- **Refused** before recording (:func:`refusal`): A2C, an optimiser other than fused Adam, the
-  reconstruction loss, cores that draw random numbers on the host (a graph would freeze the
-  draws) and cores keyed by their state (``mem_lstm``). A recording that raises warns once and
-  the update runs eagerly from there on.
-
-That a replay trains as the eager step does is checked by ``tests/test_update_graph.py``.
+The rollout is copied into static buffers once per update, a minibatch's chunk indices into a
+static ``[M]`` index; the step's loss terms come back as one static ``[8]`` row, cloned after
+each replay. The learning rate is a device tensor while recorded (annealing reaches the
+replays); a non-finite minibatch is skipped on the device (fused Adam's ``found_inf``). A new
+policy, optimiser, layout, loss setting or optimiser state (a resume) records anew after a
+few eager minibatches; a smaller last minibatch runs eagerly. :func:`refusal` names what
+cannot be replayed; a recording that raises warns once and the update runs eagerly on.
 """
 
 from __future__ import annotations
@@ -114,11 +104,6 @@ class _Target:
     chunks_per_mb: int
     layout: tuple
 
-    def same(self, other: _Target) -> bool:
-        """The same objects and settings."""
-        objects = ("policy", "optimizer", "loss_fn")
-        return self == other and all(getattr(self, k) is getattr(other, k) for k in objects)
-
 
 @dataclasses.dataclass
 class _Recording:
@@ -133,10 +118,11 @@ class _Recording:
     storage: tuple[int, ...] = ()  # `_storage` when it was recorded
 
     def fits(self, target: _Target) -> bool:
-        """Whether a replay computes ``target``'s step (the optimiser state where recorded)."""
-        optimizer = self.target.optimizer
-        same_storage = not self.storage or _storage(optimizer, self.params) == self.storage
-        return target.same(self.target) and same_storage
+        """Whether a replay computes ``target``'s step: the same objects (``is``) and settings,
+        and the optimiser state where recorded."""
+        old, objects = self.target, ("policy", "optimizer", "loss_fn")
+        same = target == old and all(getattr(target, k) is getattr(old, k) for k in objects)
+        return same and (not self.storage or _storage(old.optimizer, self.params) == self.storage)
 
     def eager(self, index: Tensor) -> Row:
         """The minibatch step, launched op by op (device rows)."""
@@ -209,20 +195,12 @@ class UpdateGraph:
     def _new_recording(self, target: _Target, batch: ChunkBatch) -> _Recording:
         """Static buffers for a new target, and its step (recorded after its warm-up)."""
         device = batch.starts.device
-        rec = _Recording(
-            target=target,
-            static=_clone(batch),
-            index=torch.zeros(target.chunks_per_mb, dtype=torch.long, device=device),
-            lr=torch.zeros((), device=device),
-            params=[p for p in target.policy.parameters() if p.requires_grad],
-        )
-        rec.call = recorded_call(
-            lambda: rec.eager(rec.index),
-            self.recorder,
-            "train.graph_update: the update step",
-            rec.settings,
-            self.warmup_steps,
-        )
+        params = [p for p in target.policy.parameters() if p.requires_grad]
+        index = torch.zeros(target.chunks_per_mb, dtype=torch.long, device=device)
+        rec = _Recording(target, _clone(batch), index, torch.zeros((), device=device), params)
+        what = "train.graph_update: the update step"
+        step = lambda: rec.eager(rec.index)  # noqa: E731
+        rec.call = recorded_call(step, self.recorder, what, rec.settings, self.warmup_steps)
         return rec
 
     def _step(self, rec: _Recording, index: Tensor) -> Row:

@@ -1,17 +1,16 @@
 """CUDA graphs: one way to record a call once and replay it, and the cores that train through it.
 
-A step loop, an acting step or a PPO minibatch step launches dozens to hundreds of small
-kernels, so at RL shapes a GPU waits on launches. :class:`RecordedCall` runs a call eagerly for
-a few warm-up calls, records it once and replays it after; a recording that raises warns once
-and leaves every later call eager. The recorder is a parameter: :class:`CudaRecorder` records
-CUDA graphs, :class:`EagerRecorder` replays by running the call again under the recorded
-settings (how the tests check the bookkeeping on a CPU; on CUDA: ``pytest -m cuda``).
+At RL shapes a GPU waits on the launches of a step loop, an acting step or a PPO minibatch
+step. :class:`RecordedCall` runs a call eagerly for a few warm-up calls, records it once and
+replays it after; a recording that raises warns once and leaves every later call eager. The
+recorder is a parameter: :class:`CudaRecorder` records CUDA graphs, :class:`EagerRecorder`
+replays by running the call again under the recorded settings (the tests' CPU stand-in).
 
 :class:`GraphedCore` wraps a ``graph_safe`` core (no host synchronisation, no data-dependent
 shapes in ``forward``): on CUDA with autograd on and T > 1 it keeps one recording per input
-shape, dtype, mode and ``graph_key``; elsewhere it runs the core as it is. Inside a capture
-:func:`cores.base.steps_with_starts` applies the reset mask at every step, so one graph is
-right for any later ``starts``. :func:`graph_switch` resolves every CUDA-graph switch.
+shape, dtype, mode and ``graph_key``, elsewhere runs the core as it is. Inside a capture
+:func:`cores.base.steps_with_starts` resets at every step, so one graph is right for any later
+``starts``. :func:`graph_switch` resolves every CUDA-graph switch.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import contextlib
 import gc
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -32,8 +31,7 @@ Out = TypeVar("Out")
 Settings = Callable[[], contextlib.AbstractContextManager[Any]]
 """A context a call is recorded (and, by :class:`EagerRecorder`, replayed) under."""
 
-CUDA_GRAPH_CHOICES = ("auto", "true", "false")
-"""``auto``: on where it applies; ``true``: insists (refused where it cannot apply)."""
+CUDA_GRAPH_CHOICES = ("auto", "true", "false")  # true insists: refused where it cannot apply
 
 WARMUP_CALLS = 3
 """Eager calls before a recording (as PyTorch's examples): they build an optimiser's moments,
@@ -44,12 +42,9 @@ MAX_GRAPHS = 12
 memory width: 11 at its default ``max_len``)."""
 
 
-# ------------------------------------------------------------------------------ switches
 def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str:
-    """``value`` (a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one of those strings.
-
-    :raises ValueError: any other value, named with the valid choices.
-    """
+    """``value`` (a bool or one of :data:`CUDA_GRAPH_CHOICES`) as one of those strings
+    (:class:`ValueError` naming the valid choices for any other value)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str) and value.lower() in CUDA_GRAPH_CHOICES:
@@ -58,10 +53,8 @@ def cuda_graph_choice(value: bool | str, option: str = "core.cuda_graph") -> str
 
 
 def graph_switch(value: bool | str, option: str, why_not: str | None) -> bool:
-    """On unless ``false`` or ``why_not`` (a reason against, or None).
-
-    :raises ValueError: an invalid ``value``, or ``true`` where ``why_not`` is given.
-    """
+    """On unless ``false`` or ``why_not`` (a reason against, or None); :class:`ValueError`
+    for an invalid ``value``, or ``true`` where ``why_not`` is given."""
     choice = cuda_graph_choice(value, option)
     if choice == "true" and why_not is not None:
         raise ValueError(f"{option}=true cannot apply: {why_not}; use auto or false")
@@ -74,7 +67,6 @@ def cuda_only(device: torch.device | str) -> str | None:
     return None if kind == "cuda" else f"the training device is {kind}, not CUDA"
 
 
-# ------------------------------------------------------------------------------ recording
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """A capture with the cyclic garbage collector paused, after one collection: a dead graph
@@ -180,8 +172,6 @@ class RecordedCall(Generic[Out]):
         warmup: Settings = contextlib.nullcontext,
         warmup_calls: int = 0,
     ) -> None:
-        if warmup_calls < 0:
-            raise ValueError(f"warmup_calls must be >= 0, got {warmup_calls}")
         self.fn, self.record, self.what, self.warmup = fn, record, what, warmup
         self.warmups_left = warmup_calls
         self.replay: Callable[..., Out] | None = None
@@ -216,7 +206,6 @@ def recorded_call(
     return RecordedCall(fn, record, what, recorder.warmup, warmup_calls)
 
 
-# ------------------------------------------------------------------------------ the core
 class _Flat(nn.Module):
     """``core`` as a module of tensors only (what ``make_graphed_callables`` takes):
     ``(x, *state) -> (y, *state)``, or ``(x, starts, *state)`` when ``with_starts``."""
@@ -258,7 +247,6 @@ class GraphedCore(MemoryCore):
         self.capture_error: str | None = None  # why a recording failed (then eager)
         self.register_load_state_dict_pre_hook(_keys_into_wrapped)
 
-    # ------------------------------------------------------------ transparency
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.core.state_dict(*args, **kwargs)
 
@@ -312,18 +300,20 @@ class GraphedCore(MemoryCore):
         """``x [T, B, input_size]`` -> ``y [T, B, H]`` and the state after step ``T``."""
         if self.capture_error is not None or not self.graphable(x):
             return self.core(x, state, starts)
-        args = (x,) if starts is None else (x, starts.to(device=x.device, dtype=torch.bool))
+        with_starts = starts is not None
+        args = (x, starts.to(device=x.device, dtype=torch.bool)) if with_starts else (x,)
         args = (*args, *state)
         fixed = self.core.graph_key(state)  # what the shapes leave open (mem_lstm's width)
-        key = (
-            self.core.training,
-            fixed,
-            *((tuple(a.shape), a.dtype, a.requires_grad) for a in args),
-            starts is None,
-        )
+        shapes = tuple((tuple(a.shape), a.dtype, a.requires_grad) for a in args)
+        key = (self.core.training, fixed, shapes, with_starts)
         call = self._graphs.get(key)
-        if call is None:
-            call = self._graphs[key] = self._new_call(args, starts is not None, fixed)
+        if call is None:  # recorded under core.recording(fixed), for inputs like args
+            flat = _Flat(self.core, with_starts)
+            samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+            settings = lambda: self.core.recording(fixed)  # noqa: E731
+            record = lambda: self.recorder.record_autograd(flat, samples, settings)  # noqa: E731
+            what = f"{type(self.core).__name__}: the step loop"
+            call = self._graphs[key] = RecordedCall(flat, record, what)
             while len(self._graphs) > MAX_GRAPHS:
                 self._graphs.popitem(last=False)
         self._graphs.move_to_end(key)
@@ -332,16 +322,6 @@ class GraphedCore(MemoryCore):
         # copies out of the static output buffers, which the next replay overwrites
         y, *new_state = (t.clone() for t in out)
         return y, tuple(new_state)
-
-    def _new_call(
-        self, args: Sequence[Tensor], with_starts: bool, fixed: Hashable
-    ) -> RecordedCall[tuple[Tensor, ...]]:
-        """The recorded call for inputs like ``args``, under ``core.recording(fixed)``."""
-        flat = _Flat(self.core, with_starts)
-        samples = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
-        settings = lambda: self.core.recording(fixed)  # noqa: E731
-        record = lambda: self.recorder.record_autograd(flat, samples, settings)  # noqa: E731
-        return RecordedCall(flat, record, f"{type(self.core).__name__}: the step loop")
 
 
 def _keys_into_wrapped(

@@ -1,11 +1,10 @@
-"""The host side of the fused recurrent kernels (:mod:`cores.triton_kernels`): which cut runs,
-and the one autograd function every family goes through.
+"""The host side of the fused recurrent kernels (:mod:`cores.triton_kernels`).
 
 :func:`triton_lstm`, :func:`triton_gru` and :func:`triton_slstm` run a sequence through
-:class:`_Fused`: one matmul for every step's input side, one forward launch, and in the
-backward one launch and a few matmuls over all steps. A launch takes the unit-split kernels
-where :func:`split_plan` gives a cut whose parts are all resident at once, else the tile
-kernels (cuDNN's route is picked before this, by the cores: :mod:`cores.cudnn`).
+:class:`_Fused`: one matmul for all steps' input side, one forward launch, and in the backward
+one launch and a few matmuls. A launch takes the unit-split kernels where :func:`split_plan`
+gives a cut whose parts are all resident at once, else the tile kernels (cuDNN's route is
+picked before, by the cores: :mod:`cores.cudnn`).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import triton
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 from triton.runtime.errors import OutOfResources
@@ -25,8 +25,7 @@ from cores.base import pow2_at_least, reset_where
 from cores.gates import ACTIVATIONS, FAST_CLAMP
 from cores.triton_cells import GRU, LSTM, SLSTM
 
-BLOCK_B = 16
-"""Batch rows per program (``tl.dot`` needs at least 16 rows on a GPU)."""
+BLOCK_B = 16  # batch rows per program (tl.dot needs at least 16 rows on a GPU)
 
 
 def block_meta(hidden: int) -> dict[str, int]:
@@ -42,10 +41,8 @@ MAX_OFFSET = 2**31 - 1  # the kernels address their buffers with 32-bit offsets
 
 def time_chunks(steps: int, per_step: int) -> list[slice]:
     """Steps ``0 .. steps-1`` cut into runs whose largest buffer, ``(run + 1) * per_step``
-    elements, stays within :data:`MAX_OFFSET` (one launch pair per run, the state carried).
-
-    :raises ValueError: a single step's buffers are already too large.
-    """
+    elements, stays within :data:`MAX_OFFSET` (one launch pair per run, the state carried);
+    :class:`ValueError` where one step's buffers are already too large."""
     longest = MAX_OFFSET // per_step - 1
     if longest < 1:
         raise ValueError(
@@ -58,42 +55,6 @@ def time_chunks(steps: int, per_step: int) -> list[slice]:
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **meta: Any) -> Any:
     """Launch ``kernel`` on ``grid`` (the one place kernels start: tests count launches here)."""
     return kernel[grid](*args, **meta)
-
-
-def input_projection(x: Tensor, weight_ih: Tensor, bias: Tensor) -> Tensor:
-    """Every step's input side ``x W_ih^T + b`` as one matmul: ``x [T, B, D]`` -> ``[T, B, G]``
-    (the kernels add the recurrent side)."""
-    T, B, _ = x.shape
-    return torch.addmm(bias, x.reshape(T * B, -1), weight_ih.t()).view(T, B, -1)
-
-
-def previous_states(h_before: Tensor, starts8: Tensor, has_starts: bool) -> Tensor:
-    """``h_{t-1} [T, B, H]`` as step ``t`` read it (restarting rows reset), for ``dA^T h_{t-1}``."""
-    if not has_starts:
-        return h_before
-    (h_prev,) = reset_where((h_before,), starts8.bool())
-    return h_prev
-
-
-def input_side_grads(
-    needs: tuple[bool, ...], dA: Tensor, x: Tensor, weight_ih: Tensor
-) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Gradients of ``x``, ``weight_ih`` and the bias from ``dA [T, B, G]``, one matmul each
-    (``needs``: autograd's ``needs_input_grad`` for those three)."""
-    dA_flat = dA.view(-1, dA.shape[-1])
-    dx = dA_flat.mm(weight_ih).view_as(x) if needs[0] else None
-    d_weight_ih = dA_flat.t().mm(x.reshape(dA_flat.shape[0], -1)) if needs[1] else None
-    d_bias = dA_flat.sum(0) if needs[2] else None
-    return dx, d_weight_ih, d_bias
-
-
-def check_device(x: Tensor) -> None:
-    """Refuse CPU tensors unless Triton's interpreter is on (it compiles for GPUs only)."""
-    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError(
-            f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
-            "before triton is imported; valid impls on a CPU: fused, loop"
-        )
 
 
 SPLIT_ENV = "MEMCORES_TRITON_SPLIT"  # "0": the tile kernels only
@@ -142,30 +103,17 @@ class SplitPlan:
     parts: int
     precision: str = "ieee"
 
-    @property
-    def grid(self) -> tuple[int, int]:
-        return (self.tiles, self.parts)
-
     def meta(self) -> dict[str, Any]:
         return dict(
-            BLOCK_B=self.block_b,
-            BLOCK_N=self.block_n,
-            BLOCK_H=self.block_h,
-            PARTS=pow2_at_least(self.parts),
-            PREC=self.precision,
-            SPIN_LIMIT=SPIN_LIMIT,
+            BLOCK_B=self.block_b, BLOCK_N=self.block_n, BLOCK_H=self.block_h,
+            PARTS=pow2_at_least(self.parts), PREC=self.precision, SPIN_LIMIT=SPIN_LIMIT,
             num_warps=split_warps(self.block_h),
-        )
+        )  # fmt: skip
 
     def flags(self, device: torch.device) -> Tensor:
         """Zeroed barrier counters, one per program, then the error word (the step at which a
         part gave up waiting)."""
         return torch.zeros(self.tiles * self.parts + 1, dtype=torch.int32, device=device)
-
-
-def split_width(hidden: int) -> int:
-    """``BLOCK_H``: the units of ``h_{t-1}`` every part reads, a power of two >= 16."""
-    return max(16, pow2_at_least(hidden))
 
 
 def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> SplitPlan | None:
@@ -176,14 +124,14 @@ def split_plan(steps: int, batch: int, hidden: int, device: torch.device) -> Spl
     """
     if os.environ.get(SPLIT_ENV, "1") == "0" or hidden > SPLIT_MAX_HIDDEN:
         return None
-    block_h = split_width(hidden)
+    block_h = max(16, pow2_at_least(hidden))  # the units of h_{t-1} every part reads
     if (str(device), block_h) in _UNFIT:
         return None
     precision = recurrent_precision(device)
     if os.environ.get("TRITON_INTERPRET") == "1":
         block_n = SPLIT_UNITS if steps == 1 else block_h
-        parts = cdiv(hidden, block_n)
-        return SplitPlan(BLOCK_B, block_n, block_h, cdiv(batch, BLOCK_B), parts, precision)
+        parts = triton.cdiv(hidden, block_n)
+        return SplitPlan(BLOCK_B, block_n, block_h, triton.cdiv(batch, BLOCK_B), parts, precision)
     if device.type != "cuda":
         return None
     slots = torch.cuda.get_device_properties(device).multi_processor_count
@@ -208,17 +156,16 @@ def resident_cut(batch: int, hidden: int, slots: int, precision: str) -> SplitPl
     other work holds multiprocessors (MPS) a part may never start: every wait is bounded, so
     that ends the launch with an error (:func:`launch_split`), not a hang.
     """
-    parts = cdiv(hidden, SPLIT_UNITS)
-    block_h = split_width(hidden)
+    parts = triton.cdiv(hidden, SPLIT_UNITS)
+    block_h = max(16, pow2_at_least(hidden))
     for block_b in (16, 32, 64):
-        tiles = cdiv(batch, block_b)
+        tiles = triton.cdiv(batch, block_b)
         if tiles * parts <= slots:
             return SplitPlan(block_b, SPLIT_UNITS, block_h, tiles, parts, precision)
     return None
 
 
-_UNFIT: set[tuple[str, int]] = set()
-"""``(device, BLOCK_H)`` where a split kernel needed more shared memory than a block gets."""
+_UNFIT: set[tuple[str, int]] = set()  # (device, BLOCK_H) short of a block's shared memory
 _WARNED: set[Any] = set()
 
 
@@ -236,12 +183,11 @@ def launch_split(
     having run nothing, where a program's shared memory does not fit (up to 80 KB at 256
     units, more than a T4's 64 KB): the caller then runs the tile kernel (warned once).
 
-    :param where: the core and shape, for the error a part that never arrived raises.
-    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another of its tile.
-        Checked after the launch, except during a CUDA graph capture (which forbids the read).
+    :raises RuntimeError: a part waited past :data:`SPIN_LIMIT` for another of its tile,
+        named by ``where`` (checked after the launch, except in a CUDA graph capture).
     """
     try:
-        launch(kernel, plan.grid, *args, **meta)
+        launch(kernel, (plan.tiles, plan.parts), *args, **meta)
     except OutOfResources as err:
         device = flags.device
         _UNFIT.add((str(device), plan.block_h))
@@ -264,33 +210,15 @@ def launch_split(
     return True
 
 
-def cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` for positive ints."""
-    return -(-a // b)
-
-
-@dataclass(frozen=True)
-class Family:
-    """One core's cell: its name (for errors) and compile-time parameters (``FAMILY``, gate
-    functions, ``NG`` gate blocks, ``NA`` saved slots, ``NS`` states)."""
-
-    name: str
-    meta: tuple[tuple[str, Any], ...]
-
-    @property
-    def constants(self) -> dict[str, Any]:
-        return dict(self.meta)
-
-    def where(self, T: int, B: int, H: int) -> str:
-        """The core and shape of a launch, as its errors name them."""
-        listed = ", ".join(f"{k}={v}" for k, v in self.meta if k not in ("NA", "NS", "PREC"))
-        return f"{self.name}({listed}) at T={T}, B={B}, H={H}"
+Family = tuple[str, dict[str, Any]]
+"""A core's cell: its name and settings as its errors name them, and its compile-time
+parameters (``FAMILY``, gate functions, ``NG`` gate blocks, ``NA`` saved slots, ``NS`` states)."""
 
 
 def family(
     name: str, kind: int, n_gates: int, n_states: int, device: torch.device, **gates: Any
 ) -> Family:
-    """A :class:`Family` (``kind``: a ``FAMILY`` value; ``gates``: those of ``ACT, TIED,
+    """A :data:`Family` (``kind``: a ``FAMILY`` value; ``gates``: those of ``ACT, TIED,
     REFINE, R, POWER, EPS`` the cell uses)."""
     meta = {**dict(ACT=0, TIED=False, REFINE=False, R=0, POWER=0.0, EPS=0.0), **gates}
     meta.update(
@@ -301,24 +229,8 @@ def family(
         CLAMP=FAST_CLAMP,
         PREC=recurrent_precision(device),  # PyTorch's switch for its own RNNs
     )
-    return Family(name, tuple(meta.items()))
-
-
-def _split_backward(ctx: Any, *tensors: Tensor) -> tuple[Tensor, Tensor] | None:
-    """The unit-split reverse pass: ``dA [T, B, NA*H]`` and the initial state's gradient
-    ``[NS, B, H]`` (``h`` without step 0's products, which the caller adds), or ``None``."""
-    A, w, S, starts8, detach8, dY, dS = tensors
-    T, B, H = dY.shape
-    dS0 = dY.new_zeros(S.shape[0], B, H) if dS is None else dS.contiguous().clone()
-    dA = torch.empty_like(A)
-    flags = ctx.plan.flags(dY.device)
-    args = (A, w, S, starts8, detach8, dY, dS0, dA, flags, T, B, H)
-    meta = dict(ctx.meta, HAS_STARTS=ctx.has_starts, HAS_DETACH=ctx.has_detach)
-    if not launch_split(
-        tk.backward_split_kernel, ctx.plan, *args, flags=flags, where=ctx.where, **meta
-    ):
-        return None
-    return dA, dS0
+    listed = ", ".join(f"{k}={v}" for k, v in meta.items() if k not in ("NA", "NS", "PREC"))
+    return f"{name}({listed})", meta
 
 
 class _Fused(torch.autograd.Function):
@@ -338,20 +250,21 @@ class _Fused(torch.autograd.Function):
         detach: Tensor | None,
         cell: Family,
     ) -> tuple[Tensor, Tensor]:
-        T, B, _ = x.shape
+        T, B, D = x.shape
         H = weight_hh.shape[1]
-        c = cell.constants
-        G = input_projection(x, weight_ih, bias)  # the kernel adds h U^T
+        label, c = cell
+        # every step's input side x W_ih^T + b as one matmul; the kernels add h U^T
+        G = torch.addmm(bias, x.reshape(T * B, D), weight_ih.t()).view(T, B, -1)
         A = x.new_empty(T, B, c["NA"] * H)
         S = x.new_empty(c["NS"], T + 1, B, H)  # the state before the first step and after each
         S[:, 0] = s0
         w = weight_hh.contiguous()
         starts8 = starts.to(torch.int8).contiguous() if starts is not None else S
         bhn = bias_hn.contiguous() if bias_hn is not None else w  # read by the GRU only
-        tile_meta = dict(c, **block_meta(H))
-        ctx.where = cell.where(T, B, H)
+        tile_meta = dict(c, **block_meta(H), HAS_STARTS=starts is not None)
+        ctx.where = f"{label} at T={T}, B={B}, H={H}"  # for the error of a part that never came
         buffers = (G, A, w, bhn, starts8, S)
-        ctx.plan, ctx.meta = None, tile_meta
+        ctx.plan, ctx.meta, ctx.tile_meta = None, tile_meta, tile_meta
         plan = split_plan(T, B, H, x.device)
         if plan is not None:
             meta = {k: v for k, v in tile_meta.items() if k != "BLOCK_K"}
@@ -359,14 +272,11 @@ class _Fused(torch.autograd.Function):
             flags = plan.flags(x.device)
             args = (*buffers, flags, T, B, H)
             if launch_split(
-                tk.forward_split_kernel, plan, *args, flags=flags, where=ctx.where,
-                HAS_STARTS=starts is not None, **meta,
-            ):  # fmt: skip
+                tk.forward_split_kernel, plan, *args, flags=flags, where=ctx.where, **meta
+            ):
                 ctx.plan, ctx.meta = plan, meta
         if ctx.plan is None:
-            grid, args = (cdiv(B, BLOCK_B),), (*buffers, T, B, H)
-            launch(tk.forward_kernel, grid, *args, HAS_STARTS=starts is not None, **tile_meta)
-        ctx.tile_meta = tile_meta
+            launch(tk.forward_kernel, (triton.cdiv(B, BLOCK_B),), *buffers, T, B, H, **tile_meta)
         ctx.has_starts, ctx.has_detach = starts is not None, detach is not None
         ctx.gru = bias_hn is not None
         ctx.save_for_backward(x, weight_ih, w, starts8, detach, A, S)
@@ -381,37 +291,45 @@ class _Fused(torch.autograd.Function):
         NG = w.shape[0] // H
         dY = x.new_zeros(T, B, H) if dY is None else dY.contiguous()
         detach8 = detach if detach is not None else starts8
-        tensors = (A, w, S, starts8, detach8, dY, dS)
-        split = _split_backward(ctx, *tensors) if ctx.plan is not None else None
-        if split is None:  # one program per batch tile (or a GPU the split does not fit)
-            dA = torch.empty_like(A)
+        dA = torch.empty_like(A)
+        split = ctx.plan is not None
+        if split:  # dS0: the initial state's gradient, h's without step 0's products (below)
+            dS0 = dY.new_zeros(S.shape[0], B, H) if dS is None else dS.contiguous().clone()
+            flags = ctx.plan.flags(dY.device)
+            args = (A, w, S, starts8, detach8, dY, dS0, dA, flags, T, B, H)
+            split = launch_split(
+                tk.backward_split_kernel, ctx.plan, *args, flags=flags, where=ctx.where,
+                HAS_DETACH=ctx.has_detach, **ctx.meta,
+            )  # fmt: skip
+        if not split:  # one program per batch tile (or a GPU the split does not fit)
             dSall = torch.empty_like(S)  # the gradient into each state from the steps after it
             dSall[:, T] = 0.0 if dS is None else dS
-            grid = (cdiv(B, BLOCK_B),)
             args = (A, w, S, starts8, detach8, dY, dSall, dA, T, B, H)
-            launch(
-                tk.backward_kernel, grid, *args,
-                HAS_STARTS=ctx.has_starts, HAS_DETACH=ctx.has_detach, **ctx.tile_meta,
-            )  # fmt: skip
+            grid = (triton.cdiv(B, BLOCK_B),)
+            launch(tk.backward_kernel, grid, *args, HAS_DETACH=ctx.has_detach, **ctx.tile_meta)
             dS0 = dSall[:, 0]
         # the recurrent side's gradient: dA with the GRU's n block replaced by U_n h's
-        dA_flat = dA.view(T * B, -1) if split is None else split[0].view(T * B, -1)
+        dA_flat = dA.view(T * B, -1)
         dA_rec = dA_flat
         if ctx.gru:
             dA_rec = torch.cat([dA_flat[:, : (NG - 1) * H], dA_flat[:, -H:]], 1)
-        if split is not None:  # step 0's products need every part's dA_0: one matmul
-            dS0 = split[1]
+        if split:  # step 0's products need every part's dA_0: one matmul
             dh0 = dS0[0] + dA_rec[:B].mm(w)
             if ctx.has_starts:
                 dh0 = dh0.masked_fill(starts8[0].bool()[:, None], 0.0)
             if ctx.has_detach:
                 dh0 = torch.where(detach[0] != 0, dS0[0], dh0)
             dS0[0] = dh0
-        h_prev = previous_states(S[0, :-1], starts8, ctx.has_starts)
+        h_prev = S[0, :-1]  # h_{t-1} as step t read it (restarting rows reset)
+        if ctx.has_starts:
+            (h_prev,) = reset_where((h_prev,), starts8.bool())
         d_weight_hh = dA_rec.t().mm(h_prev.reshape(T * B, H))
         dA_in = dA_flat[:, : NG * H] if ctx.gru else dA_flat
         d_bias_hn = dA_flat[:, NG * H :].sum(0) if ctx.gru else None
-        dx, d_weight_ih, d_bias = input_side_grads(ctx.needs_input_grad, dA_in, x, weight_ih)
+        needs = ctx.needs_input_grad
+        dx = dA_in.mm(weight_ih).view_as(x) if needs[0] else None
+        d_weight_ih = dA_in.t().mm(x.reshape(T * B, -1)) if needs[1] else None
+        d_bias = dA_in.sum(0) if needs[2] else None
         return dx, d_weight_ih, d_bias, d_weight_hh, d_bias_hn, dS0, None, None, None
 
 
@@ -421,25 +339,24 @@ def _run(
 ) -> tuple[Tensor, tuple[Tensor, ...]]:  # fmt: skip
     """``x [T, B, D]`` through :class:`_Fused` with ``weights`` (``weight_ih, bias,
     weight_hh, bias_hn or None``), a launch pair per run of :func:`time_chunks`."""
-    check_device(x)
+    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError(
+            f"impl='triton' needs CUDA tensors (got {x.device.type}) or TRITON_INTERPRET=1 set "
+            "before triton is imported; valid impls on a CPU: fused, loop"
+        )
     if starts is not None:
         starts = starts.to(device=x.device, dtype=torch.bool)
-    mask = None
-    if detach is not None and any(detach):
-        mask = torch.tensor(detach, dtype=torch.int8, device=x.device)
-    c = cell.constants
+    use_mask = detach is not None and any(detach)
+    mask = torch.tensor(detach, dtype=torch.int8, device=x.device) if use_mask else None
+    c = cell[1]
     final, ys = torch.stack(state), []
     # the slots [T, B, NA*H] or the states [NS, T+1, B, H]: the largest buffer a launch addresses
     per_step = x.shape[1] * weights[2].shape[1] * max(c["NA"], c["NS"])
     for steps in time_chunks(x.shape[0], per_step):
         y, final = _Fused.apply(
-            x[steps].contiguous(),
-            *weights,
-            final,
-            None if starts is None else starts[steps],
-            None if mask is None else mask[steps],
-            cell,
-        )
+            x[steps].contiguous(), *weights, final, None if starts is None else starts[steps],
+            None if mask is None else mask[steps], cell,
+        )  # fmt: skip
         ys.append(y)
     return (ys[0] if len(ys) == 1 else torch.cat(ys)), tuple(final.unbind(0))
 
@@ -447,12 +364,8 @@ def _run(
 def triton_lstm(
     core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, detach: list[bool]
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """Run :class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` with the Triton kernels.
-
-    :param starts: ``[T, B]`` bool episode starts or ``None``.
-    :param detach: per step, whether h-detach blocks the gradient into ``h_{t-1}``.
-    :return: ``y [T, B, H]`` and the final ``(h, c)``.
-    """
+    """:class:`~cores.gated.GatedLSTM` over ``x [T, B, D]`` (``starts [T, B]`` bool or None;
+    ``detach``: per step, whether h-detach blocks ``h_{t-1}``'s gradient): ``y``, ``(h, c)``."""
     cell = family(
         "GatedLSTM", LSTM.value, len(core.gate_names), 2, x.device,
         ACT=ACTIVATIONS.index(core.activation), TIED=core.tied, REFINE=core.refine,
@@ -465,11 +378,7 @@ def triton_lstm(
 def triton_gru(
     core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """Run :class:`~cores.gru.GatedGRU` over ``x [T, B, D]`` with the Triton kernels.
-
-    :param starts: ``[T, B]`` bool episode starts or ``None``.
-    :return: ``y [T, B, H]`` and the final ``(h,)``.
-    """
+    """:class:`~cores.gru.GatedGRU` over ``x [T, B, D]``: ``y [T, B, H]`` and ``(h,)``."""
     cell = family(
         "GatedGRU", GRU.value, len(core.gate_names), 1, x.device,
         ACT=ACTIVATIONS.index(core.activation), REFINE=core.refine, POWER=core.power,
@@ -478,21 +387,13 @@ def triton_gru(
     return _run(cell, x, weights, state, starts)
 
 
-def dense_recurrent(recurrent: Tensor) -> Tensor:
-    """The block-diagonal recurrence ``[4, heads, d, d]`` as one ``[4H, H]`` matrix (built with
-    autograd, so its gradient reaches only the diagonal blocks)."""
-    return torch.cat([torch.block_diag(*r).t() for r in recurrent.unbind(0)], 0)
-
-
 def triton_slstm(
     core: Any, x: Tensor, state: tuple[Tensor, ...], starts: Tensor | None, eps: float
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """Run :class:`~cores.xlstm.SLSTM` over ``x [T, B, D]`` with the Triton kernels.
-
-    :param starts: ``[T, B]`` bool episode starts or ``None``.
-    :param eps: the normaliser's floor.
-    :return: ``y [T, B, H]`` and the final ``(h, c, n, m)``.
-    """
+    """:class:`~cores.xlstm.SLSTM` over ``x [T, B, D]`` (``eps``: the normaliser's floor):
+    ``y [T, B, H]`` and ``(h, c, n, m)``."""
     cell = family("SLSTM", SLSTM.value, 4, 4, x.device, EPS=eps)
-    weights = (core.input.weight, core.input.bias, dense_recurrent(core.recurrent), None)
+    # the block-diagonal [4, heads, d, d] as one [4H, H] (autograd keeps it to the blocks)
+    dense = torch.cat([torch.block_diag(*r).t() for r in core.recurrent.unbind(0)], 0)
+    weights = (core.input.weight, core.input.bias, dense, None)
     return _run(cell, x, weights, state, starts)

@@ -208,7 +208,7 @@ def test_the_acting_step_through_the_acting_graph_replays_with_new_observations(
     for _ in range(3):
         actions = graphed()
         assert actions.shape == (4,) and ((actions >= 0) & (actions < 7)).all()
-    assert gpu.timed_steps(graphed, 2) > 0
+    assert gpu.timed(graphed, dev) > 0
 
 
 def test_the_rl_rows_time_each_eager_update_row_after_its_plain_row():

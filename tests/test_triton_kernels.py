@@ -246,7 +246,8 @@ def test_split_kernels_meet_at_every_barrier_with_their_programs_side_by_side(
     from side_by_side import programs_side_by_side
 
     monkeypatch.setattr(triton_engine, "split_plan", _gpu_cut)
-    assert _gpu_cut(5, 18, hidden, torch.device("cpu")).grid == (2, -(-hidden // 16))
+    plan = _gpu_cut(5, 18, hidden, torch.device("cpu"))
+    assert (plan.tiles, plan.parts) == (2, -(-hidden // 16))
     ref, tri, x, state, starts = _side_by_side_case(name, hidden)
     expected = _run(ref, x, state, starts)
     with programs_side_by_side():

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import triton
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource, compile
@@ -93,7 +94,7 @@ def describe(
 def split_meta(hidden: int, precision: str, num_warps: int | None) -> tuple[dict, int]:
     """The unit-split kernels' compile-time parameters at ``hidden`` units and their warps
     (``None``: the launcher's, :func:`cores.triton_engine.split_warps`)."""
-    parts = triton_engine.cdiv(hidden, triton_engine.SPLIT_UNITS)
+    parts = triton.cdiv(hidden, triton_engine.SPLIT_UNITS)
     plan = triton_engine.SplitPlan(16, triton_engine.SPLIT_UNITS, hidden, 1, parts, precision)
     meta = plan.meta()
     warps = meta.pop("num_warps")
@@ -109,12 +110,12 @@ def main(hidden: int, spills: bool = False) -> None:
     family = triton_engine.family
     base = dict(HAS_STARTS=True, **triton_engine.block_meta(hidden))
     warps = base.pop("num_warps")  # the one-program-per-tile kernels' default
-    lstm = family("lstm", 0, 4, 2, cpu, ACT=0, TIED=True, REFINE=True, R=2).constants
-    gru = family("gru", 1, 4, 1, cpu, ACT=1, REFINE=True).constants
+    lstm = family("lstm", 0, 4, 2, cpu, ACT=0, TIED=True, REFINE=True, R=2)[1]
+    gru = family("gru", 1, 4, 1, cpu, ACT=1, REFINE=True)[1]
     families = (
         ("lstm", lstm),
         ("gru", gru),
-        ("slstm", family("slstm", 2, 4, 4, cpu, EPS=1e-6).constants),
+        ("slstm", family("slstm", 2, 4, 4, cpu, EPS=1e-6)[1]),
         # the power-law cells, with an r that takes the general |x|^r
         ("lstm_power", dict(lstm, POWER=1.5)),
         ("gru_power", dict(gru, POWER=1.5)),

@@ -1,14 +1,13 @@
 """``memcores bench gpu --out DIR``: the GPU's speed, measured in one run and written as a record.
 
-Parts (each with a time budget, :data:`PARTS`; what a part cannot fit is listed as not
-measured): ``cores`` (forward+backward of every core at T=256, B=64, D=64, H=128 beside
-cuDNN's ``nn.LSTM``/``nn.GRU``, the ``graph_safe`` cores also through CUDA graphs, each
-against the committed record ``--against``), ``scaling`` (time against T), ``acting`` (one
-MemoryS7 acting step on the CPU, the GPU and the GPU's acting graph), ``rl`` (PPO frames/s,
-GPU against CPU) and ``supervised`` (copy task, seconds per update). The results go to
-``DIR/bench_gpu.json`` and ``.md``, rewritten after each part. Without a GPU it exits with
-code 2; ``--device cpu --quick`` checks the script at tiny sizes. The CUDA tests run as
-``pytest -m cuda``, not from here.
+Parts, each with a time budget (:data:`PARTS`; what does not fit is listed as not measured):
+``cores`` (forward+backward of every core at T=256, B=64, D=64, H=128 beside cuDNN's
+``nn.LSTM``/``nn.GRU``, the ``graph_safe`` ones also through CUDA graphs, against the committed
+record ``--against``), ``scaling`` (time against T), ``acting`` (a MemoryS7 acting step on the
+CPU, the GPU and its acting graph), ``rl`` (PPO frames/s, GPU against CPU) and ``supervised``
+(copy task, seconds per update). ``DIR/bench_gpu.json`` and ``.md`` are rewritten after each
+part. Without a GPU it exits with code 2 (``--device cpu --quick``: the script at tiny sizes).
+The CUDA tests run as ``pytest -m cuda``, not from here.
 """
 
 from __future__ import annotations
@@ -83,25 +82,21 @@ QUICK = Sizes(
 )  # fmt: skip
 
 
+@dataclasses.dataclass
 class Clock:
-    """A part's deadline (``time.perf_counter`` seconds)."""
+    """A part's deadline: ``budget`` seconds from when it is made."""
 
-    def __init__(self, seconds: float) -> None:
-        self.budget = seconds
-        self.start = time.perf_counter()
+    budget: float
+    start: float = dataclasses.field(default_factory=time.perf_counter)
 
     def left(self) -> float:
         return self.budget - (time.perf_counter() - self.start)
-
-    def spent(self) -> float:
-        return time.perf_counter() - self.start
 
 
 def _error(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
 
 
-# ------------------------------------------------------------------------------ timing
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
     """Seconds of one call of ``fn``, to the end of the kernels it queued on ``device``."""
     sync(device)
@@ -109,9 +104,6 @@ def timed(fn: Callable[[], Any], device: torch.device) -> float:
     fn()
     sync(device)
     return time.perf_counter() - start
-
-
-MAX_CALLS_PER_WINDOW = 32
 
 
 def time_runner(
@@ -122,7 +114,7 @@ def time_runner(
     time. Fewer windows where the part's time ends."""
     timed(run, device)  # warm-up
     second = timed(run, device)
-    calls = max(1, min(MAX_CALLS_PER_WINDOW, int(window_s / max(second, 1e-9))))
+    calls = max(1, min(32, int(window_s / max(second, 1e-9))))
     times = [second] if calls == 1 else []  # a call that fills a window is a window
     while len(times) < reps and clock.left() >= 2 * calls * second:
         times.append(timed(lambda: [run() for _ in range(calls)], device) / calls)
@@ -136,27 +128,23 @@ def core_runner(
     input; with ``graph``, through ``GraphedCore`` (an error where its recording fails)."""
     from cores import make_core
     from cores.graphed import GraphedCore
+    from experiments.bench.cores import _runner
 
     x = torch.randn(T, B, D, generator=torch.Generator().manual_seed(0)).to(device)
     torch.manual_seed(0)
     if name in BASELINES:
         rnn = (torch.nn.LSTM if name == "nn.LSTM" else torch.nn.GRU)(D, H).to(device)
-        call = lambda: rnn(x)[0]  # noqa: E731
-        module: torch.nn.Module = rnn
-    else:
-        module = make_core(name, D, H).to(device).train()
-        module = GraphedCore(module) if graph else module
-        call = lambda: module(x, module.initial_state(B, device))[0]  # noqa: E731
-    params = [p for p in module.parameters() if p.requires_grad]
+        return _runner(rnn, x, lambda x: rnn(x)[0])
+    core = make_core(name, D, H).to(device).train()
+    module = GraphedCore(core) if graph else core
+    run = _runner(module, x, lambda x: module(x, module.initial_state(B, device))[0])
 
-    def run() -> None:
-        for p in params:
-            p.grad = None
-        call().float().sum().backward()
+    def checked() -> None:
+        run()
         if graph and module.capture_error is not None:  # eager, not a graph's time
             raise RuntimeError(module.capture_error)
 
-    return run
+    return checked
 
 
 def _time_cell(
@@ -171,7 +159,6 @@ def _time_cell(
             torch.cuda.empty_cache()  # the graphs' memory pools
 
 
-# ------------------------------------------------------------------------------ cores
 def graph_safe_cores() -> list[str]:
     """The registered cores that declare ``graph_safe``."""
     from cores import CORES, make_core
@@ -260,7 +247,6 @@ def _core_row(
     )  # fmt: skip
 
 
-# ------------------------------------------------------------------------------ scaling
 def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Forward+backward ms against T (in order of T, so the budget cuts the longest); target:
     a scan core at the longest T at most 8x its time at the shortest."""
@@ -273,6 +259,7 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
     ms: dict[str, dict[int, float]] = {}
     errors: dict[str, str] = {}
     not_measured = []
+    fewer = dataclasses.replace(sizes, reps=max(1, sizes.reps - 1))
     for T, name, graph in cells:
         label = name + (GRAPHED if graph else "")
         if label in errors:
@@ -281,10 +268,8 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
             not_measured.append(f"{label} T={T}")
             continue
         try:
-            fewer = dataclasses.replace(sizes, reps=max(1, sizes.reps - 1))
-            ms.setdefault(label, {})[T] = _time_cell(
-                name, (T, B, D, H), device, graph, fewer, clock
-            )
+            shape = (T, B, D, H)
+            ms.setdefault(label, {})[T] = _time_cell(name, shape, device, graph, fewer, clock)
         except Exception as err:
             errors[label] = _error(err)
     first, last = sizes.scan_lengths[0], sizes.scan_lengths[-1]
@@ -297,7 +282,6 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
     return dict(B=B, H=H, lengths=lengths, rows=rows, errors=errors, not_measured=not_measured)
 
 
-# ------------------------------------------------------------------------------ acting
 def _rl_config(path: str, overrides: list[str]) -> Any:
     from agents.rl_config import RLConfig
     from experiments.config import load_config
@@ -316,10 +300,8 @@ def acting_step(
     policy: torch.nn.Module, obs: dict[str, np.ndarray], device: torch.device, graphed: bool
 ) -> Callable[[], np.ndarray]:
     """One acting step as the trainer takes it: observations from NumPy, the forward (through
-    ``ActingGraph`` where ``graphed``, recorded first), sampling, actions back to NumPy.
-
-    :raises RuntimeError: ``graphed`` and the recording failed.
-    """
+    ``ActingGraph`` where ``graphed``, recorded first: a failed recording raises), sampling,
+    actions back to NumPy."""
     from agents.acting_graph import ActingGraph
     from agents.policy import obs_to_tensors
     from agents.rollout import act
@@ -348,8 +330,7 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
     from agents.policy import build_policy
 
     config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.train.threads or threads)
+    torch.set_num_threads(config.train.threads or torch.get_num_threads())  # main restores it
     torch.manual_seed(0)  # MemoryS7: 7 actions, a 7x7x3 view (its mission is not read)
     policies = {"cpu": build_policy(config, 7, (7, 7, 3)).eval()}
     if device.type != "cpu":
@@ -358,39 +339,28 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
         policies["graphed"] = policies["device"]
     rng = np.random.default_rng(0)
     rows, not_measured = [], []
-    try:
-        for n in sizes.acting_envs:
-            if clock.left() <= 0:
-                not_measured.append(n)
-                continue
-            obs = {"image": rng.integers(0, 6, (n, 7, 7, 3), dtype=np.uint8)}
-            obs["direction"] = rng.integers(0, 4, n)
-            row: dict[str, Any] = {"n_envs": n, "rule": str(acting_device(device, n))}
-            for where, policy in policies.items():
-                dev = torch.device("cpu") if where == "cpu" else device
-                try:
-                    step = acting_step(policy, obs, dev, graphed=where == "graphed")
-                    row[f"us_{where}"] = 1e6 * timed_steps(step, sizes.acting_steps)
-                except Exception as err:  # a step that cannot be recorded is a result too
-                    row[f"{where}_error"] = _error(err)
-            if "us_device" in row:
-                row["faster"] = "cpu" if row["us_cpu"] <= row["us_device"] else str(device)
-            rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
+    for n in sizes.acting_envs:
+        if clock.left() <= 0:
+            not_measured.append(n)
+            continue
+        obs = {"image": rng.integers(0, 6, (n, 7, 7, 3), dtype=np.uint8)}
+        obs["direction"] = rng.integers(0, 4, n)
+        row: dict[str, Any] = {"n_envs": n, "rule": str(acting_device(device, n))}
+        for where, policy in policies.items():
+            dev = torch.device("cpu") if where == "cpu" else device
+            try:
+                step = acting_step(policy, obs, dev, graphed=where == "graphed")
+                steps = lambda s=step: [s() for _ in range(sizes.acting_steps)]  # noqa: E731
+                row[f"us_{where}"] = 1e6 * timed(steps, dev) / sizes.acting_steps
+            except Exception as err:  # a step that cannot be recorded is a result too
+                row[f"{where}_error"] = _error(err)
+        if "us_device" in row:
+            row["faster"] = "cpu" if row["us_cpu"] <= row["us_device"] else str(device)
+        rows.append(row)
     crossover = next((r["n_envs"] for r in rows if r.get("faster", "cpu") != "cpu"), None)
     return {"rows": rows, "crossover_n_envs": crossover, "not_measured": not_measured}
 
 
-def timed_steps(step: Callable[[], Any], steps: int) -> float:
-    """Seconds per call of ``step`` (whose result reaches the host)."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
-
-
-# ------------------------------------------------------------------------------ rl
 def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
     """Frames/s of ``path``'s PPO recipe on ``device`` as ``memcores train`` runs it: one
     rollout and ``epochs`` update epochs (None: all) timed after a warm-up, scaled to all."""
@@ -420,8 +390,11 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
             s.device,
         )
         timed_epochs = min(epochs or agent.n_epochs, agent.n_epochs)
-        if s.device.type != "cpu" or graph is not None:
-            warm = dataclasses.replace(agent, n_epochs=_warm_epochs(agent, n_envs, graph))
+        if s.device.type != "cpu" or graph is not None:  # enough for the graph's warm-up
+            chunks_per_mb = max(1, agent.minibatch_size // agent.seq_len)
+            full = max(1, n_envs * agent.n_steps // agent.seq_len // chunks_per_mb)
+            warm_epochs = 1 if graph is None else math.ceil((graph.warmup_steps + 1) / full)
+            warm = dataclasses.replace(agent, n_epochs=warm_epochs)
             update(s.policy, s.optimizer, buffer, warm, graph=graph)
         part = dataclasses.replace(agent, n_epochs=timed_epochs)
         upd = timed(lambda: update(s.policy, s.optimizer, buffer, part, graph=graph), s.device)
@@ -440,28 +413,16 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
     )  # fmt: skip
 
 
-def _warm_epochs(agent: Any, n_envs: int, graph: Any) -> int:
-    """Warm-up epochs: one, or enough for ``graph``'s warm-up steps and recording."""
-    if graph is None:
-        return 1
-    chunks = n_envs * agent.n_steps // agent.seq_len
-    full_minibatches = max(1, chunks // max(1, agent.minibatch_size // agent.seq_len))
-    return math.ceil((graph.warmup_steps + 1) / full_minibatches)
-
-
 def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
     """``(label, config, overrides, epochs timed)`` rows, each of :data:`EAGER_ROWS`
     followed by its eager-update row."""
-    plain = [
-        (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}", *sizes.rl_overrides], None)
-        for n in sizes.rl_envs
+    memory = [
+        (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}"], None) for n in sizes.rl_envs
     ]
-    plain += [
-        (f"POPGym {core}", POPGYM, [f"core.name={core}", *sizes.popgym_overrides], 1)
-        for core in POPGYM_CORES
-    ]
+    popgym = [(f"POPGym {core}", POPGYM, [f"core.name={core}"], 1) for core in POPGYM_CORES]
     settings = []
-    for label, path, overrides, epochs in plain:
+    for label, path, overrides, epochs in memory + popgym:
+        overrides += sizes.rl_overrides if path == MEMORY_S7 else sizes.popgym_overrides
         settings.append((label, path, overrides, epochs))
         if label in EAGER_ROWS:
             eager = [*overrides, "train.graph_update=false"]
@@ -472,8 +433,7 @@ def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """RL frames/s on ``device`` against the CPU (an eager-update row reuses the CPU above)."""
     rows: list[dict[str, Any]] = []
-    not_measured = []
-    threads = torch.get_num_threads()
+    not_measured, threads = [], torch.get_num_threads()
     for label, path, overrides, epochs in rl_settings(sizes):
         if clock.left() <= 0:
             not_measured.append(label)
@@ -494,7 +454,6 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> d
     return {"rows": rows, "not_measured": not_measured}
 
 
-# ------------------------------------------------------------------------------ supervised
 def supervised_rate(overrides: list[str], device: str, updates: int, clock: Clock) -> dict:
     """Seconds per copy-task update on ``device`` (after two warm-up updates)."""
     from agents.supervised import TaskData, prepare, train_step
@@ -522,16 +481,12 @@ def supervised_rate(overrides: list[str], device: str, updates: int, clock: Cloc
 
 def part_supervised(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Copy T=200, hidden 128, batch 256: seconds per update on the CPU and on ``device``."""
-    overrides = list(sizes.supervised_overrides)
-    threads = torch.get_num_threads()
-    try:
-        half = Clock(max(clock.left() / 2, 1.0))
-        cpu = supervised_rate(overrides, "cpu", sizes.supervised_updates, half)
-        dev = cpu
-        if device.type != "cpu":
-            dev = supervised_rate(overrides, str(device), sizes.supervised_updates, clock)
-    finally:
-        torch.set_num_threads(threads)
+    overrides = list(sizes.supervised_overrides)  # each run sets its threads: main restores
+    half = Clock(max(clock.left() / 2, 1.0))
+    cpu = supervised_rate(overrides, "cpu", sizes.supervised_updates, half)
+    dev = cpu
+    if device.type != "cpu":
+        dev = supervised_rate(overrides, str(device), sizes.supervised_updates, clock)
     x_cpu = cpu["s_per_update"] / dev["s_per_update"]
     return {"config": COPY, "overrides": overrides, "cpu": cpu, "device": dev, "x_cpu": x_cpu}
 
@@ -540,12 +495,6 @@ RUNNERS: dict[str, Callable[[torch.device, Sizes, Clock, str], dict]] = dict(
     cores=part_cores, scaling=part_scaling, acting=part_acting, rl=part_rl,
     supervised=part_supervised,
 )  # fmt: skip
-
-
-# ------------------------------------------------------------------------------ main
-def _write(results: dict[str, Any], out: Path) -> None:
-    (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
-    (out / "bench_gpu.md").write_text(markdown(results))
 
 
 def main(argv: list[str]) -> int:
@@ -570,20 +519,21 @@ def main(argv: list[str]) -> int:
     sizes = QUICK if args.quick else Sizes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "memcores bench gpu " + " ".join(argv)
-    budgets = {p: PARTS[p] for p in parts}
+    command, budgets = "memcores bench gpu " + " ".join(argv), {p: PARTS[p] for p in parts}
     results = dict(command=command, hardware=info(device), budgets_s=budgets, parts={})
     print(f"bench gpu: device {device}, parts {', '.join(parts)}; writing {out}", flush=True)
-    carry = 0.0
+    carry, threads = 0.0, torch.get_num_threads()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name in parts:
             clock = Clock(PARTS[name] + carry)
             result = RUNNERS[name](device, sizes, clock, args.against)
-            result["seconds"] = clock.spent()
+            torch.set_num_threads(threads)  # a part may set a config's train.threads
+            result["seconds"] = clock.budget - clock.left()
             carry = max(clock.left(), 0.0)
             results["parts"][name] = result
-            _write(results, out)
+            (out / "bench_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+            (out / "bench_gpu.md").write_text(markdown(results))
             print(f"  {name}: {result['seconds']:.1f} s", flush=True)
     print(markdown(results))
     print(f"wrote {out / 'bench_gpu.json'} and {out / 'bench_gpu.md'}")

@@ -11,8 +11,8 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def section(title: str, columns: list[str], note: str = "") -> list[str]:
@@ -21,27 +21,11 @@ def section(title: str, columns: list[str], note: str = "") -> list[str]:
     return head + ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
-def header(results: dict[str, Any]) -> list[str]:
-    """The title, the hardware and the command."""
-    hw = results["hardware"]
-    gpu = f" ({hw['gpu']}, CUDA {hw['cuda']})" if "gpu" in hw else ""
-    return [
-        "# memcores bench gpu",
-        "",
-        f"Device {hw['device']}{gpu}; CPU {hw['cpu']} x {hw['cpu_count']}; "
-        f"torch {hw['torch']}; triton {hw['triton']}.",
-        f"Command: `{results['command']}`.",
-    ]
-
-
 def cores(c: dict[str, Any]) -> list[str]:
     """The cores part: one row per core, forward+backward."""
     shape = c["shape"]
-    runs = [
-        f"{name} " + " / ".join(f"{ms:.2f}" for ms in values) + " ms"
-        for name, values in c.get("baseline_runs", {}).items()
-        if values
-    ]
+    timings = c.get("baseline_runs", {}).items()
+    runs = [f"{name} " + " / ".join(map(_num, ms)) + " ms" for name, ms in timings if ms]
     against = c.get("against")
     note = (
         "Capturable cores also through CUDA graphs; ratios and targets use the better time; "
@@ -56,8 +40,8 @@ def cores(c: dict[str, Any]) -> list[str]:
     lines = section(title, [*columns, "record ms", "x record", "target"], note)
     for r in c["rows"]:
         lines.append(
-            f"| {r['core']} | {_ms(r['ms'])} | {_ms(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
-            f"| {_x(r['x_nn_gru'])} | {_x(r['x_own_loop'])} | {_ms(r['record_ms'])} "
+            f"| {r['core']} | {_num(r['ms'])} | {_num(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
+            f"| {_x(r['x_nn_gru'])} | {_x(r['x_own_loop'])} | {_num(r['record_ms'])} "
             f"| {_x(r['x_record'])} | {r['target']} |"
         )
     return lines
@@ -70,7 +54,7 @@ def scaling(s: dict[str, Any]) -> list[str]:
     lines = section(title, ["core", *lengths, f"{lengths[-1]} / {lengths[0]}", "target"])
     for r in s["rows"]:
         ms = {int(T): v for T, v in r["ms"].items()}  # JSON keys are strings
-        cells = " | ".join(_ms(ms.get(T)) for T in s["lengths"])
+        cells = " | ".join(_num(ms.get(T)) for T in s["lengths"])
         lines.append(f"| {r['core']} | {cells} | {_x(r['growth'])} | {r['target']} |")
     return lines
 
@@ -80,13 +64,10 @@ def acting(a: dict[str, Any]) -> list[str]:
     columns = ["n_envs", "CPU", "device", "device, CUDA graph", "faster", "trainer's rule"]
     lines = section("Acting step (MemoryS7 policy), microseconds", columns)
     for r in a["rows"]:
-        cells = []
-        for where in ("cpu", "device", "graphed"):
-            value = r.get(f"us_{where}")
-            error = r.get(f"{where}_error")
-            cells.append(
-                f"not measured ({error})" if error else "-" if value is None else f"{value:.0f}"
-            )
+        cells = [
+            f"not measured ({r[f'{w}_error']})" if f"{w}_error" in r else _num(r.get(f"us_{w}"), 0)
+            for w in ("cpu", "device", "graphed")
+        ]
         lines.append(
             f"| {r['n_envs']} | {' | '.join(cells)} | {r.get('faster', '-')} | {r['rule']} |"
         )
@@ -143,8 +124,15 @@ SECTIONS: dict[str, Callable[[dict[str, Any]], list[str]]] = dict(
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The results as markdown: the hardware, then one section per part that ran."""
-    lines = header(results)
+    """The results as markdown: the hardware and command, then one section per part that ran."""
+    hw = results["hardware"]
+    gpu = f" ({hw['gpu']}, CUDA {hw['cuda']})" if "gpu" in hw else ""
+    lines = [
+        "# memcores bench gpu\n",
+        f"Device {hw['device']}{gpu}; CPU {hw['cpu']} x {hw['cpu_count']}; "
+        f"torch {hw['torch']}; triton {hw['triton']}.",
+        f"Command: `{results['command']}`.",
+    ]
     parts = results["parts"]
     for name, render in SECTIONS.items():
         if name in parts:
