@@ -27,6 +27,8 @@ import triton.language as tl  # noqa: E402
 from cores import make_core, presets_of, triton_engine  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# on a GPU every test here runs the compiled kernels: `pytest -m cuda` selects them
+pytestmark = [pytest.mark.cuda] if torch.cuda.is_available() else []
 T, B, D, H = 6, 3, 3, 12
 # every preset of the gated LSTM (the registry's, so a new one is tested too)
 PRESETS = presets_of("cores.gated:GatedLSTM")

@@ -18,6 +18,8 @@ from cores import make_core, triton_scan  # noqa: E402
 from cores.scan import linear_scan, linear_scan_loop, resolve_method  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# on a GPU every test here runs the compiled kernels: `pytest -m cuda` selects them
+pytestmark = [pytest.mark.cuda] if torch.cuda.is_available() else []
 B, D, H = 2, 3, 4
 
 
