@@ -1,0 +1,368 @@
+"""``make mutate``: mutation testing of the modules whose maths the results rest on.
+
+Each target below is one module (optionally only some of its functions) and the tests of its
+area. For each, mutmut (3.x) runs in a scratch copy of the sources: it plants one small change
+at a time (an operator flipped, a constant nudged, an argument dropped) and runs the tests that
+cover the changed function; a mutant the tests do not notice *survives*. The record written to
+``results/mutation/`` gives, per module, how many mutants were killed, which survived (with
+their diffs) and which are marked equivalent (no test can tell them from the original, each with
+a one-line reason in :data:`EQUIVALENT`). The score is killed / (mutants - equivalent); mutants
+of a function no selected test calls count as survivors.
+
+Usage (from the repository root; ``make mutate`` runs every target)::
+
+    python tests/mutate.py [--targets cores/gates.py agents/ppo.py] [--jobs 2]
+
+A run of some targets updates their rows of the record and keeps the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD_DIR = REPO / "results" / "mutation"
+SUMMARY = RECORD_DIR / "summary.json"
+COPIED = ("cores", "agents", "envs", "experiments", "tests", "pyproject.toml")
+"""What the scratch copy holds: the packages, the tests and the pytest configuration."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One module under mutation.
+
+    :param path: the module, relative to the repository root.
+    :param tests: the test files of its area (each mutant runs those that call its function).
+    :param functions: ``name`` or ``Class.method`` of the functions to mutate; empty: all.
+    """
+
+    path: str
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.path.removesuffix(".py").replace("/", ".")
+
+    def mangled(self, function: str) -> str:
+        """mutmut's key of ``function``: ``pkg.mod.x_name`` or ``pkg.mod.xǁClassǁmethod``."""
+        cls, _, name = function.rpartition(".")
+        return f"{self.module}.x{'ǁ' + cls + 'ǁ' if cls else '_'}{name}"
+
+    def globs(self) -> list[str]:
+        """The mutant names to run (mutmut's ``run`` arguments)."""
+        if not self.functions:
+            return []
+        return [self.mangled(f) + "*" for f in self.functions]
+
+    def selects(self, mutant: str) -> bool:
+        """Whether ``mutant`` (``key__mutmut_N``) belongs to one of :attr:`functions`."""
+        key = mutant.partition("__mutmut_")[0]
+        return not self.functions or key in {self.mangled(f) for f in self.functions}
+
+
+_CORE_TESTS = ("tests/test_gates.py", "tests/test_cores.py")
+TARGETS: tuple[Target, ...] = (
+    Target(
+        "cores/gates.py",
+        (
+            "tests/test_gates.py",
+            "tests/test_cores.py",
+            "tests/test_on_lstm.py",
+            "tests/test_diagnostics.py",
+        ),
+    ),
+    Target("cores/gated.py", _CORE_TESTS),
+    Target("cores/gru.py", _CORE_TESTS),
+    Target(
+        "cores/base.py",
+        _CORE_TESTS,
+        (
+            "_expand_mask",
+            "reset_where",
+            "keep_mask",
+            "step_loop",
+            "steps_with_starts",
+            "MemoryCore.scan_zero_reset",
+            "MemoryCore.reset_state",
+        ),
+    ),
+    Target("cores/scan.py", ("tests/test_lru.py", "tests/test_triton_scan.py")),
+    Target(
+        "cores/lru.py",
+        ("tests/test_lru.py", "tests/test_online.py"),
+        (
+            "_coefficients",
+            "_linear_scan",
+            "_lambda",
+            "_recurrent_grads",
+            "_spatial_input_grad",
+            "_OnlineLRUScan.forward",
+            "_OnlineLRUScan.backward",
+            "_OnlineLRUStep.forward",
+            "_OnlineLRUStep.backward",
+            "LRULayer.scan",
+            "LRULayer.online_step",
+        ),
+    ),
+    Target(
+        "cores/rel_lstm.py",
+        ("tests/test_rel_lstm.py", "tests/test_rel_rnn.py"),
+        ("screening_update", "buffer_mask", "relevant_mask"),
+    ),
+    Target(
+        "agents/ppo.py",
+        ("tests/test_losses.py", "tests/test_a2c.py", "tests/test_rl_bookkeeping.py"),
+        (
+            "ppo_loss",
+            "a2c_loss",
+            "update",
+            "minibatch_step",
+            "loss_row",
+            "row_finite",
+            "_step_if",
+            "_backward",
+            "_kl_too_large",
+            "LossTotals.stats",
+            "explained_variance",
+        ),
+    ),
+    Target(
+        "agents/rollout.py",
+        ("tests/test_losses.py", "tests/test_a2c.py", "tests/test_rl_bookkeeping.py"),
+        (
+            "RolloutBuffer.compute_returns",
+            "RolloutBuffer._chunked",
+            "RolloutBuffer.chunks",
+            "RolloutBuffer.add",
+            "select_chunks",
+        ),
+    ),
+    Target(
+        "envs/memory_match.py",
+        ("tests/test_env_rewards.py", "tests/test_memory_match.py"),
+        ("VisualMatchEnv.step",),
+    ),
+    Target(
+        "envs/vector.py",
+        ("tests/test_vector_env.py", "tests/test_env_rewards.py"),
+        ("_EnvRunner.reset", "_EnvRunner.step", "VectorEnv.reset", "VectorEnv.step_wait"),
+    ),
+)
+
+EQUIVALENT: dict[str, str] = {}
+"""Mutant name -> why no test can tell it from the original (it computes the same thing)."""
+
+KILLED, SURVIVED, NO_TESTS, TIMEOUT, NOT_RUN = "killed", "survived", "no tests", "timeout", "-"
+STATUS_BY_EXIT_CODE = {1: KILLED, 3: KILLED, 0: SURVIVED, 5: NO_TESTS, 33: NO_TESTS, 36: TIMEOUT}
+STATUS_BY_EXIT_CODE |= {-24: TIMEOUT, 24: TIMEOUT, 152: TIMEOUT, 255: TIMEOUT, -9: KILLED}
+STATUS_BY_EXIT_CODE |= {-11: KILLED}  # a crash is a detected change
+"""mutmut's exit codes of a mutant's test run (mutmut.stats) -> this record's statuses."""
+
+
+def mutmut_config(target: Target) -> str:
+    """The ``[tool.mutmut]`` table for ``target`` (TOML; ``json.dumps`` writes its lists)."""
+    options = {
+        "source_paths": ["cores", "agents", "envs", "experiments"],
+        "only_mutate": [target.path],
+        "pytest_add_cli_args_test_selection": list(target.tests),
+        "pytest_add_cli_args": ["-p", "no:randomly", "-p", "no:cacheprovider", "-q"],
+        # torch is not fork-safe once it has run: workers fork from a fresh server process
+        "process_isolation": "forkserver",
+        "use_git_change_detection": False,
+    }
+    return "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items())
+
+
+def scratch_copy(target: Target, into: Path) -> None:
+    """The packages, tests and pyproject (with mutmut's table for ``target``) under ``into``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in COPIED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, into / name, ignore=ignore)
+        else:
+            shutil.copy2(src, into / name)
+    with open(into / "pyproject.toml", "a", encoding="utf-8") as f:
+        f.write(mutmut_config(target))
+
+
+def run_target(target: Target, jobs: int, log: Path) -> dict:
+    """Mutate ``target`` in a scratch copy with ``jobs`` workers; its row of the record."""
+    mutmut = Path(sys.executable).with_name("mutmut")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with tempfile.TemporaryDirectory(prefix="memcores-mutate-") as tmp:
+        work = Path(tmp)
+        scratch_copy(target, work)
+        start = time.monotonic()
+        with open(log, "w", encoding="utf-8") as out:
+            cmd = [str(mutmut), "run", "--max-children", str(jobs), *target.globs()]
+            subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+        wall = time.monotonic() - start
+        meta = work / "mutants" / f"{target.path}.meta"
+        if not meta.is_file():
+            raise SystemExit(f"mutmut wrote no results for {target.path}; see {log}")
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        statuses = {
+            name: STATUS_BY_EXIT_CODE.get(code, KILLED) if code is not None else NOT_RUN
+            for name, code in codes.items()
+            if target.selects(name)
+        }
+        diffs = {
+            name: show(mutmut, name, work, env)
+            for name, status in statuses.items()
+            if status in (SURVIVED, NO_TESTS) or name in EQUIVALENT
+        }
+    result = row(target, statuses, diffs, wall)
+    result["command"] = f"python tests/mutate.py --targets {target.path} --jobs {jobs}"
+    return result
+
+
+def show(mutmut: Path, name: str, work: Path, env: dict[str, str]) -> str:
+    """The diff of mutant ``name`` (mutmut ``show``, header line dropped)."""
+    out = subprocess.run(
+        [str(mutmut), "show", name], cwd=work, env=env, capture_output=True, text=True
+    ).stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith(("-", "+")) and ln[:3] not in "---+++"]
+    return "\n".join(lines)
+
+
+def row(target: Target, statuses: dict[str, str], diffs: dict[str, str], wall: float) -> dict:
+    """Counts and the score of one target (equivalent mutants left out of the score)."""
+    equivalent = sorted(n for n in statuses if n in EQUIVALENT)
+    counted = {n: s for n, s in statuses.items() if n not in EQUIVALENT and s != NOT_RUN}
+    count = {s: sum(v == s for v in counted.values()) for s in (KILLED, SURVIVED, NO_TESTS)}
+    count[TIMEOUT] = sum(v == TIMEOUT for v in counted.values())
+    detected = count[KILLED] + count[TIMEOUT]
+    return {
+        "module": target.path,
+        "functions": list(target.functions) or ["(all)"],
+        "tests": list(target.tests),
+        "mutants": len(counted) + len(equivalent),
+        "equivalent": len(equivalent),
+        "killed": count[KILLED],
+        "timeout": count[TIMEOUT],
+        "survived": count[SURVIVED],
+        "no_tests": count[NO_TESTS],
+        "score": detected / len(counted) if counted else None,
+        "wall_seconds": round(wall, 1),
+        "surviving": {n: diffs[n] for n, s in sorted(counted.items()) if s in (SURVIVED, NO_TESTS)},
+        "equivalent_mutants": {n: {"reason": EQUIVALENT[n], "diff": diffs[n]} for n in equivalent},
+    }
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    python = platform.python_version()
+    return f"{os.cpu_count()}-core {cpu} CPU, Python {python}, torch {torch.__version__}"
+
+
+def write_record(rows: dict[str, dict]) -> None:
+    """``summary.json`` (every number) and ``README.md`` (the table and the mutants)."""
+    RECORD_DIR.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "format": "memcores-mutation/1",
+        "tool": f"mutmut {mutmut_version()}",
+        "command": "make mutate",
+        "hardware": machine(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "modules": [rows[t.path] for t in TARGETS if t.path in rows],
+    }
+    SUMMARY.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (RECORD_DIR / "README.md").write_text(readme(summary), encoding="utf-8")
+
+
+def readme(summary: dict) -> str:
+    total_wall = sum(m["wall_seconds"] for m in summary["modules"])
+    lines = [
+        "# Mutation testing of the maths the results rest on",
+        "",
+        f"`{summary['command']}` ({summary['tool']}) on {summary['hardware']}: "
+        f"{total_wall / 60:.0f} minutes for the modules below. Each module's row was written by",
+        "the command in its section (`make mutate` runs them all, 2 mutants at a time).",
+        "",
+        "Score = killed / (mutants - equivalent); a mutant of a function that no selected test",
+        'calls ("no tests") counts as surviving. Each module runs only the tests of its area.',
+        "",
+        "| module | functions | mutants | equivalent | killed | survived | no tests | score "
+        "| wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in summary["modules"]:
+        functions = "all" if m["functions"] == ["(all)"] else f"{len(m['functions'])} named"
+        score = "-" if m["score"] is None else f"{100 * m['score']:.1f}%"
+        lines.append(
+            f"| `{m['module']}` | {functions} | {m['mutants']} | {m['equivalent']} | "
+            f"{m['killed'] + m['timeout']} | {m['survived']} | {m['no_tests']} | {score} | "
+            f"{m['wall_seconds']:.0f} |"
+        )
+    for m in summary["modules"]:
+        lines += ["", f"## `{m['module']}`", "", f"`{m['command']}`", ""]
+        lines += ["Tests: " + ", ".join(m["tests"]) + "."]
+        if m["functions"] != ["(all)"]:
+            lines += ["Functions: " + ", ".join(f"`{f}`" for f in m["functions"]) + "."]
+        if m["equivalent_mutants"]:
+            lines += ["", "Equivalent:", ""]
+            for name, eq in m["equivalent_mutants"].items():
+                lines += [f"- `{name}`: {eq['reason']}", "", _block(eq["diff"])]
+        if m["surviving"]:
+            lines += ["", "Surviving:", ""]
+            for name, diff in m["surviving"].items():
+                lines += [f"- `{name}`", "", _block(diff)]
+    return "\n".join(lines) + "\n"
+
+
+def _block(diff: str) -> str:
+    return "  ```diff\n" + "\n".join("  " + ln for ln in diff.splitlines()) + "\n  ```"
+
+
+def mutmut_version() -> str:
+    from importlib.metadata import version
+
+    return version("mutmut")
+
+
+def main(argv: list[str] | None = None) -> int:
+    known = {t.path: t for t in TARGETS}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", nargs="+", metavar="MODULE", help=", ".join(known))
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.targets or () if t not in known]
+    if unknown:
+        print(f"unknown target {unknown[0]!r}; valid: {', '.join(known)}", file=sys.stderr)
+        return 2
+    if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
+        print("mutmut is not installed: pip install -c constraints.txt mutmut", file=sys.stderr)
+        return 2
+    chosen = [known[t] for t in args.targets] if args.targets else list(TARGETS)
+    rows = {}
+    if SUMMARY.is_file():
+        rows = {m["module"]: m for m in json.loads(SUMMARY.read_text())["modules"]}
+    logs = Path(tempfile.gettempdir())
+    for target in chosen:
+        log = logs / f"memcores-mutate-{target.module}.log"
+        print(f"{target.path}: mutating (log: {log})", flush=True)
+        rows[target.path] = row_ = run_target(target, args.jobs, log)
+        score = "-" if row_["score"] is None else f"{100 * row_['score']:.1f}%"
+        detected, counted = row_["killed"] + row_["timeout"], row_["mutants"] - row_["equivalent"]
+        print(f"{target.path}: {detected}/{counted} killed ({score})", flush=True)
+        write_record(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
