@@ -13,7 +13,9 @@ Usage (from the repository root; ``make mutate`` runs every target)::
 
     python tests/mutate.py [--targets cores/gates.py agents/ppo.py] [--jobs 2]
 
-A run of some targets updates their rows of the record and keeps the others.
+A run of some targets updates their rows of the record and keeps the others; ``--survivors``
+runs only the recorded survivors again, against the tests as they are now (the sources must be
+those of the record: a mutant's name is its function and its number in that function).
 """
 
 from __future__ import annotations
@@ -72,39 +74,25 @@ class Target:
         return not self.functions or key in {self.mangled(f) for f in self.functions}
 
 
-_CORE_TESTS = ("tests/test_gates.py", "tests/test_cores.py")
+_GATE_TESTS = ("tests/test_gates.py", "tests/test_gradient_references.py")
+_RL_TESTS = ("tests/test_losses.py",)
 TARGETS: tuple[Target, ...] = (
     Target(
-        "cores/gates.py",
-        (
-            "tests/test_gates.py",
-            "tests/test_cores.py",
-            "tests/test_on_lstm.py",
-            "tests/test_diagnostics.py",
-        ),
+        "agents/ppo.py",
+        _RL_TESTS,
+        ("ppo_loss", "a2c_loss", "_kl_too_large", "explained_variance"),
     ),
-    Target("cores/gated.py", _CORE_TESTS),
-    Target("cores/gru.py", _CORE_TESTS),
+    Target("envs/memory_match.py", ("tests/test_env_rewards.py",), ("VisualMatchEnv.step",)),
     Target(
-        "cores/base.py",
-        _CORE_TESTS,
-        (
-            "_expand_mask",
-            "reset_where",
-            "keep_mask",
-            "step_loop",
-            "steps_with_starts",
-            "MemoryCore.scan_zero_reset",
-            "MemoryCore.reset_state",
-        ),
+        "cores/rel_lstm.py",
+        ("tests/test_gradient_references.py", "tests/test_rel_lstm.py"),
+        ("screening_update", "buffer_mask", "relevant_mask"),
     ),
-    Target("cores/scan.py", ("tests/test_lru.py", "tests/test_triton_scan.py")),
     Target(
         "cores/lru.py",
-        ("tests/test_lru.py", "tests/test_online.py"),
+        ("tests/test_gradient_references.py", "tests/test_lru.py"),
         (
             "_coefficients",
-            "_linear_scan",
             "_lambda",
             "_recurrent_grads",
             "_spatial_input_grad",
@@ -117,49 +105,41 @@ TARGETS: tuple[Target, ...] = (
         ),
     ),
     Target(
-        "cores/rel_lstm.py",
-        ("tests/test_rel_lstm.py", "tests/test_rel_rnn.py"),
-        ("screening_update", "buffer_mask", "relevant_mask"),
-    ),
-    Target(
-        "agents/ppo.py",
-        ("tests/test_losses.py", "tests/test_a2c.py", "tests/test_rl_bookkeeping.py"),
-        (
-            "ppo_loss",
-            "a2c_loss",
-            "update",
-            "minibatch_step",
-            "loss_row",
-            "row_finite",
-            "_step_if",
-            "_backward",
-            "_kl_too_large",
-            "LossTotals.stats",
-            "explained_variance",
-        ),
-    ),
-    Target(
         "agents/rollout.py",
-        ("tests/test_losses.py", "tests/test_a2c.py", "tests/test_rl_bookkeeping.py"),
+        (*_RL_TESTS, "tests/test_rl_bookkeeping.py::test_chunk_layout"),
         (
             "RolloutBuffer.compute_returns",
             "RolloutBuffer._chunked",
             "RolloutBuffer.chunks",
-            "RolloutBuffer.add",
             "select_chunks",
         ),
     ),
     Target(
-        "envs/memory_match.py",
-        ("tests/test_env_rewards.py", "tests/test_memory_match.py"),
-        ("VisualMatchEnv.step",),
-    ),
-    Target(
         "envs/vector.py",
-        ("tests/test_vector_env.py", "tests/test_env_rewards.py"),
+        (
+            "tests/test_env_rewards.py",
+            "tests/test_vector_env.py::test_matches_single_envs_with_same_step_reset",
+        ),
         ("_EnvRunner.reset", "_EnvRunner.step", "VectorEnv.reset", "VectorEnv.step_wait"),
     ),
+    Target("cores/gates.py", ("tests/test_gates.py", "tests/test_on_lstm.py")),
+    Target(
+        "cores/gated.py",
+        _GATE_TESTS,
+        ("GatedLSTM.cell", "GatedLSTM.step", "GatedLSTM._gate_input", "GatedLSTM._draw_detach"),
+    ),
+    Target("cores/gru.py", _GATE_TESTS, ("GatedGRU.cell", "GatedGRU.step", "GatedGRU.forward")),
+    Target(
+        "cores/base.py",
+        (
+            "tests/test_gates.py",
+            "tests/test_cores.py::test_reset_where_resets_steps_and_sequences_to_zero_or_an_initial_state",
+        ),
+        ("_expand_mask", "reset_where", "keep_mask", "step_loop", "MemoryCore.reset_state"),
+    ),
+    Target("cores/scan.py", ("tests/test_lru.py", "tests/test_gradient_references.py")),
 )
+"""The modules, in the order ``make mutate`` runs them (the losses and rewards first)."""
 
 EQUIVALENT: dict[str, str] = {}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
@@ -198,34 +178,48 @@ def scratch_copy(target: Target, into: Path) -> None:
         f.write(mutmut_config(target))
 
 
-def run_target(target: Target, jobs: int, log: Path) -> dict:
-    """Mutate ``target`` in a scratch copy with ``jobs`` workers; its row of the record."""
+def run_target(target: Target, jobs: int, log: Path, previous: dict | None = None) -> dict:
+    """Mutate ``target`` in a scratch copy with ``jobs`` workers; its row of the record.
+
+    :param previous: the target's row from an earlier run of the same sources: only its
+        surviving mutants are run again (against the tests as they are now) and the rest of
+        its statuses are kept (a test added later cannot revive a killed mutant).
+    """
     mutmut = Path(sys.executable).with_name("mutmut")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    statuses = dict(previous["statuses"]) if previous else {}
+    diffs = dict(previous["surviving"]) if previous else {}
+    if previous:
+        for name, eq in previous["equivalent_mutants"].items():
+            diffs[name] = eq["diff"]
+    rerun = sorted(n for n, s in statuses.items() if s in (SURVIVED, NO_TESTS))
+    if previous and not rerun:
+        return previous
     with tempfile.TemporaryDirectory(prefix="memcores-mutate-") as tmp:
         work = Path(tmp)
         scratch_copy(target, work)
         start = time.monotonic()
         with open(log, "w", encoding="utf-8") as out:
-            cmd = [str(mutmut), "run", "--max-children", str(jobs), *target.globs()]
+            names = rerun if previous else target.globs()
+            cmd = [str(mutmut), "run", "--max-children", str(jobs), *names]
             subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
-        wall = time.monotonic() - start
+        wall = time.monotonic() - start + (previous["wall_seconds"] if previous else 0.0)
         meta = work / "mutants" / f"{target.path}.meta"
         if not meta.is_file():
             raise SystemExit(f"mutmut wrote no results for {target.path}; see {log}")
         codes = json.loads(meta.read_text())["exit_code_by_key"]
-        statuses = {
-            name: STATUS_BY_EXIT_CODE.get(code, KILLED) if code is not None else NOT_RUN
-            for name, code in codes.items()
-            if target.selects(name)
-        }
-        diffs = {
-            name: show(mutmut, name, work, env)
-            for name, status in statuses.items()
-            if status in (SURVIVED, NO_TESTS) or name in EQUIVALENT
-        }
+        for name, code in codes.items():
+            if target.selects(name) and (not previous or name in rerun):
+                statuses[name] = (
+                    STATUS_BY_EXIT_CODE.get(code, KILLED) if code is not None else NOT_RUN
+                )
+        for name, status in statuses.items():
+            if (status in (SURVIVED, NO_TESTS) or name in EQUIVALENT) and name not in diffs:
+                diffs[name] = show(mutmut, name, work, env)
     result = row(target, statuses, diffs, wall)
     result["command"] = f"python tests/mutate.py --targets {target.path} --jobs {jobs}"
+    if previous:
+        result["command"] = f"{previous['command']}, then the survivors again with --survivors"
     return result
 
 
@@ -259,6 +253,7 @@ def row(target: Target, statuses: dict[str, str], diffs: dict[str, str], wall: f
         "wall_seconds": round(wall, 1),
         "surviving": {n: diffs[n] for n, s in sorted(counted.items()) if s in (SURVIVED, NO_TESTS)},
         "equivalent_mutants": {n: {"reason": EQUIVALENT[n], "diff": diffs[n]} for n in equivalent},
+        "statuses": dict(sorted(statuses.items())),
     }
 
 
@@ -340,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", nargs="+", metavar="MODULE", help=", ".join(known))
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the recorded survivors again (after adding tests; same sources)",
+    )
     args = parser.parse_args(argv)
     unknown = [t for t in args.targets or () if t not in known]
     if unknown:
@@ -356,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     for target in chosen:
         log = logs / f"memcores-mutate-{target.module}.log"
         print(f"{target.path}: mutating (log: {log})", flush=True)
-        rows[target.path] = row_ = run_target(target, args.jobs, log)
+        previous = rows.get(target.path) if args.survivors else None
+        rows[target.path] = row_ = run_target(target, args.jobs, log, previous)
         score = "-" if row_["score"] is None else f"{100 * row_['score']:.1f}%"
         detected, counted = row_["killed"] + row_["timeout"], row_["mutants"] - row_["equivalent"]
         print(f"{target.path}: {detected}/{counted} killed ({score})", flush=True)

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from agents.ppo import a2c_loss, ppo_loss
+from agents.ppo import TOTALS, _kl_too_large, a2c_loss, explained_variance, ppo_loss
 from agents.rl_config import AgentConfig
 from agents.rollout import ChunkBatch, RolloutBuffer
 
@@ -106,6 +106,28 @@ def test_ppo_clip_range_is_read_from_the_config():
     assert _num(terms.clip_fraction) == 0.0
 
 
+def test_ppo_clip_fraction_does_not_count_a_ratio_on_the_edge():
+    """``|r - 1| = clip_range`` exactly (0.5 and 1.5 with clip 0.5) is not clipped."""
+    mb = _batch([1.0, 1.0])._replace(logprobs=_zeros(2))
+    logp = torch.tensor([[0.5, 1.5]], dtype=torch.float64).log()
+    assert logp.exp().tolist() == [[0.5, 1.5]]  # exact in float64
+    terms = ppo_loss(logp, _zeros(2), _zeros(2), mb, _agent(clip_range=0.5))
+    assert _num(terms.clip_fraction) == 0.0
+
+
+def test_ppo_normalisation_divides_by_std_plus_a_small_epsilon():
+    """Advantages 1 +- 1e-9 (std sqrt(2) 1e-9): the 1e-8 in the denominator keeps them small,
+    (A - mean) / (std + 1e-8) = +-1e-9 / (sqrt(2) 1e-9 + 1e-8)."""
+    adv = [1.0 + 1e-9, 1.0 - 1e-9]
+    logp = _new_logprobs([1.0, 1.0])
+    terms = ppo_loss(logp, _zeros(2), _zeros(2), _batch(adv), _agent(normalize_advantage=True))
+    terms.loss.backward()
+    spread = torch.tensor(adv, dtype=torch.float64)
+    a = (spread - spread.mean()) / (spread.std() + 1e-8)
+    assert abs(a[0].item()) < 0.1
+    torch.testing.assert_close(logp.grad, -a.unsqueeze(0) / 2, rtol=1e-6, atol=0)
+
+
 def test_ppo_normalises_advantages_to_zero_mean_unit_std():
     """Advantages 1, 2, 3, 6 (mean 3, unbiased std sqrt(14/3)) become (A - 3) / sqrt(14/3):
     with every ratio 1 the loss is minus their mean, exactly 0, and the gradient on row i is
@@ -143,26 +165,35 @@ def test_ppo_leaves_a_single_advantage_unnormalised():
 # ---------------------------------------------------------------------------- PPO, value
 def test_ppo_value_loss_is_half_the_mse():
     new_values = torch.tensor([[0.5, -0.1, 0.5]], dtype=torch.float64, requires_grad=True)
-    mb = _batch([0.0] * 3, values=[0.0] * 3, returns=[1.0, 0.0, -1.0])
+    mb = _batch([0.0] * 3, values=[0.0] * 3, returns=[1.0, 0.0, -2.0])
     terms = ppo_loss(_new_logprobs([1.0] * 3), _zeros(3), new_values, mb, _agent(vf_coef=2.0))
-    mse = (0.25 + 0.01 + 2.25) / 3
+    mse = (0.25 + 0.01 + 6.25) / 3
     assert _num(terms.value_loss) == pytest.approx(0.5 * mse)
     assert _num(terms.loss) == pytest.approx(2.0 * 0.5 * mse)
 
 
 def test_ppo_value_clipping_keeps_the_larger_error_of_each_row():
-    """``clip_range_vf = 0.2`` around old values 0: new values 0.5, -0.1, 0.5 against returns
-    1, 0, -1. Row 0: clipped 0.2 is further from 1 (0.64 > 0.25), the clipped error counts
-    and its gradient is 0; row 1: inside the range (0.01); row 2: the unclipped 0.5 is
-    further from -1 (2.25 > 1.44) and keeps its gradient."""
-    new_values = torch.tensor([[0.5, -0.1, 0.5]], dtype=torch.float64, requires_grad=True)
-    mb = _batch([0.0] * 3, values=[0.0] * 3, returns=[1.0, 0.0, -1.0])
+    """``clip_range_vf = 0.2`` around the old values. Per row (old, new, return): the clipped
+    value, both squared errors, and which one counts (its gradient is then ``v - R``, or 0
+    where the clipped error counts)::
+
+        (1.0, 1.5, 2.0)   clipped 1.2:  0.25 vs 0.64  -> clipped, grad 0
+        (1.0, 0.9, 0.0)   inside:       0.81          -> 0.81, grad 0.9
+        (-1.0, -1.6, 0.0) clipped -1.2: 2.56 vs 1.44  -> unclipped, grad -1.6
+        (0.5, 0.5, 0.4)   unchanged:    0.01          -> 0.01, grad 0.1
+        (0.0, -0.5, -1.0) clipped -0.2: 0.25 vs 0.64  -> clipped, grad 0
+    """
+    old = [1.0, 1.0, -1.0, 0.5, 0.0]
+    new_values = torch.tensor(
+        [[1.5, 0.9, -1.6, 0.5, -0.5]], dtype=torch.float64, requires_grad=True
+    )
+    mb = _batch([0.0] * 5, values=old, returns=[2.0, 0.0, 0.0, 0.4, -1.0])
     agent = _agent(vf_coef=1.0, clip_range_vf=0.2)
-    terms = ppo_loss(_new_logprobs([1.0] * 3), _zeros(3), new_values, mb, agent)
-    assert _num(terms.value_loss) == pytest.approx(0.5 * (0.64 + 0.01 + 2.25) / 3)
+    terms = ppo_loss(_new_logprobs([1.0] * 5), _zeros(5), new_values, mb, agent)
+    assert _num(terms.value_loss) == pytest.approx(0.5 * (0.64 + 0.81 + 2.56 + 0.01 + 0.64) / 5)
     terms.loss.backward()
-    # d/dv 0.5 * (v - R)^2 / 3 = (v - R) / 3 on the rows whose unclipped error counts
-    expected = [0.0, -0.1 / 3, 1.5 / 3]
+    # d/dv 0.5 * (v - R)^2 / 5 = (v - R) / 5 on the rows whose unclipped error counts
+    expected = [0.0, 0.9 / 5, -1.6 / 5, 0.1 / 5, 0.0]
     torch.testing.assert_close(new_values.grad, torch.tensor([expected], dtype=torch.float64))
 
 
@@ -194,6 +225,27 @@ def test_ppo_total_loss_weighs_each_term():
     assert _num(terms.loss) == pytest.approx(policy - 0.1 * 1.5 + 0.25 * value)
     terms.loss.backward()  # the entropy bonus pushes the entropy up
     torch.testing.assert_close(entropy.grad, torch.full((1, 2), -0.05, dtype=torch.float64))
+
+
+def _row(approx_kl: float) -> list[float]:
+    return [approx_kl if name == "approx_kl" else 0.0 for name in TOTALS]
+
+
+def test_ppo_stops_early_only_past_one_and_a_half_target_kl():
+    agent = _agent(target_kl=0.01)
+    assert not _kl_too_large(_row(0.015), agent)  # 1.5 * target_kl is still allowed
+    assert _kl_too_large(_row(0.0151), agent)
+    assert not _kl_too_large(_row(1.0), _agent(target_kl=None))
+    assert not _kl_too_large(_row(1.0), AgentConfig(algo="a2c", target_kl=0.01))
+
+
+def test_explained_variance_by_hand():
+    """``1 - Var[R - V] / Var[R]`` with unbiased variances; NaN for constant returns."""
+    returns = torch.tensor([1.0, 2.0, 3.0, 6.0])  # Var = 14/3
+    values = torch.tensor([1.0, 2.0, 4.0, 4.0])  # R - V = 0, 0, -1, 2: Var = 19/12
+    assert explained_variance(values, returns) == pytest.approx(1 - (19 / 12) / (14 / 3))
+    assert explained_variance(returns, returns) == 1.0
+    assert math.isnan(explained_variance(values, torch.ones(4)))
 
 
 # ---------------------------------------------------------------------------- A2C
