@@ -90,7 +90,12 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "cores/lru.py",
-        ("tests/test_gradient_references.py", "tests/test_lru.py"),
+        (
+            "tests/test_gradient_references.py",
+            "tests/test_lru.py",
+            "tests/test_online.py::test_streaming_equals_online_mode",
+            "tests/test_online.py::test_starts_reset_state_and_traces",
+        ),
         (
             "_coefficients",
             "_lambda",

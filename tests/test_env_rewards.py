@@ -47,9 +47,11 @@ def _to_phase_3(env, seed: int, cue: str | None = None) -> float:
     env.reset(seed=seed, options={"cue_color": cue} if cue else None)
     u = env.unwrapped
     total = 0.0
-    for _ in range(u.cue_steps + u.distractor_steps):
+    for t in range(1, u.cue_steps + u.distractor_steps + 1):
         _, reward, terminated, truncated, info = env.step(int(Actions.left))
-        assert not (terminated or truncated)
+        assert not (terminated or truncated) and not info["success"]
+        # the phase of the returned observation: the step with t = cue_steps enters phase 2
+        assert info["phase"] == 1 + (t >= u.cue_steps) + (t >= u.cue_steps + u.distractor_steps)
         total += reward
     assert info["phase"] == PHASE_REWARD and u.step_count == u.cue_steps + u.distractor_steps
     return total
@@ -113,6 +115,37 @@ def test_memory_match_time_out_pays_nothing_and_is_not_a_success():
     assert flags == [False, False, False, True]
 
 
+def test_memory_match_pickup_chooses_like_forward_and_the_last_step_still_terminates():
+    """Touching a ball with ``pickup`` is a choice too; a choice on the very last allowed step
+    terminates (not truncated) and pays the floor ``1 - 0.9 B / B = 0.1``."""
+    env = make_env("memcores/PassiveVisualMatch-v0", seed=0, reward_layout="adjacent")
+    u = env.unwrapped
+    budget = u.max_steps - u.cue_steps - u.distractor_steps
+    for seed in range(8):
+        _to_phase_3(env, seed)
+        if _ball_cells(env)[u.cue_color] == tuple(u.front_pos):
+            break
+    for _ in range((budget - 1) // 2):  # wait, facing the cue ball again after each pair
+        env.step(int(Actions.left))
+        env.step(int(Actions.right))
+    if (budget - 1) % 2:
+        env.step(int(Actions.drop))  # a no-op: nothing is carried
+    assert u.step_count == u.max_steps - 1
+    _, reward, terminated, truncated, info = env.step(int(Actions.pickup))
+    assert (terminated, truncated, info["success"]) == (True, False, True)
+    assert reward == pytest.approx(0.1, abs=1e-12)
+
+
+def test_passive_cue_phase_freezes_the_agent():
+    env = make_env("memcores/PassiveVisualMatch-v0", seed=0)
+    env.reset(seed=0)
+    u = env.unwrapped
+    pose = (tuple(u.agent_pos), u.agent_dir)
+    for action in (Actions.forward, Actions.left, Actions.pickup, Actions.toggle):
+        env.step(int(action))
+        assert (tuple(u.agent_pos), u.agent_dir) == pose and u.grid.get(*u.front_pos) is not None
+
+
 @pytest.mark.parametrize("apple_reward", [0.1, 0.5])
 def test_apples_pay_exactly_apple_reward_each_in_phase_2_only(apple_reward):
     """Walk into every apple in front; each bite pays ``apple_reward`` and nothing else pays."""
@@ -128,10 +161,17 @@ def test_apples_pay_exactly_apple_reward_each_in_phase_2_only(apple_reward):
             apple_ahead = phase == PHASE_DISTRACTOR and isinstance(u.grid.get(*u.front_pos), Apple)
             free_ahead = u.grid.get(*u.front_pos) is None
             action = Actions.forward if apple_ahead or free_ahead else Actions.left
-            before = u.apples_eaten
+            if apple_ahead and eaten % 2:
+                action = Actions.pickup  # eats the apple without moving
+            before, pos = u.apples_eaten, tuple(u.agent_pos)
+            cell = tuple(u.front_pos)
             _, reward, terminated, truncated, info = env.step(int(action))
             if phase == PHASE_DISTRACTOR and apple_ahead:
                 assert u.apples_eaten == before + 1 and reward == apple_reward
+                assert u.grid.get(*cell) is None or info["phase"] != PHASE_DISTRACTOR
+                moved = tuple(u.agent_pos) == cell
+                assert moved == (action == Actions.forward) or info["phase"] != PHASE_DISTRACTOR
+                assert moved or tuple(u.agent_pos) == pos or info["phase"] != PHASE_DISTRACTOR
                 eaten += 1
             elif not terminated:
                 assert reward == 0.0 and u.apples_eaten == before
