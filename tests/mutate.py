@@ -111,7 +111,13 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "agents/rollout.py",
-        (*_RL_TESTS, "tests/test_rl_bookkeeping.py::test_chunk_layout"),
+        (
+            *_RL_TESTS,
+            "tests/test_a2c.py::test_nstep_returns_by_hand",
+            "tests/test_rl_bookkeeping.py::test_chunk_layout",
+            "tests/test_rl_bookkeeping.py::"
+            "test_returns_accept_the_envs_flags_from_the_cpu_on_any_buffer_device",
+        ),
         (
             "RolloutBuffer.compute_returns",
             "RolloutBuffer._chunked",

@@ -14,7 +14,7 @@ import torch
 
 from agents.ppo import TOTALS, _kl_too_large, a2c_loss, explained_variance, ppo_loss
 from agents.rl_config import AgentConfig
-from agents.rollout import ChunkBatch, RolloutBuffer
+from agents.rollout import ChunkBatch, RolloutBuffer, select_chunks
 
 OLD_LOGPROB = -1.0
 """Every row's log-probability under the policy that collected it."""
@@ -317,3 +317,36 @@ def test_gae_does_not_bootstrap_after_a_final_step_that_ended_its_episode():
     # step 0: delta_0 = 0 + 0.5 * 0.25 - 0, plus gamma * lambda * delta_1
     expected = torch.tensor([[0.125 + 0.25 * 0.75, 0.125 + 0.25 * 4.75], [0.75, 4.75]])
     torch.testing.assert_close(buf.advantages, expected)
+
+
+# ---------------------------------------------------------------------------- chunks
+def test_chunks_and_their_selection_by_hand():
+    """S = 4 steps of N = 2 envs in chunks of L = 2: chunk c = k * N + e holds steps
+    [2k, 2k + 2) of env e; selecting chunks [2, 1] takes those columns of every field and those
+    rows of the chunk-start states."""
+    buf = RolloutBuffer({"image": ((1,), torch.uint8)}, 4, 2, 2, (torch.zeros(2, 3),), "cpu")
+    step_env = torch.arange(8.0).view(4, 2)  # value 2t + e at step t of env e
+    buf.rewards[:] = step_env
+    buf.values[:] = step_env
+    buf.advantages[:] = step_env + 100
+    buf.returns = step_env + 200
+    buf.logprobs[:] = -step_env
+    buf.actions[:] = step_env.long()
+    buf.starts[:] = step_env.long() % 3 == 0
+    buf.obs["image"][:] = step_env.to(torch.uint8).unsqueeze(-1)
+    buf.chunk_states[0][:] = torch.arange(4.0).view(2, 2, 1).expand(2, 2, 3)  # k * 2 + e
+    batch = buf.chunks()
+    # column c = k * 2 + e: steps 2k, 2k + 1 of env e
+    columns = torch.tensor([[0.0, 1.0, 4.0, 5.0], [2.0, 3.0, 6.0, 7.0]])
+    torch.testing.assert_close(batch.values, columns)
+    torch.testing.assert_close(batch.state[0][:, 0], torch.arange(4.0))
+    picked = select_chunks(batch, torch.tensor([2, 1]))
+    expected = columns[:, [2, 1]]
+    torch.testing.assert_close(picked.values, expected)
+    torch.testing.assert_close(picked.advantages, expected + 100)
+    torch.testing.assert_close(picked.returns, expected + 200)
+    torch.testing.assert_close(picked.logprobs, -expected)
+    assert torch.equal(picked.actions, expected.long())
+    assert torch.equal(picked.starts, expected.long() % 3 == 0)
+    assert torch.equal(picked.obs["image"][..., 0], expected.to(torch.uint8))
+    torch.testing.assert_close(picked.state[0], torch.tensor([[2.0] * 3, [1.0] * 3]))
