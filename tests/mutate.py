@@ -133,7 +133,10 @@ TARGETS: tuple[Target, ...] = (
         ),
         ("_EnvRunner.reset", "_EnvRunner.step", "VectorEnv.reset", "VectorEnv.step_wait"),
     ),
-    Target("cores/gates.py", ("tests/test_gates.py", "tests/test_on_lstm.py")),
+    Target(
+        "cores/gates.py",
+        ("tests/test_gate_values.py", "tests/test_gates.py", "tests/test_on_lstm.py"),
+    ),
     Target(
         "cores/gated.py",
         _GATE_TESTS,
