@@ -281,6 +281,12 @@ def test_a2c_normalised_advantages_are_centred():
     assert _num(terms.policy_loss) == pytest.approx(-(-a * -0.5 + a * -2.0) / 2, abs=1e-7)
     one = a2c_loss(logp[:, :1], _zeros(1), _zeros(1), _batch([3.0]), agent)
     assert _num(one.policy_loss) == pytest.approx(1.5)  # one row: used as it is
+    # near-constant advantages: the 1e-8 added to the std keeps them small
+    spread = torch.tensor([1.0 + 1e-9, 1.0 - 1e-9], dtype=torch.float64)
+    tight = a2c_loss(logp, _zeros(2), _zeros(2), _batch(spread.tolist()), agent)
+    a = (spread - spread.mean()) / (spread.std() + 1e-8)
+    assert abs(a[0].item()) < 0.1
+    assert _num(tight.policy_loss) == pytest.approx(-(a * logp[0]).mean().item(), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------- returns
