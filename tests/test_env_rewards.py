@@ -136,6 +136,24 @@ def test_memory_match_pickup_chooses_like_forward_and_the_last_step_still_termin
     assert reward == pytest.approx(0.1, abs=1e-12)
 
 
+def test_the_env_itself_reports_phase_and_success_in_its_info():
+    """Without memcores' wrappers: every step's info is exactly ``{phase, success}``, success
+    a bool that is True only at the right choice."""
+    import gymnasium as gym
+
+    env = gym.make("memcores/PassiveVisualMatch-v0").unwrapped
+    _, info = env.reset(seed=0)
+    assert info == {"phase": 1, "success": False}
+    infos = []
+    for _ in range(env.cue_steps + env.distractor_steps):
+        infos.append(env.step(int(Actions.left))[4])
+    assert all(i["success"] is False for i in infos) and infos[-1] == {"phase": 3, "success": False}
+    plan = plan_to_face(env.grid, env.agent_pos, env.agent_dir, _ball_cells(env)[env.cue_color])
+    for action in plan:
+        assert env.step(action)[4] == {"phase": 3, "success": False}
+    assert env.step(int(Actions.forward))[4] == {"phase": 3, "success": True}
+
+
 def test_passive_cue_phase_freezes_the_agent():
     env = make_env("memcores/PassiveVisualMatch-v0", seed=0)
     env.reset(seed=0)
