@@ -148,6 +148,30 @@ def test_screening_a_tie_keeps_the_stored_state(leaving, kept):
     assert out[0][0, :, 0].tolist() == [8.0, 7.0]  # the buffer shifts either way
 
 
+def test_screening_lag_one_screens_the_newest_state_and_other_lags_are_refused():
+    """``lag = 1`` screens ``h_{t-1}`` (the last buffer slot) into a free slot of a one-slot
+    relevant set; lags outside ``[1, L]`` are refused with the valid range."""
+    f64 = torch.float64
+    buffer = torch.tensor([[[9.0], [8.0]]], dtype=f64)
+    scores = torch.tensor([[0.5, 0.25]], dtype=f64)
+    empty = (torch.zeros(1, 1, 1, dtype=f64), torch.zeros(1, 1, dtype=f64), torch.zeros(1))
+    count = torch.tensor([2.0], dtype=f64)
+    new = torch.tensor([[7.0]], dtype=f64)
+    out = screening_update(buffer, scores, count, *empty, new, lag=1)
+    assert out[3][0, 0, 0].item() == 8.0 and out[4][0, 0].item() == 0.25 and out[5].item() == 1
+    for lag in (0, 3):
+        with pytest.raises(ValueError, match=f"lag must be in \\[1, 2\\], got {lag}"):
+            screening_update(buffer, scores, count, *empty, new, lag=lag)
+
+
+def test_screening_runs_where_its_tensors_are():
+    """Every tensor screening makes follows the state's device (``meta`` stands in for a GPU:
+    mixing it with a CPU tensor raises)."""
+    state = [t.to("meta") for t in _full_state([0.5, 0.75], 0.6)]
+    out = screening_update(*state, torch.zeros(1, 1, dtype=torch.float64, device="meta"))
+    assert all(t.device.type == "meta" for t in out)
+
+
 def test_rel_lstm_keeps_the_older_of_two_tied_states(monkeypatch):
     """Through the model: states 1..5 with attention built so that 3, screened at step 5,
     ties with the weakest stored state (1): the relevant set still holds 1, not 3."""
