@@ -159,6 +159,8 @@ EQUIVALENT: dict[str, str] = {
     "agents.ppo.x_explained_variance__mutmut_10": 'float("NAN") is the same NaN as float("nan")',
     "envs.memory_match.xǁVisualMatchEnvǁstep__mutmut_26": "reward is 0.0 before the apple is "
     "paid, so = and += give the same value",
+    "cores.rel_lstm.x_screening_update__mutmut_92": "a bool tensor added to a float tensor is "
+    "promoted to the float's dtype: the same sum without the explicit cast",
 }
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
