@@ -74,7 +74,12 @@ class Target:
         return not self.functions or key in {self.mangled(f) for f in self.functions}
 
 
-_GATE_TESTS = ("tests/test_gates.py", "tests/test_gradient_references.py")
+_GATE_TESTS = (
+    "tests/test_cell_transcriptions.py",
+    "tests/test_gates.py",
+    "tests/test_gradient_references.py",
+    "tests/test_power_law.py",
+)
 _RL_TESTS = ("tests/test_losses.py",)
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -146,6 +151,7 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "cores/base.py",
         (
+            "tests/test_cell_transcriptions.py",
             "tests/test_gates.py",
             "tests/test_cores.py::test_reset_where_resets_steps_and_sequences_to_zero_or_an_initial_state",
         ),

@@ -1,0 +1,118 @@
+"""The gated LSTM and GRU cells against their equations, written out here term by term.
+
+The reference loop (``impl="loop"``) is what every fused path and kernel is compared against,
+so it is checked here against an independent transcription of the module docstrings'
+equations, for each option that changes the maths (gate activation, tied input gate, refine
+gate), with an episode start inside the sequence.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cores.gated import GatedLSTM
+from cores.gru import GatedGRU
+
+T, B, D, H = 5, 3, 2, 4
+
+
+def _phi(activation: str, z: torch.Tensor) -> torch.Tensor:
+    """The gate activations of cores.gates, from their definitions."""
+    if activation == "sigmoid":
+        return 1 / (1 + torch.exp(-z))
+    if activation == "fast":
+        return 1 / (1 + torch.exp(-torch.sinh(z)))
+    return 0.5 + 0.5 * z / (2 + z.abs())  # softsign
+
+
+def _refined(f: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Gu et al. eq. 16: ``r (1 - (1 - f)^2) + (1 - r) f^2``."""
+    return r * (1 - (1 - f) ** 2) + (1 - r) * f**2
+
+
+def _inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, B, D, dtype=torch.float64, generator=g)
+    starts = torch.zeros(T, B, dtype=torch.bool)
+    starts[3, 1] = True  # row 1 restarts from zeros before step 3
+    return x, starts
+
+
+def _randomise(core: torch.nn.Module) -> None:
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in core.parameters():
+            p.copy_(torch.randn(p.shape, dtype=p.dtype, generator=g))
+
+
+@pytest.mark.parametrize(
+    "activation, tied, refine",
+    [
+        ("sigmoid", False, False),
+        ("fast", False, True),
+        ("softsign", True, False),
+        ("fast", True, True),
+    ],
+)
+def test_gated_lstm_is_its_equations(activation, tied, refine):
+    core = GatedLSTM(D, H, activation=activation, tied=tied, refine=refine, impl="loop").double()
+    _randomise(core)
+    x, starts = _inputs()
+    h0 = torch.randn(B, H, dtype=torch.float64)
+    c0 = torch.randn(B, H, dtype=torch.float64)
+    y, (h_last, c_last) = core(x, (h0, c0), starts)
+
+    def block(a, name):
+        return a[:, core._block(name)]
+
+    h, c = h0, c0
+    for t in range(T):
+        keep = (~starts[t]).double().unsqueeze(1)
+        h, c = h * keep, c * keep
+        a = x[t] @ core.weight_ih.T + h @ core.weight_hh.T + core.bias
+        f = _phi(activation, block(a, "f"))
+        g = _refined(f, torch.sigmoid(block(a, "r"))) if refine else f
+        i = 1 - g if tied else torch.sigmoid(block(a, "i"))
+        c = g * c + i * torch.tanh(block(a, "u"))
+        h = torch.sigmoid(block(a, "o")) * torch.tanh(c)
+        torch.testing.assert_close(y[t], h)
+    torch.testing.assert_close(h_last, h)
+    torch.testing.assert_close(c_last, c)
+    # one step through step(): the same cell
+    y1, (h1, c1) = core.step(x[0], (h0, c0))
+    y_seq, (_, c_seq) = core(x[:1], (h0, c0))
+    torch.testing.assert_close(y1, y_seq[0])
+    torch.testing.assert_close(c1, c_seq)
+
+
+@pytest.mark.parametrize("activation, refine", [("sigmoid", False), ("fast", True)])
+def test_gated_gru_is_its_equations(activation, refine):
+    core = GatedGRU(D, H, activation=activation, refine=refine, impl="loop").double()
+    _randomise(core)
+    x, starts = _inputs(2)
+    h0 = torch.randn(B, H, dtype=torch.float64)
+    y, (h_last,) = core(x, (h0,), starts)
+
+    def block(w, name):
+        return w[core._block(name)]
+
+    h = h0
+    for t in range(T):
+        h = h * (~starts[t]).double().unsqueeze(1)
+
+        def pre(name, x_t=x[t], h=h):
+            return x_t @ block(core.weight_ih, name).T + h @ block(core.weight_hh, name).T
+
+        z = _phi(activation, pre("z") + block(core.bias, "z"))
+        if refine:
+            z = _refined(z, torch.sigmoid(pre("q") + block(core.bias, "q")))
+        r = torch.sigmoid(pre("r") + block(core.bias, "r"))
+        n_x = x[t] @ block(core.weight_ih, "n").T + block(core.bias, "n")
+        n = torch.tanh(n_x + r * (h @ block(core.weight_hh, "n").T + core.bias_hn))
+        h = (1 - z) * n + z * h
+        torch.testing.assert_close(y[t], h)
+    torch.testing.assert_close(h_last, h)
+    y1, (h1,) = core.step(x[0], (h0,))
+    torch.testing.assert_close(y1, core(x[:1], (h0,))[0][0])
+    torch.testing.assert_close(h1, y1)
