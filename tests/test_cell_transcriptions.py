@@ -116,3 +116,37 @@ def test_gated_gru_is_its_equations(activation, refine):
     y1, (h1,) = core.step(x[0], (h0,))
     torch.testing.assert_close(y1, core(x[:1], (h0,))[0][0])
     torch.testing.assert_close(h1, y1)
+
+
+# ---------------------------------------------------------------------------- resets
+def test_step_loop_resets_before_reading_the_step_and_keeps_the_gradient_rule():
+    """A counting core (``state += x``): the state after ``T`` steps is the sum since each
+    row's last start; a reset zeroes the gradient into the steps before it too."""
+    from cores.base import keep_mask, reset_where, step_loop
+
+    x = torch.arange(1.0, 5.0).view(4, 1, 1).expand(4, 2, 1).clone().requires_grad_(True)
+    starts = torch.tensor([[False, False], [False, True], [False, False], [False, False]])
+
+    def step(x_t, state):
+        (s,) = state
+        return s + x_t, (s + x_t,)
+
+    y, (last,) = step_loop(step, x, (torch.full((2, 1), 10.0),), starts, reset_where)
+    assert y[:, 0, 0].tolist() == [11.0, 13.0, 16.0, 20.0]
+    assert y[:, 1, 0].tolist() == [11.0, 2.0, 5.0, 9.0]  # restarted from 0 before step 1
+    assert last[:, 0].tolist() == [20.0, 9.0]
+    last.sum().backward()
+    assert x.grad[:, 1, 0].tolist() == [0.0, 1.0, 1.0, 1.0]
+    assert x.grad[:, 0, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert keep_mask(None, torch.float32) is None
+    keep = keep_mask(starts, torch.float64)
+    assert keep.dtype == torch.float64 and keep.shape == (4, 2, 1)
+    assert keep[..., 0].tolist() == [[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+
+
+def test_reset_state_takes_the_core_initial_state():
+    core = GatedGRU(D, H, impl="loop").double()
+    core.initial_state = lambda b, device=None: (torch.full((b, H), 7.0, dtype=torch.float64),)
+    state = (torch.zeros(3, H, dtype=torch.float64),)
+    (out,) = core.reset_state(state, torch.tensor([False, True, False]))
+    assert out[:, 0].tolist() == [0.0, 7.0, 0.0]
