@@ -330,6 +330,10 @@ def readme(summary: dict) -> str:
             f"{m['killed'] + m['timeout']} | {m['survived']} | {m['no_tests']} | {score} | "
             f"{m['wall_seconds']:.0f} |"
         )
+    measured = {m["module"] for m in summary["modules"]}
+    missing = [t.path for t in TARGETS if t.path not in measured]
+    if missing:
+        lines += ["", "Not measured in this record: " + ", ".join(f"`{p}`" for p in missing) + "."]
     for m in summary["modules"]:
         lines += ["", f"## `{m['module']}`", "", f"`{m['command']}`", ""]
         lines += ["Tests: " + ", ".join(m["tests"]) + "."]
