@@ -157,7 +157,21 @@ TARGETS: tuple[Target, ...] = (
         ),
         ("_expand_mask", "reset_where", "keep_mask", "step_loop", "MemoryCore.reset_state"),
     ),
-    Target("cores/scan.py", ("tests/test_lru.py", "tests/test_gradient_references.py")),
+    Target(
+        "cores/scan.py",
+        ("tests/test_scan_reference.py", "tests/test_lru.py", "tests/test_gradient_references.py"),
+        (
+            "_chunk_size",
+            "scan_values",
+            "_sequential",
+            "_parallel",
+            "scan_adjoint",
+            "previous_states",
+            "_LinearScan.forward",
+            "_LinearScan.backward",
+            "linear_scan",
+        ),
+    ),
 )
 """The modules, in the order ``make mutate`` runs them (the losses and rewards first)."""
 
