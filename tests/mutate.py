@@ -181,6 +181,14 @@ EQUIVALENT: dict[str, str] = {
     "paid, so = and += give the same value",
     "cores.rel_lstm.x_screening_update__mutmut_92": "a bool tensor added to a float tensor is "
     "promoted to the float's dtype: the same sum without the explicit cast",
+    "cores.lru.xǁ_OnlineLRUStepǁbackward__mutmut_27": "einsum's subscripts in capitals name the "
+    "same contraction",
+    "cores.lru.xǁLRULayerǁonline_step__mutmut_11": "keep is [B]: unsqueeze(1) and unsqueeze(-1) "
+    "of a 1-d tensor are the same [B, 1] view",
+    "cores.lru.xǁLRULayerǁonline_step__mutmut_16": "keep is [B]: unsqueeze(1) and unsqueeze(-1) "
+    "of a 1-d tensor are the same [B, 1] view",
+    "cores.lru.xǁLRULayerǁonline_step__mutmut_36": "gamma is [N]: unsqueeze(1) and unsqueeze(-1) "
+    "of a 1-d tensor are the same [N, 1] view",
 }
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
