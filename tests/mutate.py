@@ -189,6 +189,9 @@ EQUIVALENT: dict[str, str] = {
     "of a 1-d tensor are the same [B, 1] view",
     "cores.lru.xǁLRULayerǁonline_step__mutmut_36": "gamma is [N]: unsqueeze(1) and unsqueeze(-1) "
     "of a 1-d tensor are the same [N, 1] view",
+    "cores.lru.xǁ_OnlineLRUScanǁbackward__mutmut_68": "gamma is [N]: unsqueeze(1) and "
+    "unsqueeze(-1) of a 1-d tensor are the same [N, 1] view",
+    "cores.lru.xǁ_OnlineLRUScanǁbackward__mutmut_28": "torch.cat's default dim is 0",
 }
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 

@@ -119,6 +119,32 @@ def test_lru_online_gradient_of_every_parameter_is_exact_when_nothing_crosses_ti
     _check_against_differences(core, decoder, online, names, x, target, starts)
 
 
+@pytest.mark.parametrize("grad", ["bptt", "online"])
+def test_lru_runs_the_scan_kernel_it_was_given(grad, monkeypatch):
+    """Every scan of the layer, forward and (online) backward, uses the configured kernel."""
+    import cores.lru as lru
+
+    used = []
+
+    def spy(fn, tensors: int):
+        """``fn`` recording the method it is called with (after ``tensors`` tensor args)."""
+
+        def wrapped(*args, **kwargs):
+            used.append(args[tensors] if len(args) > tensors else kwargs.get("method", "auto"))
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(lru, "linear_scan", spy(lru.linear_scan, 3))  # (a, b, h0, method)
+    monkeypatch.setattr(lru, "scan_adjoint", spy(lru.scan_adjoint, 2))  # (a, grad_h, method)
+    torch.manual_seed(0)
+    core = LRUCore(D_IN, H, state_size=N, layers=1, grad=grad, scan="parallel").double()
+    x, target = _data()
+    _loss(core.train(), torch.nn.Linear(H, 2).double(), x, target).backward()
+    assert used and all(method == "parallel" for method in used), used
+    assert len(used) == (2 if grad == "online" else 1)
+
+
 # ---------------------------------------------------------------------------- RelLSTM
 def _full_state(relevant_scores, leaving_score):
     """One row: a buffer of 2 whose oldest state (value 9, ``leaving_score``) is screened now,
