@@ -119,7 +119,7 @@ def test_lru_online_gradient_of_every_parameter_is_exact_when_nothing_crosses_ti
     _check_against_differences(core, decoder, online, names, x, target, starts)
 
 
-@pytest.mark.parametrize("grad", ["bptt", "online"])
+@pytest.mark.parametrize("grad", ["bptt", "online", "spatial", "truncated"])
 def test_lru_runs_the_scan_kernel_it_was_given(grad, monkeypatch):
     """Every scan of the layer, forward and (online) backward, uses the configured kernel."""
     import cores.lru as lru
@@ -143,6 +143,10 @@ def test_lru_runs_the_scan_kernel_it_was_given(grad, monkeypatch):
     _loss(core.train(), torch.nn.Linear(H, 2).double(), x, target).backward()
     assert used and all(method == "parallel" for method in used), used
     assert len(used) == (2 if grad == "online" else 1)
+    layer = core.blocks[0].lru
+    u, h0 = torch.zeros(2, 1, H, dtype=torch.float64), torch.zeros(1, N, dtype=torch.complex128)
+    with pytest.raises(ValueError, match="unknown grad mode 'nope'; valid: bptt, online, spatial"):
+        layer.scan(u, h0, None, "nope")
 
 
 # ---------------------------------------------------------------------------- RelLSTM

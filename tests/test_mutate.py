@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import mutate
 import pytest
 
@@ -62,3 +64,18 @@ def test_unknown_target_is_refused(capsys):
     assert mutate.main(["--targets", "cores/nope.py"]) == 2
     err = capsys.readouterr().err
     assert "unknown target 'cores/nope.py'; valid: agents/ppo.py" in err
+
+
+def test_refresh_applies_the_current_equivalent_list(tmp_path, monkeypatch):
+    summary = tmp_path / "summary.json"
+    monkeypatch.setattr(mutate, "RECORD_DIR", tmp_path)
+    monkeypatch.setattr(mutate, "SUMMARY", summary)
+    monkeypatch.setattr(mutate, "TARGETS", (TARGET,))
+    name = "cores.lru.x__lambda__mutmut_1"
+    old = mutate.row(TARGET, {name: mutate.SURVIVED}, {name: "-a\n+b"}, wall=1.0)
+    summary.write_text(json.dumps({"modules": [old | {"command": "c"}]}))
+    monkeypatch.setattr(mutate, "EQUIVALENT", {name: "same value"})
+    assert mutate.main(["--refresh"]) == 0
+    (fresh,) = json.loads(summary.read_text())["modules"]
+    assert (fresh["equivalent"], fresh["survived"], fresh["score"]) == (1, 0, None)
+    assert "same value" in (tmp_path / "README.md").read_text()
