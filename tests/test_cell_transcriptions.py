@@ -150,3 +150,69 @@ def test_reset_state_takes_the_core_initial_state():
     state = (torch.zeros(3, H, dtype=torch.float64),)
     (out,) = core.reset_state(state, torch.tensor([False, True, False]))
     assert out[:, 0].tolist() == [0.0, 7.0, 0.0]
+
+
+# ---------------------------------------------------------------------------- power-law cells
+def _clipped(x: torch.Tensor) -> torch.Tensor:
+    return torch.minimum(torch.maximum(x, torch.full_like(x, -1.0)), torch.ones_like(x))
+
+
+def test_power_law_cells_below_one_and_their_clip_to_the_unit_range():
+    """``power = 0.5`` (below 1): the LSTM cell ``c - (1 - g)|c|^r c + i u`` and the GRU state
+    ``h - (1 - z)(|h|^r h - n)``, both clipped to ``[-1, 1]``; states started outside the range
+    hit both bounds."""
+    x, _ = _inputs(4)
+    lstm = GatedLSTM(D, H, power=0.5, impl="loop").double()
+    _randomise(lstm)
+    c0 = torch.linspace(-3.0, 3.0, B * H, dtype=torch.float64).view(B, H)
+    h0 = torch.zeros(B, H, dtype=torch.float64)
+    a = x[0] @ lstm.weight_ih.T + lstm.bias  # h0 = 0
+
+    def block(name):
+        return a[:, lstm._block(name)]
+
+    g, i = torch.sigmoid(block("f")), torch.sigmoid(block("i"))
+    raw = c0 - (1 - g) * c0.abs() ** 0.5 * c0 + i * torch.tanh(block("u"))
+    assert (raw > 1).any() and (raw < -1).any()
+    _, (h1, c1) = lstm.step(x[0], (h0, c0))
+    torch.testing.assert_close(c1, _clipped(raw))
+    torch.testing.assert_close(h1, torch.sigmoid(block("o")) * torch.tanh(_clipped(raw)))
+
+    gru = GatedGRU(D, H, power=0.5, impl="loop").double()
+    _randomise(gru)
+    h0 = torch.linspace(-4.0, 4.0, B * H, dtype=torch.float64).view(B, H)
+    w = {n: (gru.weight_ih[gru._block(n)], gru.weight_hh[gru._block(n)]) for n in "zrn"}
+    z = torch.sigmoid(x[0] @ w["z"][0].T + h0 @ w["z"][1].T + gru.bias[gru._block("z")])
+    r = torch.sigmoid(x[0] @ w["r"][0].T + h0 @ w["r"][1].T + gru.bias[gru._block("r")])
+    n_h = h0 @ w["n"][1].T + gru.bias_hn
+    n = torch.tanh(x[0] @ w["n"][0].T + gru.bias[gru._block("n")] + r * n_h)
+    raw = h0 - (1 - z) * (h0.abs() ** 0.5 * h0 - n)
+    assert (raw > 1).any() and (raw < -1).any()
+    y, (h1,) = gru.step(x[0], (h0,))
+    torch.testing.assert_close(h1, _clipped(raw))
+
+
+def test_hdetach_step_detaches_with_one_draw():
+    """``step()`` draws once per call (the global RNG moves by exactly one number) and, with
+    ``p = 1`` while training, blocks the gradient into ``h_{t-1}``."""
+    hd = GatedLSTM(D, H, hdetach=True, p=1.0, impl="loop").double().train()
+    x, _ = _inputs()
+    h0 = torch.randn(B, H, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(B, H, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(4)
+    y, _ = hd.step(x[0], (h0, c0))
+    after_step = torch.rand(1)
+    torch.manual_seed(4)
+    torch.rand(1)
+    assert torch.equal(after_step, torch.rand(1))
+    y.sum().backward()
+    assert h0.grad is None or (h0.grad == 0).all()
+    assert c0.grad.abs().sum() > 0
+    hd.p = 0.0  # never detaches, so it draws nothing
+    torch.manual_seed(4)
+    hd(x, (h0, c0))
+    torch.manual_seed(4)
+    first = torch.rand(1)
+    torch.manual_seed(4)
+    hd(x, (h0, c0))
+    assert torch.equal(torch.rand(1), first)
