@@ -216,3 +216,21 @@ def test_hdetach_step_detaches_with_one_draw():
     torch.manual_seed(4)
     hd(x, (h0, c0))
     assert torch.equal(torch.rand(1), first)
+
+
+def test_reset_state_builds_the_initial_state_where_the_state_lives():
+    """The initial state is made on the state's device (``meta`` stands in for a GPU, the mask
+    comes from the envs on the CPU), or on the mask's when the state is empty."""
+    core = GatedGRU(D, H, impl="loop")
+    asked, arity = [], [1]
+
+    def initial_state(batch, device=None):
+        asked.append(torch.device(device) if device is not None else None)
+        return tuple(torch.zeros(batch, H, device=device) for _ in range(arity[0]))
+
+    core.initial_state = initial_state
+    mask = torch.tensor([True, False])
+    (out,) = core.reset_state((torch.ones(2, H, device="meta"),), mask)
+    assert out.device.type == "meta" and asked == [torch.device("meta")]
+    arity[0] = 0  # a stateless core
+    assert core.reset_state((), mask) == () and asked[-1] == torch.device("cpu")
