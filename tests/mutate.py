@@ -314,6 +314,7 @@ def row(target: Target, statuses: dict[str, str], diffs: dict[str, str], wall: f
         "timeout": count[TIMEOUT],
         "survived": count[SURVIVED],
         "no_tests": count[NO_TESTS],
+        "not_run": sum(v == NOT_RUN for v in statuses.values()),
         "score": detected / len(counted) if counted else None,
         "wall_seconds": round(wall, 1),
         "surviving": {n: diffs[n] for n, s in sorted(counted.items()) if s in (SURVIVED, NO_TESTS)},
@@ -364,8 +365,9 @@ def readme(summary: dict) -> str:
     for m in summary["modules"]:
         functions = "all" if m["functions"] == ["(all)"] else f"{len(m['functions'])} named"
         score = "-" if m["score"] is None else f"{100 * m['score']:.1f}%"
+        mutants = str(m["mutants"]) + (f" (+{m['not_run']} not run)" if m.get("not_run") else "")
         lines.append(
-            f"| `{m['module']}` | {functions} | {m['mutants']} | {m['equivalent']} | "
+            f"| `{m['module']}` | {functions} | {mutants} | {m['equivalent']} | "
             f"{m['killed'] + m['timeout']} | {m['survived']} | {m['no_tests']} | {score} | "
             f"{m['wall_seconds']:.0f} |"
         )
