@@ -47,7 +47,7 @@ def test_score_leaves_out_equivalent_and_unrun_mutants(monkeypatch):
             "modules": [row | {"command": "c"}],
         }
     )
-    assert "| `cores/lru.py` | 2 named | 5 | 1 | 2 | 1 | 1 | 50.0% | 3 |" in text
+    assert "| `cores/lru.py` | 2 named | 5 (+1 not run) | 1 | 2 | 1 | 1 | 50.0% | 3 |" in text
 
 
 def test_every_target_names_existing_tests_and_functions():
