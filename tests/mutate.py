@@ -351,9 +351,10 @@ def readme(summary: dict) -> str:
     lines = [
         "# Mutation testing of the maths the results rest on",
         "",
-        f"`{summary['command']}` ({summary['tool']}) on {summary['hardware']}: "
-        f"{total_wall / 60:.0f} minutes for the modules below. Each module's row was written by",
-        "the command in its section (`make mutate` runs them all, 2 mutants at a time).",
+        f"{summary['tool']} on {summary['hardware']}, 2 mutants at a time, the CPU shared with",
+        f"other work (wall times are upper bounds): {total_wall / 60:.0f} minutes of runs for the",
+        "modules below. Each module's row was written by the command in its section;",
+        f"`{summary['command']}` runs every module in the order of the table.",
         "",
         "Score = killed / (mutants - equivalent); a mutant of a function that no selected test",
         'calls ("no tests") counts as surviving. Each module runs only the tests of its area.',
