@@ -135,6 +135,7 @@ TARGETS: tuple[Target, ...] = (
         (
             "tests/test_env_rewards.py",
             "tests/test_vector_env.py::test_matches_single_envs_with_same_step_reset",
+            "tests/test_vector_env.py::test_workers_reproduce_in_process_envs",
         ),
         ("_EnvRunner.reset", "_EnvRunner.step", "VectorEnv.reset", "VectorEnv.step_wait"),
     ),
