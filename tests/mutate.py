@@ -204,6 +204,22 @@ EQUIVALENT: dict[str, str] = {
     "block: the branch only reuses the sigmoid already taken",
     "cores.gated.xǁGatedLSTMǁ_draw_detach__mutmut_9": "torch.rand never returns p itself except "
     "with probability 2^-24 (its float32 grid), where < and <= differ",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_2": "make_env(seed=seed + i) already seeds the "
+    "first reset that is given no seed: the same episode",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_14": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_15": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_16": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_19": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁstep__mutmut_30": "make_env's SuccessInfo puts success in every "
+    "info: the default of info.get is never used",
+    "envs.vector.xǁ_EnvRunnerǁstep__mutmut_32": "make_env's SuccessInfo puts success in every "
+    "info: the default of info.get is never used",
+    "envs.vector.xǁ_EnvRunnerǁstep__mutmut_35": "make_env's SuccessInfo puts success in every "
+    "info: the default of info.get is never used",
     "cores.gru.xǁGatedGRUǁcell__mutmut_8": "the sum of the columns past the reset gate is never "
     "read (the candidate n adds its own blocks)",
 }

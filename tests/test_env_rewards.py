@@ -256,3 +256,20 @@ def test_popgym_rewards_are_scaled_to_a_unit_episode_return(env_id, scored):
         assert len(paid) == scored
         assert all(r == pytest.approx(sign / scored, abs=1e-12) for r in paid)
         assert sum(rewards) == pytest.approx(sign, abs=1e-9)
+
+
+def test_step_wait_reports_a_time_out_as_done_and_needs_step_async():
+    """The trainer's path (step_async / step_wait per group): ``done`` is terminated or
+    truncated, ``obs`` the group's rows, and a wait without a step is refused."""
+    vec = VectorEnv("memcores/PassiveVisualMatch-v0", 2, seed=0, env_kwargs={"max_steps": 36})
+    try:
+        vec.reset(seed=0)
+        with pytest.raises(RuntimeError, match=r"step_wait\(0\) without step_async\(0\)"):
+            vec.step_wait(0)
+        for t in range(36):  # turning only: the time limit ends the episode (truncated)
+            vec.step_async(0, np.full(2, int(Actions.left)))
+            obs, reward, done, success = vec.step_wait(0)
+            assert done.tolist() == [t == 35] * 2 and not success.any() and reward.sum() == 0
+            assert set(obs) == set(vec.obs) and obs["image"].shape[0] == 2
+    finally:
+        vec.close()
