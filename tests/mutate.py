@@ -220,6 +220,8 @@ EQUIVALENT: dict[str, str] = {
     "info: the default of info.get is never used",
     "envs.vector.xǁ_EnvRunnerǁstep__mutmut_35": "make_env's SuccessInfo puts success in every "
     "info: the default of info.get is never used",
+    "envs.vector.xǁVectorEnvǁstep_wait__mutmut_3": "pop's default None is falsy like False: the "
+    "same refusal",
     "cores.gru.xǁGatedGRUǁcell__mutmut_8": "the sum of the columns past the reset gate is never "
     "read (the candidate n adds its own blocks)",
 }
