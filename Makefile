@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow lint format demo bench clean
+.PHONY: install test test-slow lint format demo bench mutate clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/memcores bench cores
+
+# mutation testing of the maths the results rest on (mutmut, one module at a time; not part of
+# `make test`): writes results/mutation/, whose README says how long it took
+mutate: $(STAMP)
+	$(BIN)/python tests/mutate.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

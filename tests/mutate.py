@@ -1,0 +1,473 @@
+"""``make mutate``: mutation testing of the modules whose maths the results rest on.
+
+Each target below is one module (optionally only some of its functions) and the tests of its
+area. For each, mutmut (3.x) runs in a scratch copy of the sources: it plants one small change
+at a time (an operator flipped, a constant nudged, an argument dropped) and runs the tests that
+cover the changed function; a mutant the tests do not notice *survives*. The record written to
+``results/mutation/`` gives, per module, how many mutants were killed, which survived (with
+their diffs) and which are marked equivalent (no test can tell them from the original, each with
+a one-line reason in :data:`EQUIVALENT`). The score is killed / (mutants - equivalent); mutants
+of a function no selected test calls count as survivors.
+
+Usage (from the repository root; ``make mutate`` runs every target)::
+
+    python tests/mutate.py [--targets cores/gates.py agents/ppo.py] [--jobs 2]
+
+A run of some targets updates their rows of the record and keeps the others; ``--survivors``
+runs only the recorded survivors again, against the tests as they are now (the sources must be
+those of the record: a mutant's name is its function and its number in that function).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD_DIR = REPO / "results" / "mutation"
+SUMMARY = RECORD_DIR / "summary.json"
+COPIED = ("cores", "agents", "envs", "experiments", "tests", "pyproject.toml")
+"""What the scratch copy holds: the packages, the tests and the pytest configuration."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One module under mutation.
+
+    :param path: the module, relative to the repository root.
+    :param tests: the test files of its area (each mutant runs those that call its function).
+    :param functions: ``name`` or ``Class.method`` of the functions to mutate; empty: all.
+    """
+
+    path: str
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.path.removesuffix(".py").replace("/", ".")
+
+    def mangled(self, function: str) -> str:
+        """mutmut's key of ``function``: ``pkg.mod.x_name`` or ``pkg.mod.xǁClassǁmethod``."""
+        cls, _, name = function.rpartition(".")
+        return f"{self.module}.x{'ǁ' + cls + 'ǁ' if cls else '_'}{name}"
+
+    def globs(self) -> list[str]:
+        """The mutant names to run (mutmut's ``run`` arguments)."""
+        if not self.functions:
+            return []
+        return [self.mangled(f) + "*" for f in self.functions]
+
+    def selects(self, mutant: str) -> bool:
+        """Whether ``mutant`` (``key__mutmut_N``) belongs to one of :attr:`functions`."""
+        key = mutant.partition("__mutmut_")[0]
+        return not self.functions or key in {self.mangled(f) for f in self.functions}
+
+
+_GATE_TESTS = (
+    "tests/test_cell_transcriptions.py",
+    "tests/test_gates.py",
+    "tests/test_gradient_references.py",
+    "tests/test_power_law.py",
+)
+_RL_TESTS = ("tests/test_losses.py",)
+TARGETS: tuple[Target, ...] = (
+    Target(
+        "agents/ppo.py",
+        _RL_TESTS,
+        ("ppo_loss", "a2c_loss", "_kl_too_large", "explained_variance"),
+    ),
+    Target("envs/memory_match.py", ("tests/test_env_rewards.py",), ("VisualMatchEnv.step",)),
+    Target(
+        "cores/rel_lstm.py",
+        ("tests/test_gradient_references.py", "tests/test_rel_lstm.py"),
+        ("screening_update", "buffer_mask", "relevant_mask"),
+    ),
+    Target(
+        "cores/lru.py",
+        (
+            "tests/test_gradient_references.py",
+            "tests/test_lru.py",
+            "tests/test_online.py::test_streaming_equals_online_mode",
+            "tests/test_online.py::test_starts_reset_state_and_traces",
+        ),
+        (
+            "_coefficients",
+            "_lambda",
+            "_recurrent_grads",
+            "_spatial_input_grad",
+            "_OnlineLRUScan.forward",
+            "_OnlineLRUScan.backward",
+            "_OnlineLRUStep.forward",
+            "_OnlineLRUStep.backward",
+            "LRULayer.scan",
+            "LRULayer.online_step",
+        ),
+    ),
+    Target(
+        "agents/rollout.py",
+        (
+            *_RL_TESTS,
+            "tests/test_a2c.py::test_nstep_returns_by_hand",
+            "tests/test_rl_bookkeeping.py::test_chunk_layout",
+            "tests/test_rl_bookkeeping.py::"
+            "test_returns_accept_the_envs_flags_from_the_cpu_on_any_buffer_device",
+        ),
+        (
+            "RolloutBuffer.compute_returns",
+            "RolloutBuffer._chunked",
+            "RolloutBuffer.chunks",
+            "select_chunks",
+        ),
+    ),
+    Target(
+        "envs/vector.py",
+        (
+            "tests/test_env_rewards.py",
+            "tests/test_vector_env.py::test_matches_single_envs_with_same_step_reset",
+            "tests/test_vector_env.py::test_workers_reproduce_in_process_envs",
+        ),
+        ("_EnvRunner.reset", "_EnvRunner.step", "VectorEnv.reset", "VectorEnv.step_wait"),
+    ),
+    Target(
+        "cores/gates.py",
+        ("tests/test_gate_values.py", "tests/test_gates.py", "tests/test_on_lstm.py"),
+    ),
+    Target(
+        "cores/gated.py",
+        _GATE_TESTS,
+        ("GatedLSTM.cell", "GatedLSTM.step", "GatedLSTM._gate_input", "GatedLSTM._draw_detach"),
+    ),
+    # forward's body is the dispatch to cuDNN and the Triton kernels (CUDA only) around the
+    # step loop of cores/base.py: the maths is the cell
+    Target("cores/gru.py", _GATE_TESTS, ("GatedGRU.cell", "GatedGRU.step")),
+    Target(
+        "cores/base.py",
+        (
+            "tests/test_cell_transcriptions.py",
+            "tests/test_gates.py",
+            "tests/test_cores.py::test_reset_where_resets_steps_and_sequences_to_zero_or_an_initial_state",
+        ),
+        ("_expand_mask", "reset_where", "keep_mask", "step_loop", "MemoryCore.reset_state"),
+    ),
+    Target(
+        "cores/scan.py",
+        ("tests/test_scan_reference.py", "tests/test_lru.py", "tests/test_gradient_references.py"),
+        (
+            "_chunk_size",
+            "scan_values",
+            "_sequential",
+            "_parallel",
+            "scan_adjoint",
+            "previous_states",
+            "_LinearScan.forward",
+            "_LinearScan.backward",
+            "linear_scan",
+        ),
+    ),
+)
+"""The modules, in the order ``make mutate`` runs them (the losses and rewards first)."""
+
+EQUIVALENT: dict[str, str] = {
+    "agents.ppo.x_explained_variance__mutmut_10": 'float("NAN") is the same NaN as float("nan")',
+    "envs.memory_match.xǁVisualMatchEnvǁstep__mutmut_26": "reward is 0.0 before the apple is "
+    "paid, so = and += give the same value",
+    "cores.rel_lstm.x_screening_update__mutmut_92": "a bool tensor added to a float tensor is "
+    "promoted to the float's dtype: the same sum without the explicit cast",
+    "cores.lru.xǁ_OnlineLRUStepǁbackward__mutmut_27": "einsum's subscripts in capitals name the "
+    "same contraction",
+    "cores.lru.xǁLRULayerǁonline_step__mutmut_11": "keep is [B]: unsqueeze(1) and unsqueeze(-1) "
+    "of a 1-d tensor are the same [B, 1] view",
+    "cores.lru.xǁLRULayerǁonline_step__mutmut_16": "keep is [B]: unsqueeze(1) and unsqueeze(-1) "
+    "of a 1-d tensor are the same [B, 1] view",
+    "cores.lru.xǁLRULayerǁonline_step__mutmut_36": "gamma is [N]: unsqueeze(1) and unsqueeze(-1) "
+    "of a 1-d tensor are the same [N, 1] view",
+    "cores.lru.xǁ_OnlineLRUScanǁbackward__mutmut_68": "gamma is [N]: unsqueeze(1) and "
+    "unsqueeze(-1) of a 1-d tensor are the same [N, 1] view",
+    "cores.lru.xǁ_OnlineLRUScanǁbackward__mutmut_28": "torch.cat's default dim is 0",
+    "cores.lru.xǁLRULayerǁscan__mutmut_57": "torch.cat's default dim is 0",
+    "cores.gated.xǁGatedLSTMǁcell__mutmut_3": "the sigmoid of the columns past the last sigmoid "
+    "gate is never read (every gate is read by its block)",
+    "cores.gated.xǁGatedLSTMǁcell__mutmut_9": "gate_fn('sigmoid') is torch.sigmoid of the same "
+    "block: the branch only reuses the sigmoid already taken",
+    "cores.gated.xǁGatedLSTMǁcell__mutmut_10": "gate_fn('sigmoid') is torch.sigmoid of the same "
+    "block: the branch only reuses the sigmoid already taken",
+    "cores.gated.xǁGatedLSTMǁ_draw_detach__mutmut_9": "torch.rand never returns p itself except "
+    "with probability 2^-24 (its float32 grid), where < and <= differ",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_2": "make_env(seed=seed + i) already seeds the "
+    "first reset that is given no seed: the same episode",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_14": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_15": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_16": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁreset__mutmut_19": "every step writes the flags and rewards of "
+    "the rows it steps before anything reads them: the values set at reset are never read",
+    "envs.vector.xǁ_EnvRunnerǁstep__mutmut_30": "make_env's SuccessInfo puts success in every "
+    "info: the default of info.get is never used",
+    "envs.vector.xǁ_EnvRunnerǁstep__mutmut_32": "make_env's SuccessInfo puts success in every "
+    "info: the default of info.get is never used",
+    "envs.vector.xǁ_EnvRunnerǁstep__mutmut_35": "make_env's SuccessInfo puts success in every "
+    "info: the default of info.get is never used",
+    "envs.vector.xǁVectorEnvǁstep_wait__mutmut_3": "pop's default None is falsy like False: the "
+    "same refusal",
+    "cores.gru.xǁGatedGRUǁcell__mutmut_8": "the sum of the columns past the reset gate is never "
+    "read (the candidate n adds its own blocks)",
+}
+"""Mutant name -> why no test can tell it from the original (it computes the same thing)."""
+
+KILLED, SURVIVED, NO_TESTS, TIMEOUT, NOT_RUN = "killed", "survived", "no tests", "timeout", "-"
+STATUS_BY_EXIT_CODE = {1: KILLED, 3: KILLED, 0: SURVIVED, 5: NO_TESTS, 33: NO_TESTS, 36: TIMEOUT}
+STATUS_BY_EXIT_CODE |= {-24: TIMEOUT, 24: TIMEOUT, 152: TIMEOUT, 255: TIMEOUT, -9: KILLED}
+STATUS_BY_EXIT_CODE |= {-11: KILLED}  # a crash is a detected change
+"""mutmut's exit codes of a mutant's test run (mutmut.stats) -> this record's statuses."""
+
+
+def mutmut_config(target: Target) -> str:
+    """The ``[tool.mutmut]`` table for ``target`` (TOML; ``json.dumps`` writes its lists)."""
+    options = {
+        "source_paths": ["cores", "agents", "envs", "experiments"],
+        "only_mutate": [target.path],
+        "pytest_add_cli_args_test_selection": list(target.tests),
+        "pytest_add_cli_args": ["-p", "no:randomly", "-p", "no:cacheprovider", "-q"],
+        # torch is not fork-safe once it has run: workers fork from a fresh server process
+        "process_isolation": "forkserver",
+        "use_git_change_detection": False,
+    }
+    return "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items())
+
+
+def scratch_copy(target: Target, into: Path) -> None:
+    """The packages, tests and pyproject (with mutmut's table for ``target``) under ``into``."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in COPIED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, into / name, ignore=ignore)
+        else:
+            shutil.copy2(src, into / name)
+    with open(into / "pyproject.toml", "a", encoding="utf-8") as f:
+        f.write(mutmut_config(target))
+
+
+def run_target(target: Target, jobs: int, log: Path, previous: dict | None = None) -> dict:
+    """Mutate ``target`` in a scratch copy with ``jobs`` workers; its row of the record.
+
+    :param previous: the target's row from an earlier run of the same sources: only its
+        surviving mutants are run again (against the tests as they are now) and the rest of
+        its statuses are kept (a test added later cannot revive a killed mutant).
+    """
+    mutmut = Path(sys.executable).with_name("mutmut")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    statuses = dict(previous["statuses"]) if previous else {}
+    diffs = dict(previous["surviving"]) if previous else {}
+    if previous:
+        for name, eq in previous["equivalent_mutants"].items():
+            diffs[name] = eq["diff"]
+    rerun = sorted(n for n, s in statuses.items() if s in (SURVIVED, NO_TESTS))
+    if previous and not rerun:
+        return previous
+    with tempfile.TemporaryDirectory(prefix="memcores-mutate-") as tmp:
+        work = Path(tmp)
+        scratch_copy(target, work)
+        start = time.monotonic()
+        with open(log, "w", encoding="utf-8") as out:
+            names = rerun if previous else target.globs()
+            cmd = [str(mutmut), "run", "--max-children", str(jobs), *names]
+            subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+        wall = time.monotonic() - start + (previous["wall_seconds"] if previous else 0.0)
+        meta = work / "mutants" / f"{target.path}.meta"
+        if not meta.is_file():
+            raise SystemExit(f"mutmut wrote no results for {target.path}; see {log}")
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        for name, code in codes.items():
+            if target.selects(name) and (not previous or name in rerun):
+                statuses[name] = (
+                    STATUS_BY_EXIT_CODE.get(code, KILLED) if code is not None else NOT_RUN
+                )
+        for name, status in statuses.items():
+            if (status in (SURVIVED, NO_TESTS) or name in EQUIVALENT) and name not in diffs:
+                diffs[name] = show(mutmut, name, work, env)
+    result = row(target, statuses, diffs, wall)
+    result["command"] = f"python tests/mutate.py --targets {target.path} --jobs {jobs}"
+    if previous:
+        result["command"] = f"{previous['command']}, then the survivors again with --survivors"
+    return result
+
+
+def show(mutmut: Path, name: str, work: Path, env: dict[str, str]) -> str:
+    """The diff of mutant ``name`` (mutmut ``show``, header line dropped)."""
+    out = subprocess.run(
+        [str(mutmut), "show", name], cwd=work, env=env, capture_output=True, text=True
+    ).stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith(("-", "+")) and ln[:3] not in "---+++"]
+    return "\n".join(lines)
+
+
+def row(target: Target, statuses: dict[str, str], diffs: dict[str, str], wall: float) -> dict:
+    """Counts and the score of one target (equivalent mutants left out of the score)."""
+    statuses = {n: s for n, s in statuses.items() if target.selects(n)}
+    equivalent = sorted(n for n in statuses if n in EQUIVALENT)
+    counted = {n: s for n, s in statuses.items() if n not in EQUIVALENT and s != NOT_RUN}
+    count = {s: sum(v == s for v in counted.values()) for s in (KILLED, SURVIVED, NO_TESTS)}
+    count[TIMEOUT] = sum(v == TIMEOUT for v in counted.values())
+    detected = count[KILLED] + count[TIMEOUT]
+    return {
+        "module": target.path,
+        "functions": list(target.functions) or ["(all)"],
+        "tests": list(target.tests),
+        "mutants": len(counted) + len(equivalent),
+        "equivalent": len(equivalent),
+        "killed": count[KILLED],
+        "timeout": count[TIMEOUT],
+        "survived": count[SURVIVED],
+        "no_tests": count[NO_TESTS],
+        "not_run": sum(v == NOT_RUN for v in statuses.values()),
+        "score": detected / len(counted) if counted else None,
+        "wall_seconds": round(wall, 1),
+        "surviving": {n: diffs[n] for n, s in sorted(counted.items()) if s in (SURVIVED, NO_TESTS)},
+        "equivalent_mutants": {n: {"reason": EQUIVALENT[n], "diff": diffs[n]} for n in equivalent},
+        "statuses": dict(sorted(statuses.items())),
+    }
+
+
+def machine() -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    python = platform.python_version()
+    return f"{os.cpu_count()}-core {cpu} CPU, Python {python}, torch {torch.__version__}"
+
+
+def write_record(rows: dict[str, dict]) -> None:
+    """``summary.json`` (every number) and ``README.md`` (the table and the mutants)."""
+    RECORD_DIR.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "format": "memcores-mutation/1",
+        "tool": f"mutmut {mutmut_version()}",
+        "command": "make mutate",
+        "hardware": machine(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "modules": [rows[t.path] for t in TARGETS if t.path in rows],
+    }
+    SUMMARY.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (RECORD_DIR / "README.md").write_text(readme(summary), encoding="utf-8")
+
+
+def readme(summary: dict) -> str:
+    total_wall = sum(m["wall_seconds"] for m in summary["modules"])
+    lines = [
+        "# Mutation testing of the maths the results rest on",
+        "",
+        f"{summary['tool']} on {summary['hardware']}, 2 mutants at a time, the CPU shared with",
+        f"other work (wall times are upper bounds): {total_wall / 60:.0f} minutes of runs for the",
+        "modules below. Each module's row was written by the command in its section;",
+        f"`{summary['command']}` runs every module in the order of the table.",
+        "",
+        "Score = killed / (mutants - equivalent); a mutant of a function that no selected test",
+        'calls ("no tests") counts as surviving. Each module runs only the tests of its area.',
+        "",
+        "| module | functions | mutants | equivalent | killed | survived | no tests | score "
+        "| wall (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in summary["modules"]:
+        functions = "all" if m["functions"] == ["(all)"] else f"{len(m['functions'])} named"
+        score = "-" if m["score"] is None else f"{100 * m['score']:.1f}%"
+        mutants = str(m["mutants"]) + (f" (+{m['not_run']} not run)" if m.get("not_run") else "")
+        lines.append(
+            f"| `{m['module']}` | {functions} | {mutants} | {m['equivalent']} | "
+            f"{m['killed'] + m['timeout']} | {m['survived']} | {m['no_tests']} | {score} | "
+            f"{m['wall_seconds']:.0f} |"
+        )
+    measured = {m["module"] for m in summary["modules"]}
+    missing = [t.path for t in TARGETS if t.path not in measured]
+    if missing:
+        lines += ["", "Not measured in this record: " + ", ".join(f"`{p}`" for p in missing) + "."]
+    for m in summary["modules"]:
+        lines += ["", f"## `{m['module']}`", "", f"`{m['command']}`", ""]
+        lines += ["Tests: " + ", ".join(m["tests"]) + "."]
+        if m["functions"] != ["(all)"]:
+            lines += ["Functions: " + ", ".join(f"`{f}`" for f in m["functions"]) + "."]
+        if m["equivalent_mutants"]:
+            lines += ["", "Equivalent:", ""]
+            for name, eq in m["equivalent_mutants"].items():
+                lines += [f"- `{name}`: {eq['reason']}", "", _block(eq["diff"])]
+        if m["surviving"]:
+            lines += ["", "Surviving:", ""]
+            for name, diff in m["surviving"].items():
+                lines += [f"- `{name}`", "", _block(diff)]
+    return "\n".join(lines) + "\n"
+
+
+def _block(diff: str) -> str:
+    return "  ```diff\n" + "\n".join("  " + ln for ln in diff.splitlines()) + "\n  ```"
+
+
+def mutmut_version() -> str:
+    from importlib.metadata import version
+
+    return version("mutmut")
+
+
+def main(argv: list[str] | None = None) -> int:
+    known = {t.path: t for t in TARGETS}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", nargs="+", metavar="MODULE", help=", ".join(known))
+    parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="rewrite the record from summary.json with the current EQUIVALENT (runs nothing)",
+    )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the recorded survivors again (after adding tests; same sources)",
+    )
+    args = parser.parse_args(argv)
+    unknown = [t for t in args.targets or () if t not in known]
+    if unknown:
+        print(f"unknown target {unknown[0]!r}; valid: {', '.join(known)}", file=sys.stderr)
+        return 2
+    if shutil.which("mutmut", path=str(Path(sys.executable).parent)) is None:
+        print("mutmut is not installed: pip install -c constraints.txt mutmut", file=sys.stderr)
+        return 2
+    chosen = [known[t] for t in args.targets] if args.targets else list(TARGETS)
+    rows = {}
+    if SUMMARY.is_file():
+        rows = {m["module"]: m for m in json.loads(SUMMARY.read_text())["modules"]}
+    if args.refresh:
+        for path, old in rows.items():
+            diffs = {**old["surviving"]}
+            diffs |= {n: eq["diff"] for n, eq in old["equivalent_mutants"].items()}
+            fresh = row(known[path], old["statuses"], diffs, old["wall_seconds"])
+            rows[path] = fresh | {"command": old["command"]}
+        write_record(rows)
+        return 0
+    logs = Path(tempfile.gettempdir())
+    for target in chosen:
+        log = logs / f"memcores-mutate-{target.module}.log"
+        print(f"{target.path}: mutating (log: {log})", flush=True)
+        previous = rows.get(target.path) if args.survivors else None
+        rows[target.path] = row_ = run_target(target, args.jobs, log, previous)
+        score = "-" if row_["score"] is None else f"{100 * row_['score']:.1f}%"
+        detected, counted = row_["killed"] + row_["timeout"], row_["mutants"] - row_["equivalent"]
+        print(f"{target.path}: {detected}/{counted} killed ({score})", flush=True)
+        write_record(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
