@@ -224,6 +224,14 @@ EQUIVALENT: dict[str, str] = {
     "same refusal",
     "cores.gru.xǁGatedGRUǁcell__mutmut_8": "the sum of the columns past the reset gate is never "
     "read (the candidate n adds its own blocks)",
+    "cores.gates.x_constant_bias__mutmut_2": "the sigmoid's inverse of sigma(1) rounds back to "
+    "exactly 1.0 in float64: the same ones [H] as the shortcut",
+    "cores.gates.x_constant_bias__mutmut_3": "the sigmoid's inverse of sigma(1) rounds back to "
+    "exactly 1.0 in float64: the same ones [H] as the shortcut",
+    "cores.gates.x_gate_derivative__mutmut_20": "a bool mask multiplied into a float tensor is "
+    "promoted to the float's dtype: the same product without the explicit cast",
+    "cores.gates.x_gate_derivative__mutmut_38": "a bool mask multiplied into a float tensor is "
+    "promoted to the float's dtype: the same product without the explicit cast",
 }
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 

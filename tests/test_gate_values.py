@@ -7,6 +7,7 @@ applied to the same draws (``torch.rand`` in float64 from a generator with the s
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -15,9 +16,14 @@ from cores.gates import (
     ACTIVATIONS,
     FAST_CLAMP,
     chrono_bias,
+    forget_bias,
     gate_derivative,
     gate_fn,
     gate_inverse,
+    log_gate_complement,
+    log_refine_complement,
+    log_timescale,
+    refine,
     uniform_bias,
 )
 
@@ -92,3 +98,133 @@ def test_uniform_bias_by_hand(activation, hidden_size, lo):
     got = uniform_bias(activation, hidden_size, _gen(3))
     torch.testing.assert_close(got, gate_inverse(activation, u), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(gate_fn(activation)(got), u, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "activation, z, inner",
+    [
+        ("fast", -FAST_CLAMP, math.cosh(FAST_CLAMP)),
+        ("fast", FAST_CLAMP, math.cosh(FAST_CLAMP)),
+        # sinh(asinh(10)) is exactly 10.0 in float64: fast2's inner clamp edge
+        ("fast2", math.asinh(FAST_CLAMP), math.cosh(FAST_CLAMP) * math.cosh(math.asinh(10.0))),
+    ],
+)
+def test_gate_derivative_with_a_given_value_passes_at_the_clamp_edges(activation, z, inner):
+    """``phi'(z) = value (1 - value) * d/dz inner(z)``: on a clamp's bound the inner derivative
+    passes, as torch's clamp passes the gradient at its bounds."""
+    zt = torch.tensor([z], dtype=torch.float64)
+    assert torch.sinh(zt).abs().item() == FAST_CLAMP or abs(z) == FAST_CLAMP
+    got = gate_derivative(activation, zt, torch.full_like(zt, 0.5))
+    torch.testing.assert_close(got, torch.tensor([0.25 * inner], dtype=torch.float64))
+
+
+def test_forget_bias_dispatches_with_the_generator_and_default_t_max():
+    """``forget_bias`` is the named initialiser with the caller's generator; chrono's default
+    ``t_max`` is 1000."""
+    for activation in ACTIVATIONS:
+        torch.testing.assert_close(
+            forget_bias("uniform", activation, 8, generator=_gen(5)),
+            uniform_bias(activation, 8, _gen(5)),
+            rtol=0,
+            atol=0,
+        )
+        torch.testing.assert_close(
+            forget_bias("chrono", activation, 8, generator=_gen(5)),
+            chrono_bias(activation, 8, 1000.0, _gen(5)),
+            rtol=0,
+            atol=0,
+        )
+        torch.testing.assert_close(
+            forget_bias("chrono", activation, 8, 40.0, _gen(5)),
+            chrono_bias(activation, 8, 40.0, _gen(5)),
+            rtol=0,
+            atol=0,
+        )
+    # the same generator seed gives the same bias twice: no draw from the global generator
+    for init in ("uniform", "chrono"):
+        first = forget_bias(init, "sigmoid", 8, generator=_gen(6))
+        assert torch.equal(first, forget_bias(init, "sigmoid", 8, generator=_gen(6)))
+
+
+_VALID_ACTIVATIONS = "valid: sigmoid, fast, fast2, softsign"
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: gate_fn("tanh"), f"unknown gate activation 'tanh'; {_VALID_ACTIVATIONS}"),
+        (
+            lambda: gate_inverse("tanh", 0.5),
+            f"unknown gate activation 'tanh'; {_VALID_ACTIVATIONS}",
+        ),
+        (
+            lambda: log_gate_complement("tanh", torch.zeros(1)),
+            f"unknown gate activation 'tanh'; {_VALID_ACTIVATIONS}",
+        ),
+        (
+            lambda: forget_bias("zeros", "sigmoid", 4),
+            "unknown gate init 'zeros'; valid: constant, uniform, chrono",
+        ),
+    ],
+)
+def test_unknown_names_are_refused_with_the_valid_choices(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call()
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_log_gate_complement_is_log_of_one_minus_the_gate(activation):
+    """``log(1 - phi(z)) = log phi(-z)`` (the gates' symmetry), formed directly."""
+    z = torch.tensor([-2.5, -1.0, -0.3, 0.0, 0.4, 1.2, 2.0], dtype=torch.float64)
+    expected = torch.log(gate_fn(activation)(-z))
+    got = log_gate_complement(activation, z)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("activation", ["fast", "fast2"])
+def test_log_gate_complement_of_the_fast_gates_uses_the_clamped_argument(activation):
+    """Saturated: ``log(1 - sigma(x)) = -x - log1p(e^-x)`` with ``x`` the clamped ``sinh``
+    (``x = sinh(FAST_CLAMP)`` at and beyond the clamp); below it the gate's complement is 1."""
+    z = torch.tensor([5.0, 2.5, FAST_CLAMP, 30.0, 1000.0], dtype=torch.float64)
+    x = torch.sinh(z.clamp(max=FAST_CLAMP))
+    if activation == "fast2":
+        x = torch.sinh(x.clamp(max=FAST_CLAMP))
+    expected = -x - torch.log1p(torch.exp(-x))
+    torch.testing.assert_close(log_gate_complement(activation, z), expected, rtol=1e-13, atol=0)
+    low = torch.tensor([-5.0, -FAST_CLAMP, -1000.0], dtype=torch.float64)
+    assert torch.all(log_gate_complement(activation, low).abs() < 1e-30)
+
+
+@pytest.mark.parametrize("activation", ["fast", "fast2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log_gate_complement_gradient_is_finite_for_any_finite_input(activation, dtype):
+    """The clamps make the backward finite too (no ``0 * inf``) at and beyond the bounds."""
+    z = torch.tensor(
+        [-1000.0, -100.0, -FAST_CLAMP, -5.0, 0.0, 5.0, FAST_CLAMP, 100.0, 1000.0],
+        dtype=dtype,
+        requires_grad=True,
+    )
+    (grad,) = torch.autograd.grad(log_gate_complement(activation, z).sum(), z)
+    assert torch.isfinite(grad).all(), grad
+
+
+def test_log_refine_complement_is_log_of_one_minus_the_refine_gate():
+    f = torch.tensor([0.1, 0.5, 0.9, 0.99, 0.3], dtype=torch.float64)
+    r = torch.tensor([0.2, 0.5, 0.7, 0.05, 0.95], dtype=torch.float64)
+    got = log_refine_complement(torch.log1p(-f), f, torch.log1p(-r))
+    torch.testing.assert_close(got, torch.log1p(-refine(f, r)), rtol=1e-12, atol=1e-14)
+
+
+def test_log_timescale_is_the_log_of_minus_one_over_log_g():
+    """``log(-1 / log g)`` from ``log(1 - g)``; exactly ``-log(1 - g)`` below ``-20``, where
+    ``exp`` would underflow, and the exact formula at ``-20`` itself; finite at ``g = 0``."""
+    g = torch.tensor([0.05, 0.3, 0.5, 0.9, 0.999, 1 - 1e-7], dtype=torch.float64)
+    got = log_timescale(torch.log1p(-g))
+    torch.testing.assert_close(got, torch.log(-1.0 / torch.log(g)), rtol=1e-9, atol=1e-12)
+    deep = torch.tensor([-20.5, -30.0, -800.0], dtype=torch.float64)
+    assert torch.equal(log_timescale(deep), -deep)
+    edge = torch.tensor([-20.0], dtype=torch.float64)
+    exact = -torch.log(-torch.log1p(-torch.exp(edge)))
+    torch.testing.assert_close(log_timescale(edge), exact, rtol=1e-15, atol=0)
+    assert exact.item() != 20.0  # -log(-log1p(-u)) = -log u - u/2 - ...: 20 is off
+    assert torch.isfinite(log_timescale(torch.zeros(1, dtype=torch.float64))).all()
