@@ -242,6 +242,7 @@ EQUIVALENT: dict[str, str] = {
     "of h's dtype: the assignment casts it the same way",
     "cores.scan.x_linear_scan__mutmut_7": "scan_values and scan_adjoint expand a themselves and "
     "autograd sums a broadcast gradient back to a's shape: the same values and gradients",
+    "cores.base.x_step_loop__mutmut_23": "torch.stack's default dim is 0",
 }
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 

@@ -55,6 +55,15 @@ def test_step_loop_hands_reset_the_mask_of_each_reset_step_only() -> None:
 
     step_loop(_decay_step, torch.zeros(4, 2, 1), (torch.zeros(2, 1),), starts, reset)
     assert seen == [[True, False], [False, True]]
+    devices = []
+
+    def reset_on(state, mask):
+        devices.append(mask.device.type)
+        return state
+
+    inputs = torch.zeros(4, 2, 1, device="meta")  # starts stay on the CPU
+    step_loop(_decay_step, inputs, (torch.zeros(2, 1, device="meta"),), starts, reset_on)
+    assert devices == ["meta", "meta"]
 
 
 def test_expand_mask_broadcasts_over_trailing_dims() -> None:
@@ -76,6 +85,20 @@ def test_reset_where_keeps_each_tensors_dtype_and_zeroes_reset_rows_gradient() -
     assert s.grad[:, 0].tolist() == [1.0, 0.0, 1.0]
     with pytest.raises(ValueError):
         reset_where((s, s), mask, (torch.zeros(2),))
+    (narrow,) = reset_where(
+        (torch.ones(3, 2),), mask, (torch.full((2,), 0.1, dtype=torch.float64),)
+    )
+    assert narrow.dtype == torch.float32  # a float64 initial state does not widen the state
+
+
+def test_reset_where_moves_the_mask_and_initial_state_to_the_states_device() -> None:
+    """The episode flags and an initial state live on the CPU while the state may not: the meta
+    device stands in for a GPU (torch.where refuses tensors on two devices)."""
+    state = (torch.ones(3, 2, device="meta"),)
+    mask = torch.tensor([True, False, True])
+    assert reset_where(state, mask)[0].device.type == "meta"
+    assert reset_where(state, mask, (torch.zeros(2),))[0].device.type == "meta"
+    assert _expand_mask(mask, state[0]).device.type == "meta"
 
 
 def test_keep_mask_is_one_minus_starts_with_a_trailing_axis() -> None:
@@ -87,15 +110,31 @@ def test_keep_mask_is_one_minus_starts_with_a_trailing_axis() -> None:
 
 
 class _OnesCore(MemoryCore):
-    """A core whose initial state is ones (so a reset is not a zeroing)."""
+    """A core whose initial state is ``tensors`` tensors of ones (a reset is not a zeroing);
+    it records the device each initial state is asked for."""
+
+    def __init__(self, tensors: int = 1) -> None:
+        torch.nn.Module.__init__(self)
+        self.tensors, self.asked = tensors, []
 
     def initial_state(self, batch_size, device=None):
-        return (torch.ones(batch_size, 2, device=device),)
+        self.asked.append(None if device is None else torch.device(device).type)
+        return tuple(torch.ones(batch_size, 2, device=device) for _ in range(self.tensors))
 
 
 def test_reset_state_puts_the_cores_initial_state_in_masked_rows() -> None:
-    core = _OnesCore.__new__(_OnesCore)
-    torch.nn.Module.__init__(core)
+    core = _OnesCore()
     state = (torch.full((3, 2), 4.0),)
     (out,) = core.reset_state(state, torch.tensor([True, False, True]))
     assert out[:, 1].tolist() == [1.0, 4.0, 1.0]
+
+
+def test_reset_state_builds_the_initial_state_on_the_states_device() -> None:
+    """On the state's device (meta standing in for a GPU, the flags on the CPU); on the mask's
+    for a core without state tensors."""
+    core = _OnesCore()
+    (out,) = core.reset_state((torch.ones(3, 2, device="meta"),), torch.tensor([True, False, True]))
+    assert out.device.type == "meta" and core.asked == ["meta"]
+    stateless = _OnesCore(tensors=0)
+    assert stateless.reset_state((), torch.tensor([True], device="meta")) == ()
+    assert stateless.asked == ["meta"]
