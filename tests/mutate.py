@@ -262,8 +262,9 @@ def mutmut_config(target: Target) -> str:
         "source_paths": ["cores", "agents", "envs", "experiments"],
         "only_mutate": [target.path],
         "pytest_add_cli_args_test_selection": list(target.tests),
-        # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): pytest-timeout
-        # fails the test it hangs, which detects the mutant without stalling the run
+        # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): mutmut stops a
+        # spinning one at 30x the tests' CPU time; pytest-timeout fails any test that runs (or
+        # waits) past TEST_TIMEOUT_S of wall time, so no mutant stalls the run
         "pytest_add_cli_args": [
             *("-p", "no:randomly", "-p", "no:cacheprovider", "-q", f"--timeout={TEST_TIMEOUT_S}")
         ],
