@@ -151,15 +151,18 @@ TARGETS: tuple[Target, ...] = (
     # forward's body is the dispatch to cuDNN and the Triton kernels (CUDA only) around the
     # step loop of cores/base.py: the maths is the cell
     Target("cores/gru.py", _GATE_TESTS, ("GatedGRU.cell", "GatedGRU.step")),
+    # the reset and the step loop against rules written out in their tests: the cell tests
+    # reach them only through whole cores, minutes of tests per mutant
     Target(
         "cores/base.py",
         (
-            "tests/test_cell_transcriptions.py",
-            "tests/test_gates.py",
+            "tests/test_base_reference.py",
             "tests/test_cores.py::test_reset_where_resets_steps_and_sequences_to_zero_or_an_initial_state",
         ),
         ("_expand_mask", "reset_where", "keep_mask", "step_loop", "MemoryCore.reset_state"),
     ),
+    # scan_values and scan_adjoint are under @torch.no_grad(): mutmut 3 plants no mutant in a
+    # decorated function, so theirs are reached only through the functions they call
     Target(
         "cores/scan.py",
         ("tests/test_scan_reference.py", "tests/test_lru.py", "tests/test_gradient_references.py"),
@@ -232,8 +235,27 @@ EQUIVALENT: dict[str, str] = {
     "promoted to the float's dtype: the same product without the explicit cast",
     "cores.gates.x_gate_derivative__mutmut_38": "a bool mask multiplied into a float tensor is "
     "promoted to the float's dtype: the same product without the explicit cast",
+    "cores.scan.x__parallel__mutmut_16": "torch.cat's default dim is 0",
+    "cores.scan.x__parallel__mutmut_24": "torch.cat's default dim is 0",
+    "cores.scan.x__parallel__mutmut_85": "torch.stack's default dim is 0",
+    "cores.scan.x__parallel__mutmut_44": "size is a power of two: the extra round at shift == "
+    "size writes the empty slice [:, size:]",
+    "cores.scan.x__parallel__mutmut_63": "acc_a and acc_b have the same number of chunks: zip "
+    "never meets unequal lengths",
+    "cores.scan.x__parallel__mutmut_66": "acc_a and acc_b have the same number of chunks: zip "
+    "never meets unequal lengths",
+    "cores.scan.x__parallel__mutmut_75": "acc_a and acc_b have the same number of chunks: zip "
+    "never meets unequal lengths",
+    "cores.scan.xǁ_LinearScanǁbackward__mutmut_15": "previous_states writes h0 into a tensor "
+    "of h's dtype: the assignment casts it the same way",
+    "cores.scan.x_linear_scan__mutmut_7": "scan_values and scan_adjoint expand a themselves and "
+    "autograd sums a broadcast gradient back to a's shape: the same values and gradients",
+    "cores.base.x_step_loop__mutmut_23": "torch.stack's default dim is 0",
 }
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
+
+TEST_TIMEOUT_S = 30
+"""Seconds one test may run under a mutant (the slowest selected test takes a few)."""
 
 KILLED, SURVIVED, NO_TESTS, TIMEOUT, NOT_RUN = "killed", "survived", "no tests", "timeout", "-"
 STATUS_BY_EXIT_CODE = {1: KILLED, 3: KILLED, 0: SURVIVED, 5: NO_TESTS, 33: NO_TESTS, 36: TIMEOUT}
@@ -248,7 +270,12 @@ def mutmut_config(target: Target) -> str:
         "source_paths": ["cores", "agents", "envs", "experiments"],
         "only_mutate": [target.path],
         "pytest_add_cli_args_test_selection": list(target.tests),
-        "pytest_add_cli_args": ["-p", "no:randomly", "-p", "no:cacheprovider", "-q"],
+        # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): mutmut stops a
+        # spinning one at 30x the tests' CPU time; pytest-timeout fails any test that runs (or
+        # waits) past TEST_TIMEOUT_S of wall time, so no mutant stalls the run
+        "pytest_add_cli_args": [
+            *("-p", "no:randomly", "-p", "no:cacheprovider", "-q", f"--timeout={TEST_TIMEOUT_S}")
+        ],
         # torch is not fork-safe once it has run: workers fork from a fresh server process
         "process_isolation": "forkserver",
         "use_git_change_detection": False,

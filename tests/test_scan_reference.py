@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cores.scan import _chunk_size, linear_scan, previous_states, resolve_method, scan_values
+from cores.scan import (
+    _chunk_size,
+    linear_scan,
+    previous_states,
+    resolve_method,
+    scan_adjoint,
+    scan_values,
+)
 
 
 def _loop(a, b, h0):
@@ -71,3 +78,59 @@ def test_previous_states_and_chunk_sizes():
     assert resolve_method("parallel", torch.device("cpu")) == "parallel"
     with pytest.raises(ValueError, match="unknown scan method 'fast'; valid: auto, parallel"):
         linear_scan(torch.ones(2, 1), torch.ones(2, 1), torch.zeros(1), method="fast")
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_the_initial_state_is_cast_to_the_inputs_dtype_first(method):
+    """A float64 h0 scans exactly like h0 cast to float32: no widened output, no first step
+    rounded once from float64."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.rand(7, 16, 16, generator=g), torch.randn(7, 16, 16, generator=g)
+    h0 = torch.randn(16, 16, generator=g, dtype=torch.float64)
+    h = scan_values(a, b, h0, method)
+    assert h.dtype == torch.float32
+    assert torch.equal(h, scan_values(a, b, h0.float(), method))
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_an_out_of_the_wrong_length_is_refused(method):
+    a, b, h0 = _inputs(6, False)
+    with pytest.raises((ValueError, RuntimeError)):
+        scan_values(a, b, h0, method, out=torch.empty_like(b[:5]))
+
+
+def test_forward_and_backward_run_the_method_asked_for():
+    """A parallel scan's values and gradient are the parallel kernels', bit for bit (in float32
+    their rounding differs from the sequential kernels' at this length); without a method the
+    CPU runs the sequential ones."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(37, 4, 5, generator=g)
+    b = torch.randn(37, 4, 5, generator=g)
+    h0 = torch.randn(4, 5, generator=g)
+    grad_h = torch.randn(37, 4, 5, generator=g)
+    for method in ("parallel", "sequential"):
+        other = "sequential" if method == "parallel" else "parallel"
+        leaf = b.clone().requires_grad_(True)
+        h = linear_scan(a, leaf, h0, method=method)
+        h.backward(grad_h)
+        assert torch.equal(h, scan_values(a, b, h0, method))
+        assert not torch.equal(h, scan_values(a, b, h0, other))
+        assert torch.equal(leaf.grad, scan_adjoint(a, grad_h, method))
+        assert not torch.equal(leaf.grad, scan_adjoint(a, grad_h, other))
+    assert torch.equal(linear_scan(a, b, h0), scan_values(a, b, h0, "sequential"))
+
+
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_linear_scan_broadcasts_a_shared_coefficient(method):
+    """One coefficient per step for all rows: the loop's values, and a's gradient summed back
+    to its own shape."""
+    a, b, h0 = _inputs(6, False)
+    shared = a[:, :1, :1].clone().requires_grad_(True)
+    ref = shared.detach().clone().requires_grad_(True)
+    h = linear_scan(shared, b, h0, method=method)
+    h_ref = _loop(ref.expand_as(b), b, h0)
+    torch.testing.assert_close(h, h_ref)
+    h.sum().backward()
+    h_ref.sum().backward()
+    assert shared.grad.shape == (6, 1, 1)
+    torch.testing.assert_close(shared.grad, ref.grad)
