@@ -155,6 +155,20 @@ def load_config(
     return build(schema, raw, prefix="")
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+"""The folder that holds the ``experiments`` package (the repository root in a checkout)."""
+
+
+def packaged(path: Path) -> Path:
+    """``path``, or, where it does not exist and names one of the packaged configs
+    (``experiments/configs/...``, as the docs and benchmarks write them), the packaged copy:
+    the documented paths work from any working directory."""
+    if path.exists() or path.is_absolute() or path.parts[:2] != ("experiments", "configs"):
+        return path
+    candidate = PACKAGE_ROOT / path
+    return candidate if candidate.exists() else path
+
+
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
     """Read a YAML file through :func:`parse_yaml` (no duplicate keys, no alias bombs): the
     one way memcores reads a YAML file a person wrote.
@@ -163,7 +177,7 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
     :raises ConfigError: the path is missing, a folder or not a regular file, the file is not
         UTF-8 YAML or is refused; the message names the file.
     """
-    path = Path(path)
+    path = packaged(Path(path))
     if path.is_dir():
         raise ConfigError(f"{what.split()[0]} path {path} is a folder, not a YAML file")
     if not path.exists():

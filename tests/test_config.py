@@ -157,3 +157,22 @@ def test_error_messages_cut_long_values():
         load_config(Schema, None, [f"agent.seq_len=[{', '.join(['1'] * 5_000)}]"])
     assert "'agent.seq_len' must be an integer" in str(caught.value)
     assert len(str(caught.value)) < 300
+
+
+def test_a_packaged_config_path_loads_from_any_working_directory(tmp_path, monkeypatch) -> None:
+    """`experiments/configs/...` (the docs' and benchmarks' paths) resolves to the packaged
+    copy outside the repository; a path that exists where it is given wins; a missing one is
+    still named as missing."""
+    from agents.rl_config import RLConfig
+
+    monkeypatch.chdir(tmp_path)
+    config = load_config(RLConfig, "experiments/configs/memory_s7.yaml")
+    assert config.env.id == "MiniGrid-MemoryS7-v0"
+    local = tmp_path / "experiments" / "configs"
+    local.mkdir(parents=True)
+    (local / "memory_s7.yaml").write_text("env: {id: MiniGrid-DoorKey-5x5-v0}\n")
+    assert load_config(RLConfig, "experiments/configs/memory_s7.yaml").env.id == (
+        "MiniGrid-DoorKey-5x5-v0"
+    )
+    with pytest.raises(ConfigError, match="not found: experiments/configs/nope.yaml"):
+        load_config(RLConfig, "experiments/configs/nope.yaml")
