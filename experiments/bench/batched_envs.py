@@ -172,29 +172,10 @@ RL_CONFIG = "experiments/configs/passive_visual_match.yaml"
 def train_fps(vector: str, n_envs: int, updates: int, device: str, tmp: str) -> tuple[float, float]:
     """Frames per wall second and per CPU second of ``memcores train`` on :data:`RL_CONFIG`
     (PPO, ``lstm``, its reconstruction loss) with ``env.vector=vector`` (after a warm-up)."""
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import train
-    from experiments.config import load_config
+    from experiments.bench.rl import train_rates
 
-    def run(n_updates: int, name: str) -> tuple[float, float]:
-        overrides = [
-            f"env.vector={vector}",
-            f"env.n_envs={n_envs}",
-            f"train.total_steps={n_updates * n_envs * 128}",
-            f"train.device={device}",
-            "train.threads=0",  # the thread count this bench set
-            "train.progress=false",
-            "train.histogram_every=0",
-            f"train.checkpoint_every={n_updates}",
-        ]
-        result = train(load_config(RLConfig, RL_CONFIG, overrides), f"{tmp}/{name}")
-        return (
-            result.global_step / result.loop_seconds,
-            result.global_step / result.loop_cpu_seconds,
-        )
-
-    run(1, f"warmup_{vector}_{n_envs}")
-    return run(updates, f"timed_{vector}_{n_envs}")
+    overrides = [f"env.vector={vector}", f"env.n_envs={n_envs}", f"train.device={device}"]
+    return train_rates(RL_CONFIG, overrides, n_envs * 128, updates, tmp, f"{vector}_{n_envs}")
 
 
 def rl_main(argv: list[str]) -> int:

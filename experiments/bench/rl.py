@@ -47,6 +47,44 @@ from experiments.bench.record import Table, add_record_arguments, record_folder,
 ENV_ID = "MiniGrid-MemoryS7-v0"
 
 
+def train_rates(
+    config_path: str | None,
+    overrides: list[str],
+    frames_per_update: int,
+    updates: int,
+    tmp: str,
+    name: str,
+) -> tuple[float, float]:
+    """Frames per wall second and per CPU second of ``memcores train`` on ``config_path`` with
+    ``overrides``: one update of warm-up, then ``updates`` timed. The loop only (rollouts,
+    updates, logging, checkpoints), as sb3's learn(); setup (building envs and policy, opening
+    TensorBoard) is excluded on both sides."""
+    from agents.rl_config import RLConfig
+    from agents.rl_trainer import train
+    from experiments.config import load_config
+
+    rates = (0.0, 0.0)
+    for run, n_updates in (("warmup", 1), ("timed", updates)):
+        config = load_config(
+            RLConfig,
+            config_path,
+            [
+                *overrides,
+                f"train.total_steps={n_updates * frames_per_update}",
+                "train.threads=0",  # keep the thread count the bench set, for both sides
+                "train.progress=false",
+                "train.histogram_every=0",
+                f"train.checkpoint_every={n_updates}",
+            ],
+        )
+        result = train(config, f"{tmp}/{run}_{name}")
+        rates = (
+            result.global_step / result.loop_seconds,
+            result.global_step / result.loop_cpu_seconds,
+        )
+    return rates
+
+
 def _ours(
     updates: int,
     n_envs: int,
@@ -59,44 +97,23 @@ def _ours(
     minibatch: int | None = None,
 ) -> tuple[float, float]:
     """Frames per wall second and per CPU second of ``memcores train`` (after a warm-up)."""
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import train
-    from experiments.config import load_config
-
     minibatch = minibatch or min(256, n_envs * n_steps)
-
-    def run(n_updates: int, name: str) -> tuple[float, float]:
-        overrides = [
-            f"env.id={ENV_ID}",
-            f"env.n_envs={n_envs}",
-            f"env.vector={vector}",
-            f"env.workers={workers}",
-            f"core.name={core}",
-            "core.hidden_size=64",
-            "agent.image_encoder=flat",  # the flattened raw image, as sb3's MlpLstmPolicy
-            "agent.algo=ppo",
-            f"agent.n_steps={n_steps}",
-            "agent.seq_len=32",
-            "agent.n_epochs=4",
-            f"agent.minibatch_size={minibatch}",
-            f"train.total_steps={n_updates * n_envs * n_steps}",
-            f"train.device={device}",
-            "train.threads=0",  # keep the thread count this bench set for both sides
-            "train.progress=false",
-            "train.histogram_every=0",
-            f"train.checkpoint_every={n_updates}",
-        ]
-        config = load_config(RLConfig, None, overrides)
-        # the loop only (rollouts, updates, logging, checkpoints), as sb3's learn(); setup
-        # (building envs and policy, opening TensorBoard) is excluded on both sides
-        result = train(config, f"{tmp}/{name}")
-        return (
-            result.global_step / result.loop_seconds,
-            result.global_step / result.loop_cpu_seconds,
-        )
-
-    run(1, "warmup")
-    return run(updates, "timed")
+    overrides = [
+        f"env.id={ENV_ID}",
+        f"env.n_envs={n_envs}",
+        f"env.vector={vector}",
+        f"env.workers={workers}",
+        f"core.name={core}",
+        "core.hidden_size=64",
+        "agent.image_encoder=flat",  # the flattened raw image, as sb3's MlpLstmPolicy
+        "agent.algo=ppo",
+        f"agent.n_steps={n_steps}",
+        "agent.seq_len=32",
+        "agent.n_epochs=4",
+        f"agent.minibatch_size={minibatch}",
+        f"train.device={device}",
+    ]
+    return train_rates(None, overrides, n_envs * n_steps, updates, tmp, "memcores")
 
 
 def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, float]:
