@@ -1,26 +1,33 @@
 """``memcores bench envs --batched`` and ``memcores bench rl --batched`` run and write their
-tables."""
+records."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from experiments.bench import envs as bench_envs
 from experiments.bench import rl as bench_rl
+from experiments.bench.record import read_record
 
 
-def test_bench_envs_batched_writes_its_table(tmp_path, capsys):
+def test_bench_envs_batched_writes_its_record(tmp_path, capsys):
     ids = "memcores/ActiveVisualMatch-v0,popgym/CountRecallEasy-v0"
     assert bench_envs.main(["--batched", "--quick", "--envs", ids, "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "bench_envs.json").read_text())["rows"]
+    record = read_record(tmp_path)
+    rows = record["numbers"]["rows"]
     assert [r["env"] for r in rows] == ids.split(",")
     assert all(r["batched"] > 0 and r["gymnasium"] > 0 for r in rows)
-    table = (tmp_path / "bench_envs.md").read_text()
-    assert table.startswith("`memcores bench envs --batched --quick")
-    body = table.split("\n\n", 1)[1]
-    assert "| memcores/ActiveVisualMatch-v0 | 64 |" in body and body in capsys.readouterr().out
+    assert record["command"].startswith("memcores bench envs --batched --quick")
+    (table,) = record["tables"]
+    assert table["rows"][0][:2] == ["memcores/ActiveVisualMatch-v0", "64"]
+    assert "| memcores/ActiveVisualMatch-v0 | 64 |" in capsys.readouterr().out
+    assert (tmp_path / "REPORT.md").read_text().startswith("# Bench: envs_batched")
+
+
+def test_a_quick_bench_envs_batched_writes_no_record_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert bench_envs.main(["--batched", "--quick", "--envs", "popgym/AutoencodeEasy-v0"]) == 0
+    assert not (tmp_path / "results").exists()
 
 
 def test_bench_envs_batched_refuses_ids_without_a_batched_version(capsys):
@@ -30,7 +37,10 @@ def test_bench_envs_batched_refuses_ids_without_a_batched_version(capsys):
     assert "no batched version of MiniGrid-MemoryS7-v0; valid:" in capsys.readouterr().err
 
 
-def test_bench_rl_batched_prints_a_row_per_size(tmp_path):
+def test_bench_rl_batched_records_a_row_per_size(tmp_path):
     assert bench_rl.main(["--batched", "--quick", "--out", str(tmp_path)]) == 0
-    table = (tmp_path / "bench_rl_batched.md").read_text()
-    assert table.startswith("`memcores bench rl --batched --quick") and "\n| 2 | " in table
+    record = read_record(tmp_path)
+    assert record["command"].startswith("memcores bench rl --batched --quick")
+    (table,) = record["tables"]
+    assert [row[0] for row in table["rows"]] == ["2"]
+    assert all(float(cell.rstrip("x").replace(",", "")) > 0 for cell in table["rows"][0][1:])

@@ -5,12 +5,14 @@ the GPU run stops with one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from cores import CORES
 from experiments.bench import gpu
+from experiments.bench.gpu_report import SECTIONS
 from experiments.cli import main
 
 
@@ -63,13 +65,26 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
     assert [r["n_envs"] for r in parts["acting"]["rows"]] == list(gpu.QUICK.acting_envs)
     assert all(r["rule"] == "cpu" and r["us_cpu"] > 0 for r in parts["acting"]["rows"])
 
-    rl = parts["rl"]["rows"]
+    rl, batched = parts["rl"]["rows"][:7], parts["rl"]["rows"][7:]
     assert [r["setting"].split()[0] for r in rl] == ["MemoryS7"] * 2 + ["POPGym"] * 5
     assert rl[5]["setting"] == "POPGym ur_lstm, eager update"
     assert rl[5]["overrides"][-1] == "train.graph_update=false"
     for row in rl:
         assert "error" not in row, row
         assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0
+    # the batched-env rows: the device only, each against a row of the same run
+    assert [r["setting"] for r in batched] == [
+        "PassiveVisualMatch lstm, batched, 4 envs",
+        "POPGym min_gru, batched",
+    ]
+    fastest = max(rl, key=lambda r: r["device"]["fps"])
+    popgym_min_gru = next(r for r in rl if r["setting"] == "POPGym min_gru")
+    for row, other in zip(batched, (fastest, popgym_min_gru), strict=True):
+        assert "error" not in row and "cpu" not in row, row
+        assert "env.vector=batched" in row["overrides"]
+        assert row["against"] == other["setting"]
+        assert row["x_against"] == pytest.approx(row["device"]["fps"] / other["device"]["fps"])
+    assert "| POPGym min_gru, batched | - | " in md
     plain, eager = rl[0], rl[1]
     # the CPU against itself; no graphs there (their bookkeeping: the test below)
     assert plain["x_cpu"] == 1.0 and plain["device"]["graphs"] == "acting eager; update eager"
@@ -218,7 +233,9 @@ def test_the_rl_rows_time_each_eager_update_row_after_its_plain_row():
         eager = labels[labels.index(plain) + 1]
         assert eager == f"{plain}, eager update"
         assert settings[labels.index(eager)][2][-1] == "train.graph_update=false"
-    assert len(labels) == 2 + len(gpu.POPGYM_CORES) + len(gpu.EAGER_ROWS)
+    n_batched = len(gpu.Sizes().batched_envs) + 1  # and POPGym min_gru
+    assert len(labels) == 2 + len(gpu.POPGYM_CORES) + len(gpu.EAGER_ROWS) + n_batched
+    assert labels[-n_batched:] == [label for label, *_ in gpu.batched_settings(gpu.Sizes())]
 
 
 def test_a_plain_rl_row_acts_and_updates_as_the_trainer_does_by_default(monkeypatch):
@@ -238,3 +255,11 @@ def test_a_plain_rl_row_acts_and_updates_as_the_trainer_does_by_default(monkeypa
     assert int(updated.split()[1]) > 0
     out = gpu.rl_rate(gpu.MEMORY_S7, [*overrides, "train.graph_update=false"], "cpu", None)
     assert out["graphs"] == f"acting {steps + 1} steps replayed; update eager"
+
+
+def test_the_default_against_record_renders_with_the_current_report():
+    """``--against`` reads an older record: its rows may lack columns added since (shown as -)."""
+    results = json.loads(Path(gpu.REPO, gpu.RECORD).read_text())
+    md = gpu.markdown(results)
+    known = results["parts"].keys() & SECTIONS.keys()  # a part since removed is not rendered
+    assert known and md.count("\n## ") >= len(known)

@@ -7,28 +7,34 @@ vector env (:mod:`envs.vector`, 64 envs, random actions). Resets at episode ends
 in both. The sides are timed in interleaved rounds (gymnasium, then every size of the batched
 env, ``--rounds`` times) in one process, and the median round of each is reported, so a busy
 machine slows both alike. ``--threads`` (default 1) torch threads: on a CPU the ratio is then
-one core against one core. With ``--out DIR`` the table is also written to
-``DIR/bench_envs.md`` and ``DIR/bench_envs.json``.
+one core against one core. The table is written as a bench record
+(:mod:`experiments.bench.record`): ``results/bench/envs_batched`` on a CPU,
+``results/bench/envs_batched_<device>`` on another device (``--out DIR`` elsewhere).
 
     memcores bench envs --batched                          # CPU, 64 .. 16384 envs
-    memcores bench envs --batched --device cuda --out results/bench_envs/gpu
-    memcores bench envs --batched --quick                  # smoke test
+    memcores bench envs --batched --device cuda            # results/bench/envs_batched_cuda
+    memcores bench envs --batched --quick                  # smoke test (no record)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from envs.batched import batched_ids, make_batched_env
 from envs.vector import VectorEnv
+from experiments.bench.record import (
+    Table,
+    add_record_arguments,
+    markdown_table,
+    record_folder,
+    write_record,
+)
 
 SIZES = (64, 256, 1024, 4096, 16384)
 TARGET_SIZE, TARGET_RATIO = 1024, 10.0
@@ -96,19 +102,18 @@ def run(
     return rows
 
 
-def table(rows: list[dict], device: torch.device) -> str:
-    """The rows as a markdown table."""
-    lines = [
-        f"| env | envs | batched steps/s ({device.type}) | gymnasium steps/s (vector env, "
-        f"{GYM_ENVS} envs, CPU) | ratio |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['env']} | {r['n_envs']} | {r['batched']:,.0f} | {r['gymnasium']:,.0f} "
-            f"| {r['ratio']:.1f}x |"
-        )
-    return "\n".join(lines)
+def table(rows: list[dict], device: torch.device) -> Table:
+    """The rows as a record table."""
+    columns = [
+        "env", "envs", f"batched steps/s ({device.type})",
+        f"gymnasium steps/s (vector env, {GYM_ENVS} envs, CPU)", "ratio",
+    ]  # fmt: skip
+    cells = [
+        [r["env"], str(r["n_envs"]), f"{r['batched']:,.0f}", f"{r['gymnasium']:,.0f}",
+         f"{r['ratio']:.1f}x"]
+        for r in rows
+    ]  # fmt: skip
+    return Table(f"Batched envs ({device.type}) against their gymnasium versions", columns, cells)
 
 
 def main(argv: list[str]) -> int:
@@ -119,8 +124,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--frames", type=int, default=200_000, help="env steps per measurement")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
-    parser.add_argument("--out", default="", help="folder for bench_envs.md and .json")
     parser.add_argument("--quick", action="store_true", help="1 round, 2,000 frames, 64 envs")
+    add_record_arguments(parser, "envs_batched")
     args = parser.parse_args(argv)
     try:
         sizes = tuple(int(s) for s in args.sizes.split(","))
@@ -145,23 +150,30 @@ def main(argv: list[str]) -> int:
         f"torch threads {torch.get_num_threads()}"
     )
     rows = run(env_ids, sizes, args.rounds, args.frames, device)
-    text = table(rows, device)
-    print(text)
+    result = table(rows, device)
+    print(markdown_table(result))
+    notes = [
+        f"{args.rounds} interleaved rounds x {args.frames} env steps per measurement, median "
+        f"round; torch threads {torch.get_num_threads()}"
+    ]
     at_target = [r for r in rows if r["n_envs"] == TARGET_SIZE]
     if at_target and device.type == "cpu":
         worst = min(at_target, key=lambda r: r["ratio"])
         verdict = "meets" if worst["ratio"] >= TARGET_RATIO else "BELOW"
-        print(
+        notes.append(
             f"slowest at {TARGET_SIZE} envs: {worst['env']} {worst['ratio']:.1f}x its gymnasium "
             f"version ({verdict} target {TARGET_RATIO:.0f}x)"
         )
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        command = "memcores bench envs --batched " + " ".join(argv)
-        (out / "bench_envs.md").write_text(f"`{command.strip()}`\n\n{text}\n")
-        payload = {"command": command.strip(), "device": str(device), "rows": rows}
-        (out / "bench_envs.json").write_text(json.dumps(payload, indent=1) + "\n")
+        print(notes[-1])
+    name = "envs_batched" if device.type == "cpu" else f"envs_batched_{device.type}"
+    write_record(
+        record_folder(args, name),
+        bench=name,
+        argv=["envs", "--batched", *argv],
+        tables=[result],
+        notes=notes,
+        numbers={"rows": rows},
+    )
     return 0
 
 
@@ -194,38 +206,42 @@ def rl_main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cpu", help="train.device of both sides")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
     parser.add_argument("--quick", action="store_true", help="2 envs, 1 update")
-    parser.add_argument("--out", default="", help="folder for bench_rl_batched.md")
+    add_record_arguments(parser, "rl_batched")
     args = parser.parse_args(argv)
     sizes = (2,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
     updates = 1 if args.quick else args.updates
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    print(
-        f"bench rl --batched: {RL_CONFIG} (PPO, lstm 64, 128 steps per env per update), "
-        f"{updates} timed updates after one warm-up, device {args.device}, torch threads "
-        f"{torch.get_num_threads()}"
+    setting = (
+        f"{RL_CONFIG} (PPO, lstm 64, 128 steps per env per update), {updates} timed updates "
+        f"after one warm-up, device {args.device}, torch threads {torch.get_num_threads()}"
     )
-    lines = [
-        "| envs | sync frames/s | batched frames/s | ratio | sync frames/CPU-s "
-        "| batched frames/CPU-s |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    print("\n".join(lines))
+    print(f"bench rl --batched: {setting}")
+    columns = [
+        "envs", "sync frames/s", "batched frames/s", "ratio", "sync frames/CPU-s",
+        "batched frames/CPU-s",
+    ]  # fmt: skip
+    result = Table("PPO on Passive Visual Match: gymnasium envs beside batched envs", columns, [])
     tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_batched_")
     try:
         for n in sizes:
             sync = train_fps("sync", n, updates, args.device, tmp)
             batched = train_fps("batched", n, updates, args.device, tmp)
-            lines.append(
-                f"| {n} | {sync[0]:,.0f} | {batched[0]:,.0f} | {batched[0] / sync[0]:.2f}x "
-                f"| {sync[1]:,.0f} | {batched[1]:,.0f} |"
-            )
-            print(lines[-1], flush=True)
+            result.rows.append(
+                [str(n), f"{sync[0]:,.0f}", f"{batched[0]:,.0f}", f"{batched[0] / sync[0]:.2f}x",
+                 f"{sync[1]:,.0f}", f"{batched[1]:,.0f}"]
+            )  # fmt: skip
+            print(" | ".join(result.rows[-1]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        command = " ".join(["memcores bench rl --batched", *argv])
-        (out / "bench_rl_batched.md").write_text(f"`{command}`\n\n" + "\n".join(lines) + "\n")
+    print(markdown_table(result))
+    device = torch.device(args.device).type
+    name = "rl_batched" if device == "cpu" else f"rl_batched_{device}"
+    write_record(
+        record_folder(args, name),
+        bench=name,
+        argv=["rl", "--batched", *argv],
+        tables=[result],
+        notes=[setting],
+    )
     return 0

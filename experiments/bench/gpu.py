@@ -4,7 +4,8 @@ Parts, each with a time budget (:data:`PARTS`; what does not fit is listed as no
 ``cores`` (forward+backward of every core at T=256, B=64, D=64, H=128 beside cuDNN's
 ``nn.LSTM``/``nn.GRU``, the ``graph_safe`` ones also through CUDA graphs, against the committed
 record ``--against``), ``scaling`` (time against T), ``acting`` (a MemoryS7 acting step on the
-CPU, the GPU and its acting graph), ``rl`` (PPO frames/s, GPU against CPU) and ``supervised``
+CPU, the GPU and its acting graph), ``rl`` (PPO frames/s, GPU against CPU; with batched envs,
+against the other rows) and ``supervised``
 (copy task, seconds per update). ``DIR/bench_gpu.json`` and ``.md`` are rewritten after each
 part. Without a GPU it exits with code 2 (``--device cpu --quick``: the script at tiny sizes).
 The CUDA tests run as ``pytest -m cuda``, not from here.
@@ -34,6 +35,7 @@ from experiments.bench.gpu_report import markdown
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_S7 = "experiments/configs/memory_s7.yaml"
 POPGYM = "experiments/configs/sweep_popgym.yaml"
+PASSIVE = "experiments/configs/passive_visual_match.yaml"
 COPY = "experiments/configs/copy.yaml"
 RECORD = "results/bench_gpu/h100/bench_gpu.json"  # the default --against
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
@@ -47,7 +49,7 @@ GRAPHED = " (CUDA graph)"  # suffix of a row timed through GraphedCore
 OWN_LOOP_SPEEDUP = 5.0  # target of a step-loop core through graphs against its eager loop
 LSTM_PRESETS = frozenset(presets_of("cores.gated:GatedLSTM"))
 GRU_PRESETS = frozenset(presets_of("cores.gru:GatedGRU"))
-PARTS: dict[str, float] = dict(cores=90.0, scaling=30.0, acting=5.0, rl=65.0, supervised=20.0)
+PARTS: dict[str, float] = dict(cores=90.0, scaling=30.0, acting=5.0, rl=90.0, supervised=20.0)
 """Each part's time budget in seconds (checked between measurements); what a part leaves
 goes to the next."""
 
@@ -67,6 +69,8 @@ class Sizes:
     rl_envs: tuple[int, ...] = (8, 64)
     rl_overrides: tuple[str, ...] = ()
     popgym_overrides: tuple[str, ...] = ()
+    batched_envs: tuple[int, ...] = (1024, 4096)  # Passive Visual Match, env.vector=batched
+    batched_overrides: tuple[str, ...] = ()
     supervised_overrides: tuple[str, ...] = ("core.hidden_size=128", "train.batch_size=256")
     supervised_updates: int = 20
 
@@ -77,6 +81,11 @@ QUICK = Sizes(
     window_s=0.0, acting_envs=(2, 4), acting_steps=3, rl_envs=(8,),
     rl_overrides=(*_TINY_RL, "agent.minibatch_size=32"),
     popgym_overrides=(*_TINY_RL, "env.n_envs=2", "agent.minibatch_size=16"),
+    batched_envs=(4,),
+    batched_overrides=(  # a sequence at least the room's memory horizon (32 steps) long
+        "agent.n_steps=64", "agent.seq_len=64", "core.hidden_size=8",
+        "agent.minibatch_size=128", "agent.n_epochs=1",
+    ),
     supervised_overrides=("task.length=10", "core.hidden_size=8", "train.batch_size=8"),
     supervised_updates=2,
 )  # fmt: skip
@@ -415,7 +424,7 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
 
 def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
     """``(label, config, overrides, epochs timed)`` rows, each of :data:`EAGER_ROWS`
-    followed by its eager-update row."""
+    followed by its eager-update row, then the batched-env rows (:func:`batched_settings`)."""
     memory = [
         (f"MemoryS7 lstm, {n} envs", MEMORY_S7, [f"env.n_envs={n}"], None) for n in sizes.rl_envs
     ]
@@ -427,31 +436,66 @@ def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
         if label in EAGER_ROWS:
             eager = [*overrides, "train.graph_update=false"]
             settings.append((f"{label}, eager update", path, eager, epochs))
-    return settings
+    return settings + [(label, path, o, e) for label, path, o, e, _ in batched_settings(sizes)]
+
+
+def batched_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None, str]]:
+    """The rows with batched envs (``env.vector=batched``), timed on the device only, each
+    with the row of this run it is compared with (``"best"``: the fastest row without
+    batched envs). Passive Visual Match keeps its config's four minibatches per epoch."""
+    batched = ["env.vector=batched"]
+    rows = [
+        (f"PassiveVisualMatch lstm, batched, {n} envs", PASSIVE,
+         [*batched, f"env.n_envs={n}", f"agent.minibatch_size={n * 32}",
+          *sizes.batched_overrides], None, "best")
+        for n in sizes.batched_envs
+    ]  # fmt: skip
+    popgym = [*batched, "core.name=min_gru", *sizes.popgym_overrides]
+    return [*rows, ("POPGym min_gru, batched", POPGYM, popgym, 1, "POPGym min_gru")]
 
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
-    """RL frames/s on ``device`` against the CPU (an eager-update row reuses the CPU above)."""
+    """RL frames/s on ``device`` against the CPU (an eager-update row reuses the CPU above);
+    a batched-env row is timed on ``device`` only, against a row of this run."""
     rows: list[dict[str, Any]] = []
     not_measured, threads = [], torch.get_num_threads()
+    compared = {label: other for label, *_, other in batched_settings(sizes)}
     for label, path, overrides, epochs in rl_settings(sizes):
         if clock.left() <= 0:
             not_measured.append(label)
             continue
         row: dict[str, Any] = {"setting": label, "config": path, "overrides": overrides}
         try:
-            eager_row = label.endswith("eager update")
-            cpu = rows[-1].get("cpu") if eager_row else rl_rate(path, overrides, "cpu", epochs)
-            row["cpu"] = cpu
-            on_device = device.type != "cpu"
-            row["device"] = rl_rate(path, overrides, str(device), epochs) if on_device else cpu
-            row["x_cpu"] = row["device"]["fps"] / cpu["fps"]
+            if label in compared:
+                row["device"] = rl_rate(path, overrides, str(device), epochs)
+                row.update(_against(row["device"]["fps"], compared[label], rows))
+            else:
+                eager_row = label.endswith("eager update")
+                cpu = rows[-1].get("cpu") if eager_row else rl_rate(path, overrides, "cpu", epochs)
+                row["cpu"] = cpu
+                on_device = device.type != "cpu"
+                row["device"] = rl_rate(path, overrides, str(device), epochs) if on_device else cpu
+                row["x_cpu"] = row["device"]["fps"] / cpu["fps"]
         except Exception as err:
             row["error"] = _error(err)
         finally:
             torch.set_num_threads(threads)  # setup() applies each config's train.threads
         rows.append(row)
     return {"rows": rows, "not_measured": not_measured}
+
+
+def _against(fps: float, other: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"against": label, "x_against": ratio}``: ``fps`` against row ``other`` of ``rows``
+    (``"best"``: the fastest device row there); empty where that row was not measured."""
+    timed_rows = [r for r in rows if "x_cpu" in r]
+    if other == "best":
+        timed_rows = sorted(timed_rows, key=lambda r: -r["device"]["fps"])[:1]
+    else:
+        timed_rows = [r for r in timed_rows if r["setting"] == other]
+    if not timed_rows:
+        return {}
+    best = timed_rows[0]
+    return {"against": best["setting"], "x_against": fps / best["device"]["fps"]}
 
 
 def supervised_rate(overrides: list[str], device: str, updates: int, clock: Clock) -> dict:

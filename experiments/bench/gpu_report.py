@@ -40,9 +40,9 @@ def cores(c: dict[str, Any]) -> list[str]:
     lines = section(title, [*columns, "record ms", "x record", "target"], note)
     for r in c["rows"]:
         lines.append(
-            f"| {r['core']} | {_num(r['ms'])} | {_num(r['ms_graphed'])} | {_x(r['x_nn_lstm'])} "
-            f"| {_x(r['x_nn_gru'])} | {_x(r['x_own_loop'])} | {_num(r['record_ms'])} "
-            f"| {_x(r['x_record'])} | {r['target']} |"
+            f"| {r['core']} | {_num(r['ms'])} | {_num(r.get('ms_graphed'))} "
+            f"| {_x(r['x_nn_lstm'])} | {_x(r['x_nn_gru'])} | {_x(r.get('x_own_loop'))} "
+            f"| {_num(r.get('record_ms'))} | {_x(r.get('x_record'))} | {r.get('target', '-')} |"
         )
     return lines
 
@@ -77,18 +77,24 @@ def acting(a: dict[str, Any]) -> list[str]:
 
 def rl(part: dict[str, Any]) -> list[str]:
     """The RL part: frames/s per setting, device against CPU."""
-    columns = ["setting", "CPU frames/s", "device frames/s", "x CPU"]
+    columns = ["setting", "CPU frames/s", "device frames/s", "x CPU", "x against"]
     columns += ["device: collect s / update s", "epochs timed", "acting"]
-    lines = section("RL frames/s, device against the same machine's CPU", columns)
+    note = (
+        "A batched-env row (`env.vector=batched`) is timed on the device only, against the "
+        "row it names (the fastest row without batched envs, or its own setting's)."
+    )
+    lines = section("RL frames/s, device against the same machine's CPU", columns, note)
     for r in part["rows"]:
         if "error" in r:
-            lines.append(f"| {r['setting']} | error: {r['error']} | | | | | |")
+            lines.append(f"| {r['setting']} | error: {r['error']} | | | | | | |")
             continue
-        d = r["device"]
+        d, cpu = r["device"], r.get("cpu")
+        against = f"{_x(r['x_against'])} {r['against']}" if "x_against" in r else "-"
         lines.append(
-            f"| {r['setting']} | {r['cpu']['fps']:.0f} | {d['fps']:.0f} | {_x(r['x_cpu'])} "
+            f"| {r['setting']} | {_num(cpu and cpu['fps'], 0)} | {d['fps']:.0f} "
+            f"| {_x(r.get('x_cpu'))} | {against} "
             f"| {d['collect_s']:.2f} / {d['update_s']:.2f} | {d['epochs_timed']} "
-            f"| {d['acting']}; {d['graphs']} |"
+            f"| {d['acting']}; {d.get('graphs', '-')} |"
         )
     return lines
 
