@@ -1,0 +1,133 @@
+"""The acting step and a batched env's step in one recording (``train.graph_env_step``,
+agents/rollout_graph.py), and the batched envs' recordable step it relies on.
+
+A CUDA graph replays kernels, not Python: every tensor a batched env's step reads or writes
+must keep its storage. On a CPU the recording is the eager recorder (the same static inputs,
+run again at each replay), which checks the bookkeeping; on a GPU (``pytest -m cuda``) the
+rollout test records a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rl_helpers import evaluate_chunks, tiny_config
+
+from agents.episodes import EpisodeStats
+from agents.policy import build_policy, observation_shape
+from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
+from agents.rollout_graph import RolloutGraph
+from cores.graphed import CudaRecorder, EagerRecorder
+from envs.batched import BatchedEnv, batched_ids, make_batched_env
+
+
+def _tensors(env: BatchedEnv) -> dict[str, torch.Tensor]:
+    """Every tensor a step reads or writes, by name."""
+    named = {"keys": env.keys, "episodes": env.episodes, "stale": env._stale}
+    for prefix, store in (("state", env.state), ("next", env._next), ("obs", env.obs)):
+        named.update({f"{prefix}.{k}": v for k, v in store.items()})
+    return {**named, **{f"out.{k}": v for k, v in env._out.items()}}
+
+
+@pytest.mark.parametrize("env_id", batched_ids())
+def test_masked_steps_keep_every_tensor_in_place_and_equal_compact_steps(env_id):
+    """Every batched env on the masked path (as on a GPU): over two whole episodes of every
+    env, pool refills and a second reset, each state, pool, observation and output tensor
+    keeps its storage (what a graph replay needs); and the masked env steps as the compact
+    one (rows found by index), observation, reward, done and success."""
+    masked, compact = make_batched_env(env_id, 6), make_batched_env(env_id, 6)
+    masked.compact_resets = False
+    generator = torch.Generator().manual_seed(0)
+    n_actions = int(masked.single_action_space.n)
+    masked.reset(seed=5)
+    where = {k: v.data_ptr() for k, v in _tensors(masked).items()}
+    for seed in (5, 9):
+        masked.reset(seed=seed), compact.reset(seed=seed)
+        ended = torch.zeros(6, dtype=torch.int64)
+        steps = 0
+        while ended.min() < 2:
+            actions = torch.randint(n_actions, (6,), generator=generator)
+            got, want = masked.step(actions), compact.step(actions)
+            for key in want[0]:
+                assert torch.equal(got[0][key], want[0][key]), (key, steps)
+            for name, a, b in zip(("reward", "done", "success"), got[1:], want[1:], strict=True):
+                assert torch.equal(a, b), (name, steps)
+            assert {k: v.data_ptr() for k, v in _tensors(masked).items()} == where, steps
+            ended += got[2]
+            steps += 1
+        assert steps >= masked.min_episode_length  # refills happened on the way
+        assert torch.equal(masked.episodes, ended)
+
+
+FIELDS = ("starts", "actions", "logprobs", "values", "rewards", "returns")
+
+
+def _rollouts(env_id: str, env_kwargs: dict, device: str, graphed: bool):  # noqa: ANN202
+    """Two PPO rollouts of 4 envs x 32 steps, eager or through a :class:`RolloutGraph` (two
+    warm-up steps): a copy of each rollout's buffer, the episode statistics, the graph and
+    the last buffer."""
+    config = tiny_config(f"env.id={env_id}", f"train.device={device}")
+    dev = torch.device(device)
+    envs = make_batched_env(env_id, 4, dev, env_kwargs)
+    space = envs.single_observation_space
+    torch.manual_seed(0)
+    policy = build_policy(config, int(envs.single_action_space.n), observation_shape(space))
+    policy = policy.to(dev)
+    carry = start_rollouts(policy, envs, seed=3, device=dev)
+    buffer = RolloutBuffer(obs_shapes(space), 32, 4, 8, policy.initial_state(4, dev), dev)
+    graph = None
+    if graphed:
+        recorder = CudaRecorder() if device == "cuda" else EagerRecorder()
+        graph = RolloutGraph(policy, envs, recorder, warmup_calls=2)
+    episodes = EpisodeStats(4)
+    torch.manual_seed(1)
+    copies = []
+    for _ in range(2):
+        agent = config.agent
+        carry = collect_with_returns(policy, envs, buffer, carry, agent, episodes, None, graph)
+        copy = {name: getattr(buffer, name).clone() for name in FIELDS}
+        copy.update({f"obs.{k}": v.clone() for k, v in buffer.obs.items()})
+        copy.update({f"state.{i}": s.clone() for i, s in enumerate(buffer.chunk_states)})
+        copies.append(copy)
+    return copies, episodes, graph, policy, buffer
+
+
+ENVS = [
+    ("memcores/PassiveVisualMatch-v0", {"distractor_steps": 3, "max_steps": 20}),
+    ("popgym/MineSweeperEasy-v0", {}),
+]
+
+
+@pytest.mark.parametrize(("env_id", "env_kwargs"), ENVS)
+def test_recorded_rollout_steps_the_env_as_the_eager_env(env_id, env_kwargs, device):
+    """Through the replays (after two warm-up steps), the stored observations, rewards and
+    starts are what the env gives stepped eagerly with the stored actions (resets and pool
+    refills inside the rollouts), and the stored log-probabilities and values are the
+    policy's for the stored actions; on a CPU the whole
+    rollout (actions, log-probabilities, values, chunk states, returns, episodes) equals the
+    unrecorded one bit for bit."""
+    rollouts, episodes, graph, policy, buffer = _rollouts(env_id, env_kwargs, device, True)
+    assert graph.failure is None and graph.replays == 2 * 32 - 2
+    assert sum(int(r["starts"][1:].sum()) for r in rollouts) >= 4  # episodes ended inside
+    replay = make_batched_env(env_id, 4, device, env_kwargs)
+    replay.reset(seed=3)
+    done = torch.ones(4, dtype=torch.bool, device=device)
+    for k, rollout in enumerate(rollouts):
+        for t in range(32):
+            for key, value in replay.obs.items():
+                assert torch.equal(rollout[f"obs.{key}"][t], value), (key, k, t)
+            assert torch.equal(rollout["starts"][t], done), (k, t)
+            _, reward, done, _ = replay.step(rollout["actions"][t])
+            assert torch.equal(rollout["rewards"][t], reward), (k, t)
+    with torch.no_grad():
+        batch = buffer.chunks()
+        logprobs, _, values = evaluate_chunks(policy.eval(), batch)
+    torch.testing.assert_close(logprobs, batch.logprobs, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(values, batch.values, atol=1e-5, rtol=1e-4)
+    if device == "cpu":
+        eager, eager_episodes, *_ = _rollouts(env_id, env_kwargs, device, graphed=False)
+        for got, want in zip(rollouts, eager, strict=True):
+            for name in want:
+                assert torch.equal(got[name], want[name]), name
+        assert list(episodes.returns) == list(eager_episodes.returns)
+        assert list(episodes.successes) == list(eager_episodes.successes)
