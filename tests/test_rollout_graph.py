@@ -9,15 +9,19 @@ rollout test records a CUDA graph.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from rl_helpers import evaluate_chunks, tiny_config
 
 from agents.episodes import EpisodeStats
 from agents.policy import build_policy, observation_shape
+from agents.rl_trainer import env_step_obstacle, setup
 from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
 from agents.rollout_graph import RolloutGraph
-from cores.graphed import CudaRecorder, EagerRecorder
+from cores.graphed import CudaRecorder, EagerRecorder, cuda_only, graph_switch
 from envs.batched import BatchedEnv, batched_ids, make_batched_env
 
 
@@ -131,3 +135,100 @@ def test_recorded_rollout_steps_the_env_as_the_eager_env(env_id, env_kwargs, dev
                 assert torch.equal(got[name], want[name]), name
         assert list(episodes.returns) == list(eager_episodes.returns)
         assert list(episodes.successes) == list(eager_episodes.successes)
+
+
+@pytest.mark.parametrize(("env_id", "env_kwargs"), ENVS)
+def test_the_recorded_step_reads_nothing_back_to_the_host(env_id, env_kwargs):
+    """The whole recorded step (acting, the env's step with its masked resets) and the eager
+    refill between replays on ``meta`` tensors, which hold no values: a read of the device
+    from the host (``.item()``, ``nonzero``) or a CPU tensor mixed in raises there."""
+    envs = make_batched_env(env_id, 4, env_kwargs=env_kwargs).to("meta")
+    envs.reset(seed=0)
+    config = tiny_config(f"env.id={env_id}")
+    space = envs.single_observation_space
+    policy = build_policy(config, int(envs.single_action_space.n), observation_shape(space))
+    graph = RolloutGraph(policy.to("meta").eval(), envs, EagerRecorder(), warmup_calls=1)
+    for _ in range(envs.min_episode_length):  # through a refill
+        out = graph()
+    assert {t.device.type for t in (*out, *graph.state, graph.starts)} == {"meta"}
+
+
+BATCHED = (
+    "env.id=memcores/PassiveVisualMatch-v0", "env.vector=batched", "env.n_envs=4",
+    "env.kwargs.distractor_steps=3", "env.kwargs.max_steps=20",
+    "agent.n_steps=32", "agent.seq_len=16", "train.total_steps=256",
+)  # fmt: skip
+
+
+def test_a_training_run_through_the_recorded_rollout_step_repeats_the_eager_run(
+    tmp_path, monkeypatch
+):
+    """``train.graph_env_step=true`` on a (faked) CUDA learner with a batched env: every
+    rollout step after the warm-up goes through the recording, and the run's losses are the
+    eager run's, update for update."""
+    from agents import rl_trainer
+
+    eager = rl_trainer.train(tiny_config(*BATCHED), tmp_path / "eager")
+    graphs: list[RolloutGraph] = []
+
+    def eager_graph(policy, envs) -> RolloutGraph:  # noqa: ANN001
+        graphs.append(RolloutGraph(policy, envs, EagerRecorder()))
+        return graphs[-1]
+
+    monkeypatch.setattr(rl_trainer, "RolloutGraph", eager_graph)
+    # a (faked) CUDA learner for acting only: the update stays eager
+    monkeypatch.setattr(rl_trainer, "graph_obstacles", lambda *args: ("not faked", None))
+    graphed = rl_trainer.train(
+        tiny_config(*BATCHED, "train.graph_env_step=true"), tmp_path / "graphed"
+    )
+    assert len(graphs) == 1 and graphs[0].replays == 2 * 32 - 3  # 3 warm-up steps
+    assert [h["train/loss"] for h in graphed.history] == [h["train/loss"] for h in eager.history]
+    assert graphed.ep_rew_mean == eager.ep_rew_mean
+
+
+def _resolved(*overrides: str, device: str = "cuda", why_acting: str | None = None) -> bool:
+    """``train.graph_env_step`` resolved as :func:`agents.rl_trainer.setup` does, on
+    ``device`` (its reason against ``train.graph_acting`` is ``why_acting``, or the device's)."""
+    config = tiny_config(*BATCHED, *overrides)
+    why = why_acting or cuda_only(device)
+    return graph_switch(
+        config.train.graph_env_step, "train.graph_env_step", env_step_obstacle(config, why)
+    )
+
+
+def test_graph_env_step_is_off_by_default_and_refused_where_it_cannot_apply():
+    """Off unless asked (no GPU has measured it); ``auto`` on where it can apply; ``true``
+    refused, with the reason, on a CPU, with an env that does not step on the device, or where
+    ``train.graph_acting`` cannot apply; a bad value names the choices."""
+    assert not _resolved() and not _resolved("train.graph_env_step=false")
+    assert _resolved("train.graph_env_step=true") and _resolved("train.graph_env_step=auto")
+    assert not _resolved("train.graph_env_step=auto", "env.vector=sync")
+    with pytest.raises(ValueError, match="graph_env_step=true cannot apply: the training device"):
+        _resolved("train.graph_env_step=true", device="cpu")
+    with pytest.raises(ValueError, match="env.vector is sync, not batched"):
+        _resolved("train.graph_env_step=true", "env.vector=sync")
+    overlap = "train.overlap acts in a second thread"
+    with pytest.raises(ValueError, match=overlap):
+        _resolved("train.graph_env_step=true", why_acting=overlap)
+    with pytest.raises(ValueError, match="train.graph_env_step must be one of auto, true, false"):
+        tiny_config(*BATCHED, "train.graph_env_step=maybe")
+    s = setup(tiny_config(*BATCHED))
+    s.envs.close()
+    assert not s.graph_env_step
+
+
+def test_train_refuses_graph_env_step_on_the_cpu(tmp_path):
+    """``memcores train ... train.graph_env_step=true`` without a GPU: exit 2, one line, no
+    traceback, no run folder."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "experiments.cli", "train",
+            "experiments/configs/passive_visual_match.yaml", "env.vector=batched",
+            "train.device=cpu", "train.graph_env_step=true", f"run.dir={run_dir}",
+        ],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "train.graph_env_step=true cannot apply: the training device is cpu" in proc.stderr
+    assert "Traceback" not in proc.stderr and not run_dir.exists()
