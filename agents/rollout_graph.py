@@ -81,6 +81,20 @@ class RolloutGraph:
             raise ValueError("the carry's observation is not the env's own tensors")
         torch._foreach_copy_([*self.state, self.starts], [*carry.state, carry.starts])
 
+    def prime(self, carry: RolloutCarry) -> RolloutCarry:
+        """From ``carry``, take the warm-up steps and the recording (rollout steps stored
+        nowhere), so later steps are replays (to time them alone: ``memcores bench gpu``);
+        returns the carry to continue from.
+
+        :raises RuntimeError: the recording failed.
+        """
+        self.load(carry)
+        for _ in range(self._call.warmups_left + (self._call.replay is None)):
+            self()
+        if self.failure is not None:
+            raise RuntimeError(f"train.graph_env_step: recording failed ({self.failure})")
+        return RolloutCarry(self.envs.obs, self.starts, self.state)
+
     def _step(self) -> EnvStep:
         """The recorded step: act, step the env, leave the new state and starts in place."""
         out = act(self.policy, self.obs, self.state, self.starts)

@@ -153,6 +153,27 @@ def test_the_recorded_step_reads_nothing_back_to_the_host(env_id, env_kwargs):
     assert {t.device.type for t in (*out, *graph.state, graph.starts)} == {"meta"}
 
 
+def test_priming_leaves_only_replays_and_the_carry_to_continue_from():
+    """:meth:`RolloutGraph.prime` takes the warm-up steps and the recording: every later step
+    is a replay, continuing the rollout from where priming left the env, state and starts;
+    priming a recorded graph takes no step."""
+    env_id, env_kwargs = ENVS[0]
+    envs = make_batched_env(env_id, 4, env_kwargs=env_kwargs)
+    config = tiny_config(f"env.id={env_id}")
+    space = envs.single_observation_space
+    policy = build_policy(config, int(envs.single_action_space.n), observation_shape(space))
+    carry = start_rollouts(policy, envs, seed=0, device=torch.device("cpu"))
+    graph = RolloutGraph(policy, envs, EagerRecorder(), warmup_calls=2)
+    carry = graph.prime(carry)
+    assert graph.replays == 1 and envs._steps == 3
+    assert carry.starts is graph.starts and carry.obs is envs.obs
+    buffer = RolloutBuffer(obs_shapes(space), 8, 4, 8, policy.initial_state(4), envs.device)
+    collect_with_returns(policy, envs, buffer, carry, config.agent, graph=graph)
+    assert graph.replays == 1 + 8
+    graph.prime(carry)  # recorded already: no step
+    assert graph.replays == 9 and envs._steps == 3 + 8
+
+
 BATCHED = (
     "env.id=memcores/PassiveVisualMatch-v0", "env.vector=batched", "env.n_envs=4",
     "env.kwargs.distractor_steps=3", "env.kwargs.max_steps=20",
