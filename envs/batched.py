@@ -214,7 +214,7 @@ class BatchedEnv:
         done = terminated | truncated
         self._reset_done(done)
         for key, value in self._observe().items():
-            self.obs[key].copy_(value)
+            _write(self.obs, key, value)
         outputs = (reward, done, success & done, terminated, truncated)
         torch._foreach_copy_([self._out[key] for key in OUTPUTS], list(outputs))
         return self.obs, self._out["reward"], self._out["done"], self._out["success"]
@@ -268,9 +268,10 @@ class BatchedEnv:
 
 def _write(store: dict[str, Any], key: str, value: Tensor) -> None:
     """``store[key] = value``, into the tensor already there (its storage kept) where it has
-    ``value``'s shape, dtype and device; else a copy of ``value`` (which may be a view)."""
+    ``value``'s shape, dtype and device and storage of its own; else a copy of ``value``
+    (which may be a view)."""
     old = store.get(key)
-    if isinstance(old, Tensor) and (old.shape, old.dtype, old.device) == (
+    if isinstance(old, Tensor) and old.is_contiguous() and (old.shape, old.dtype, old.device) == (
         value.shape, value.dtype, value.device,
     ):  # fmt: skip
         old.copy_(value)

@@ -292,8 +292,8 @@ class BatchedVisualMatch(BatchedEnv):
         image = codes.view(torch.uint8).view(-1, VIEW, VIEW, 4)[..., :3].contiguous()
         if self.reveal_cue:
             mission = self._missions.index_select(0, s["cue"])
-        else:  # one mission for every env (own storage: a step copies into it)
-            mission = self._missions[0].expand(self.num_envs, -1).clone()
+        else:  # one mission for every env: a broadcast view, no copy
+            mission = self._missions[0].expand(self.num_envs, -1)
         return {"image": image, "direction": s["dir"].clone(), "mission": mission}
 
 
