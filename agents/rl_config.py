@@ -265,6 +265,14 @@ class TrainConfig(TrainBase):
     CUDA learner without ``overlap`` whose core reads nothing of its state on the host (not
     ``mem_lstm``), where a replayed step measured faster than both the CPU and the eager GPU
     at every number of envs; ``true`` insists and is refused where it cannot apply."""
+    graph_env_step: Any = "false"
+    """With a batched env (``env.vector=batched``), replay each rollout step, the acting step
+    and the env's step together, from one CUDA graph (:mod:`agents.rollout_graph`) instead of
+    replaying the acting step and stepping the env eagerly between replays; the same
+    rollouts. ``false`` by default (``memcores bench gpu`` measures it); ``true`` needs
+    ``env.vector=batched`` and what ``graph_acting`` needs (a CUDA learner without
+    ``overlap``, not ``mem_lstm``), and is refused, with the reason, elsewhere; ``auto``: on
+    where it can apply."""
     checkpoint_every: int = 50
     """Write ``checkpoints/last.pt`` every this many updates (and always at the end)."""
     histogram_every: int = 10
@@ -280,6 +288,7 @@ class TrainConfig(TrainBase):
             raise ValueError(f"train.update_threads must be >= 0, got {self.update_threads}")
         cuda_graph_choice(self.graph_acting, "train.graph_acting")
         cuda_graph_choice(self.graph_update, "train.graph_update")
+        cuda_graph_choice(self.graph_env_step, "train.graph_env_step")
 
 
 @dataclass

@@ -54,6 +54,7 @@ from agents.rollout import (
     obs_shapes,
     start_rollouts,
 )
+from agents.rollout_graph import RolloutGraph
 from agents.run import RunLayout, RunSession
 from agents.update_graph import UpdateGraph, keyed_by_state, refusal
 from cores.diagnostics import timescales
@@ -140,6 +141,7 @@ class Setup:
     image_shape: tuple[int, ...]  # (H, W, 3) images, or (n,) vector observations
     graph_acting: bool = False  # train.graph_acting resolved (graph_obstacles)
     graph_update: bool = False  # train.graph_update resolved (graph_obstacles)
+    graph_env_step: bool = False  # train.graph_env_step resolved (env_step_obstacle)
 
 
 def setup(config: RLConfig) -> Setup:
@@ -175,12 +177,15 @@ def setup(config: RLConfig) -> Setup:
         why_update, why_acting = graph_obstacles(config, device, policy, optimizer)
         graph_update = graph_switch(config.train.graph_update, "train.graph_update", why_update)
         graph_acting = graph_switch(config.train.graph_acting, "train.graph_acting", why_acting)
+        why_env = env_step_obstacle(config, why_acting)
+        graph_env = graph_switch(config.train.graph_env_step, "train.graph_env_step", why_env)
     except BaseException:
         envs.close()
         raise
     return Setup(
-        config, device, envs, policy, optimizer, n_actions, image_shape, graph_acting, graph_update
-    )
+        config, device, envs, policy, optimizer, n_actions, image_shape, graph_acting,
+        graph_update, graph_env,
+    )  # fmt: skip
 
 
 STORED_STEP_BYTES = 8 + 1 + 5 * 4
@@ -237,6 +242,16 @@ def graph_obstacles(
     keyed = keyed_by_state(policy)
     acting = keyed and f"{keyed} reads its state on the host at every step"
     return both or refusal(policy, optimizer, config.agent), both or acting
+
+
+def env_step_obstacle(config: RLConfig, why_acting: str | None) -> str | None:
+    """Why ``train.graph_env_step`` cannot apply (None where it can): what stops
+    ``train.graph_acting`` (``why_acting``, :func:`graph_obstacles`), or an env that does not
+    step on the device."""
+    vector = config.env.vector
+    if why_acting is None and vector != "batched":
+        return f"env.vector is {vector}, not batched (only a batched env steps on the device)"
+    return why_acting
 
 
 def check_bptt_window(config: RLConfig, horizon: int | None) -> None:
@@ -427,10 +442,13 @@ def _rollouts(
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 
-    step = ActingGraph(acting) if s.graph_acting else None
+    env_graph = RolloutGraph(acting, envs) if s.graph_env_step else None
+    step = ActingGraph(acting) if s.graph_acting and env_graph is None else None
 
     def collect(buffer: RolloutBuffer) -> None:
-        carry[0] = collect_with_returns(acting, envs, buffer, carry[0], agent, episodes, step)
+        carry[0] = collect_with_returns(
+            acting, envs, buffer, carry[0], agent, episodes, step, env_graph
+        )
 
     def make_buffer() -> RolloutBuffer:
         n = cfg.env.n_envs
@@ -499,7 +517,7 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
         s.device,
         separate=cfg.train.overlap,
         n_envs=cfg.env.n_envs,
-        graphed=s.graph_acting,
+        graphed=s.graph_acting or s.graph_env_step,
     )
     episodes = EpisodeStats(cfg.env.n_envs)
     rollouts = _rollouts(s, acting, episodes, updates)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -32,6 +32,9 @@ from agents.rl_config import AgentConfig
 from cores import State
 from envs.batched import BatchedEnv
 from envs.vector import VectorEnv
+
+if TYPE_CHECKING:
+    from agents.rollout_graph import RolloutGraph
 
 
 class ChunkBatch(NamedTuple):
@@ -106,15 +109,27 @@ class RolloutBuffer:
         ``state_before`` is the core state the policy was called with at step ``t`` (before
         the reset that ``starts`` triggers); it is kept when ``t`` begins a chunk.
         """
+        self.add_inputs(t, obs, starts, state_before, rows)
+        self.add_outputs(t, actions, logprobs, values, rows)
+
+    def add_inputs(
+        self, t: int, obs: Obs, starts: Tensor, state_before: State, rows: slice = slice(None)
+    ) -> None:
+        """The first half of :meth:`add`: what the policy reads at step ``t``."""
         for k, v in obs.items():
             self.obs[k][t, rows].copy_(v[0])
         self.starts[t, rows] = starts
-        self.actions[t, rows] = actions
-        self.logprobs[t, rows] = logprobs
-        self.values[t, rows] = values
         if t % self.seq_len == 0:
             for store, s in zip(self.chunk_states, state_before, strict=True):
                 store[t // self.seq_len, rows].copy_(s)
+
+    def add_outputs(
+        self, t: int, actions: Tensor, logprobs: Tensor, values: Tensor, rows: slice = slice(None)
+    ) -> None:
+        """The second half of :meth:`add`: what the policy gave at step ``t``."""
+        self.actions[t, rows] = actions
+        self.logprobs[t, rows] = logprobs
+        self.values[t, rows] = values
 
     def compute_returns(
         self, last_value: Tensor, next_start: Tensor, gamma: float, gae_lambda: float
@@ -306,27 +321,42 @@ def collect_on_device(
     carry: RolloutCarry,
     episodes: EpisodeStats | None = None,
     acting: Acting | None = None,
+    graph: RolloutGraph | None = None,
 ) -> RolloutCarry:
     """:func:`collect_rollout` for a batched env (:mod:`envs.batched`) on the buffer's device:
     the env step and the acting step run back to back there and fill the buffer in place, so
     observations, rewards and dones never visit the host during the rollout. The episode
     statistics are read once, after the last step (one transfer of ``done`` and ``success``).
+
+    With ``graph`` (:class:`agents.rollout_graph.RolloutGraph`, of ``policy`` and ``envs``)
+    each step is one replay of the acting and env step (``acting`` unused): the buffer stores
+    its inputs before the replay and its outputs after. The returned carry's state and starts
+    are then the graph's static tensors.
     """
     n_steps = buffer.n_steps
     starts, state, obs = carry.starts.clone(), carry.state, carry.obs
     policy.eval()
     step = acting if acting is not None else functools.partial(act, policy)
+    if graph is not None:
+        graph.load(carry)
+        starts, state = graph.starts, graph.state
     dones = torch.zeros_like(buffer.starts)
     successes = torch.zeros_like(buffer.starts)
     for t in range(n_steps):
-        obs_t = {k: v.unsqueeze(0) for k, v in obs.items()}
-        out = step(obs_t, state, starts)
-        buffer.add(t, obs_t, starts, state, out.actions, out.logprobs, out.values)
-        for s, new in zip(state, out.state, strict=True):
-            s.copy_(new)  # an acting graph's outputs are overwritten by its next replay
-        obs, reward, done, success = envs.step(out.actions)
+        if graph is not None:
+            buffer.add_inputs(t, graph.obs, starts, state)
+            out = graph()
+            buffer.add_outputs(t, out.actions, out.logprobs, out.values)
+            reward, done, success = out.reward, out.done, out.success
+        else:
+            obs_t = {k: v.unsqueeze(0) for k, v in obs.items()}
+            acted = step(obs_t, state, starts)
+            buffer.add(t, obs_t, starts, state, acted.actions, acted.logprobs, acted.values)
+            for s, new in zip(state, acted.state, strict=True):
+                s.copy_(new)  # an acting graph's outputs are overwritten by its next replay
+            obs, reward, done, success = envs.step(acted.actions)
+            starts.copy_(done)
         buffer.rewards[t] = reward
-        starts.copy_(done)
         dones[t], successes[t] = done, success
     if episodes is not None:
         rewards, dones_np, successes_np = (
@@ -334,7 +364,7 @@ def collect_on_device(
         )
         for t in range(n_steps):
             episodes.step(rewards[t].astype(np.float64), dones_np[t], successes_np[t])
-    return RolloutCarry(obs, starts, state)
+    return RolloutCarry(envs.obs, starts, state)
 
 
 def collect_with_returns(
@@ -345,10 +375,14 @@ def collect_with_returns(
     agent: AgentConfig,
     episodes: EpisodeStats | None = None,
     acting: Acting | None = None,
+    graph: RolloutGraph | None = None,
 ) -> RolloutCarry:
-    """:func:`collect_rollout`, then GAE from ``policy``'s value of the observation after it."""
-    collect = collect_on_device if getattr(envs, "on_device", False) else collect_rollout
-    carry = collect(policy, envs, buffer, carry, episodes, acting)
+    """:func:`collect_rollout` (:func:`collect_on_device` for a batched env, through
+    ``graph`` if given), then GAE from ``policy``'s value of the observation after it."""
+    if getattr(envs, "on_device", False):
+        carry = collect_on_device(policy, envs, buffer, carry, episodes, acting, graph)
+    else:
+        carry = collect_rollout(policy, envs, buffer, carry, episodes, acting)
     with torch.no_grad():
         obs = obs_to_tensors(carry.obs, buffer.device)
         last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]

@@ -18,7 +18,15 @@ Nothing leaves the device: observations, rewards, ``done`` and ``success`` are t
 ahead for every env and refilled in one batch every ``min_episode_length - 1`` steps (before
 any env can end again), so the cost of drawing layouts is spread over many steps. On a CPU the
 finished rows are found by index (cheap); on an accelerator every row is computed and masked
-(no host sync, so a step can be recorded in a CUDA graph). Both give identical results.
+(no host sync). Both give identical results.
+
+**Recordable steps.** :meth:`BatchedEnv.step` is :meth:`BatchedEnv.step_recordable` then
+:meth:`BatchedEnv.tick`. The first writes every tensor it keeps or returns in place (state,
+pool, episode counters, observation, reward/done/success), so their storage never changes and
+a CUDA graph recorded from it replays correctly (a graph replays kernels only: a Python-side
+reassignment would happen once, at capture); on the masked path it syncs nothing with the
+host. :meth:`BatchedEnv.tick` counts steps on the host and refills the pool when due: the
+caller of a recording runs it eagerly after each replay (:mod:`agents.rollout_graph`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import torch
 from torch import Tensor
 
 MASK32 = 0xFFFFFFFF
+OUTPUTS = ("reward", "done", "success", "terminated", "truncated")
+"""What a step writes besides the observation, ``[N]`` each (reward float32, the rest bool)."""
 
 
 def _mul32(x: Tensor, c: int) -> Tensor:
@@ -106,6 +116,8 @@ class BatchedEnv:
         self.episodes = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
         self.state: dict[str, Tensor] = {}
         self.obs: dict[str, Tensor] = {}
+        self._next: dict[str, Tensor] = {}
+        self._out: dict[str, Tensor] = {}  # OUTPUTS, [N] each
         self._actions: Tensor | None = None
 
     # ------------------------------------------------------------------ subclass hooks
@@ -132,7 +144,7 @@ class BatchedEnv:
             self.state[key][rows] = value.to(self.state[key].dtype)
 
     def _refill(self) -> None:
-        """Draw the next episode of every env whose pooled one was used."""
+        """Draw the next episode of every env whose pooled one was used (in place)."""
         nxt = self.episodes + 1
         if self.compact_resets:
             rows = self._stale.nonzero().squeeze(1)
@@ -143,16 +155,15 @@ class BatchedEnv:
         else:
             fresh = self._fresh(self.keys, nxt)
             for key, value in fresh.items():
-                self._next[key] = _masked(
-                    self._stale, value.to(self._next[key].dtype), self._next[key]
-                )
+                pool = self._next[key]
+                pool.copy_(_masked(self._stale, value.to(pool.dtype), pool))
         self._stale.zero_()
 
     def _reset_done(self, done: Tensor) -> None:
-        """Start the next episode of every env where ``done``: it is taken from a pool drawn
-        ahead in batches (drawing a few rows costs as many ops as drawing all of them), which
-        is refilled every ``min_episode_length - 1`` steps, before any env can end again."""
-        self.episodes = self.episodes + done.to(torch.int64)
+        """Start the next episode of every env where ``done``, in place: it is taken from a
+        pool drawn ahead in batches (drawing a few rows costs as many ops as drawing all of
+        them), which :meth:`tick` refills before any env can end again."""
+        self.episodes.add_(done)
         if self.compact_resets:
             rows = done.nonzero().squeeze(1)
             if rows.numel():
@@ -160,22 +171,27 @@ class BatchedEnv:
                     cur[rows] = self._next[key][rows]
         else:
             for key, cur in self.state.items():
-                self.state[key] = _masked(done, self._next[key], cur)
+                cur.copy_(_masked(done, self._next[key], cur))
         self._stale |= done
-        self._steps += 1
-        if self._steps % max(1, self.min_episode_length - 1) == 0:
-            self._refill()
 
     # ------------------------------------------------------------------ API
     def reset(self, seed: int) -> dict[str, Tensor]:
-        """Reset every env (env ``i`` from ``seed + i``); returns the ``[N, ...]`` observation."""
-        self.keys = env_keys(seed, self.num_envs, self.device)
-        self.episodes = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
-        self.state = {k: v.clone() for k, v in self._fresh(self.keys, self.episodes).items()}
-        self._next = {k: v.clone() for k, v in self._fresh(self.keys, self.episodes + 1).items()}
-        self._stale = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        """Reset every env (env ``i`` from ``seed + i``); returns the ``[N, ...]`` observation.
+
+        Tensors kept from an earlier reset keep their storage (a recording reads them)."""
+        n, dev = self.num_envs, self.device
+        _write(vars(self), "keys", env_keys(seed, n, dev))
+        _write(vars(self), "episodes", torch.zeros(n, dtype=torch.int64, device=dev))
+        _write(vars(self), "_stale", torch.zeros(n, dtype=torch.bool, device=dev))
+        for name, episodes in (("state", self.episodes), ("_next", self.episodes + 1)):
+            for key, value in self._fresh(self.keys, episodes).items():
+                _write(getattr(self, name), key, value)
+        for key, value in self._observe().items():
+            _write(self.obs, key, value)
+        for key in OUTPUTS:
+            dtype = torch.float32 if key == "reward" else torch.bool
+            _write(self._out, key, torch.zeros(n, dtype=dtype, device=dev))
         self._steps = 0
-        self.obs = self._observe()
         return self.obs
 
     def step(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
@@ -183,14 +199,42 @@ class BatchedEnv:
 
         ``done = terminated or truncated``; where ``done`` the observation is already the next
         episode's first one and ``success`` tells whether the finished episode succeeded.
+        The outputs are the env's own tensors, overwritten by the next step.
+        """
+        out = self.step_recordable(actions)
+        self.tick()
+        return out
+
+    def step_recordable(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
+        """:meth:`step` without :meth:`tick`: every tensor it writes keeps its storage, and
+        with ``compact_resets`` off nothing waits on the host, so a CUDA graph can record it.
         """
         actions = torch.as_tensor(actions, device=self.device).to(torch.int64)
         reward, terminated, truncated, success = self._advance(actions)
         done = terminated | truncated
         self._reset_done(done)
-        self.obs = self._observe()
-        self.last_terminated, self.last_truncated = terminated, truncated
-        return self.obs, reward, done, success & done
+        for key, value in self._observe().items():
+            _write(self.obs, key, value)
+        outputs = (reward, done, success & done, terminated, truncated)
+        torch._foreach_copy_([self._out[key] for key in OUTPUTS], list(outputs))
+        return self.obs, self._out["reward"], self._out["done"], self._out["success"]
+
+    @property
+    def last_terminated(self) -> Tensor:
+        """``[N]`` bool: the last step ended the episode by termination."""
+        return self._out["terminated"]
+
+    @property
+    def last_truncated(self) -> Tensor:
+        """``[N]`` bool: the last step ended the episode by time-out."""
+        return self._out["truncated"]
+
+    def tick(self) -> None:
+        """Count a step and refill the pool of next episodes every ``min_episode_length - 1``
+        steps (eager: the count lives on the host)."""
+        self._steps += 1
+        if self._steps % max(1, self.min_episode_length - 1) == 0:
+            self._refill()
 
     # The vector env's grouped API (one group), so code written for VectorEnv runs too.
     def step_async(self, group: int, actions: Tensor) -> None:
@@ -220,6 +264,19 @@ class BatchedEnv:
 
     def close(self) -> None:
         """Nothing to release (kept for the vector env's API)."""
+
+
+def _write(store: dict[str, Any], key: str, value: Tensor) -> None:
+    """``store[key] = value``, into the tensor already there (its storage kept) where it has
+    ``value``'s shape, dtype and device and storage of its own; else a copy of ``value``
+    (which may be a view)."""
+    old = store.get(key)
+    if isinstance(old, Tensor) and old.is_contiguous() and (old.shape, old.dtype, old.device) == (
+        value.shape, value.dtype, value.device,
+    ):  # fmt: skip
+        old.copy_(value)
+    else:
+        store[key] = value.clone(memory_format=torch.contiguous_format)
 
 
 def _masked(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:

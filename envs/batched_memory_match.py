@@ -250,7 +250,7 @@ class BatchedVisualMatch(BatchedEnv):
 
     # ------------------------------------------------------------------ dynamics
     def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        s = self.state
+        s = self.state  # written in place (a recorded step replays on the same storage)
         phase, pos, d, rooms = s["phase"], s["pos"], s["dir"], s["rooms"]
         fwd = pos + self._step_of[d]
         at = (phase * self.cells + fwd).unsqueeze(1)  # [N, 1] into rooms
@@ -266,8 +266,7 @@ class BatchedVisualMatch(BatchedEnv):
         turn = (actions == RIGHT).to(torch.int64) - (actions == LEFT).to(torch.int64)
         d = (d + turn * acts) % 4
         pos = torch.where(move, fwd, pos)
-        t = s["t"] + 1
-        s["t"] = t
+        t = s["t"].add_(1)
         truncated = (t >= self.max_steps) & ~choice
         success = choice & ((fwd_code >> 8) == s["cue"])
         k = (t - (self.cue_steps + self.distractor_steps)).clamp_(
@@ -280,9 +279,9 @@ class BatchedVisualMatch(BatchedEnv):
         )
         phase = phase + enter
         start = s["starts"].gather(1, phase.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1)
-        s["pos"] = torch.where(enter, start[:, 0], pos)
-        s["dir"] = torch.where(enter, start[:, 1], d)
-        s["phase"] = phase
+        s["pos"].copy_(torch.where(enter, start[:, 0], pos))
+        s["dir"].copy_(torch.where(enter, start[:, 1], d))
+        s["phase"].copy_(phase)
         return reward, choice, truncated, success
 
     def _observe(self) -> dict[str, Tensor]:

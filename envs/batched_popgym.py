@@ -85,10 +85,10 @@ class BatchedPopGym(BatchedEnv):
 
     def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         reward, terminated, truncated = self._play(actions)
-        s = self.state
-        s["first"] = torch.zeros_like(s["first"])
-        s["last_action"] = actions.clone()  # the caller may reuse its tensor
-        s["last_reward"] = reward.clone()  # resets write into the state in place
+        s = self.state  # written in place here and in _play (a recorded step replays on it)
+        s["first"].zero_()
+        s["last_action"].copy_(actions)
+        s["last_reward"].copy_(reward)
         return reward, terminated, truncated, torch.zeros_like(terminated)
 
     def _observe(self) -> dict[str, Tensor]:
@@ -174,7 +174,7 @@ class BatchedRepeatPrevious(BatchedCardGame):
         terminated = h == self.n_cards - 1
         right = actions == self._suit((h - self.k).clamp(min=0))
         reward = torch.where(right, scale, -scale) * (h >= self.k)
-        self.state["h"] = h + 1
+        h.add_(1)
         return reward.to(torch.float32), terminated
 
     def _card_obs(self) -> list[Tensor]:
@@ -215,9 +215,9 @@ class BatchedAutoencode(BatchedCardGame):
         scale = 1.0 / self.n_cards
         reward = torch.where(right, scale, -scale) * ~watch
         terminated = ~watch & (h == 1)
-        s["h"] = torch.where(watch, h + 1, h - 1)
-        s["watch"] = watch & (s["h"] < self.n_cards)
-        s["shown"] = watch  # a watching step shows the card it deals
+        s["shown"].copy_(watch)  # a watching step shows the card it deals
+        h.copy_(torch.where(watch, h + 1, h - 1))
+        watch &= h < self.n_cards
         return reward.to(torch.float32), terminated
 
     def _card_obs(self) -> list[Tensor]:
@@ -276,10 +276,8 @@ class BatchedCountRecall(BatchedCardGame):
         prev_count = s["counts"].gather(1, asked.unsqueeze(1)).squeeze(1)
         h = (h + 1).clamp(max=self.n_cards)
         dealt = self._card("values", h - 1)
-        s["counts"] = s["counts"].scatter_add(
-            1, dealt.unsqueeze(1), torch.ones_like(h).unsqueeze(1)
-        )
-        s["h"] = h
+        s["counts"].scatter_add_(1, dealt.unsqueeze(1), torch.ones_like(h).unsqueeze(1))
+        s["h"].copy_(h)
         scale = 1.0 / (self.n_cards - 1)
         reward = torch.where(actions == prev_count, scale, -scale)
         return reward.to(torch.float32), h == self.n_cards
@@ -343,10 +341,10 @@ class BatchedNoisyPositionOnlyCartPole(BatchedPopGym):
         x_dot = x_dot + self.TAU * xacc
         theta = theta + self.TAU * theta_dot
         theta_dot = theta_dot + self.TAU * thetaacc
-        s["phys"] = phys = torch.stack([x, x_dot, theta, theta_dot], 1)
+        phys = s["phys"].copy_(torch.stack([x, x_dot, theta, theta_dot], 1))
         terminated = (x.abs() > self.X_THRESHOLD) | (theta.abs() > self.THETA_THRESHOLD)
-        s["t"] = t = s["t"] + 1
-        s["seen"] = self._noisy(phys, self._noise(self.keys, self.episodes, t))
+        t = s["t"].add_(1)
+        s["seen"].copy_(self._noisy(phys, self._noise(self.keys, self.episodes, t)))
         truncated = t >= self.max_episode_length
         reward = torch.full_like(x, 1.0 / self.max_episode_length, dtype=torch.float32)
         return reward, terminated, truncated
@@ -416,13 +414,11 @@ class BatchedMineSweeper(BatchedPopGym):
         reward = torch.where(
             mine, self.fail_reward, torch.where(viewed, self.bad_action_reward, self.success_reward)
         ).to(torch.float32)
-        s["hidden"] = s["hidden"].scatter(
-            1, at, torch.where(mine | viewed, tile, self.VIEWED).unsqueeze(1)
-        )
-        s["t"] = t = s["t"] + 1
+        s["hidden"].scatter_(1, at, torch.where(mine | viewed, tile, self.VIEWED).unsqueeze(1))
+        t = s["t"].add_(1)
         terminated = mine | (s["hidden"] != self.CLEAR).all(1)
         truncated = (t == self.max_episode_length) & ~terminated
-        s["seen"] = s["neighbours"].gather(1, at).squeeze(1)
+        s["seen"].copy_(s["neighbours"].gather(1, at).squeeze(1))
         return reward, terminated, truncated
 
     def _game_obs(self) -> Tensor:
