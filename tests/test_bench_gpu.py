@@ -73,13 +73,17 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
         assert "error" not in row, row
         assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0
     # the batched-env rows: the device only, each against a row of the same run
+    passive = "PassiveVisualMatch lstm, batched, 4 envs"
     assert [r["setting"] for r in batched] == [
-        "PassiveVisualMatch lstm, batched, 4 envs",
+        passive,
+        f"{passive}, env step graphed",
         "POPGym min_gru, batched",
     ]
+    # the env-step recording is refused off CUDA (its CPU run: the test below)
+    assert "train.graph_env_step=true cannot apply" in batched[1]["error"]
     fastest = max(rl, key=lambda r: r["device"]["fps"])
     popgym_min_gru = next(r for r in rl if r["setting"] == "POPGym min_gru")
-    for row, other in zip(batched, (fastest, popgym_min_gru), strict=True):
+    for row, other in zip(batched[::2], (fastest, popgym_min_gru), strict=True):
         assert "error" not in row and "cpu" not in row, row
         assert "env.vector=batched" in row["overrides"]
         assert row["against"] == other["setting"]
@@ -226,6 +230,22 @@ def test_the_acting_step_through_the_acting_graph_replays_with_new_observations(
     assert gpu.timed(graphed, dev) > 0
 
 
+def test_the_env_step_row_acts_and_steps_the_env_through_one_recording(monkeypatch):
+    """Where ``train.graph_env_step`` applies (a CUDA learner, faked here: on the CPU the
+    recording reruns eagerly), the row primes the recording before the clock and every
+    timed rollout step is a replay of the acting and env step."""
+    from agents import rl_trainer
+
+    monkeypatch.setattr(rl_trainer, "graph_obstacles", lambda *args: (None, None))
+    label, path, overrides, epochs, against = gpu.batched_settings(gpu.QUICK)[1]
+    assert overrides[-1] == gpu.ENV_STEP_GRAPH and label == f"{against}, env step graphed"
+    steps = gpu._rl_config(path, overrides).agent.n_steps
+    out = gpu.rl_rate(path, overrides, "cpu", epochs)
+    acted, _ = out["graphs"].split("; ")
+    assert acted == f"acting and env step {steps + 1} steps replayed"  # recording, then all
+    assert out["fps"] > 0
+
+
 def test_the_rl_rows_time_each_eager_update_row_after_its_plain_row():
     settings = gpu.rl_settings(gpu.Sizes())
     labels = [label for label, *_ in settings]
@@ -233,7 +253,7 @@ def test_the_rl_rows_time_each_eager_update_row_after_its_plain_row():
         eager = labels[labels.index(plain) + 1]
         assert eager == f"{plain}, eager update"
         assert settings[labels.index(eager)][2][-1] == "train.graph_update=false"
-    n_batched = len(gpu.Sizes().batched_envs) + 1  # and POPGym min_gru
+    n_batched = len(gpu.Sizes().batched_envs) + 2  # the env step graphed, POPGym min_gru
     assert len(labels) == 2 + len(gpu.POPGYM_CORES) + len(gpu.EAGER_ROWS) + n_batched
     assert labels[-n_batched:] == [label for label, *_ in gpu.batched_settings(gpu.Sizes())]
 

@@ -39,6 +39,7 @@ PASSIVE = "experiments/configs/passive_visual_match.yaml"
 COPY = "experiments/configs/copy.yaml"
 RECORD = "results/bench_gpu/h100/bench_gpu.json"  # the default --against
 POPGYM_CORES = ("gru", "lstm", "ur_lstm", "min_gru")
+ENV_STEP_GRAPH = "train.graph_env_step=true"  # agents.rollout_graph (off by default)
 # the RL rows timed again on the GPU with train.graph_update=false
 EAGER_ROWS = ("MemoryS7 lstm, 8 envs", "MemoryS7 lstm, 64 envs", "POPGym ur_lstm")
 SCAN_CORES = ("lru", "min_gru", "min_lstm", "mlstm")
@@ -378,24 +379,34 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
     from agents.ppo import update
     from agents.rl_trainer import acting_policy, setup
     from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
+    from agents.rollout_graph import RolloutGraph
     from agents.update_graph import UpdateGraph
+    from envs.batched import BatchedEnv
 
     s = setup(_rl_config(path, [*overrides, f"train.device={device}"]))
     agent, n_envs = s.config.agent, s.config.env.n_envs
     try:
         acting = acting_policy(s.policy, s.device, n_envs=n_envs, graphed=s.graph_acting)
         act_device = next(acting.parameters()).device
+        if isinstance(s.envs, BatchedEnv):
+            s.envs.to(act_device)  # as the trainer: batched envs step where the policy acts
         space = obs_shapes(s.envs.single_observation_space)
         state = acting.initial_state(n_envs, act_device)
         buffer = RolloutBuffer(space, agent.n_steps, n_envs, agent.seq_len, state, act_device)
         carry = start_rollouts(acting, s.envs, s.config.train.seed, act_device)
-        step = ActingGraph(acting, _recorder(act_device)) if s.graph_acting else None
-        if step is not None:  # its warm-up steps and its recording, before the clock
+        step = env_step = None  # each one's warm-up steps and recording, before the clock
+        if s.graph_env_step:
+            env_step = RolloutGraph(acting, s.envs, _recorder(act_device))
+            carry = env_step.prime(carry)
+        elif s.graph_acting:
+            step = ActingGraph(acting, _recorder(act_device))
             for _ in range(step.warmup_calls + 1):
                 step(obs_to_tensors(carry.obs, act_device), carry.state, carry.starts)
         graph = UpdateGraph(_recorder(s.device)) if s.graph_update else None
         collect = timed(
-            lambda: collect_with_returns(acting, s.envs, buffer, carry, agent, None, step),
+            lambda: collect_with_returns(
+                acting, s.envs, buffer, carry, agent, None, step, env_step
+            ),
             s.device,
         )
         timed_epochs = min(epochs or agent.n_epochs, agent.n_epochs)
@@ -410,9 +421,10 @@ def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) ->
         upd *= agent.n_epochs / timed_epochs
     finally:
         s.envs.close()
+    acted = ("acting and env step", env_step) if env_step is not None else ("acting", step)
     graphs = [
         f"{what} {'eager' if g is None else g.failure or f'{g.replays} steps replayed'}"
-        for what, g in (("acting", step), ("update", graph))
+        for what, g in (acted, ("update", graph))
     ]
     return dict(
         fps=n_envs * agent.n_steps / (collect + upd), collect_s=collect, update_s=upd,
@@ -450,8 +462,11 @@ def batched_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None
           *sizes.batched_overrides], None, "best")
         for n in sizes.batched_envs
     ]  # fmt: skip
+    # the largest again with the acting and env step in one recording, against itself eager
+    label, path, overrides, epochs, _ = rows[-1]
+    graphed = (f"{label}, env step graphed", path, [*overrides, ENV_STEP_GRAPH], epochs, label)
     popgym = [*batched, "core.name=min_gru", *sizes.popgym_overrides]
-    return [*rows, ("POPGym min_gru, batched", POPGYM, popgym, 1, "POPGym min_gru")]
+    return [*rows, graphed, ("POPGym min_gru, batched", POPGYM, popgym, 1, "POPGym min_gru")]
 
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
@@ -487,8 +502,9 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> d
 def _against(fps: float, other: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"against": label, "x_against": ratio}``: ``fps`` against row ``other`` of ``rows``
     (``"best"``: the fastest device row there); empty where that row was not measured."""
-    timed_rows = [r for r in rows if "x_cpu" in r]
+    timed_rows = [r for r in rows if "device" in r]
     if other == "best":
+        timed_rows = [r for r in timed_rows if "x_cpu" in r]
         timed_rows = sorted(timed_rows, key=lambda r: -r["device"]["fps"])[:1]
     else:
         timed_rows = [r for r in timed_rows if r["setting"] == other]
