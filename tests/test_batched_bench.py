@@ -19,8 +19,11 @@ def test_bench_envs_batched_writes_its_record(tmp_path, capsys):
     assert all(r["batched"] > 0 and r["gymnasium"] > 0 for r in rows)
     assert record["command"].startswith("memcores bench envs --batched --quick")
     (table,) = record["tables"]
-    assert table["rows"][0][:2] == ["memcores/ActiveVisualMatch-v0", "64"]
-    assert "| memcores/ActiveVisualMatch-v0 | 64 |" in capsys.readouterr().out
+    assert [row[0] for row in table["rows"]] == ids.split(",")
+    assert table["columns"][2] == "64 envs: batched steps/s, ratio"
+    batched, ratio = table["rows"][0][2].split(", ")
+    assert float(batched.replace(",", "")) > 0 and ratio == f"{rows[0]['ratio']:.1f}x"
+    assert "| memcores/ActiveVisualMatch-v0 | " in capsys.readouterr().out
     assert (tmp_path / "REPORT.md").read_text().startswith("# Bench: envs_batched")
 
 

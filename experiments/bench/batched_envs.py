@@ -103,16 +103,17 @@ def run(
 
 
 def table(rows: list[dict], device: torch.device) -> Table:
-    """The rows as a record table."""
-    columns = [
-        "env", "envs", f"batched steps/s ({device.type})",
-        f"gymnasium steps/s (vector env, {GYM_ENVS} envs, CPU)", "ratio",
-    ]  # fmt: skip
-    cells = [
-        [r["env"], str(r["n_envs"]), f"{r['batched']:,.0f}", f"{r['gymnasium']:,.0f}",
-         f"{r['ratio']:.1f}x"]
-        for r in rows
-    ]  # fmt: skip
+    """The rows as a record table: one line per env, its gymnasium steps/s, then the batched
+    steps/s and the ratio at each number of envs."""
+    sizes = sorted({r["n_envs"] for r in rows})
+    columns = ["env", f"gymnasium steps/s (vector env, {GYM_ENVS} envs, CPU)"]
+    columns += [f"{n:,} envs: batched steps/s, ratio" for n in sizes]
+    cells = []
+    for env_id in dict.fromkeys(r["env"] for r in rows):
+        mine = {r["n_envs"]: r for r in rows if r["env"] == env_id}
+        line = [env_id, f"{next(iter(mine.values()))['gymnasium']:,.0f}"]
+        line += [f"{mine[n]['batched']:,.0f}, {mine[n]['ratio']:.1f}x" for n in sizes]
+        cells.append(line)
     return Table(f"Batched envs ({device.type}) against their gymnasium versions", columns, cells)
 
 
