@@ -202,12 +202,17 @@ def evaluate_run(
     vector: str | None = None,
 ) -> EvalResult:
     """Load ``run``'s checkpoint onto ``device`` and evaluate it on ``env_id`` (default: its
-    training env), through EnvPool where ``vector`` (default: the run's ``env.vector``) is
-    ``envpool``."""
+    training env), stepped as ``vector`` says (:func:`evaluate_policy`; default: the run's
+    ``env.vector`` where ``env_id`` has that version, else the gymnasium envs)."""
+    from envs.batched import batched_ids
+
     policy, config = load_policy(run, device)
     env_id = env_id or config.env.id
     kwargs = config.env.kwargs if env_id == config.env.id else {}
-    vector = vector or ("envpool" if config.env.vector == "envpool" else "sync")
+    if vector is None:
+        trained = config.env.vector
+        batched = trained == "batched" and env_id in batched_ids()
+        vector = trained if trained == "envpool" or batched else "sync"
     return evaluate_policy(policy, env_id, episodes, argmax, seed, env_kwargs=kwargs, vector=vector)
 
 

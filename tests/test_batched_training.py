@@ -127,3 +127,34 @@ def test_batched_env_steps_on_another_device_without_the_host(env_id):
     env._refill()
     kept = {**env.state, **env._next, **obs, "reward": reward, "done": done, "success": success}
     assert {k for k, v in kept.items() if v.device.type != "meta"} == set()
+
+
+def test_evaluate_plays_a_batched_run_on_the_batched_env_by_default(tmp_path, monkeypatch, capsys):
+    """``memcores evaluate`` steps a run's env as it trained (``env.vector=batched``), the
+    gymnasium env for an id without a batched version, and ``--vector`` picks either; an id
+    without a batched version under ``--vector batched`` is one line and exit code 2."""
+    from agents import evaluation
+    from experiments.cli import main
+
+    overrides = (
+        f"env.id={ENV}", "env.vector=batched", "env.n_envs=2", "env.kwargs.distractor_steps=3",
+        "env.kwargs.max_steps=20", "agent.n_steps=32", "agent.seq_len=16",
+        "train.total_steps=64",
+    )  # fmt: skip
+    run = str(train(tiny_config(*overrides), tmp_path / "run").run_dir)
+    played = []
+    real = evaluation.evaluate_policy
+    monkeypatch.setattr(
+        evaluation,
+        "evaluate_policy",
+        lambda *args, **kwargs: played.append((args[1], kwargs["vector"])) or real(*args, **kwargs),
+    )
+    assert main(["evaluate", run, "--episodes", "2", "--json"]) == 0
+    assert main(["evaluate", run, "--episodes", "2", "--vector", "sync", "--json"]) == 0
+    other = "MiniGrid-MemoryS7-v0"
+    assert main(["evaluate", run, "--episodes", "1", "--env", other, "--json"]) == 0
+    assert played == [(ENV, "batched"), (ENV, "sync"), (other, "sync")]
+    capsys.readouterr()
+    assert main(["evaluate", run, "--vector", "batched", "--env", other]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and other in err and "batched" in err, err

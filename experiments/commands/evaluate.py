@@ -23,10 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     parser.add_argument(
         "--vector",
-        choices=("sync", "envpool"),
+        choices=("sync", "batched", "envpool"),
         default=None,
-        help="step the envs in memcores (sync) or EnvPool's C++ MiniGrid (envpool; the "
-        "envpool extra); default: the run's env.vector",
+        help="step the envs in memcores (sync), as batched tensors on --device (batched) or "
+        "in EnvPool's C++ MiniGrid (envpool; the envpool extra); default: the run's "
+        "env.vector where the env has that version, else sync",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument(
