@@ -198,12 +198,16 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0)
 
 
-def test_bench_update_costs_prints_one_row_per_encoder(capsys):
+def test_bench_update_costs_prints_one_row_per_encoder(capsys, tmp_path):
     """`memcores bench rl --update-costs --quick`: a row per encoder, a positive cost per
-    minibatch size."""
+    minibatch size, the same numbers in its record."""
+    from experiments.bench.record import read_record
     from experiments.cli import main
 
-    assert main(["bench", "rl", "--quick", "--update-costs"]) == 0
+    assert main(["bench", "rl", "--quick", "--update-costs", "--out", str(tmp_path)]) == 0
+    costs, recipe = read_record(tmp_path)["tables"]
+    assert [row[0] for row in costs["rows"]] == ["onehot", "flat"]
+    assert [row[0] for row in recipe["rows"]][1:] == ["update", "all"]
     lines = capsys.readouterr().out.splitlines()
     first = next(i for i, line in enumerate(lines) if line.split()[:1] == ["encoder"]) + 1
     last = lines.index("", first)
@@ -218,6 +222,8 @@ def test_bench_update_costs_prints_one_row_per_encoder(capsys):
     ceiling = next(x for x in lines if "the update alone allows at most" in x)
     assert collect > 0 and update_us > 0
     assert int(ceiling.split()[-4]) == pytest.approx(1e6 / update_us, rel=1e-3, abs=1)
+    assert recipe["rows"][1][1] == f"{update_us:.1f}"
+    assert costs["rows"][0][1:] == rows["onehot"]
 
 
 def test_overlap_resumed_after_an_odd_update_learns_from_collected_rollouts(tmp_path, monkeypatch):

@@ -216,6 +216,19 @@ def scaling_table(
     return rows
 
 
+def scaling_record_table(rows: list[tuple[str, int, float, float]]) -> Table:
+    """:func:`scaling_table`'s rows as a record table: a line per layout, ``env alone /
+    trainer`` frames/s per number of envs."""
+    sizes = sorted({n for _, n, _, _ in rows})
+    columns = ["layout", *(f"{n} envs: env alone / trainer" for n in sizes)]
+    lines = []
+    for layout in dict.fromkeys(layout for layout, *_ in rows):
+        mine = {n: (ceiling, fps) for name, n, ceiling, fps in rows if name == layout}
+        lines.append([layout, *(f"{mine[n][0]:,.0f} / {mine[n][1]:,.0f}" for n in sizes)])
+    title = "Ceiling and scaling: the vector env alone and the trainer, frames/s (wall clock)"
+    return Table(title, columns, lines)
+
+
 def update_cost(encoder: str, minibatch: int, n_envs: int, n_steps: int, rounds: int) -> float:
     """CPU microseconds per frame of one PPO update (4 epochs) on a real MemoryS7 rollout,
     best of ``rounds`` after a warm-up update."""
@@ -249,13 +262,18 @@ def update_cost(encoder: str, minibatch: int, n_envs: int, n_steps: int, rounds:
     return 1e6 * best / (n_envs * n_steps)
 
 
-def update_costs(n_envs: int, n_steps: int, rounds: int, minibatches: tuple[int, ...]) -> None:
-    """Print the update's CPU time per frame for each image encoder and minibatch size."""
-    print(f"\nPPO update cost, CPU us per frame (4 epochs), {n_envs} envs x {n_steps} steps:")
+def update_costs(n_envs: int, n_steps: int, rounds: int, minibatches: tuple[int, ...]) -> Table:
+    """The update's CPU time per frame for each image encoder and minibatch size (printed as
+    it comes)."""
+    title = f"PPO update cost, CPU us per frame (4 epochs), {n_envs} envs x {n_steps} steps"
+    print(f"\n{title}:")
     print(f"  {'encoder':<8}" + "".join(f"{f'mb {m}':>10}" for m in minibatches))
+    table = Table(title, ["encoder", *(f"minibatch {m}" for m in minibatches)], [])
     for encoder in ("onehot", "flat"):
         costs = [update_cost(encoder, m, n_envs, n_steps, rounds) for m in minibatches]
         print(f"  {encoder:<8}" + "".join(f"{c:>10.1f}" for c in costs), flush=True)
+        table.rows.append([encoder, *(f"{c:.1f}" for c in costs)])
+    return table
 
 
 RECIPE = "experiments/configs/memory_s7.yaml"
@@ -305,16 +323,24 @@ def recipe_costs(config_path: str, rounds: int, quick: bool = False) -> tuple[fl
     return 1e6 * best_collect / frames, 1e6 * best_update / frames
 
 
-def print_recipe_costs(config_path: str, rounds: int, quick: bool) -> None:
-    """Print the recipe's collection/update split and the frames/s each part allows."""
+def print_recipe_costs(config_path: str, rounds: int, quick: bool) -> Table:
+    """The recipe's collection/update split and the frames/s each part allows (printed)."""
     collect, update_us = recipe_costs(config_path, rounds, quick)
-    print(f"\n{config_path}: CPU us per frame, one process, one torch thread")
+    title = f"{config_path}: CPU us per frame, one process, one torch thread"
+    print(f"\n{title}")
     print(f"  collection (env + acting) {collect:8.1f}")
     print(f"  update                    {update_us:8.1f}")
+    total, alone = 1e6 / (collect + update_us), 1e6 / update_us
     print(
-        f"  frames per CPU-second: {1e6 / (collect + update_us):.0f}; the update alone "
-        f"allows at most {1e6 / update_us:.0f} on one core"
+        f"  frames per CPU-second: {total:.0f}; the update alone "
+        f"allows at most {alone:.0f} on one core"
     )
+    rows = [
+        ["collection (env steps + acting)", f"{collect:.1f}", f"{1e6 / collect:,.0f}"],
+        ["update", f"{update_us:.1f}", f"{alone:,.0f}"],
+        ["all", f"{collect + update_us:.1f}", f"{total:,.0f}"],
+    ]
+    return Table(title, ["part", "CPU us per frame", "frames per CPU-second"], rows)
 
 
 def main(argv: list[str]) -> int:
@@ -359,10 +385,12 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     if args.update_costs:
         if args.quick:
-            update_costs(2, 64, 1, (64, 128))
+            costs = update_costs(2, 64, 1, (64, 128))
         else:
-            update_costs(64, 128, 3, (512, 2048, 8192))
-        print_recipe_costs(RECIPE, 1 if args.quick else 3, args.quick)
+            costs = update_costs(64, 128, 3, (512, 2048, 8192))
+        recipe = print_recipe_costs(RECIPE, 1 if args.quick else 3, args.quick)
+        out = record_folder(args, "rl_update_costs")
+        write_record(out, bench="rl_update_costs", argv=["rl", *argv], tables=[costs, recipe])
         return 0
     print(
         f"bench rl: {ENV_ID}, {n_envs} envs x {n_steps} steps, 4 epochs, minibatch "
@@ -400,13 +428,15 @@ def main(argv: list[str]) -> int:
     table = Table(
         f"PPO on {ENV_ID}, {n_envs} envs x {n_steps} steps, best of {repeats}", columns, rows
     )
+    tables = [table]
     if not args.skip_scaling:
         tmp = tempfile.mkdtemp(prefix="memcores_bench_rl_")
         try:
-            scaling_table(sizes, n_steps, max(2, updates // 2), args.core, args.device, tmp)
+            rows = scaling_table(sizes, n_steps, max(2, updates // 2), args.core, args.device, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    write_record(record_folder(args, "rl"), bench="rl", argv=["rl", *argv], tables=[table])
+        tables.append(scaling_record_table(rows))
+    write_record(record_folder(args, "rl"), bench="rl", argv=["rl", *argv], tables=tables)
     return 0
 
 
