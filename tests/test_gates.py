@@ -558,10 +558,16 @@ def test_fast_tanh_matches_torch_tanh_in_value_and_gradient(dtype, numel: int) -
     assert y.abs().max() <= 1  # saturates at +-1, never past it
 
 
-def test_bench_tanh_routes_prints_each_shape(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_tanh_routes_prints_and_records_each_shape(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
     from experiments.bench import cores as bench
+    from experiments.bench.record import read_record
 
-    assert bench.main(["--quick", "--tanh"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert bench.main(["--quick", "--tanh", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    rows = [line.split() for line in lines if not line.startswith("wrote ")]
     assert [row[0] for row in rows] == ["x".join(map(str, s)) for s in bench.TANH_SHAPES]
     assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows)
+    (table,) = read_record(tmp_path)["tables"]
+    assert [(r[0], r[2], r[3]) for r in table["rows"]] == [(r[0], r[2], r[3]) for r in rows]

@@ -395,18 +395,21 @@ TANH_SHAPES = ((8, 64), (64, 64), (256, 64), (8, 32, 64), (8, 200, 64))
 """Policy-step, minibatch-head and attention-score shapes of the RL track."""
 
 
-def tanh_routes(reps: int, shapes: tuple[tuple[int, ...], ...] = TANH_SHAPES) -> str:
+def tanh_routes(reps: int, shapes: tuple[tuple[int, ...], ...] = TANH_SHAPES) -> Table:
     """Forward+backward of ``torch.tanh`` against ``2 sigmoid(2 z) - 1`` (the route
     :func:`cores.fast_tanh.tanh` takes from ``SIGMOID_FROM`` elements) per shape; interleaved
-    rounds of 50 calls, minimum process CPU time, one table."""
+    rounds of 50 calls, minimum process CPU time, one table (printed as it comes)."""
     from cores.fast_tanh import SIGMOID_FROM, _TanhViaSigmoid
 
     routes = {"torch.tanh": torch.tanh, "via sigmoid": _TanhViaSigmoid.apply}
-    lines = [
+    title = (
         f"tanh routes: forward+backward, {reps} rounds of 50 calls, minimum cpu us per call; "
-        f"cores.fast_tanh takes the sigmoid route from {SIGMOID_FROM} elements",
-        f"{'shape':<16}{'elements':>9}{'torch.tanh':>12}{'via sigmoid':>13}{'ratio':>8}",
-    ]
+        f"cores.fast_tanh takes the sigmoid route from {SIGMOID_FROM} elements"
+    )
+    print(title)
+    print(f"{'shape':<16}{'elements':>9}{'torch.tanh':>12}{'via sigmoid':>13}{'ratio':>8}")
+    columns = ["shape", "elements", "`torch.tanh` (us)", "via sigmoid (us)", "ratio"]
+    table = Table(title, columns, [])
     for shape in shapes:
         z = torch.randn(*shape).requires_grad_(True)
         grad = torch.ones(*shape)
@@ -419,11 +422,16 @@ def tanh_routes(reps: int, shapes: tuple[tuple[int, ...], ...] = TANH_SHAPES) ->
                 if rep:
                     best[name] = min(best[name], (time.process_time() - start) / 50)
         native, via = best["torch.tanh"], best["via sigmoid"]
-        lines.append(
-            f"{'x'.join(map(str, shape)):<16}{z.numel():>9}{native * 1e6:>12.1f}"
-            f"{via * 1e6:>13.1f}{native / via:>7.2f}x"
+        name = "x".join(map(str, shape))
+        print(
+            f"{name:<16}{z.numel():>9}{native * 1e6:>12.1f}{via * 1e6:>13.1f}{native / via:>7.2f}x",
+            flush=True,
         )
-    return "\n".join(lines)
+        table.rows.append(
+            [name, f"{z.numel():,}", f"{native * 1e6:.1f}", f"{via * 1e6:.1f}",
+             f"{native / via:.2f}x"]
+        )  # fmt: skip
+    return table
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -510,7 +518,9 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     device = resolve_device(args.device)
     if args.tanh:
-        print(tanh_routes(1 if args.quick else args.reps))
+        table = tanh_routes(1 if args.quick else args.reps)
+        out = record_folder(args, "tanh")
+        write_record(out, bench="tanh", argv=["cores", *argv], tables=[table])
         return 0
     if args.quick:
         args.T, args.B, args.D, args.H, args.threads, args.reps = 16, 4, 16, 16, "1", 1
