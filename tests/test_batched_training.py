@@ -160,17 +160,18 @@ def test_evaluate_plays_a_batched_run_on_the_batched_env_by_default(tmp_path, mo
     assert "\n" not in err and other in err and "batched" in err, err
 
 
-BATCHED_RECORD = RECORD.parent.parent / "batched_envs/pvm_recon_d30_batched_s0"
+BATCHED_RECORDS = RECORD.parent.parent / "batched_envs"
 
 
 @pytest.mark.parametrize("vector", ["sync", "batched"])
-def test_the_policy_trained_on_batched_envs_re_evaluates_to_its_record(vector):
-    """The committed policy trained with ``env.vector=batched`` scores exactly what its record
-    says on the gymnasium env (``eval``) and on the batched env (``eval_batched``)."""
+@pytest.mark.parametrize("trial", ["pvm_recon_d30_batched_s0", "pvm_recon_d30_batched_n64_s0"])
+def test_the_policy_trained_on_batched_envs_re_evaluates_to_its_record(trial, vector):
+    """The committed policies trained with ``env.vector=batched`` score exactly what their
+    records say on the gymnasium env (``eval``) and on the batched env (``eval_batched``)."""
     from agents.evaluation import evaluate_run
 
-    record = json.loads((BATCHED_RECORD / "record.json").read_text())
+    record = json.loads((BATCHED_RECORDS / trial / "record.json").read_text())
     expected = record["eval" if vector == "sync" else "eval_batched"][ENV]
-    result = evaluate_run(BATCHED_RECORD / "policy.pt", ENV, 200, vector=vector)
+    result = evaluate_run(BATCHED_RECORDS / trial / "policy.pt", ENV, 200, vector=vector)
     assert (result.episodes, result.success_rate) == (200, expected["success"])
     assert result.mean_return == pytest.approx(expected["return"], abs=1e-9)
