@@ -164,7 +164,14 @@ BATCHED_RECORDS = RECORD.parent.parent / "batched_envs"
 
 
 @pytest.mark.parametrize("vector", ["sync", "batched"])
-@pytest.mark.parametrize("trial", ["pvm_recon_d30_batched_s0", "pvm_recon_d30_batched_n64_s0"])
+@pytest.mark.parametrize(
+    "trial",
+    [
+        "pvm_recon_d30_batched_s0",
+        "pvm_recon_d30_batched_n64_s0",
+        "pvm_recon_d30_batched_n64_mb256_s0",
+    ],
+)
 def test_the_policy_trained_on_batched_envs_re_evaluates_to_its_record(trial, vector):
     """The committed policies trained with ``env.vector=batched`` score exactly what their
     records say on the gymnasium env (``eval``) and on the batched env (``eval_batched``)."""

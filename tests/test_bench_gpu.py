@@ -73,7 +73,7 @@ def test_quick_run_on_cpu_measures_every_part(quick_run):
         assert "error" not in row, row
         assert row["cpu"]["fps"] > 0 and row["device"]["fps"] > 0
     # the batched-env rows: the device only, each against a row of the same run
-    passive = "PassiveVisualMatch lstm, batched, 4 envs"
+    passive = "PassiveVisualMatch lstm, batched, 4 envs, minibatch 128"
     assert [r["setting"] for r in batched] == [
         passive,
         f"{passive}, env step graphed",
@@ -253,7 +253,7 @@ def test_the_rl_rows_time_each_eager_update_row_after_its_plain_row():
         eager = labels[labels.index(plain) + 1]
         assert eager == f"{plain}, eager update"
         assert settings[labels.index(eager)][2][-1] == "train.graph_update=false"
-    n_batched = len(gpu.Sizes().batched_envs) + 2  # the env step graphed, POPGym min_gru
+    n_batched = len(gpu.Sizes().batched_envs) + 3  # two env steps graphed, POPGym min_gru
     assert len(labels) == 2 + len(gpu.POPGYM_CORES) + len(gpu.EAGER_ROWS) + n_batched
     assert labels[-n_batched:] == [label for label, *_ in gpu.batched_settings(gpu.Sizes())]
 

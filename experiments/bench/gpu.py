@@ -70,7 +70,9 @@ class Sizes:
     rl_envs: tuple[int, ...] = (8, 64)
     rl_overrides: tuple[str, ...] = ()
     popgym_overrides: tuple[str, ...] = ()
-    batched_envs: tuple[int, ...] = (1024, 4096)  # Passive Visual Match, env.vector=batched
+    # Passive Visual Match with env.vector=batched: (envs, minibatch); 64 x 256 learns on a CPU
+    # (results/batched_envs/pvm_recon_d30_batched_n64_mb256_s0), the others keep 4 minibatches
+    batched_envs: tuple[tuple[int, int], ...] = ((64, 256), (1024, 32768), (4096, 131072))
     batched_overrides: tuple[str, ...] = ()
     supervised_overrides: tuple[str, ...] = ("core.hidden_size=128", "train.batch_size=256")
     supervised_updates: int = 20
@@ -82,10 +84,9 @@ QUICK = Sizes(
     window_s=0.0, acting_envs=(2, 4), acting_steps=3, rl_envs=(8,),
     rl_overrides=(*_TINY_RL, "agent.minibatch_size=32"),
     popgym_overrides=(*_TINY_RL, "env.n_envs=2", "agent.minibatch_size=16"),
-    batched_envs=(4,),
+    batched_envs=((4, 128),),
     batched_overrides=(  # a sequence at least the room's memory horizon (32 steps) long
-        "agent.n_steps=64", "agent.seq_len=64", "core.hidden_size=8",
-        "agent.minibatch_size=128", "agent.n_epochs=1",
+        "agent.n_steps=64", "agent.seq_len=64", "core.hidden_size=8", "agent.n_epochs=1",
     ),
     supervised_overrides=("task.length=10", "core.hidden_size=8", "train.batch_size=8"),
     supervised_updates=2,
@@ -454,19 +455,23 @@ def rl_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None]]:
 def batched_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None, str]]:
     """The rows with batched envs (``env.vector=batched``), timed on the device only, each
     with the row of this run it is compared with (``"best"``: the fastest row without
-    batched envs). Passive Visual Match keeps its config's four minibatches per epoch."""
+    batched envs): Passive Visual Match at each ``(envs, minibatch)`` of ``sizes``, the first
+    and the last again with ``train.graph_env_step``, and POPGym ``min_gru``."""
     batched = ["env.vector=batched"]
     rows = [
-        (f"PassiveVisualMatch lstm, batched, {n} envs", PASSIVE,
-         [*batched, f"env.n_envs={n}", f"agent.minibatch_size={n * 32}",
+        (f"PassiveVisualMatch lstm, batched, {n} envs, minibatch {mb}", PASSIVE,
+         [*batched, f"env.n_envs={n}", f"agent.minibatch_size={mb}",
           *sizes.batched_overrides], None, "best")
-        for n in sizes.batched_envs
+        for n, mb in sizes.batched_envs
     ]  # fmt: skip
-    # the largest again with the acting and env step in one recording, against itself eager
-    label, path, overrides, epochs, _ = rows[-1]
-    graphed = (f"{label}, env step graphed", path, [*overrides, ENV_STEP_GRAPH], epochs, label)
+    # the fewest and the most envs again with the acting and env step in one recording,
+    # each against itself without
+    graphed = [
+        (f"{label}, env step graphed", path, [*overrides, ENV_STEP_GRAPH], epochs, label)
+        for label, path, overrides, epochs, _ in rows[:1] + rows[1:][-1:]
+    ]
     popgym = [*batched, "core.name=min_gru", *sizes.popgym_overrides]
-    return [*rows, graphed, ("POPGym min_gru, batched", POPGYM, popgym, 1, "POPGym min_gru")]
+    return [*rows, *graphed, ("POPGym min_gru, batched", POPGYM, popgym, 1, "POPGym min_gru")]
 
 
 def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
