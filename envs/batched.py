@@ -114,6 +114,7 @@ class BatchedEnv:
         accelerator) instead of computing every row and masking."""
         self.keys = env_keys(0, self.num_envs, self.device)
         self.episodes = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+        self._stale = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.state: dict[str, Tensor] = {}
         self.obs: dict[str, Tensor] = {}
         self._next: dict[str, Tensor] = {}
@@ -180,9 +181,9 @@ class BatchedEnv:
 
         Tensors kept from an earlier reset keep their storage (a recording reads them)."""
         n, dev = self.num_envs, self.device
-        _write(vars(self), "keys", env_keys(seed, n, dev))
-        _write(vars(self), "episodes", torch.zeros(n, dtype=torch.int64, device=dev))
-        _write(vars(self), "_stale", torch.zeros(n, dtype=torch.bool, device=dev))
+        self.keys = _kept(self.keys, env_keys(seed, n, dev))
+        self.episodes = _kept(self.episodes, torch.zeros(n, dtype=torch.int64, device=dev))
+        self._stale = _kept(self._stale, torch.zeros(n, dtype=torch.bool, device=dev))
         for name, episodes in (("state", self.episodes), ("_next", self.episodes + 1)):
             for key, value in self._fresh(self.keys, episodes).items():
                 _write(getattr(self, name), key, value)
@@ -266,17 +267,20 @@ class BatchedEnv:
         """Nothing to release (kept for the vector env's API)."""
 
 
-def _write(store: dict[str, Any], key: str, value: Tensor) -> None:
-    """``store[key] = value``, into the tensor already there (its storage kept) where it has
-    ``value``'s shape, dtype and device and storage of its own; else a copy of ``value``
-    (which may be a view)."""
-    old = store.get(key)
+def _kept(old: Tensor | None, value: Tensor) -> Tensor:
+    """``value`` written into ``old`` (its storage kept) where ``old`` has ``value``'s shape,
+    dtype and device and storage of its own; else a contiguous copy of ``value`` (which may be
+    a view)."""
     if isinstance(old, Tensor) and old.is_contiguous() and (old.shape, old.dtype, old.device) == (
         value.shape, value.dtype, value.device,
     ):  # fmt: skip
-        old.copy_(value)
-    else:
-        store[key] = value.clone(memory_format=torch.contiguous_format)
+        return old.copy_(value)
+    return value.clone(memory_format=torch.contiguous_format)
+
+
+def _write(store: dict[str, Tensor], key: str, value: Tensor) -> None:
+    """``store[key] = value``, into the tensor already there where :func:`_kept` can."""
+    store[key] = _kept(store.get(key), value)
 
 
 def _masked(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:
