@@ -466,9 +466,10 @@ def batched_settings(sizes: Sizes) -> list[tuple[str, str, list[str], int | None
     ]  # fmt: skip
     # the fewest and the most envs again with the acting and env step in one recording,
     # each against itself without
+    ends = [rows[0], rows[-1]] if len(rows) > 1 else rows
     graphed = [
         (f"{label}, env step graphed", path, [*overrides, ENV_STEP_GRAPH], epochs, label)
-        for label, path, overrides, epochs, _ in rows[:1] + rows[1:][-1:]
+        for label, path, overrides, epochs, _ in ends
     ]
     popgym = [*batched, "core.name=min_gru", *sizes.popgym_overrides]
     return [*rows, *graphed, ("POPGym min_gru, batched", POPGYM, popgym, 1, "POPGym min_gru")]
@@ -507,15 +508,13 @@ def part_rl(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> d
 def _against(fps: float, other: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"against": label, "x_against": ratio}``: ``fps`` against row ``other`` of ``rows``
     (``"best"``: the fastest device row there); empty where that row was not measured."""
-    timed_rows = [r for r in rows if "device" in r]
     if other == "best":
-        timed_rows = [r for r in timed_rows if "x_cpu" in r]
-        timed_rows = sorted(timed_rows, key=lambda r: -r["device"]["fps"])[:1]
+        candidates = [r for r in rows if "x_cpu" in r]  # the rows timed against the CPU
     else:
-        timed_rows = [r for r in timed_rows if r["setting"] == other]
-    if not timed_rows:
+        candidates = [r for r in rows if r["setting"] == other and "device" in r]
+    if not candidates:
         return {}
-    best = timed_rows[0]
+    best = max(candidates, key=lambda r: r["device"]["fps"])
     return {"against": best["setting"], "x_against": fps / best["device"]["fps"]}
 
 
