@@ -9,9 +9,6 @@ rollout test records a CUDA graph.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from rl_helpers import evaluate_chunks, tiny_config
@@ -236,20 +233,3 @@ def test_graph_env_step_is_off_by_default_and_refused_where_it_cannot_apply():
     s = setup(tiny_config(*BATCHED))
     s.envs.close()
     assert not s.graph_env_step
-
-
-def test_train_refuses_graph_env_step_on_the_cpu(tmp_path):
-    """``memcores train ... train.graph_env_step=true`` without a GPU: exit 2, one line, no
-    traceback, no run folder."""
-    run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "experiments.cli", "train",
-            "experiments/configs/passive_visual_match.yaml", "env.vector=batched",
-            "train.device=cpu", "train.graph_env_step=true", f"run.dir={run_dir}",
-        ],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    assert "train.graph_env_step=true cannot apply: the training device is cpu" in proc.stderr
-    assert "Traceback" not in proc.stderr and not run_dir.exists()

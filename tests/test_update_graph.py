@@ -234,22 +234,31 @@ def test_graph_update_is_on_by_default_for_a_cuda_learner_whose_update_can_be_re
         tiny_config("train.graph_update=sometimes")
 
 
-def test_train_refuses_graph_update_on_the_cpu(tmp_path):
-    """``memcores train ... train.graph_update=true`` without a GPU: exit 2, one line, no run
-    folder."""
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiments/configs/memory_s7.yaml", "train.graph_update=true"],
+        ["experiments/configs/passive_visual_match.yaml", "env.vector=batched",
+         "train.graph_env_step=true"],
+    ],
+    ids=["graph_update", "graph_env_step"],
+)  # fmt: skip
+def test_train_refuses_a_cuda_graph_switch_on_the_cpu(tmp_path, overrides):
+    """``memcores train ... train.graph_update=true`` (or ``train.graph_env_step=true``)
+    without a GPU: exit 2, one line, no traceback, no run folder."""
     import subprocess
     import sys
 
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "experiments.cli", "train", "experiments/configs/memory_s7.yaml",
-            "train.device=cpu", "train.graph_update=true", f"run.dir={run_dir}",
+            sys.executable, "-m", "experiments.cli", "train", *overrides,
+            "train.device=cpu", f"run.dir={run_dir}",
         ],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    assert "train.graph_update=true cannot apply: the training device is cpu" in proc.stderr
+    assert f"{overrides[-1]} cannot apply: the training device is cpu" in proc.stderr
     assert "Traceback" not in proc.stderr and not run_dir.exists()
 
 
