@@ -14,12 +14,17 @@ import functools
 from collections.abc import Hashable
 
 import torch
+from memcores.agents.policy import Obs, RecurrentActorCritic
+from memcores.agents.rollout import Act, act
+from memcores.cores import State
+from memcores.cores.graphed import (
+    WARMUP_CALLS,
+    CudaRecorder,
+    EagerRecorder,
+    RecordedCall,
+    recorded_call,
+)
 from torch import Tensor
-
-from agents.policy import Obs, RecurrentActorCritic
-from agents.rollout import Act, act
-from cores import State
-from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
 
 
 class ActingGraph:

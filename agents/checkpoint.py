@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from agents.files import atomic_write
-from agents.policy import RecurrentActorCritic, build_policy
-from agents.rl_config import RLConfig, config_from_dict
+from memcores.agents.files import atomic_write
+from memcores.agents.policy import RecurrentActorCritic, build_policy
+from memcores.agents.rl_config import RLConfig, config_from_dict
 
 CHECKPOINT_FORMAT = "memcores/2"
 """``format`` field of every checkpoint either trainer writes."""

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from cores.base import triton_available
-from cores.graphed import cuda_graph_choice
+from memcores.cores.base import triton_available
+from memcores.cores.graphed import cuda_graph_choice
 
 TRITON_OPTIONS: dict[str, str] = {
     "impl": "fused, loop",

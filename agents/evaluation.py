@@ -15,16 +15,15 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from agents.checkpoint import load_rl_checkpoint, policy_from_checkpoint
-from agents.episodes import RunningEpisodes
-from agents.policy import (
+from memcores.agents.checkpoint import load_rl_checkpoint, policy_from_checkpoint
+from memcores.agents.episodes import RunningEpisodes
+from memcores.agents.policy import (
     RecurrentActorCritic,
     obs_to_tensors,
     observation_shape,
     sample_actions,
 )
-from agents.rl_trainer import make_vector_env
+from memcores.agents.rl_trainer import make_vector_env
 
 
 @dataclass
@@ -204,7 +203,7 @@ def evaluate_run(
     """Load ``run``'s checkpoint onto ``device`` and evaluate it on ``env_id`` (default: its
     training env), stepped as ``vector`` says (:func:`evaluate_policy`; default: the run's
     ``env.vector`` where ``env_id`` has that version, else the gymnasium envs)."""
-    from envs.batched import batched_ids
+    from memcores.envs.batched import batched_ids
 
     policy, config = load_policy(run, device)
     env_id = env_id or config.env.id
@@ -233,7 +232,7 @@ def record_gif(
 
     :return: the steps rendered, the frames in the written file and each episode's return.
     """
-    from envs import make_env
+    from memcores.envs import make_env
 
     policy, config = load_policy(run, device)
     device = policy.device
@@ -293,8 +292,7 @@ def write_gif(path: str | Path, frames: list[np.ndarray], fps: float) -> int:
     :return: the number of frames in the written file.
     """
     import imageio.v3 as iio
-
-    from agents.files import atomic_write
+    from memcores.agents.files import atomic_write
 
     duration_ms = 1000.0 / fps
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from memcores.agents.evaluation import check_observations, eval_envs, play_episodes
+from memcores.agents.policy import RecurrentActorCritic
 from minigrid.core.constants import OBJECT_TO_IDX
-
-from agents.evaluation import check_observations, eval_envs, play_episodes
-from agents.policy import RecurrentActorCritic
 
 OUTCOMES = ("right", "wrong", "timeout")
 _BALL = OBJECT_TO_IDX["ball"]
@@ -86,7 +85,7 @@ def phase_breakdown(
 
     :raises ValueError: ``env_id`` is not a memory-match env, or its observations do not fit.
     """
-    from envs.memory_match import PHASE_CUE, PHASE_REWARD, VisualMatchEnv
+    from memcores.envs.memory_match import PHASE_CUE, PHASE_REWARD, VisualMatchEnv
 
     envs = eval_envs(env_id, episodes, n_envs, seed, env_kwargs)
     try:

@@ -24,10 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import torch
+from memcores.cores.base import State, reset_where
+from memcores.cores.lru import LRUCore
 from torch import Tensor, nn
-
-from cores.base import State, reset_where
-from cores.lru import LRUCore
 
 LossFn = Callable[[int, Tensor], "Tensor | None"]
 """``loss_fn(t, out_t [B, out]) -> scalar loss of step t, or None when step t has no target``."""

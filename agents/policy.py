@@ -14,13 +14,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from memcores.agents.device import to_device
+from memcores.agents.reconstruction import ObservationDecoder
+from memcores.agents.vector_encoder import VectorEncoder
+from memcores.cores import MemoryCore, State, make_core
+from memcores.envs.observation import CELL_VOCAB
 from torch import Tensor, nn
-
-from agents.device import to_device
-from agents.reconstruction import ObservationDecoder
-from agents.vector_encoder import VectorEncoder
-from cores import MemoryCore, State, make_core
-from envs.observation import CELL_VOCAB
 
 Obs = dict[str, Tensor]
 """A batch of observations; every tensor starts with ``[T, B]``."""
@@ -385,7 +384,7 @@ def obs_to_tensors(obs: dict[str, np.ndarray] | dict[str, Tensor], device: torch
 
 def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> Any:
     """The policy described by an :class:`agents.rl_config.RLConfig`."""
-    from envs.observation import VOCAB_SIZE
+    from memcores.envs.observation import VOCAB_SIZE
 
     return RecurrentActorCritic(
         n_actions=n_actions,

@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from memcores.agents.policy import RecurrentActorCritic, log_prob_entropy
+from memcores.agents.rl_config import AgentConfig
+from memcores.agents.rollout import ChunkBatch, RolloutBuffer, batch_to, select_chunks
 from torch import Tensor, nn
 
-from agents.policy import RecurrentActorCritic, log_prob_entropy
-from agents.rl_config import AgentConfig
-from agents.rollout import ChunkBatch, RolloutBuffer, batch_to, select_chunks
-
 if TYPE_CHECKING:
-    from agents.update_graph import UpdateGraph
+    from memcores.agents.update_graph import UpdateGraph
 
 
 @dataclass

@@ -8,7 +8,7 @@ Unknown keys under ``core`` are collected into ``core.options`` and passed to
 
 Example::
 
-    from experiments.config import load_config
+    from memcores.experiments.config import load_config
     cfg = load_config(RLConfig, "experiments/configs/memory_s7.yaml", ["core.name=ur_lstm"])
 """
 
@@ -18,16 +18,16 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from agents.core_config import CoreConfig
-from agents.divergence import check_learning_rate
-from agents.run_config import (  # noqa: F401  (MAX_SEED: part of this schema's API)
+from memcores.agents.core_config import CoreConfig
+from memcores.agents.divergence import check_learning_rate
+from memcores.agents.run_config import (  # noqa: F401  (MAX_SEED: part of this schema's API)
     MAX_SEED,
     MigratingSchema,
     RunConfig,
     TrainBase,
     migrate_saved_config,
 )
-from cores.graphed import cuda_graph_choice
+from memcores.cores.graphed import cuda_graph_choice
 
 
 @dataclass
@@ -61,15 +61,15 @@ class EnvConfig:
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
         if self.vector == "batched":
-            from envs.batched import batched_ids
+            from memcores.envs.batched import batched_ids
 
             if self.id not in batched_ids():
                 raise ValueError(
                     f"env.vector=batched: env.id {self.id!r} has no batched version; batched "
                     f"ids: {', '.join(batched_ids())}"
                 )
-        from envs import envpool_env
-        from envs.suites import unavailable_reason
+        from memcores.envs import envpool_env
+        from memcores.envs.suites import unavailable_reason
 
         why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset
         if why:

@@ -33,35 +33,34 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-
-from agents.acting_graph import ActingGraph
-from agents.checkpoint import (
+from memcores.agents.acting_graph import ActingGraph
+from memcores.agents.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
     load_rl_checkpoint,
     saved_policy_weights,
 )
-from agents.device import acting_device, module_device, resolve_device
-from agents.divergence import DivergenceGuard
-from agents.episodes import EpisodeStats
-from agents.memory_need import check_fits
-from agents.policy import RecurrentActorCritic, build_policy, observation_shape
-from agents.ppo import UpdateStats, make_optimizer, update
-from agents.rl_config import AgentConfig, RLConfig
-from agents.rollout import (
+from memcores.agents.device import acting_device, module_device, resolve_device
+from memcores.agents.divergence import DivergenceGuard
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.memory_need import check_fits
+from memcores.agents.policy import RecurrentActorCritic, build_policy, observation_shape
+from memcores.agents.ppo import UpdateStats, make_optimizer, update
+from memcores.agents.rl_config import AgentConfig, RLConfig
+from memcores.agents.rollout import (
     RolloutBuffer,
     collect_with_returns,
     obs_shapes,
     start_rollouts,
 )
-from agents.rollout_graph import RolloutGraph
-from agents.run import RunLayout, RunSession
-from agents.update_graph import UpdateGraph, keyed_by_state, refusal
-from cores.diagnostics import timescales
-from cores.graphed import cuda_only, graph_switch, maybe_graphed
-from envs.batched import BatchedEnv, make_batched_env
-from envs.envpool_env import EnvPoolVectorEnv
-from envs.vector import VectorEnv
+from memcores.agents.rollout_graph import RolloutGraph
+from memcores.agents.run import RunLayout, RunSession
+from memcores.agents.update_graph import UpdateGraph, keyed_by_state, refusal
+from memcores.cores.diagnostics import timescales
+from memcores.cores.graphed import cuda_only, graph_switch, maybe_graphed
+from memcores.envs.batched import BatchedEnv, make_batched_env
+from memcores.envs.envpool_env import EnvPoolVectorEnv
+from memcores.envs.vector import VectorEnv
 
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
 
@@ -201,7 +200,7 @@ def check_rollout_memory(config: RLConfig, device: torch.device) -> None:
     :raises ValueError: naming ``env.n_envs``, ``agent.n_steps`` and both memory sizes; an
         unknown env id or bad env options (the probe env's errors).
     """
-    from envs import make_env
+    from memcores.envs import make_env
 
     env, agent = config.env, config.agent
     probe = make_env(env.id, **dict(env.kwargs or {}))

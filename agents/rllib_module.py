@@ -2,7 +2,7 @@
 
 ::
 
-    from agents.rllib_module import core_ppo_config
+    from memcores.agents.rllib_module import core_ppo_config
 
     config = core_ppo_config("ur_lstm", "popgym/RepeatPreviousEasy-v0", num_env_runners=2)
     algo = config.build_algo()
@@ -32,6 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from memcores.agents.policy import RecurrentActorCritic
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
@@ -39,8 +40,6 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.tune.registry import register_env
 from torch import Tensor
-
-from agents.policy import RecurrentActorCritic
 
 ENV_NAME = "memcores_popgym"
 """The RLlib env name :func:`core_ppo_config` registers (``env_config["id"]`` picks the id)."""
@@ -99,7 +98,7 @@ class CoreRLModule(TorchRLModule, ValueFunctionAPI):
 def make_vector_env(env_config: dict[str, Any]) -> gym.Env:
     """A ``popgym/*`` env (:mod:`envs.popgym_env`) with its ``"vector"`` entry as a plain
     ``Box`` observation, which RLlib's default connectors pass through unchanged."""
-    from envs.popgym_env import make_popgym
+    from memcores.envs.popgym_env import make_popgym
 
     env = make_popgym(env_config.get("id", "popgym/RepeatPreviousEasy-v0"))
     space = env.observation_space["vector"]

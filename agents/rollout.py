@@ -24,17 +24,16 @@ from typing import TYPE_CHECKING, NamedTuple
 import gymnasium as gym
 import numpy as np
 import torch
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.policy import Obs, RecurrentActorCritic, obs_to_tensors, sample_actions
+from memcores.agents.rl_config import AgentConfig
+from memcores.cores import State
+from memcores.envs.batched import BatchedEnv
+from memcores.envs.vector import VectorEnv
 from torch import Tensor
 
-from agents.episodes import EpisodeStats
-from agents.policy import Obs, RecurrentActorCritic, obs_to_tensors, sample_actions
-from agents.rl_config import AgentConfig
-from cores import State
-from envs.batched import BatchedEnv
-from envs.vector import VectorEnv
-
 if TYPE_CHECKING:
-    from agents.rollout_graph import RolloutGraph
+    from memcores.agents.rollout_graph import RolloutGraph
 
 
 class ChunkBatch(NamedTuple):

@@ -17,12 +17,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from memcores.agents.policy import RecurrentActorCritic
+from memcores.agents.rollout import RolloutCarry, act
+from memcores.cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, recorded_call
+from memcores.envs.batched import BatchedEnv
 from torch import Tensor
-
-from agents.policy import RecurrentActorCritic
-from agents.rollout import RolloutCarry, act
-from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, recorded_call
-from envs.batched import BatchedEnv
 
 
 class EnvStep(NamedTuple):

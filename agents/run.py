@@ -32,8 +32,7 @@ from typing import Any
 
 import torch
 import yaml
-
-from agents.checkpoint import (
+from memcores.agents.checkpoint import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_NAME,
     LEGACY_NAMES,
@@ -43,11 +42,11 @@ from agents.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from agents.divergence import DivergenceGuard
-from agents.files import write_text_atomic
-from agents.logger import RunLogger
-from agents.run_config import migrate_saved_config
-from agents.run_lock import RunLock, refuse_earlier_run, run_files
+from memcores.agents.divergence import DivergenceGuard
+from memcores.agents.files import write_text_atomic
+from memcores.agents.logger import RunLogger
+from memcores.agents.run_config import migrate_saved_config
+from memcores.agents.run_lock import RunLock, refuse_earlier_run, run_files
 
 RESUME_ALLOWED_CHANGES: frozenset[str] = frozenset(
     {
@@ -207,7 +206,7 @@ class RunSession:
         ``model`` wherever it lives, the optimiser state follows its parameters' device, and
         the RNG states stay on the CPU.
         """
-        from agents.ppo import load_optimizer_state
+        from memcores.agents.ppo import load_optimizer_state
 
         assert self.payload is not None, "restore() needs a resumed session"
         model.load_state_dict(self.payload["model"])

@@ -16,7 +16,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from agents.device import DEVICE_CHOICES
+from memcores.agents.device import DEVICE_CHOICES
 
 MAX_SEED = 2**32 - 1
 """Largest ``train.seed``: NumPy's global generator takes seeds below ``2**32``."""

@@ -3,7 +3,7 @@
 ::
 
     from sb3_contrib import RecurrentPPO
-    from agents.sb3_policy import CorePolicy
+    from memcores.agents.sb3_policy import CorePolicy
 
     model = RecurrentPPO(CorePolicy, env, policy_kwargs=dict(core="fast_lstm"))
     model.learn(100_000)
@@ -31,10 +31,9 @@ import math
 from typing import Any
 
 import torch
+from memcores.cores import MemoryCore, State, make_core
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import Tensor, nn
-
-from cores import MemoryCore, State, make_core
 
 
 class CoreAsLSTM(nn.Module):

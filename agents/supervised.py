@@ -39,31 +39,30 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
-from agents.checkpoint import (
+from memcores.agents.checkpoint import (
     CHECKPOINT_NAME,
     INIT_CHECKPOINT_NAME,
     CheckpointError,
     checkpoint_path,
     load_trainer_checkpoint,
 )
-from agents.device import resolve_device
-from agents.files import write_text_atomic
-from agents.logger import RunLogger
-from agents.memory_need import check_fits
-from agents.run import RunLayout, RunSession
-from agents.supervised_config import SupervisedConfig
-from cores import MemoryCore, make_core
-from cores.diagnostics import log_timescales
-from cores.graphed import maybe_graphed
-from envs.sequences import (
+from memcores.agents.device import resolve_device
+from memcores.agents.files import write_text_atomic
+from memcores.agents.logger import RunLogger
+from memcores.agents.memory_need import check_fits
+from memcores.agents.run import RunLayout, RunSession
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.cores import MemoryCore, make_core
+from memcores.cores.diagnostics import log_timescales
+from memcores.cores.graphed import maybe_graphed
+from memcores.envs.sequences import (
     ClassificationTask,
     SequenceBatch,
     SequenceTask,
     TransferCopyTask,
     make_task,
 )
+from torch import Tensor, nn
 
 CHECKPOINT = CHECKPOINT_NAME
 INIT_CHECKPOINT = INIT_CHECKPOINT_NAME

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agents.core_config import CoreConfig
-from agents.divergence import check_learning_rate
-from agents.run_config import MigratingSchema, RunConfig, TrainBase
+from memcores.agents.core_config import CoreConfig
+from memcores.agents.divergence import check_learning_rate
+from memcores.agents.run_config import MigratingSchema, RunConfig, TrainBase
 
 
 @dataclass
@@ -29,8 +29,8 @@ class TaskConfig:
     """Task options (any other key of this section): length, loss, data_dir, ..."""
 
     def validate(self) -> None:
-        from envs.datasets import DatasetMissingError
-        from envs.sequences import check_task_data, check_task_options
+        from memcores.envs.datasets import DatasetMissingError
+        from memcores.envs.sequences import check_task_data, check_task_options
 
         check_task_options(self.name, self.options)
         try:  # before a run folder exists, not when the task is built

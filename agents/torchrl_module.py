@@ -4,7 +4,7 @@
 :data:`cores.CORES`::
 
     from torchrl.envs import InitTracker, TransformedEnv
-    from agents.torchrl_module import CoreModule
+    from memcores.agents.torchrl_module import CoreModule
 
     core = CoreModule(make_core("ur_lstm", 64, 128), in_key="embed", out_key="memory")
     env = TransformedEnv(env, InitTracker())            # writes "is_init"
@@ -34,6 +34,7 @@ flow.)
 from __future__ import annotations
 
 import torch
+from memcores.cores import MemoryCore
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import Tensor
@@ -41,8 +42,6 @@ from torchrl.data.tensor_specs import Unbounded
 from torchrl.envs.transforms import TensorDictPrimer
 from torchrl.modules import set_recurrent_mode
 from torchrl.modules.tensordict_module.rnn import recurrent_mode as torchrl_recurrent_mode
-
-from cores import MemoryCore
 
 
 class CoreModule(TensorDictModuleBase):

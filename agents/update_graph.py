@@ -17,14 +17,19 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 import torch
+from memcores.agents.policy import RecurrentActorCritic
+from memcores.agents.ppo import LossFn, Row, minibatch_step
+from memcores.agents.rl_config import AgentConfig
+from memcores.agents.rollout import ChunkBatch
+from memcores.cores.base import MemoryCore
+from memcores.cores.graphed import (
+    WARMUP_CALLS,
+    CudaRecorder,
+    EagerRecorder,
+    RecordedCall,
+    recorded_call,
+)
 from torch import Tensor, nn
-
-from agents.policy import RecurrentActorCritic
-from agents.ppo import LossFn, Row, minibatch_step
-from agents.rl_config import AgentConfig
-from agents.rollout import ChunkBatch
-from cores.base import MemoryCore
-from cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, RecordedCall, recorded_call
 
 
 def keyed_by_state(policy: nn.Module) -> str | None:

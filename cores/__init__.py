@@ -2,7 +2,7 @@
 
 Build any core by name::
 
-    from cores import make_core, CORES
+    from memcores.cores import make_core, CORES
     core = make_core("ur_lstm", input_size=10, hidden_size=128)
 
 A new core is one module plus one line in :data:`CORES`.
@@ -15,7 +15,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from cores.base import MemoryCore, State
+from memcores.cores.base import MemoryCore, State
 
 __all__ = ["CORES", "CoreSpec", "MemoryCore", "State", "core_options", "make_core", "presets_of"]
 
@@ -38,8 +38,8 @@ class CoreSpec:
         return getattr(importlib.import_module(module_name), attr)
 
 
-_GATED = "cores.gated:GatedLSTM"
-_GRU = "cores.gru:GatedGRU"
+_GATED = "memcores.cores.gated:GatedLSTM"
+_GRU = "memcores.cores.gru:GatedGRU"
 
 
 def _preset(**options: Any) -> dict[str, Any]:
@@ -112,31 +112,31 @@ CORES: dict[str, CoreSpec] = {
         _preset(activation="sigmoid", tied=False, refine=False, init="constant", hdetach=True),
     ),
     "o_lstm": CoreSpec(
-        "cores.on_lstm:OrderedLSTM",
+        "memcores.cores.on_lstm:OrderedLSTM",
         "O-LSTM: cumax (ordered) forget/input gates, no auxiliary gate (Gu et al. eqs. 28-29)",
         dict(main="cumax", aux="none", chunk_size=1, tied_master=False),
     ),
     "om_lstm": CoreSpec(
-        "cores.on_lstm:OrderedLSTM",
+        "memcores.cores.on_lstm:OrderedLSTM",
         "ON-LSTM: cumax master gates over chunks of chunk_size units + fine gates (Shen et al.)",
         dict(main="cumax", aux="master"),
     ),
     "um_lstm": CoreSpec(
-        "cores.on_lstm:OrderedLSTM",
+        "memcores.cores.on_lstm:OrderedLSTM",
         "UM-LSTM: ON-LSTM with UGI sigmoid master gates instead of cumax (Gu et al. eqs. 30-33)",
         dict(main="uniform", aux="master"),
     ),
     "or_lstm": CoreSpec(
-        "cores.on_lstm:OrderedLSTM",
+        "memcores.cores.on_lstm:OrderedLSTM",
         "OR-LSTM: cumax forget gate + refine gate, i = 1 - g (Gu et al. eqs. 34-37)",
         dict(main="cumax", aux="refine", chunk_size=1, tied_master=False),
     ),
     "janet": CoreSpec(
-        "cores.janet:JANET",
+        "memcores.cores.janet:JANET",
         "JANET: forget-gate-only LSTM, h = c, chrono init (options t_max, beta)",
     ),
     "nru": CoreSpec(
-        "cores.nru:NRU",
+        "memcores.cores.nru:NRU",
         "NRU: ReLU state + additive memory written/erased by k heads (options memory_size, heads)",
     ),
     "power_lstm": CoreSpec(
@@ -168,55 +168,55 @@ CORES: dict[str, CoreSpec] = {
     ),
     # --- leaky / power-law RNNs (Ohno & Kumagai) ---------------------------------------------
     "leaky_rnn": CoreSpec(
-        "cores.power_rnn:PowerRNN",
+        "memcores.cores.power_rnn:PowerRNN",
         "leaky RNN h += alpha (tanh(Uh + Wx + b) - h): exponential memory decay",
         dict(r=0.0),
     ),
     "power_rnn": CoreSpec(
-        "cores.power_rnn:PowerRNN",
+        "memcores.cores.power_rnn:PowerRNN",
         "power-law RNN h += alpha (tanh(Uh + Wx + b) - |h|^r h): polynomial decay (option r)",
     ),
     # --- self-attentive recurrent cores (Kanuparthi et al.) ----------------------------------
     "rel_lstm": CoreSpec(
-        "cores.rel_lstm:RelLSTM",
+        "memcores.cores.rel_lstm:RelLSTM",
         "RelLSTM: LSTM attending over a short buffer + relevancy-screened set (options nu, rho)",
     ),
     "rel_rnn": CoreSpec(
-        "cores.rel_lstm:RelRNN",
+        "memcores.cores.rel_lstm:RelRNN",
         "RelRNN: vanilla RNN (tanh|modrelu) with RelLSTM's buffer + relevancy-screened set",
     ),
     "mem_lstm": CoreSpec(
-        "cores.rel_lstm:MemLSTM",
+        "memcores.cores.rel_lstm:MemLSTM",
         "MemLSTM: LSTM attending over all past states (quadratic; option max_len)",
     ),
     # --- linear recurrent units with online learning (Zucchet et al.) ------------------------
     "lru": CoreSpec(
-        "cores.lru:LRUCore",
+        "memcores.cores.lru:LRUCore",
         "stack of LRU blocks; grad=bptt|online|spatial|truncated (online: exact in-layer RTRL)",
     ),
     "linear_rnn": CoreSpec(
-        "cores.snap:LinearRNNCore",
+        "memcores.cores.snap:LinearRNNCore",
         "dense linear RNN in the LRU block; grad=bptt|snap1|truncated|spatial (Zucchet et al.)",
     ),
     "block_gru": CoreSpec(
-        "cores.snap:BlockGRUCore",
+        "memcores.cores.snap:BlockGRUCore",
         "GRU in the LRU block; grad=bptt|snap1|truncated|spatial (multi-layer SnAp-1)",
     ),
     # --- modern recurrences: minimal RNNs (Feng et al.) and xLSTM (Beck et al.) --------------
     "min_gru": CoreSpec(
-        "cores.min_rnn:MinGRU",
+        "memcores.cores.min_rnn:MinGRU",
         "minGRU: input-only gates, one linear recurrence solved by a scan (option layers)",
     ),
     "min_lstm": CoreSpec(
-        "cores.min_rnn:MinLSTM",
+        "memcores.cores.min_rnn:MinLSTM",
         "minLSTM: normalised input-only forget/input gates, solved by a scan (option layers)",
     ),
     "slstm": CoreSpec(
-        "cores.xlstm:SLSTM",
+        "memcores.cores.xlstm:SLSTM",
         "xLSTM sLSTM: exponential gates + stabiliser, normaliser, head-wise recurrence (heads)",
     ),
     "mlstm": CoreSpec(
-        "cores.xlstm:MLSTM",
+        "memcores.cores.xlstm:MLSTM",
         "xLSTM mLSTM: matrix memory, covariance update, chunkwise-parallel training (heads)",
     ),
 }

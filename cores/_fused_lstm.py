@@ -19,11 +19,10 @@ import math
 from dataclasses import dataclass
 
 import torch
+from memcores.cores import fast_tanh
+from memcores.cores.base import reset_where, steps_with_starts
 from torch import Tensor
 from torch.autograd.function import once_differentiable
-
-from cores import fast_tanh
-from cores.base import reset_where, steps_with_starts
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from memcores.cores.base import reset_where
+from memcores.cores.rel_lstm import buffer_mask, relevant_mask
 from torch import Tensor
 from torch.autograd.function import once_differentiable
-
-from cores.base import reset_where
-from cores.rel_lstm import buffer_mask, relevant_mask
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import torch
+from memcores.cores import gates
+from memcores.cores.base import MemoryCore
 from torch import Tensor, nn
-
-from cores import gates
-from cores.base import MemoryCore
 
 
 class BlockGatedCore(MemoryCore):

@@ -40,12 +40,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from memcores.cores import cudnn, gates
+from memcores.cores.base import (
+    State,
+    autocast_enabled,
+    check_sequence,
+    reset_uniform_,
+    triton_available,
+)
+from memcores.cores.blocks import BlockGatedCore
+from memcores.cores.power_rnn import power_decay
 from torch import Tensor
-
-from cores import cudnn, gates
-from cores.base import State, autocast_enabled, check_sequence, reset_uniform_, triton_available
-from cores.blocks import BlockGatedCore
-from cores.power_rnn import power_decay
 
 IMPLS = ("fused", "triton", "loop")
 
@@ -199,11 +204,11 @@ class GatedLSTM(BlockGatedCore):
             if x.is_cuda and self.impl == "fused" and cudnn.lstm_applies(self, starts):
                 return cudnn.lstm(self, x, state, starts)  # nn.LSTM's maths: its kernels
             if self.impl == "triton" or (x.is_cuda and triton_available()):
-                from cores.triton_engine import triton_lstm
+                from memcores.cores.triton_engine import triton_lstm
 
                 return triton_lstm(self, x, state, starts, detach)
             if self.power == 0.0:
-                from cores._fused_lstm import fused_lstm
+                from memcores.cores._fused_lstm import fused_lstm
 
                 return fused_lstm(self, x, state, starts, detach)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH]: one matmul for all steps

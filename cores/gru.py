@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from memcores.cores import cudnn, gates
+from memcores.cores.base import (
+    State,
+    autocast_enabled,
+    check_sequence,
+    reset_uniform_,
+    triton_available,
+)
+from memcores.cores.blocks import BlockGatedCore
+from memcores.cores.power_rnn import power_decay
 from torch import Tensor, nn
-
-from cores import cudnn, gates
-from cores.base import State, autocast_enabled, check_sequence, reset_uniform_, triton_available
-from cores.blocks import BlockGatedCore
-from cores.power_rnn import power_decay
 
 IMPLS = ("fused", "triton", "loop")
 
@@ -136,7 +141,7 @@ class GatedGRU(BlockGatedCore):
             if x.is_cuda and self.impl == "fused" and cudnn.gru_applies(self, starts):
                 return cudnn.gru(self, x, state, starts)  # nn.GRU's maths: its kernels
             if self.impl == "triton" or (x.is_cuda and triton_available()):
-                from cores.triton_engine import triton_gru
+                from memcores.cores.triton_engine import triton_gru
 
                 return triton_gru(self, x, state, starts)
         xproj = F.linear(x, self.weight_ih, self.bias)  # [T, B, nH], one matmul for all steps

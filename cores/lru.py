@@ -41,10 +41,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+from memcores.cores.base import MemoryCore, State, check_sequence
+from memcores.cores.scan import METHODS, linear_scan, scan_adjoint
 from torch import Tensor, nn
-
-from cores.base import MemoryCore, State, check_sequence
-from cores.scan import METHODS, linear_scan, scan_adjoint
 
 GRAD_MODES = ("bptt", "online", "spatial", "truncated")
 

@@ -29,10 +29,9 @@ after a first layer that maps ``input_size`` to ``hidden_size``.
 from __future__ import annotations
 
 import torch
+from memcores.cores.base import MemoryCore, State, check_sequence, keep_mask
+from memcores.cores.scan import METHODS, resolve_method, scan_adjoint, scan_values
 from torch import Tensor, nn
-
-from cores.base import MemoryCore, State, check_sequence, keep_mask
-from cores.scan import METHODS, resolve_method, scan_adjoint, scan_values
 
 
 def candidate(x: Tensor) -> Tensor:

@@ -57,10 +57,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+from memcores.cores import gates
+from memcores.cores.base import MemoryCore, State, check_sequence, reset_uniform_
 from torch import Tensor, nn
-
-from cores import gates
-from cores.base import MemoryCore, State, check_sequence, reset_uniform_
 
 MAINS = ("cumax", "uniform")
 AUXES = ("none", "master", "refine")

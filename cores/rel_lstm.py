@@ -65,10 +65,8 @@ from collections.abc import Hashable, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
-from cores import fast_tanh
-from cores.base import (
+from memcores.cores import fast_tanh
+from memcores.cores.base import (
     MemoryCore,
     State,
     autocast_enabled,
@@ -78,6 +76,7 @@ from cores.base import (
     reset_where,
     steps_with_starts,
 )
+from torch import Tensor, nn
 
 ON_FULL = ("drop", "error")
 
@@ -367,7 +366,7 @@ class RelLSTM(_AttentiveLSTM):
         # one step (acting) runs the loop: the fused function's setup costs more than it saves
         fused = self.impl == "fused" and x.shape[0] > 1
         if fused and not autocast_enabled(x.device.type):
-            from cores._fused_rel_lstm import fused_rel_lstm
+            from memcores.cores._fused_rel_lstm import fused_rel_lstm
 
             return fused_rel_lstm(self, xp, carry, starts, frozenset(steps_with_starts(starts)))
         # the initial state is all zeros (a zero key in an empty slot is never used)

@@ -83,7 +83,7 @@ def scan_values(
     if method == "sequential":
         return _sequential(a, b, h0, torch.empty_like(b) if out is None else out)
     if method == "triton":
-        from cores import triton_scan  # imports triton: only where the kernel is asked for
+        from memcores.cores import triton_scan  # imports triton: only where the kernel is asked for
 
         h = triton_scan.scan_values(a, b, h0)
     else:
@@ -130,7 +130,7 @@ def scan_adjoint(a: Tensor, grad_h: Tensor, method: str = "auto") -> Tensor:
     method = resolve_method(method, grad_h.device)
     a = a.expand_as(grad_h)
     if method == "triton":
-        from cores import triton_scan
+        from memcores.cores import triton_scan
 
         return triton_scan.scan_adjoint(a, grad_h)
     if method == "sequential":

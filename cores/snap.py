@@ -53,10 +53,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+from memcores.cores.base import MemoryCore, State, check_sequence
+from memcores.cores.scan import scan_adjoint
 from torch import Tensor, nn
-
-from cores.base import MemoryCore, State, check_sequence
-from cores.scan import scan_adjoint
 
 GRAD_MODES = ("bptt", "snap1", "truncated", "spatial")
 

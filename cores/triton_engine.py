@@ -16,14 +16,13 @@ from typing import Any
 
 import torch
 import triton
+from memcores.cores import triton_kernels as tk
+from memcores.cores.base import pow2_at_least, reset_where
+from memcores.cores.gates import ACTIVATIONS, FAST_CLAMP
+from memcores.cores.triton_cells import GRU, LSTM, SLSTM
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 from triton.runtime.errors import OutOfResources
-
-from cores import triton_kernels as tk
-from cores.base import pow2_at_least, reset_where
-from cores.gates import ACTIVATIONS, FAST_CLAMP
-from cores.triton_cells import GRU, LSTM, SLSTM
 
 BLOCK_B = 16  # batch rows per program (tl.dot needs at least 16 rows on a GPU)
 

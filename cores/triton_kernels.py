@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-from cores.triton_cells import GRU, backward_cell, forward_cell
+from memcores.cores.triton_cells import GRU, backward_cell, forward_cell
 
 SPLIT_LOOP_STAGES = tl.constexpr(1)
 """The unit-split time loops run in one stage: Triton's pipeliner would otherwise issue a later

@@ -47,9 +47,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
-from cores.base import (
+from memcores.cores.base import (
     MemoryCore,
     State,
     autocast_enabled,
@@ -58,7 +56,8 @@ from cores.base import (
     step_loop,
     triton_available,
 )
-from cores.scan import METHODS, linear_scan
+from memcores.cores.scan import METHODS, linear_scan
+from torch import Tensor, nn
 
 _EPS = 1e-6  # floor of the sLSTM normaliser: n is 0 only when every i' underflowed
 IMPLS = ("fused", "triton", "loop")
@@ -137,7 +136,7 @@ class SLSTM(MemoryCore):
         # break; under autocast the step loop runs
         if self.has_fused and not autocast_enabled(x.device.type):
             if self.impl == "triton" or (x.is_cuda and triton_available()):
-                from cores.triton_engine import triton_slstm
+                from memcores.cores.triton_engine import triton_slstm
 
                 return triton_slstm(self, x, state, starts, _EPS)
         pre = self.input(x).view(x.shape[0], x.shape[1], 4, -1)  # [T, B, 4, H]

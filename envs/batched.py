@@ -300,8 +300,8 @@ def make_batched_env(
     :raises ValueError: no batched version of ``env_id`` (the message lists those there are),
         or options it does not take.
     """
-    from envs.batched_memory_match import BatchedVisualMatch, memory_match_kwargs
-    from envs.batched_popgym import BATCHED_POPGYM, make_batched_popgym
+    from memcores.envs.batched_memory_match import BatchedVisualMatch, memory_match_kwargs
+    from memcores.envs.batched_popgym import BATCHED_POPGYM, make_batched_popgym
 
     env_kwargs = dict(env_kwargs or {})
     ids = batched_ids()
@@ -317,7 +317,7 @@ def make_batched_env(
 
 def batched_ids() -> list[str]:
     """Every env id with a batched version."""
-    from envs import MEMORY_MATCH_IDS
-    from envs.batched_popgym import BATCHED_POPGYM
+    from memcores.envs import MEMORY_MATCH_IDS
+    from memcores.envs.batched_popgym import BATCHED_POPGYM
 
     return [*MEMORY_MATCH_IDS, *BATCHED_POPGYM]

@@ -36,12 +36,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from memcores.envs.batched import BatchedEnv, random_words, uniform_int
+from memcores.envs.memory_match import MISSION, PALETTE, VisualMatchEnv, _reveal_mission
+from memcores.envs.observation import tokenize
 from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX
 from torch import Tensor
-
-from envs.batched import BatchedEnv, random_words, uniform_int
-from envs.memory_match import MISSION, PALETTE, VisualMatchEnv, _reveal_mission
-from envs.observation import tokenize
 
 VIEW = 7
 """MiniGrid's agent view size."""
@@ -75,7 +74,7 @@ def _view_offsets() -> Tensor:
 def memory_match_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The :class:`BatchedVisualMatch` options of registered id ``env_id`` plus ``env_kwargs``
     (validated by building the gymnasium env with them)."""
-    from envs import MEMORY_MATCH_IDS
+    from memcores.envs import MEMORY_MATCH_IDS
 
     entry, registered = MEMORY_MATCH_IDS[env_id]
     options = {**registered, **env_kwargs}
@@ -319,7 +318,7 @@ def _view_table(n: int) -> Tensor:
 
 def _space_of(env: VisualMatchEnv) -> gym.spaces.Dict:
     """The observation space :func:`envs.make_env` gives ``env`` (image, direction, mission)."""
-    from envs.observation import MAX_MISSION_LEN, VOCAB_SIZE
+    from memcores.envs.observation import MAX_MISSION_LEN, VOCAB_SIZE
 
     return gym.spaces.Dict(
         {

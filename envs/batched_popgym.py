@@ -20,9 +20,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from memcores.envs.batched import BatchedEnv, random_words
 from torch import Tensor
-
-from envs.batched import BatchedEnv, random_words
 
 DECK = 52
 

@@ -28,8 +28,7 @@ import importlib.util
 from typing import Any
 
 import numpy as np
-
-from envs.observation import tokenize
+from memcores.envs.observation import tokenize
 
 EXTRA_HINT = "pip install 'memcores[envpool]'"
 
@@ -72,7 +71,7 @@ class EnvPoolVectorEnv:
         env_kwargs: dict[str, Any] | None = None,
         threads: int = 1,
     ) -> None:
-        from envs import make_env
+        from memcores.envs import make_env
 
         if n_envs < 1 or threads < 1:
             raise ValueError(f"need n_envs >= 1, threads >= 1; got {n_envs=}, {threads=}")

@@ -37,9 +37,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from memcores.envs import fast_obs
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
-
-from envs import fast_obs
 
 PAD = 0
 """Mission token id used for padding."""
@@ -254,9 +253,8 @@ def supported_env_ids() -> list[str]:
 
 def _ensure_registered() -> None:
     """Importing ``minigrid`` registers its ids; importing ``envs`` registers ours."""
+    import memcores.envs  # noqa: F401  (side effect: registration of memcores/* ids)
     import minigrid  # noqa: F401  (side effect: registration)
-
-    import envs  # noqa: F401  (side effect: registration of memcores/* ids)
 
 
 def _unknown_env_message(env_id: str) -> str:
@@ -301,13 +299,13 @@ def make_env(
     _ensure_registered()
     if env_id not in gym.registry:
         raise ValueError(_unknown_env_message(env_id))
-    from envs.suites import unavailable_reason  # envs.suites imports this module
+    from memcores.envs.suites import unavailable_reason  # envs.suites imports this module
 
     why = unavailable_reason(env_id)  # e.g. missing data files: say so, not what is missing
     if why:
         raise ValueError(f"env {env_id!r} is unavailable: {why} (see `memcores list envs`)")
     if env_id.startswith("popgym/"):
-        from envs.popgym_env import make_popgym
+        from memcores.envs.popgym_env import make_popgym
 
         env = make_popgym(env_id, **env_kwargs)
         return SeedFirstReset(env, seed) if seed is not None else env

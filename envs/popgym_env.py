@@ -145,7 +145,7 @@ for _id, _cls in POPGYM_IDS.items():
     if _id not in registry:
         register(
             id=_id,
-            entry_point="envs.popgym_env:_build",
+            entry_point="memcores.envs.popgym_env:_build",
             kwargs={"env_class": _cls.__name__},
             disable_env_checker=True,
         )

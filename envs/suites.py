@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
+from memcores.envs.observation import supported_env_ids
+from memcores.envs.popgym_env import POPGYM_IDS
+from memcores.envs.popgym_env import describe as describe_popgym
 
-import envs
-from envs.observation import supported_env_ids
-from envs.popgym_env import POPGYM_IDS
-from envs.popgym_env import describe as describe_popgym
+from memcores import envs
 
 
 @dataclass(frozen=True)

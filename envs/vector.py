@@ -98,7 +98,7 @@ class _EnvRunner:
         rows: list[int],
         arrays: dict[str, np.ndarray],
     ):
-        from envs import make_env
+        from memcores.envs import make_env
 
         self.envs = {i: make_env(env_id, seed=seed + i, **env_kwargs) for i in rows}
         self.arrays = arrays
@@ -182,7 +182,7 @@ class VectorEnv:
         workers: int = 0,
         groups: int = 1,
     ) -> None:
-        from envs import make_env
+        from memcores.envs import make_env
 
         if n_envs < 1 or workers < 0 or groups < 1:
             raise ValueError(

@@ -8,7 +8,7 @@ import math
 import os
 from pathlib import Path
 
-from agents.run_config import MAX_SEED
+from memcores.agents.run_config import MAX_SEED
 
 
 def _number(text: str, kind: type, lowest: float, strict: bool) -> int | float:

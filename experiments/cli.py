@@ -11,8 +11,8 @@ import importlib
 import os
 import sys
 
-from agents.divergence import TrainingDiverged
-from experiments.malloc import keep_freed_memory
+from memcores.agents.divergence import TrainingDiverged
+from memcores.experiments.malloc import keep_freed_memory
 
 # command -> (module under experiments.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, help_ = COMMANDS[name]
     keep_freed_memory()
-    module = importlib.import_module(f"experiments.commands.{module_name}")
+    module = importlib.import_module(f"memcores.experiments.commands.{module_name}")
     parser = argparse.ArgumentParser(prog=f"memcores {name}", description=help_)
     module.add_arguments(parser)
     try:  # options may follow the dotted overrides

@@ -15,9 +15,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from memcores.experiments.transfer_plot import TransferPoint
 from scipy import stats
-
-from experiments.transfer_plot import TransferPoint
 
 BLOCKS = ("train", "test")
 

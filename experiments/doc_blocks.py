@@ -33,7 +33,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from experiments.bench import record as bench_record
+from memcores.experiments.bench import record as bench_record
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN = re.compile(
@@ -187,7 +187,7 @@ def quoted_reports(docs: list[Path], repo: Path = REPO) -> list[Path]:
 def check_report(report: Path, repo: Path = REPO) -> list[str]:
     """Re-run the report's command (tables only, into a temporary file) from ``repo`` and
     compare its tables with the committed report's: one line per table that differs."""
-    from experiments.cli import main as memcores
+    from memcores.experiments.cli import main as memcores
 
     argv = shlex.split(report_command(report))[1:]
     with tempfile.TemporaryDirectory() as tmp:

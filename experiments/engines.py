@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from experiments.core_compare import separation, welch_p
-from experiments.records import find_runs, write_record
+from memcores.experiments.core_compare import separation, welch_p
+from memcores.experiments.records import find_runs, write_record
 
 ENGINES = ("memcores", "torchrl", "rllib")
 ENV_ID = "popgym/RepeatPreviousEasy-v0"
@@ -68,7 +67,7 @@ def _engine_config(engine: str, core: str, seed: int, frames: int) -> dict[str, 
 def run_memcores(core: str, seed: int, frames: int, run_dir: Path) -> dict[str, Any]:
     """memcores' own trainer, as the popgym_150k sweep runs it, at ``frames``."""
     command = [
-        sys.executable, "-m", "experiments.cli", "train", MEMCORES_CONFIG, f"env.id={ENV_ID}",
+        sys.executable, "-m", "memcores", "train", MEMCORES_CONFIG, f"env.id={ENV_ID}",
         f"core.name={core}", f"train.seed={seed}", f"train.total_steps={frames}",
         f"run.dir={run_dir}", "run.overwrite=true", "run.tensorboard=false",
     ]  # fmt: skip
@@ -79,7 +78,7 @@ def run_memcores(core: str, seed: int, frames: int, run_dir: Path) -> dict[str, 
 
 
 def run_torchrl(core: str, seed: int, frames: int, run_dir: Path) -> dict[str, Any]:
-    from agents.torchrl_ppo import TorchRLPPOConfig, train_torchrl_ppo
+    from memcores.agents.torchrl_ppo import TorchRLPPOConfig, train_torchrl_ppo
 
     result = train_torchrl_ppo(TorchRLPPOConfig(core=core, seed=seed, total_frames=frames))
     _write_run(run_dir, _engine_config("torchrl", core, seed, frames), result)
@@ -92,8 +91,7 @@ def run_rllib(
     """RLlib PPO with two env runners (4 envs each): on a local Ray, or, with ``address``,
     on a running cluster with one runner per node offering :data:`RUNNER_RESOURCE`."""
     import ray
-
-    from agents.rllib_module import core_ppo_config, train_rllib_ppo
+    from memcores.agents.rllib_module import core_ppo_config, train_rllib_ppo
 
     config = core_ppo_config(core, ENV_ID, seed=seed, num_env_runners=2)
     if address:

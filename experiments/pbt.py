@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agents.files import write_text_atomic
-from experiments.search import round_params
-from experiments.trials import DONE, Trial, run_trial, trial_done
+from memcores.agents.files import write_text_atomic
+from memcores.experiments.search import round_params
+from memcores.experiments.trials import DONE, Trial, run_trial, trial_done
 
 SCHEDULE_FILE = "pbt_schedule.json"
 SECONDS_FILE = "pbt_seconds.txt"
@@ -36,7 +36,7 @@ CHECKPOINT = "checkpoints/last.pt"
 
 def checkpoint_step(checkpoint: Path) -> int:
     """The frame count stored in a trainer checkpoint."""
-    from agents.checkpoint import load_rl_checkpoint
+    from memcores.agents.checkpoint import load_rl_checkpoint
 
     return int(load_rl_checkpoint(checkpoint)["step"])
 

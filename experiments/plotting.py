@@ -16,10 +16,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-
-from agents.run import flatten
-from experiments.records import Curve, Run, find_runs
-from experiments.run_groups import label_with_variant, seed_count, variant_names
+from memcores.agents.run import flatten
+from memcores.experiments.records import Curve, Run, find_runs
+from memcores.experiments.run_groups import label_with_variant, seed_count, variant_names
 
 SPREADS = ("minmax", "std", "none")
 SPREAD_NAMES = {"minmax": "min-max", "std": "\u00b11 std", "none": ""}

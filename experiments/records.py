@@ -37,9 +37,8 @@ from typing import Any
 
 import numpy as np
 import yaml
-
-from agents.files import atomic_write, write_text_atomic
-from experiments.config import parse_yaml
+from memcores.agents.files import atomic_write, write_text_atomic
+from memcores.experiments.config import parse_yaml
 
 FORMAT = "memcores-record/1"
 RECORD_FILE = "record.json"
@@ -495,7 +494,7 @@ def check_same_run(out: Path, record: dict[str, Any], config: dict[str, Any]) ->
     """
     if not has_record(out):
         return
-    from experiments.run_groups import settings
+    from memcores.experiments.run_groups import settings
 
     try:
         old = read_record(out)
@@ -528,8 +527,7 @@ def _slim_policy(checkpoint: Path) -> bytes | None:
     :raises ValueError: the file is not a memcores RL checkpoint (one line, no torch advice).
     """
     import torch
-
-    from agents.checkpoint import load_checkpoint
+    from memcores.agents.checkpoint import load_checkpoint
 
     if not checkpoint.is_file():
         return None

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from experiments.config import parse_override, parse_yaml, read_yaml, set_dotted, shorten
-from experiments.core_compare import check_cores, comparison_rows, retention_rows
-from experiments.plotting import auto_panel_key, plot_against, plot_runs
-from experiments.records import (
+from memcores.experiments.config import parse_override, parse_yaml, read_yaml, set_dotted, shorten
+from memcores.experiments.core_compare import check_cores, comparison_rows, retention_rows
+from memcores.experiments.plotting import auto_panel_key, plot_against, plot_runs
+from memcores.experiments.records import (
     CURVE_FILE,
     POLICY_FILE,
     RECORD_FILE,
@@ -38,9 +37,9 @@ from experiments.records import (
     read_record,
     read_rows,
 )
-from experiments.run_groups import seed_count, variant_names
-from experiments.sweep import SWEEP_FILE, TRIAL_FILE
-from experiments.transfer_plot import TransferPoint, plot_retention, plot_transfer
+from memcores.experiments.run_groups import seed_count, variant_names
+from memcores.experiments.sweep import SWEEP_FILE, TRIAL_FILE
+from memcores.experiments.transfer_plot import TransferPoint, plot_retention, plot_transfer
 
 # Metrics reported when none are asked for, in this order, if some trial logged them.
 DEFAULT_METRICS = (

@@ -65,9 +65,9 @@ def _defaults(kind: str) -> dict[str, Any]:
     from dataclasses import asdict
 
     if kind == "supervised":
-        from agents.supervised_config import SupervisedConfig as Schema
+        from memcores.agents.supervised_config import SupervisedConfig as Schema
     else:
-        from agents.rl_config import RLConfig as Schema
+        from memcores.agents.rl_config import RLConfig as Schema
     return flatten(asdict(Schema()))
 
 

@@ -123,7 +123,7 @@ def _parse_dist(key: str, spec: Any) -> Dist:
 
 def point_name(values: Mapping[str, Any]) -> str:
     """The folder name of a sampled point: ``learning_rate=0.0012,ent_coef=0.03``."""
-    from experiments.sweep import trial_name
+    from memcores.experiments.sweep import trial_name
 
     return trial_name({k: _text(v) for k, v in values.items()})
 

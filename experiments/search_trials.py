@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.search import point_name, round_params
-from experiments.trials import DONE, Trial, run_trial, trial_done
+from memcores.experiments.search import point_name, round_params
+from memcores.experiments.trials import DONE, Trial, run_trial, trial_done
 
 
 def seed_trials(templates: Sequence[Trial], values: Mapping[str, Any]) -> list[Trial]:

@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.files import write_text_atomic
-from agents.run_config import MAX_SEED
-from experiments.config import parse_override, read_yaml_mapping
-from experiments.records import write_record
-from experiments.trials import (
+from memcores.agents.files import write_text_atomic
+from memcores.agents.run_config import MAX_SEED
+from memcores.experiments.config import parse_override, read_yaml_mapping
+from memcores.experiments.records import write_record
+from memcores.experiments.trials import (
     TRANSFER_KEYS,
     Trial,
     TrialResult,
@@ -48,7 +48,7 @@ from experiments.trials import (
     trial_config,
     trial_done,
 )
-from experiments.tune_engine import (
+from memcores.experiments.tune_engine import (
     check_machine,
     check_resources,
     cluster_nodes,
@@ -59,7 +59,7 @@ from experiments.tune_engine import (
 )
 
 if TYPE_CHECKING:
-    from experiments.search import Dist
+    from memcores.experiments.search import Dist
 
 COMMANDS = ("train", "supervised", "transfer")
 BACKENDS = ("auto", "ray", "local")
@@ -377,7 +377,7 @@ def prepare_folder(out: Path, meta: dict[str, Any]) -> Any:
 
     :raises SweepError: the folder is a file, unwritable, busy or holds another sweep.
     """
-    from agents.run_lock import RunFolderBusy, RunLock
+    from memcores.agents.run_lock import RunFolderBusy, RunLock
 
     lock = RunLock(out, "memcores sweep")
     try:
@@ -596,7 +596,7 @@ def check_space(space: dict[str, Dist], o: SweepOptions, trials: Sequence[Trial]
     if pbt and any(t.command != "train" for t in trials):
         raise SweepError("--scheduler pbt trains RL runs (`memcores train` configs) only")
     if pbt:
-        from agents.rl_config import MUTABLE_HYPERPARAMETERS
+        from memcores.agents.rl_config import MUTABLE_HYPERPARAMETERS
 
         fixed = [key for key in space if key not in MUTABLE_HYPERPARAMETERS]
         if fixed:

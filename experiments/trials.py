@@ -19,10 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.commands.transfer import TRANSFER_KEYS, resolve_pair_overrides
-from experiments.config import ConfigError, build, parse_override, read_yaml_mapping, set_dotted
-from experiments.records import has_record, write_record
-from experiments.search import SWEEP_KEYS
+from memcores.experiments.commands.transfer import TRANSFER_KEYS, resolve_pair_overrides
+from memcores.experiments.config import (
+    ConfigError,
+    build,
+    parse_override,
+    read_yaml_mapping,
+    set_dotted,
+)
+from memcores.experiments.records import has_record, write_record
+from memcores.experiments.search import SWEEP_KEYS
 
 DONE = "memcores_done"
 """Reported (= 1) with a trial's last result: it ran its whole budget."""
@@ -82,8 +88,8 @@ def trial_config(
 
     :raises ConfigError: a wrong key or value; the message names the trial.
     """
-    from agents.rl_config import RLConfig
-    from agents.supervised_config import SupervisedConfig
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.supervised_config import SupervisedConfig
 
     skip = (*TRANSFER_KEYS, *SWEEP_KEYS)
     raw = {k: v for k, v in read_yaml_mapping(trial.config).items() if k not in skip}
@@ -105,8 +111,8 @@ def validate_trials(trials: Sequence[Trial]) -> None:
 
     :raises ConfigError: the first wrong trial, named in the message.
     """
-    from cores import CORES, make_core
-    from envs.suites import SUITES
+    from memcores.cores import CORES, make_core
+    from memcores.envs.suites import SUITES
 
     for trial in trials:
         config = trial_config(trial)
@@ -140,14 +146,14 @@ def check_metric(metric: str, command: str, flag: str = "--metric") -> None:
     :raises ValueError: they do not; one line naming ``flag`` and the valid tags.
     """
     if command == "supervised":
-        from agents.supervised import LOGGED_TAGS, TRANSFER_PREFIX
+        from memcores.agents.supervised import LOGGED_TAGS, TRANSFER_PREFIX
 
         tags = list(LOGGED_TAGS)
         if metric.startswith(TRANSFER_PREFIX) and metric.count("/") == 2:
             return  # transfer/<variant>/<metric>: the variants are the task's
         tags.append(f"{TRANSFER_PREFIX}<variant>/<metric>")
     else:
-        from agents.rl_trainer import RECON_TAG, ROW_TAGS
+        from memcores.agents.rl_trainer import RECON_TAG, ROW_TAGS
 
         tags = [*ROW_TAGS, RECON_TAG, *(TRANSFER_TAGS if command == "transfer" else ())]
     if metric not in tags:
@@ -162,8 +168,8 @@ def record_dirs(trial: Trial) -> list[Path]:
     """Where the trial's records go: one folder, or one per env pair of a transfer trial."""
     if trial.command != "transfer":
         return [Path(trial.record_dir)]
-    from envs.suites import SUITES
-    from experiments.commands.transfer import pair_record_names
+    from memcores.envs.suites import SUITES
+    from memcores.experiments.commands.transfer import pair_record_names
 
     pairs = SUITES[trial.transfer["suite"]].pairs
     return [Path(trial.record_dir) / name for name in pair_record_names(pairs)]
@@ -217,7 +223,7 @@ def run_trial(
     :param allow_changes: config keys that may differ from the checkpoint's on resume (the
         hyperparameters a PBT exploit changes).
     """
-    from agents.checkpoint import checkpoint_path
+    from memcores.agents.checkpoint import checkpoint_path
 
     latest: dict[str, float] = {}
     start = time.perf_counter()
@@ -230,12 +236,12 @@ def run_trial(
     config = trial_config(trial)
     config.run.overwrite = True  # the sweep owns its trial folders: no checkpoint, no run
     if trial.command == "supervised":
-        from agents.supervised import train as train_supervised
+        from memcores.agents.supervised import train as train_supervised
 
         options = resume_options(train_supervised, allow_changes) if resumed else {}
         train_supervised(config, resume=resumed, on_log=on_log, **options)
     else:
-        from agents.rl_trainer import train
+        from memcores.agents.rl_trainer import train
 
         options = resume_options(train, allow_changes) if resumed else {}
         train(config, run_dir, resume=resumed, on_log=on_log, **options)
@@ -265,7 +271,7 @@ def _reporter(report: Report, latest: dict, ckpt: Path, run_dir: Path) -> Callab
 
 def _pair_overrides(trial: Trial) -> dict[str, list[str]]:
     """The transfer trial's ``pair_overrides``, per train env (ConfigError if malformed)."""
-    from envs.suites import SUITES
+    from memcores.envs.suites import SUITES
 
     suite = trial.transfer["suite"]
     spec = trial.transfer.get("pair_overrides")
@@ -277,10 +283,10 @@ def _pair_overrides(trial: Trial) -> dict[str, list[str]]:
 
 def _run_transfer(trial: Trial, report: Report, latest: dict, command_line: str) -> dict:
     """Each env pair of the suite: train (resuming), evaluate on both envs, record."""
-    from agents.evaluation import evaluate_run
-    from agents.rl_trainer import CHECKPOINT_NAME, train
-    from envs.suites import SUITES
-    from experiments.commands.transfer import short_name, table_row, write_table_csv
+    from memcores.agents.evaluation import evaluate_run
+    from memcores.agents.rl_trainer import CHECKPOINT_NAME, train
+    from memcores.envs.suites import SUITES
+    from memcores.experiments.commands.transfer import short_name, table_row, write_table_csv
 
     t, rows = trial.transfer, []
     per_pair, records = _pair_overrides(trial), record_dirs(trial)

@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.files import write_text_atomic
-from experiments.trials import DONE, Trial, TrialResult, trainable
+from memcores.agents.files import write_text_atomic
+from memcores.experiments.trials import DONE, Trial, TrialResult, trainable
 
 if TYPE_CHECKING:
-    from experiments.search import Dist
-    from experiments.sweep import SweepOptions
+    from memcores.experiments.search import Dist
+    from memcores.experiments.sweep import SweepOptions
 
 TUNE_DIR = ".tune"
 """Tune's experiment inside a sweep folder (hidden: readers of run folders skip it)."""
@@ -287,7 +287,7 @@ def lost_member_callback(o: SweepOptions) -> list[Any]:
     class LostMember(Callback):
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             # the module's list, also in a copy Tune unpickled on a restore
-            from experiments import tune_engine
+            from memcores.experiments import tune_engine
 
             tune_engine.LOST_MEMBERS.append(str(trial))
 
@@ -308,7 +308,7 @@ def sweep_stopper(timeout: float | None) -> Any:
             return self.timeout is not None and seconds >= self.timeout
 
         def stop_all(self) -> bool:
-            from experiments import tune_engine
+            from memcores.experiments import tune_engine
 
             return bool(tune_engine.LOST_MEMBERS)
 
@@ -318,11 +318,11 @@ def sweep_stopper(timeout: float | None) -> Any:
 def default_trainable(o: SweepOptions) -> Callable[[dict[str, Any]], None]:
     """The Tune trainable of the sweep's mode: a grid trial, a search point, a PBT member."""
     if o.search != "grid":
-        from experiments.search_trials import point_trainable
+        from memcores.experiments.search_trials import point_trainable
 
         return point_trainable
     if o.scheduler == "pbt":
-        from experiments.pbt import pbt_trainable
+        from memcores.experiments.pbt import pbt_trainable
 
         return pbt_trainable
     return trainable
@@ -484,7 +484,7 @@ def _grid_name(trial: Any) -> str:
 
 
 def _point_name(trial: Any) -> str:
-    from experiments.search import point_name, round_params
+    from memcores.experiments.search import point_name, round_params
 
     return point_name(round_params(trial.config.get("params", {})))
 
@@ -553,7 +553,7 @@ def tune_result(o: SweepOptions) -> Callable[[Any], TrialResult]:
         elif "trial" in result.config:
             name = result.config["trial"]["name"]
         else:  # a search point
-            from experiments.search import point_name, round_params
+            from memcores.experiments.search import point_name, round_params
 
             name = point_name(round_params(result.config.get("params", {})))
         metrics = result.metrics or {}

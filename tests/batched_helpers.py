@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from envs.batched_memory_match import BatchedVisualMatch
+from memcores.envs.batched_memory_match import BatchedVisualMatch
 
 
 def visual_match_state(env) -> dict[str, torch.Tensor]:  # noqa: ANN001

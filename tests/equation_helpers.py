@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
-
-from cores import make_core
+from memcores.cores import make_core
 
 T, B, D = 9, 3, 4
 """Steps, batch rows and input size of the equation checks."""

@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RECORD_DIR = REPO / "results" / "mutation"
 SUMMARY = RECORD_DIR / "summary.json"
-COPIED = ("cores", "agents", "envs", "experiments", "tests", "pyproject.toml")
+COPIED = ("memcores", "cores", "agents", "envs", "experiments", "tests", "pyproject.toml")
 """What the scratch copy holds: the packages, the tests and the pytest configuration."""
 
 

@@ -12,17 +12,16 @@ import torch
 import torch.nn.functional as F
 import yaml
 from gymnasium import spaces
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.policy import log_prob_entropy
+from memcores.agents.ppo import make_optimizer, update
+from memcores.agents.rl_config import ALGO_DEFAULTS, RLConfig, algo_switch_overrides
+from memcores.agents.rl_trainer import setup
+from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
+from memcores.experiments.cli import main
+from memcores.experiments.config import ConfigError, load_config
 from rl_helpers import tiny_config
 from stable_baselines3.common.buffers import RolloutBuffer as SB3RolloutBuffer
-
-from agents.episodes import EpisodeStats
-from agents.policy import log_prob_entropy
-from agents.ppo import make_optimizer, update
-from agents.rl_config import ALGO_DEFAULTS, RLConfig, algo_switch_overrides
-from agents.rl_trainer import setup
-from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
 
 
 def _a2c_rollout(*overrides: str):

@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from memcores.agents.acting_graph import ActingGraph
+from memcores.agents.device import acting_device, describe_acting
+from memcores.agents.rl_trainer import acting_policy, graph_obstacles, setup
+from memcores.agents.rollout import RolloutBuffer, act, collect_rollout, obs_shapes, start_rollouts
+from memcores.cores import CORES
+from memcores.cores.graphed import CudaRecorder, EagerRecorder, graph_switch
 from rl_helpers import evaluate_chunks, tiny_config
-
-from agents.acting_graph import ActingGraph
-from agents.device import acting_device, describe_acting
-from agents.rl_trainer import acting_policy, graph_obstacles, setup
-from agents.rollout import RolloutBuffer, act, collect_rollout, obs_shapes, start_rollouts
-from cores import CORES
-from cores.graphed import CudaRecorder, EagerRecorder, graph_switch
 
 
 def _rollout(device: str, graphed: bool, core: str = "ur_lstm"):
@@ -155,7 +154,7 @@ def test_graph_acting_is_on_by_default_for_a_cuda_learner_that_can_record_its_st
 def test_a_training_run_acts_through_the_graph_and_ends_as_the_eager_run(tmp_path, monkeypatch):
     """``train.graph_acting=true`` on a (faked) CUDA learner: every acting step goes through
     the recording and the run ends with the eager run's weights."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     config = ("core.name=ur_lstm", "train.checkpoint_every=1")
     rl_trainer.train(tiny_config(*config), tmp_path / "eager")

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cores.base import MemoryCore, _expand_mask, keep_mask, reset_where, step_loop
+from memcores.cores.base import MemoryCore, _expand_mask, keep_mask, reset_where, step_loop
 
 
 def _decay_step(x_t, state):

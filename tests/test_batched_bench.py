@@ -4,10 +4,9 @@ records."""
 from __future__ import annotations
 
 import pytest
-
-from experiments.bench import envs as bench_envs
-from experiments.bench import rl as bench_rl
-from experiments.bench.record import read_record
+from memcores.experiments.bench import envs as bench_envs
+from memcores.experiments.bench import rl as bench_rl
+from memcores.experiments.bench.record import read_record
 
 
 def test_bench_envs_batched_writes_its_record(tmp_path, capsys):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from memcores.envs import MEMORY_MATCH_IDS, make_env
+from memcores.envs.batched import make_batched_env
+from memcores.envs.batched_memory_match import BALL, GOAL, BatchedVisualMatch
 
-from envs import MEMORY_MATCH_IDS, make_env
-from envs.batched import make_batched_env
-from envs.batched_memory_match import BALL, GOAL, BatchedVisualMatch
 from tests.batched_helpers import load_row
 
 # Forward-heavy random actions, so episodes reach the reward room's balls (choices, successes)
@@ -161,7 +161,7 @@ def test_batched_layouts_score_as_the_gymnasium_layouts(env_id):
     """On their own layouts (not loaded ones) the batched envs give a random policy the same
     mean return (apples and choices) and success as the gymnasium envs, within 4 standard
     errors over 400 episodes each."""
-    from envs.vector import VectorEnv
+    from memcores.envs.vector import VectorEnv
 
     gym_ret, gym_succ = _random_policy_episodes(VectorEnv(env_id, 32, seed=0), False, 400)
     b_ret, b_succ = _random_policy_episodes(make_batched_env(env_id, 32), True, 400)

@@ -11,14 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.evaluation import evaluate_policy, load_policy
+from memcores.agents.policy import build_policy, observation_shape
+from memcores.agents.rl_trainer import train
+from memcores.agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
+from memcores.envs.batched import BatchedEnv, batched_ids, make_batched_env
 from rl_helpers import tiny_config
-
-from agents.episodes import EpisodeStats
-from agents.evaluation import evaluate_policy, load_policy
-from agents.policy import build_policy, observation_shape
-from agents.rl_trainer import train
-from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
-from envs.batched import BatchedEnv, batched_ids, make_batched_env
 
 ENV = "memcores/PassiveVisualMatch-v0"
 SHORT = {"distractor_steps": 3, "max_steps": 20}  # episodes of 9..20 steps
@@ -133,8 +132,8 @@ def test_evaluate_plays_a_batched_run_on_the_batched_env_by_default(tmp_path, mo
     """``memcores evaluate`` steps a run's env as it trained (``env.vector=batched``), the
     gymnasium env for an id without a batched version, and ``--vector`` picks either; an id
     without a batched version under ``--vector batched`` is one line and exit code 2."""
-    from agents import evaluation
-    from experiments.cli import main
+    from memcores.agents import evaluation
+    from memcores.experiments.cli import main
 
     overrides = (
         f"env.id={ENV}", "env.vector=batched", "env.n_envs=2", "env.kwargs.distractor_steps=3",
@@ -175,7 +174,7 @@ BATCHED_RECORDS = RECORD.parent.parent / "batched_envs"
 def test_the_policy_trained_on_batched_envs_re_evaluates_to_its_record(trial, vector):
     """The committed policies trained with ``env.vector=batched`` score exactly what their
     records say on the gymnasium env (``eval``) and on the batched env (``eval_batched``)."""
-    from agents.evaluation import evaluate_run
+    from memcores.agents.evaluation import evaluate_run
 
     record = json.loads((BATCHED_RECORDS / trial / "record.json").read_text())
     expected = record["eval" if vector == "sync" else "eval_batched"][ENV]

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from cores import CORES
-from experiments.bench import gpu
-from experiments.bench.gpu_report import SECTIONS
-from experiments.cli import main
+from memcores.cores import CORES
+from memcores.experiments.bench import gpu
+from memcores.experiments.bench.gpu_report import SECTIONS
+from memcores.experiments.cli import main
 
 
 def test_without_a_gpu_it_stops_with_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
@@ -214,8 +213,7 @@ def test_the_acting_step_through_the_acting_graph_replays_with_new_observations(
     CPU its eager recorder): warmed up and recorded before it is returned, then replayed
     with the observations refilled in place and the state carried."""
     import numpy as np
-
-    from agents.policy import build_policy
+    from memcores.agents.policy import build_policy
 
     config = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides))
     torch.manual_seed(0)
@@ -234,7 +232,7 @@ def test_the_env_step_row_acts_and_steps_the_env_through_one_recording(monkeypat
     """Where ``train.graph_env_step`` applies (a CUDA learner, faked here: on the CPU the
     recording reruns eagerly), the row primes the recording before the clock and every
     timed rollout step is a replay of the acting and env step."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     monkeypatch.setattr(rl_trainer, "graph_obstacles", lambda *args: (None, None))
     label, path, overrides, epochs, against = gpu.batched_settings(gpu.QUICK)[1]
@@ -263,7 +261,7 @@ def test_a_plain_rl_row_acts_and_updates_as_the_trainer_does_by_default(monkeypa
     faked here: on the CPU the recordings rerun eagerly), the row acts through the acting
     graph and replays the update's steps, as ``memcores train`` would; with
     ``train.graph_update=false`` it updates eagerly."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     monkeypatch.setattr(rl_trainer, "graph_obstacles", lambda *args: (None, None))
     overrides = list(gpu.QUICK.rl_overrides)

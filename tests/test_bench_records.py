@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from experiments.bench import memory_lru, memory_rel
-from experiments.bench import record as bench_record
+from memcores.experiments.bench import memory_lru, memory_rel
+from memcores.experiments.bench import record as bench_record
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "results" / "bench"

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cores.gated import GatedLSTM
-from cores.gru import GatedGRU
+from memcores.cores.gated import GatedLSTM
+from memcores.cores.gru import GatedGRU
 
 T, B, D, H = 5, 3, 2, 4
 
@@ -122,7 +121,7 @@ def test_gated_gru_is_its_equations(activation, refine):
 def test_step_loop_resets_before_reading_the_step_and_keeps_the_gradient_rule():
     """A counting core (``state += x``): the state after ``T`` steps is the sum since each
     row's last start; a reset zeroes the gradient into the steps before it too."""
-    from cores.base import keep_mask, reset_where, step_loop
+    from memcores.cores.base import keep_mask, reset_where, step_loop
 
     x = torch.arange(1.0, 5.0).view(4, 1, 1).expand(4, 2, 1).clone().requires_grad_(True)
     starts = torch.tensor([[False, False], [False, True], [False, False], [False, False]])

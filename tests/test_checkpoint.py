@@ -7,8 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
-
-from agents.checkpoint import (
+from memcores.agents.checkpoint import (
     CheckpointError,
     load_checkpoint,
     rng_state,

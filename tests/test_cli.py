@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from cores import CORES
-from experiments.cli import main
+from memcores.cores import CORES
+from memcores.experiments.cli import main
 
 
 def test_help_lists_every_command(capsys):
@@ -29,7 +29,7 @@ def test_list_cores_prints_every_registered_core(capsys):
 
 def test_console_script_runs_as_module():
     result = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "list", "cores"],
+        [sys.executable, "-m", "memcores", "list", "cores"],
         capture_output=True,
         text=True,
         check=True,
@@ -39,7 +39,7 @@ def test_console_script_runs_as_module():
 
 def test_options_may_follow_the_overrides(tmp_path, capsys) -> None:
     # `memcores supervised RUN --resume train.steps=N` (as the docs write it) must parse
-    from experiments.cli import main
+    from memcores.experiments.cli import main
 
     missing = tmp_path / "missing.yaml"
     assert main(["supervised", str(missing), "--resume", "train.steps=5"]) == 2

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
-
-from experiments.config import ConfigError, dump_yaml, load_config
+from memcores.experiments.config import ConfigError, dump_yaml, load_config
 
 
 @dataclass
@@ -163,7 +162,7 @@ def test_a_packaged_config_path_loads_from_any_working_directory(tmp_path, monke
     """`experiments/configs/...` (the docs' and benchmarks' paths) resolves to the packaged
     copy outside the repository; a path that exists where it is given wins; a missing one is
     still named as missing."""
-    from agents.rl_config import RLConfig
+    from memcores.agents.rl_config import RLConfig
 
     monkeypatch.chdir(tmp_path)
     config = load_config(RLConfig, "experiments/configs/memory_s7.yaml")

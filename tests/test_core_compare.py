@@ -6,11 +6,10 @@ import math
 
 import pytest
 import yaml
-
-from agents.logger import RunLogger
-from experiments.cli import main
-from experiments.core_compare import comparison_rows, parse_compare, separation, welch_p
-from experiments.transfer_plot import TransferPoint
+from memcores.agents.logger import RunLogger
+from memcores.experiments.cli import main
+from memcores.experiments.core_compare import comparison_rows, parse_compare, separation, welch_p
+from memcores.experiments.transfer_plot import TransferPoint
 
 
 def test_separation_and_welch_p():
@@ -25,7 +24,7 @@ def test_separation_and_welch_p():
 
 
 def test_p_values_keep_two_significant_figures():
-    from experiments.core_compare import _p
+    from memcores.experiments.core_compare import _p
 
     assert _p(0.0123) == "0.012"
     assert _p(0.00531) == "0.0053"  # not 0.005: the retention wording rests on this digit
@@ -73,7 +72,7 @@ def test_parse_compare_refuses_fewer_than_two_or_repeated_cores(text):
 
 def _transfer_records(results, tmp_path):
     """Records of `lstm` and `rel_lstm`, two seeds each, on MemoryS7 -> MemoryS13."""
-    from experiments.records import write_record
+    from memcores.experiments.records import write_record
 
     for core, seed, test in (
         ("lstm", 0, 0.30),
@@ -135,7 +134,7 @@ def _welch_by_hand(a: list[float], b: list[float]) -> float:
 
 
 def test_retention_rows_pair_each_run_test_with_its_own_train():
-    from experiments.core_compare import retention, retention_rows
+    from memcores.experiments.core_compare import retention, retention_rows
 
     lstm = TransferPoint("lstm", "PVM", "PVM-Long", [0.8, 1.0], [0.2, 0.5], ["0", "1"])
     fast = TransferPoint("fast_lstm", "PVM", "PVM-Long", [0.5, 0.6], [0.4, 0.6], ["0", "1"])
@@ -171,7 +170,7 @@ def test_retention_rows_pair_each_run_test_with_its_own_train():
 def _success_records(results, tmp_path):
     """lstm and fast_lstm, two seeds each, on PassiveVisualMatch -> its long-delay twin, with
     train successes that differ, so success and retention tell different stories."""
-    from experiments.records import write_record
+    from memcores.experiments.records import write_record
 
     for core, seed, train, test in (
         ("lstm", 0, 0.8, 0.2),

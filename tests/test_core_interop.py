@@ -3,13 +3,12 @@ and trained by sb3-contrib's RecurrentPPO through CorePolicy."""
 
 from __future__ import annotations
 
+import memcores.envs  # noqa: F401  (registers MiniGrid ids)
 import numpy as np
 import pytest
 import torch
+from memcores.cores import CORES
 from rl_helpers import sb3_recurrent_ppo
-
-import envs  # noqa: F401  (registers MiniGrid ids)
-from cores import CORES
 
 SB3_CORES = ["janet", "nru", "o_lstm", "om_lstm", "um_lstm", "or_lstm"]
 PAPER_CORES = (*SB3_CORES, "rel_rnn", "power_lstm", "power_gru", "linear_rnn", "block_gru")
@@ -63,9 +62,9 @@ def test_recurrent_ppo_runs_new_cores(core, options) -> None:
     ],
 )
 def test_documented_configs_build(path, overrides, expected) -> None:
-    from agents.supervised import build_model, build_task
-    from agents.supervised_config import SupervisedConfig
-    from experiments.config import load_config
+    from memcores.agents.supervised import build_model, build_task
+    from memcores.agents.supervised_config import SupervisedConfig
+    from memcores.experiments.config import load_config
 
     config = load_config(SupervisedConfig, path, overrides)
     core = build_model(config, build_task(config)).core

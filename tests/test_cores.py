@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cores import CORES, MemoryCore, core_options, make_core
+from memcores.cores import CORES, MemoryCore, core_options, make_core
 
 T, B, D, H = 7, 3, 4, 5
 ALL_CORES = sorted(CORES)
@@ -109,7 +108,7 @@ def test_wrong_state_count_names_the_expected_count(name: str) -> None:
 
 
 def test_reset_where_resets_steps_and_sequences_to_zero_or_an_initial_state() -> None:
-    from cores.base import reset_where
+    from memcores.cores.base import reset_where
 
     state = (torch.ones(3, 2), torch.ones(3, 2, 4, dtype=torch.float64))
     mask = torch.tensor([True, False, True])
@@ -216,7 +215,7 @@ def test_user_options_reach_the_core() -> None:
 
 
 def test_bench_cores_quick_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     assert bench.main(["--quick", "--cores", "lstm,tied_lstm,fast_lstm,ur_lstm,gru"]) == 0
     out = capsys.readouterr().out
@@ -230,7 +229,7 @@ def test_bench_cores_quick_prints_the_table(capsys: pytest.CaptureFixture[str]) 
 def test_bench_cores_runs_a_core_with_options_beside_its_defaults(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     assert bench.parse_core_spec("rel_lstm:impl=loop:nu=3") == (
         "rel_lstm",
@@ -246,7 +245,7 @@ def test_bench_cores_runs_a_core_with_options_beside_its_defaults(
 
 
 def test_bench_cores_marks_each_target_separately() -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     # three rounds of (wall, cpu) seconds: ur_lstm 1.1x nn.LSTM but 1.35x its tied twin
     samples = {
@@ -261,7 +260,7 @@ def test_bench_cores_marks_each_target_separately() -> None:
 
 
 def test_bench_cores_splits_the_refine_ratio() -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     samples = {"tied_lstm": [(1.0, 1.0)] * 3, "ur_lstm": [(1.4, 1.4)] * 3}
     assert bench.format_refine_split(samples) is None
@@ -277,7 +276,7 @@ def test_bench_cores_splits_the_refine_ratio() -> None:
 
 
 def test_bench_matmul_floor_runs_only_beside_ur_and_its_twin() -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     runs, _ = bench.build_runs(["tied_lstm", "ur_lstm"], T=3, B=2, D=4, H=5, seed=0)
     assert set(bench.MATMUL_RUNS) <= runs.keys()
@@ -287,7 +286,7 @@ def test_bench_matmul_floor_runs_only_beside_ur_and_its_twin() -> None:
 
 
 def test_bench_cores_min_stat_uses_the_fastest_rounds() -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     # per-round ratios 1.12, 0.80, 1.078 (median 1.078); the fastest rounds are 1.04 and 1.00
     samples = {

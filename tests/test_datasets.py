@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from envs import datasets
-from envs.sequences import make_task
+from memcores.envs import datasets
+from memcores.envs.sequences import make_task
 
 
 def _write_idx(path: Path, array: np.ndarray, gz: bool) -> None:

@@ -13,12 +13,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from memcores.agents.device import ACT_ON_LEARNER_FROM, acting_device, module_device, to_device
+from memcores.agents.policy import RecurrentActorCritic
+from memcores.agents.rl_trainer import acting_policy, train
+from memcores.experiments.cli import main
 from rl_helpers import TINY, sb3_recurrent_ppo, tiny_config
-
-from agents.device import ACT_ON_LEARNER_FROM, acting_device, module_device, to_device
-from agents.policy import RecurrentActorCritic
-from agents.rl_trainer import acting_policy, train
-from experiments.cli import main
 
 PASSIVE = "experiments/configs/passive_visual_match.yaml"
 
@@ -109,7 +108,7 @@ def test_rl_training_with_many_envs_acts_on_the_learner_device(device, tmp_path,
     """With the threshold at 2 envs, a GPU learner acts on the GPU (rollout stored there);
     the run on the CPU is the same as ever."""
     monkeypatch.setattr(
-        "agents.rl_trainer.acting_device",
+        "memcores.agents.rl_trainer.acting_device",
         lambda d, n, graphed=False: acting_device(d, n, threshold=2, graphed=graphed),
     )
     result = train(tiny_config(f"train.device={device}"), tmp_path / "run")
@@ -138,11 +137,11 @@ def test_supervised_training_and_its_diagnosis_run_on_each_device(device, tmp_pa
 
 
 def test_transfer_runs_on_each_device(device, tmp_path, monkeypatch):
-    import envs.suites
+    from memcores.envs import suites
 
-    suite = type(envs.suites.SUITES["doorkey"])
+    suite = type(suites.SUITES["doorkey"])
     tiny = suite(pairs=(("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),), description="t")
-    monkeypatch.setitem(envs.suites.SUITES, "tiny-test", tiny)
+    monkeypatch.setitem(suites.SUITES, "tiny-test", tiny)
     out = tmp_path / "transfer"
     args = ["transfer", "tiny-test", *TINY, "train.total_steps=64", f"train.device={device}"]
     assert main([*args, "--episodes", "2", "--out", str(out)]) == 0
@@ -194,7 +193,7 @@ def test_unavailable_device_is_a_one_line_error(trained_run, capsys):
 def test_memory_probe_runs_on_each_device(device):
     """The memory probe builds its policy as `memcores train` would (train.device) and feeds
     it observations, states and labels on that device, in both modes."""
-    from experiments.bench import memory_probe
+    from memcores.experiments.bench import memory_probe
 
     torch.manual_seed(0)
     overrides = ["env.kwargs.distractor_steps=1", f"train.device={device}"]

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-
-from cores import gates, make_core
-from cores.diagnostics import input_gradient_profile, log_timescales, timescales
+from memcores.cores import gates, make_core
+from memcores.cores.diagnostics import input_gradient_profile, log_timescales, timescales
 
 CONSTANT_TIMESCALE = -1.0 / math.log(1.0 / (1.0 + math.exp(-1.0)))  # ~3.19 steps
 

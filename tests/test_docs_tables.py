@@ -70,8 +70,8 @@ def test_the_table_check_catches_an_unescaped_pipe() -> None:
 import json  # noqa: E402
 import shutil  # noqa: E402
 
-from experiments import doc_blocks  # noqa: E402
-from experiments.bench import record as bench_record  # noqa: E402
+from memcores.experiments import doc_blocks  # noqa: E402
+from memcores.experiments.bench import record as bench_record  # noqa: E402
 
 QUOTED_REPORTS = doc_blocks.quoted_reports(doc_blocks.block_files())
 

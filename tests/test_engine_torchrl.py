@@ -7,11 +7,10 @@ import torch
 
 pytest.importorskip("torchrl", reason="torchrl is not installed (pip install memcores[torchrl])")
 
+from memcores.agents.torchrl_module import CoreModule, add_state_values  # noqa: E402
+from memcores.cores import CORES, make_core  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.modules import set_recurrent_mode  # noqa: E402
-
-from agents.torchrl_module import CoreModule, add_state_values  # noqa: E402
-from cores import CORES, make_core  # noqa: E402
 
 B, T, D, H = 3, 7, 5, 8
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -89,9 +88,8 @@ def test_primer_declares_every_state_tensor():
 
 def test_collector_values_are_exact_across_episode_boundaries():
     """add_state_values from stored states equals the critic run over each whole row."""
+    from memcores.agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
     from torchrl.collectors import Collector
-
-    from agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
 
     torch.manual_seed(0)
     config = TorchRLPPOConfig(n_envs=2, n_steps=64)  # RepeatPreviousEasy: 52-step episodes
@@ -115,9 +113,13 @@ def test_trainer_gae_keeps_exact_values_and_matches_memcores_recursion():
     """The trainer's GAE reads add_state_values' values (it recomputed V(s_{t+1}) from a reset
     state after each episode's first step when given the critic) and its advantages are
     memcores' GAE recursion, no bootstrap past a terminal step."""
+    from memcores.agents.torchrl_ppo import (
+        TorchRLPPOConfig,
+        _make_env,
+        build_actor_critic,
+        make_gae,
+    )
     from torchrl.collectors import Collector
-
-    from agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic, make_gae
 
     torch.manual_seed(1)
     config = TorchRLPPOConfig(n_envs=2, n_steps=64)
@@ -156,7 +158,7 @@ def test_missing_state_starts_from_initial_state():
 def test_torchrl_ppo_learns_repeat_previous():
     """torchrl's collector + GAE + ClipPPOLoss with a gru core on RepeatPreviousEasy, seed 0,
     50,176 frames (results/engines holds the run); random play scores about -0.5."""
-    from agents.torchrl_ppo import TorchRLPPOConfig, train_torchrl_ppo
+    from memcores.agents.torchrl_ppo import TorchRLPPOConfig, train_torchrl_ppo
 
     result = train_torchrl_ppo(TorchRLPPOConfig(core="gru", seed=0), log=lambda _: None)
     assert result["frames"] == 50_176

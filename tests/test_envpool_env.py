@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from memcores.agents.rl_config import EnvConfig
+from memcores.envs import envpool_env
+from memcores.envs.vector import VectorEnv
 
-from agents.rl_config import EnvConfig
-from envs import envpool_env
-from envs.vector import VectorEnv
 from tests.rl_helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ def test_seeded_like_the_vector_env() -> None:
 def test_committed_memory_s7_policy_scores_its_record_through_envpool() -> None:
     """The committed MemoryS7 lstm policy: success and return within sampling noise of its
     record (100 sampled episodes there and here)."""
-    from agents.evaluation import evaluate_run
+    from memcores.agents.evaluation import evaluate_run
 
     record = json.loads((POLICY_RUN / "record.json").read_text())["eval"][MEMORY_S7]
     result = evaluate_run(POLICY_RUN / "policy.pt", MEMORY_S7, episodes=100, vector="envpool")
@@ -171,8 +171,8 @@ def test_committed_memory_s7_policy_scores_its_record_through_envpool() -> None:
 
 @needs_envpool
 def test_train_and_evaluate_select_envpool_by_one_key(tmp_path: Path) -> None:
-    from agents.evaluation import evaluate_run
-    from agents.rl_trainer import train
+    from memcores.agents.evaluation import evaluate_run
+    from memcores.agents.rl_trainer import train
 
     config = tiny_config(f"env.id={MEMORY_S7}", "env.vector=envpool")
     result = train(config, tmp_path / "run")
@@ -184,7 +184,7 @@ def test_train_and_evaluate_select_envpool_by_one_key(tmp_path: Path) -> None:
 def test_bench_refuses_without_envpool(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from experiments.bench import envs as bench_envs
+    from memcores.experiments.bench import envs as bench_envs
 
     monkeypatch.setattr(envpool_env, "available", lambda: False)
     assert bench_envs.main(["--envpool"]) == 2
@@ -193,7 +193,7 @@ def test_bench_refuses_without_envpool(
 
 @needs_envpool
 def test_bench_rows_and_record(tmp_path: Path) -> None:
-    from experiments.bench import envs as bench_envs
+    from memcores.experiments.bench import envs as bench_envs
 
     out = tmp_path / "bench.json"
     argv = ["--envpool", "--sizes", "4", "--env-steps", "40", "--rounds", "1", "--out", str(out)]
@@ -207,7 +207,7 @@ def test_bench_rows_and_record(tmp_path: Path) -> None:
 
 @needs_envpool
 def test_evaluate_cli_vector_option(capsys: pytest.CaptureFixture) -> None:
-    from experiments.cli import main
+    from memcores.experiments.cli import main
 
     policy = str(POLICY_RUN / "policy.pt")
     argv = ["evaluate", policy, "--vector", "envpool", "--episodes", "4", "--json"]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from memcores.envs import fast_obs
+from memcores.envs.observation import make_env
 from minigrid.minigrid_env import MiniGridEnv
-
-from envs import fast_obs
-from envs.observation import make_env
 
 ENVS = [
     ("MiniGrid-MemoryS7-v0", {}),

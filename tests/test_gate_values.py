@@ -11,8 +11,7 @@ import re
 
 import pytest
 import torch
-
-from cores.gates import (
+from memcores.cores.gates import (
     ACTIVATIONS,
     FAST_CLAMP,
     chrono_bias,

@@ -9,9 +9,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
-from cores import CORES, fast_tanh, gates, make_core, presets_of
-from cores.gated import GatedLSTM
+from memcores.cores import CORES, fast_tanh, gates, make_core, presets_of
+from memcores.cores.gated import GatedLSTM
 
 ACTS = gates.ACTIVATIONS
 SIGMA_1 = 1.0 / (1.0 + math.exp(-1.0))
@@ -179,7 +178,9 @@ def test_refine_gate_band() -> None:
 # every preset of the gated LSTM with a CPU fused function (the registry's, so a new one is
 # tested too; on the CPU the power-law cell runs the reference loop)
 PRESETS = [
-    name for name in presets_of("cores.gated:GatedLSTM") if not CORES[name].preset.get("power")
+    name
+    for name in presets_of("memcores.cores.gated:GatedLSTM")
+    if not CORES[name].preset.get("power")
 ]
 
 
@@ -561,8 +562,8 @@ def test_fast_tanh_matches_torch_tanh_in_value_and_gradient(dtype, numel: int) -
 def test_bench_tanh_routes_prints_and_records_each_shape(
     capsys: pytest.CaptureFixture[str], tmp_path
 ) -> None:
-    from experiments.bench import cores as bench
-    from experiments.bench.record import read_record
+    from memcores.experiments.bench import cores as bench
+    from memcores.experiments.bench.record import read_record
 
     assert bench.main(["--quick", "--tanh", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()[2:]

@@ -18,10 +18,9 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-
-from cores import make_core
-from cores.lru import LRUCore
-from cores.rel_lstm import RelLSTM, screening_update
+from memcores.cores import make_core
+from memcores.cores.lru import LRUCore
+from memcores.cores.rel_lstm import RelLSTM, screening_update
 
 T, B, D_IN, H, N = 6, 2, 3, 4, 3
 
@@ -122,7 +121,7 @@ def test_lru_online_gradient_of_every_parameter_is_exact_when_nothing_crosses_ti
 @pytest.mark.parametrize("grad", ["bptt", "online", "spatial", "truncated"])
 def test_lru_runs_the_scan_kernel_it_was_given(grad, monkeypatch):
     """Every scan of the layer, forward and (online) backward, uses the configured kernel."""
-    import cores.lru as lru
+    import memcores.cores.lru as lru
 
     used = []
 

@@ -9,12 +9,17 @@ read fails). Replaying real graphs is checked where CUDA is present (``pytest -m
 
 from __future__ import annotations
 
+import memcores.cores.rel_lstm  # noqa: F401  (before a test patches cores.base.capturing, see below)
 import pytest
 import torch
-
-import cores.rel_lstm  # noqa: F401  (before a test patches cores.base.capturing, see below)
-from cores import CORES, make_core
-from cores.graphed import EagerRecorder, GraphedCore, RecordedCall, maybe_graphed, recorded_call
+from memcores.cores import CORES, make_core
+from memcores.cores.graphed import (
+    EagerRecorder,
+    GraphedCore,
+    RecordedCall,
+    maybe_graphed,
+    recorded_call,
+)
 
 T, B, D, H = 9, 3, 4, 8
 GRAPH_SAFE = [
@@ -47,8 +52,8 @@ def _capturing(monkeypatch) -> None:
     ``cores.rel_lstm``'s copy of it. ``cores.rel_lstm`` is imported at the top of this file:
     imported first while ``cores.base.capturing`` is patched, it would bind the patch as its
     own, and keep it after the test."""
-    monkeypatch.setattr("cores.base.capturing", lambda like: True)
-    monkeypatch.setattr("cores.rel_lstm.capturing", lambda like: True)
+    monkeypatch.setattr("memcores.cores.base.capturing", lambda like: True)
+    monkeypatch.setattr("memcores.cores.rel_lstm.capturing", lambda like: True)
 
 
 class _Counting(EagerRecorder):
@@ -147,7 +152,7 @@ def test_one_recording_per_shape_and_mode_and_the_oldest_dropped() -> None:
     """The wrapper's bookkeeping, through the eager recorder: one recording per (shape, dtype,
     grad flags, starts given, training), reused after, at most ``MAX_GRAPHS`` kept, and values
     and gradients those of the core."""
-    from cores import graphed as graphed_module
+    from memcores.cores import graphed as graphed_module
 
     torch.manual_seed(0)
     core = make_core("janet", D, H).double()
@@ -312,6 +317,6 @@ def test_mem_lstm_records_one_graph_per_memory_width(monkeypatch) -> None:
             torch.testing.assert_close(got, want)
     assert captured == [0, 4, 8, 16]  # widths 4 and 16 recorded once each
     with monkeypatch.context() as m:
-        m.setattr("cores.rel_lstm.capturing", lambda like: True)
+        m.setattr("memcores.cores.rel_lstm.capturing", lambda like: True)
         with pytest.raises(RuntimeError, match="reads its memory's width on the host"):
             core(x, empty, starts)

@@ -13,16 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from memcores.agents import rl_trainer, supervised
+from memcores.agents.checkpoint import load_checkpoint
+from memcores.agents.policy import ActorCriticCores, RecurrentActorCritic
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.cores import CORES, make_core
+from memcores.cores.graphed import GraphedCore, maybe_graphed
+from memcores.experiments.cli import main
+from memcores.experiments.config import ConfigError, load_config
 from rl_helpers import tiny_config
-
-from agents import rl_trainer, supervised
-from agents.checkpoint import load_checkpoint
-from agents.policy import ActorCriticCores, RecurrentActorCritic
-from agents.supervised_config import SupervisedConfig
-from cores import CORES, make_core
-from cores.graphed import GraphedCore, maybe_graphed
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
 
 SMALL_COPY = [
     "task.name=copy",

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from memcores.agents.files import atomic_write
+from memcores.agents.rl_trainer import train
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.experiments.cli import main
+from memcores.experiments.config import ConfigError, load_config
+from memcores.experiments.sweep import trial_name
 from PIL import Image, ImageSequence
 from rl_helpers import TINY, tiny_config
-
-from agents.files import atomic_write
-from agents.rl_trainer import train
-from agents.supervised_config import SupervisedConfig
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
-from experiments.sweep import trial_name
 
 DEMO_RL = "experiments/configs/demo_rl.yaml"
 
@@ -33,16 +32,16 @@ def _train(run: Path, *overrides: str) -> int:
 
 # --------------------------------------------------------------------------- unavailable inputs
 def test_an_unavailable_env_stops_before_the_run_folder_exists(tmp_path, capsys, monkeypatch):
-    import envs.suites
+    from memcores.envs import suites
 
-    monkeypatch.setattr(envs.suites, "_wfc_available", lambda: False)
+    monkeypatch.setattr(suites, "_wfc_available", lambda: False)
     run = tmp_path / "run"
     assert _train(run, "env.id=MiniGrid-WFC-MazeSimple-v0") == 2
     err = capsys.readouterr().err
     assert "env.id 'MiniGrid-WFC-MazeSimple-v0' is unavailable" in err
     assert "WFC pattern files are not installed" in err
     assert not run.exists()
-    rows = dict(envs.suites.list_envs())  # `memcores list envs` says the same
+    rows = dict(suites.list_envs())  # `memcores list envs` says the same
     assert "unavailable: minigrid's WFC pattern files" in rows["MiniGrid-WFC-MazeSimple-v0"]
 
 
@@ -122,7 +121,7 @@ def test_sizes_beyond_the_memory_are_refused_before_anything_is_made(
 
 
 def test_the_memory_check_counts_every_device_the_tensors_live_on(monkeypatch):
-    import agents.memory_need as memory
+    import memcores.agents.memory_need as memory
 
     sizes = {"cpu": 2 * memory.GIB, "cuda": memory.GIB}
     monkeypatch.setattr(memory, "memory_of", lambda device: sizes[device.type])
@@ -184,9 +183,9 @@ def test_random_bytes_as_a_checkpoint_are_called_damaged_not_python_objects(tmp_
 
 
 def test_evaluate_says_an_env_is_unavailable(trained_run, capsys, monkeypatch):
-    import envs.suites
+    from memcores.envs import suites
 
-    monkeypatch.setattr(envs.suites, "_wfc_available", lambda: False)
+    monkeypatch.setattr(suites, "_wfc_available", lambda: False)
     args = ["evaluate", str(trained_run), "--env", "MiniGrid-WFC-MazeSimple-v0"]
     assert main([*args, "--episodes", "1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
@@ -351,7 +350,7 @@ def test_visualize_to_an_unwritable_place_is_one_line(trained_run, capsys):
 # --------------------------------------------------------------------------- pipes
 def test_a_closed_pipe_is_a_quiet_normal_end():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "list", "cores", "--options"],
+        [sys.executable, "-m", "memcores", "list", "cores", "--options"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

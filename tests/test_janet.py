@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 from equation_helpers import B, D, affine, build, inputs, sigmoid
-
-from cores import make_core
+from memcores.cores import make_core
 
 
 def _reference_janet(core, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

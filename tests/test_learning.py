@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from agents.rl_config import RLConfig
-from agents.rl_trainer import train as train_rl
-from agents.supervised import train as train_supervised
-from agents.supervised_config import SupervisedConfig
-from experiments.config import load_config
+from memcores.agents.rl_config import RLConfig
+from memcores.agents.rl_trainer import train as train_rl
+from memcores.agents.supervised import train as train_supervised
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.experiments.config import load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "experiments" / "configs"
 

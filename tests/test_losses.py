@@ -11,10 +11,9 @@ import math
 
 import pytest
 import torch
-
-from agents.ppo import TOTALS, _kl_too_large, a2c_loss, explained_variance, ppo_loss
-from agents.rl_config import AgentConfig
-from agents.rollout import ChunkBatch, RolloutBuffer, select_chunks
+from memcores.agents.ppo import TOTALS, _kl_too_large, a2c_loss, explained_variance, ppo_loss
+from memcores.agents.rl_config import AgentConfig
+from memcores.agents.rollout import ChunkBatch, RolloutBuffer, select_chunks
 
 OLD_LOGPROB = -1.0
 """Every row's log-probability under the policy that collected it."""

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cores import make_core
-from cores.lru import LRUCore
+from memcores.cores import make_core
+from memcores.cores.lru import LRUCore
 
 T, B, D_IN, H, N = 10, 3, 4, 8, 6
 
@@ -203,8 +202,8 @@ def test_bptt_gradient_matches_finite_differences() -> None:
 def test_pattern_copy_config_builds_the_paper_model() -> None:
     from pathlib import Path
 
-    from agents.supervised_config import SupervisedConfig
-    from experiments.config import load_config
+    from memcores.agents.supervised_config import SupervisedConfig
+    from memcores.experiments.config import load_config
 
     path = Path(__file__).parents[1] / "experiments" / "configs" / "lru_pattern_copy.yaml"
     for grad in ("bptt", "online", "spatial", "truncated"):

@@ -8,7 +8,7 @@ import pytest
 
 PROBE = """
 import resource, sys, torch
-from experiments.malloc import keep_freed_memory
+from memcores.experiments.malloc import keep_freed_memory
 applied = keep_freed_memory()
 faults = []
 for _ in range(16):  # later rounds reuse what earlier ones freed, if it was kept

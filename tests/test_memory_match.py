@@ -5,14 +5,11 @@ from __future__ import annotations
 import warnings
 
 import gymnasium as gym
+import memcores.envs  # noqa: F401  (registers memcores/* ids)
 import numpy as np
 import pytest
 import torch
-from memory_match_helpers import plan_to_face
-from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
-
-import envs  # noqa: F401  (registers memcores/* ids)
-from envs.memory_match import (
+from memcores.envs.memory_match import (
     MISSION,
     PALETTE,
     PHASE_CUE,
@@ -20,7 +17,9 @@ from envs.memory_match import (
     PHASE_REWARD,
     Apple,
 )
-from envs.observation import WORD_TO_ID, make_env
+from memcores.envs.observation import WORD_TO_ID, make_env
+from memory_match_helpers import plan_to_face
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 
 IDS = ["memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0"]
 FORWARD = 2
@@ -283,8 +282,8 @@ def test_active_cue_starts_out_of_view() -> None:
 def test_bench_envs_quick(capsys: pytest.CaptureFixture[str]) -> None:
     """``memcores bench envs --quick`` prints steps/s, the ratio to MemoryS7 and the speed-up
     over MiniGrid's own observation code for every env."""
-    from experiments.bench.envs import BASELINE, ENV_IDS
-    from experiments.cli import main as cli_main
+    from memcores.experiments.bench.envs import BASELINE, ENV_IDS
+    from memcores.experiments.cli import main as cli_main
 
     assert cli_main(["bench", "envs", "--quick"]) == 0
     out = capsys.readouterr().out
@@ -310,10 +309,10 @@ def test_bench_envs_quick(capsys: pytest.CaptureFixture[str]) -> None:
 def test_declared_memory_horizon_gates_the_bptt_window(env_id, kwargs, horizon):
     """The trainer refuses a seq_len shorter than the env's horizon, before any file exists,
     and accepts it at the horizon or with the check switched off."""
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import check_bptt_window, setup
-    from envs.vector import VectorEnv
-    from experiments.config import load_config
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import check_bptt_window, setup
+    from memcores.envs.vector import VectorEnv
+    from memcores.experiments.config import load_config
 
     env = VectorEnv(env_id, 1, seed=0, env_kwargs=kwargs)
     assert env.memory_horizon == horizon
@@ -419,7 +418,7 @@ def test_memory_probe_finds_the_cue_in_a_fresh_core_and_learns_it_by_backprop():
     """experiments.bench.memory_probe: an untrained LSTM's state holds the cue while it is in
     view (decodable well above chance 1/3), and backpropagation with a dense label teaches
     the same encoder and core to report it one step after the delay."""
-    from experiments.bench import memory_probe
+    from memcores.experiments.bench import memory_probe
 
     torch.manual_seed(0)
     policy, env = memory_probe._policy_and_env(
@@ -438,9 +437,10 @@ def test_memory_horizon_sweep_expands_into_valid_trials_that_span_the_cue(tmp_pa
     """sweep_memory_horizon.yaml with the grid its header documents: 3 seeds x 6 cores x 5
     delays, seeds varying slowest (a partly run sweep holds whole seed-0 curves), each trial a
     valid config whose BPTT window spans the cue at its delay."""
-    from agents.rl_config import RLConfig
-    from experiments.config import load_config
-    from experiments.sweep import make_trials
+    from memcores.agents.rl_config import RLConfig
+    from memcores.experiments.config import load_config
+    from memcores.experiments.sweep import make_trials
+
     from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_memory_horizon.yaml"
@@ -460,10 +460,10 @@ def test_active_visual_match_config_fine_tunes_the_passive_configs_run(tmp_path)
     """The two commands of active_visual_match.yaml's header: the Active run starts from the
     Passive run's weights (decoder included: same lags and target) at a quarter of its
     learning rate, and without the Passive run it stops with a one-line error."""
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import CHECKPOINT_NAME, setup
-    from experiments.cli import main
-    from experiments.config import load_config
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import CHECKPOINT_NAME, setup
+    from memcores.experiments.cli import main
+    from memcores.experiments.config import load_config
 
     small = ["env.n_envs=2", "core.hidden_size=16", "train.total_steps=256"]
     small += ["train.progress=false", "train.device=cpu"]
@@ -492,10 +492,16 @@ def test_memory_match_sweep_trains_both_tasks_with_the_recipes_that_learn_them(t
     active_visual_match.yaml starting from the same trial's Passive run."""
     from pathlib import Path
 
-    from agents.rl_config import RLConfig
-    from experiments.config import load_config
-    from experiments.sweep import make_trials
-    from experiments.trials import _pair_overrides, record_dirs, trial_config, validate_trials
+    from memcores.agents.rl_config import RLConfig
+    from memcores.experiments.config import load_config
+    from memcores.experiments.sweep import make_trials
+    from memcores.experiments.trials import (
+        _pair_overrides,
+        record_dirs,
+        trial_config,
+        validate_trials,
+    )
+
     from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_memory_match.yaml"

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from memcores.agents.evaluation import load_policy
+from memcores.agents.memory_match_eval import OUTCOMES, phase_breakdown
+from memcores.experiments.cli import main
 from rl_helpers import TINY
-
-from agents.evaluation import load_policy
-from agents.memory_match_eval import OUTCOMES, phase_breakdown
-from experiments.cli import main
 
 PASSIVE = ["env.id=memcores/PassiveVisualMatch-v0", "env.kwargs.distractor_steps=1"]
 

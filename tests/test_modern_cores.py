@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
-from cores import make_core
-from cores.scan import linear_scan, linear_scan_loop, scan_values
+from memcores.cores import make_core
+from memcores.cores.scan import linear_scan, linear_scan_loop, scan_values
 
 T, B, D, H = 11, 3, 4, 8
 
@@ -299,7 +298,7 @@ def test_mlstm_survives_large_gate_inputs() -> None:
 
 def test_logsigmoid_forget_gate_is_what_the_cells_use() -> None:
     """Guards the documented choice (sigmoid forget gate, used in log space)."""
-    from cores.xlstm import stabilised_gates
+    from memcores.cores.xlstm import stabilised_gates
 
     i_raw, f_raw, m_prev = torch.tensor([0.3]), torch.tensor([-1.2]), torch.tensor([0.5])
     i_gate, f_gate, m = stabilised_gates(i_raw, f_raw, m_prev)
@@ -310,7 +309,7 @@ def test_logsigmoid_forget_gate_is_what_the_cells_use() -> None:
 
 
 def test_bench_cores_runs_the_new_cores(capsys: pytest.CaptureFixture[str]) -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     assert bench.main(["--quick", "--cores", "gru,min_gru,min_lstm,slstm,mlstm"]) == 0
     out = capsys.readouterr().out
@@ -325,7 +324,7 @@ def test_bench_cores_runs_the_new_cores(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_bench_scan_kernels_prints_each_kernel(capsys: pytest.CaptureFixture[str]) -> None:
-    from experiments.bench import cores as bench
+    from memcores.experiments.bench import cores as bench
 
     assert bench.main(["--quick", "--scan"]) == 0
     out = capsys.readouterr().out
@@ -338,7 +337,7 @@ def test_bench_scan_kernels_prints_each_kernel(capsys: pytest.CaptureFixture[str
 def test_min_rnn_blocks_carry_values_and_gradients(name) -> None:
     """Sequences longer than one block of the fused layer (16 steps): the carries between
     blocks, forward and backward, with resets on and next to block borders."""
-    from cores.min_rnn import CHUNK
+    from memcores.cores.min_rnn import CHUNK
 
     steps = 2 * CHUNK + 5
     torch.manual_seed(0)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from equation_helpers import B, D, build, inputs
-
-from cores import make_core
+from memcores.cores import make_core
 
 
 def _pnorm_normalise(v: list[float], p: float) -> list[float]:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gymnasium import spaces
-
-import envs
-from envs.observation import (
+from memcores.envs.observation import (
     MAX_MISSION_LEN,
     PAD,
     UNK,
@@ -19,6 +17,8 @@ from envs.observation import (
     supported_env_ids,
     tokenize,
 )
+
+from memcores import envs
 
 MINIGRID_IDS = [
     "MiniGrid-DoorKey-5x5-v0",
@@ -169,10 +169,12 @@ def test_envs_package_does_not_import_torch() -> None:
     import sys
 
     code = (
-        "import sys, envs, envs.memory_match, envs.suites, envs.observation\n"
+        "import sys\n"
+        "import memcores.envs.memory_match, memcores.envs.suites, memcores.envs.observation\n"
+        "from memcores import envs\n"
         "envs.make_env('memcores/ActiveVisualMatch-v0', seed=0).reset()\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'agents', "
-        "'experiments', 'cores'))\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m.split('.')[:2] in "
+        "(['memcores', 'agents'], ['memcores', 'experiments'], ['memcores', 'cores']))\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,9 +10,8 @@ import math
 import pytest
 import torch
 from equation_helpers import B, D, affine, build, inputs, sigmoid
-
-from cores import gates, make_core
-from cores.on_lstm import OrderedLSTM
+from memcores.cores import gates, make_core
+from memcores.cores.on_lstm import OrderedLSTM
 
 
 def _cumax_rows(z: torch.Tensor) -> list[list[float]]:

@@ -6,9 +6,8 @@ import json
 
 import pytest
 import torch
-
-from agents.online import StreamingOnlineTrainer
-from cores.lru import LRUCore
+from memcores.agents.online import StreamingOnlineTrainer
+from memcores.cores.lru import LRUCore
 
 T, B, D_IN, H, N = 9, 3, 4, 8, 5
 
@@ -118,7 +117,7 @@ def test_rejects_other_cores() -> None:
 
 # ---------------------------------------------------------------- bench memory lru (fast check)
 def test_live_tensor_bytes_counts_allocations_and_frees() -> None:
-    from experiments.bench.memory_lru import LiveTensorBytes
+    from memcores.experiments.bench.memory_lru import LiveTensorBytes
 
     tracker = LiveTensorBytes()
     with tracker:
@@ -132,7 +131,7 @@ def test_live_tensor_bytes_counts_allocations_and_frees() -> None:
 
 
 def test_memory_bench_script_runs_and_streaming_is_flat(capsys, tmp_path) -> None:
-    from experiments.bench import memory_lru
+    from memcores.experiments.bench import memory_lru
 
     results = memory_lru.run_bench([3, 9], 8, 4, 1, 2, report=lambda _: None)
     table = memory_lru.format_table(results)

@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
-from agents.logger import RunLogger
-from experiments.cli import main
-from experiments.plotting import aggregate, collect_bands, smooth
-from experiments.records import Curve, find_runs, get_dotted, read_curves, write_record
+from memcores.agents.logger import RunLogger
+from memcores.experiments.cli import main
+from memcores.experiments.plotting import aggregate, collect_bands, smooth
+from memcores.experiments.records import Curve, find_runs, get_dotted, read_curves, write_record
 
 
 def write_run(run_dir: Path, core: str, seed: int, env: str = "Env-A", steps=range(0, 50, 10)):

@@ -7,15 +7,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from memcores.agents.evaluation import evaluate_run
+from memcores.agents.policy import RecurrentActorCritic, observation_shape
+from memcores.agents.rl_trainer import CHECKPOINT_NAME, train
+from memcores.envs import make_env
+from memcores.envs.popgym_env import POPGYM_IDS, unsupported_reason
+from memcores.envs.suites import SUITES, list_envs
+from memcores.experiments.cli import main
 from rl_helpers import TINY, tiny_config
-
-from agents.evaluation import evaluate_run
-from agents.policy import RecurrentActorCritic, observation_shape
-from agents.rl_trainer import CHECKPOINT_NAME, train
-from envs import make_env
-from envs.popgym_env import POPGYM_IDS, unsupported_reason
-from envs.suites import SUITES, list_envs
-from experiments.cli import main
 
 DISCRETE = [i for i in POPGYM_IDS if unsupported_reason(i) is None]
 
@@ -155,9 +154,10 @@ def test_popgym_suite_pairs_are_trainable_ids() -> None:
 def test_cpu_sized_popgym_sweep_expands_into_valid_trainable_trials(tmp_path) -> None:
     """sweep_popgym_150k.yaml with the grid its header documents: 5 envs x 8 cores x 3 seeds,
     every trial a valid config on a trainable POPGym id, and its own run folder."""
-    from agents.rl_config import RLConfig
-    from experiments.config import load_config
-    from experiments.sweep import make_trials
+    from memcores.agents.rl_config import RLConfig
+    from memcores.experiments.config import load_config
+    from memcores.experiments.sweep import make_trials
+
     from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_popgym_150k.yaml"

@@ -8,8 +8,7 @@ import math
 
 import pytest
 import torch
-
-from cores import make_core
+from memcores.cores import make_core
 
 F64 = torch.float64
 

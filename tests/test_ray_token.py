@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from experiments.tune_engine import connect_ray
+from memcores.experiments.tune_engine import connect_ray
 
 ray = pytest.importorskip("ray")
 # Ray's start-up alone takes 20 s to minutes on a busy 2-core machine: run with `-m slow`.

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.ppo import update
+from memcores.agents.reconstruction import ObservationDecoder, lag_mask
+from memcores.agents.rl_trainer import setup
+from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
+from memcores.experiments.config import ConfigError
 from rl_helpers import tiny_config
-
-from agents.episodes import EpisodeStats
-from agents.ppo import update
-from agents.reconstruction import ObservationDecoder, lag_mask
-from agents.rl_trainer import setup
-from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
-from experiments.config import ConfigError
 
 
 def test_lag_mask_stays_inside_episode_and_chunk():

@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
-from agents import rl_trainer, supervised
-from agents.supervised_config import SupervisedConfig
-from experiments.cli import main
-from experiments.config import load_config
-from experiments.records import (
+from memcores.agents import rl_trainer, supervised
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.experiments.cli import main
+from memcores.experiments.config import load_config
+from memcores.experiments.records import (
     FORMAT,
     MAX_CURVE_ROWS,
     downsample,
@@ -23,6 +22,7 @@ from experiments.records import (
     read_record,
     write_record,
 )
+
 from tests.rl_helpers import tiny_config
 
 
@@ -310,10 +310,10 @@ def test_the_wrote_line_names_only_the_files_written(rl_run, tmp_path, capsys):
 
 
 def test_a_policy_the_record_cannot_keep_is_refused(rl_run, sup_run, tmp_path, capsys, monkeypatch):
-    import experiments.records
+    from memcores.experiments import records
 
     out = tmp_path / "results" / "exp" / "t"
-    monkeypatch.setattr(experiments.records, "MAX_POLICY_BYTES", 1000)  # the tiny policy is over
+    monkeypatch.setattr(records, "MAX_POLICY_BYTES", 1000)  # the tiny policy is over
     assert main(["record", str(rl_run[0]), "--out", str(out), "--policy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the policy of" in err[0] and "over the 0.001 MB" in err[0]

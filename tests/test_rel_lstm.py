@@ -6,10 +6,9 @@ import io
 
 import pytest
 import torch
-
-from cores import make_core
-from cores.rel_lstm import MemLSTM, RelLSTM, buffer_mask, screening_update
-from experiments.bench import memory_rel
+from memcores.cores import make_core
+from memcores.cores.rel_lstm import MemLSTM, RelLSTM, buffer_mask, screening_update
+from memcores.experiments.bench import memory_rel
 
 D, H = 3, 8
 

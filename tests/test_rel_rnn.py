@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cores import make_core
-from cores.rel_lstm import RelLSTM, RelRNN
+from memcores.cores import make_core
+from memcores.cores.rel_lstm import RelLSTM, RelRNN
 
 F64 = torch.float64
 

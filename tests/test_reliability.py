@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from memcores.agents.divergence import DivergenceGuard, TrainingDiverged
+from memcores.agents.rl_trainer import CHECKPOINT_NAME
+from memcores.agents.run_lock import LOCK_NAME, RunFolderBusy, RunLock
+from memcores.agents.supervised import CHECKPOINT
+from memcores.experiments.cli import main
+from memcores.experiments.config import ConfigError
 from rl_helpers import TINY
-
-from agents.divergence import DivergenceGuard, TrainingDiverged
-from agents.rl_trainer import CHECKPOINT_NAME
-from agents.run_lock import LOCK_NAME, RunFolderBusy, RunLock
-from agents.supervised import CHECKPOINT
-from experiments.cli import main
-from experiments.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -408,7 +407,7 @@ def test_unwritable_run_folder_is_one_line(
 def test_any_os_error_is_one_line_naming_its_file(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from experiments.commands import list_cmd
+    from memcores.experiments.commands import list_cmd
 
     def denied(args: argparse.Namespace) -> int:
         raise PermissionError(13, "Permission denied", "/some/file")
@@ -443,7 +442,7 @@ def test_debug_shows_the_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_a_bug_is_not_hidden_behind_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only bad-input errors become one line; anything else keeps its traceback."""
-    from experiments.commands import list_cmd
+    from memcores.experiments.commands import list_cmd
 
     def broken(args: argparse.Namespace) -> int:
         raise KeyError("a bug")
@@ -456,7 +455,7 @@ def test_a_bug_is_not_hidden_behind_one_line(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_library_runtime_error_points_to_debug(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from experiments.commands import list_cmd
+    from memcores.experiments.commands import list_cmd
 
     def failing(args: argparse.Namespace) -> int:
         raise RuntimeError("CUDA error: out of memory")

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from agents.files import write_text_atomic
-from agents.logger import RunLogger
-from experiments.cli import main
-from experiments.report import build_report, mean_std
+from memcores.agents.files import write_text_atomic
+from memcores.agents.logger import RunLogger
+from memcores.experiments.cli import main
+from memcores.experiments.report import build_report, mean_std
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -218,7 +217,7 @@ def test_transfer_trials_report_per_env_runs_and_their_table(tmp_path):
 def test_report_from_committed_records_alone(tmp_path):
     """A fresh clone has no run folders: the report is built from results/ records, the
     transfer table from each record's evaluation on its train and test env."""
-    from experiments.records import write_record
+    from memcores.experiments.records import write_record
 
     results = tmp_path / "results" / "t7"
     for core, seed in (("lstm", 0), ("lstm", 1), ("ur_lstm", 0)):
@@ -264,7 +263,7 @@ def test_report_from_committed_records_alone(tmp_path):
     assert success[4] == ["MemoryS9", "0.7 ± 0", "0.7"]
 
     # rows follow a given order (a published table's), then the order found
-    from experiments.report import load_trials, transfer_points, transfer_table
+    from memcores.experiments.report import load_trials, transfer_points, transfer_table
 
     ordered = transfer_table(load_trials(results), None, (), "success", {"test": ["MemoryS9"]})
     assert [line.split("|")[1].strip() for line in ordered.splitlines()[5:7]] == [
@@ -289,7 +288,7 @@ def test_records_of_a_sweep_over_a_delay_give_a_core_by_delay_table_and_figure(t
     """A results folder keeps no sweep.json: the grid comes from the sweep command its
     records keep, and a numeric swept key (the delay) becomes the columns of a pivot table
     and the x axis of a final-value plot."""
-    from experiments.records import write_record
+    from memcores.experiments.records import write_record
 
     command = (
         "memcores sweep c.yaml --grid train.seed=0,1 --grid core.name=lstm,lru "
@@ -332,8 +331,8 @@ def test_records_of_a_sweep_over_a_delay_give_a_core_by_delay_table_and_figure(t
 def test_plot_against_a_config_key_and_its_error(tmp_path, capsys):
     """`memcores plot --against KEY`: one point per key value, mean over seeds; a key that
     is not numeric is a one-line error with exit code 2."""
-    from experiments.plotting import final_bands
-    from experiments.records import find_runs
+    from memcores.experiments.plotting import final_bands
+    from memcores.experiments.records import find_runs
 
     for core, delay, seed, value in (
         ("lstm", 5, 0, 0.8),
@@ -362,7 +361,7 @@ def test_plot_against_a_config_key_and_its_error(tmp_path, capsys):
 
 
 def test_transfer_figure_places_reference_points_and_refuses_an_empty_plot(tmp_path):
-    from experiments.transfer_plot import TransferPoint, plot_transfer, reference_point
+    from memcores.experiments.transfer_plot import TransferPoint, plot_transfer, reference_point
 
     ref = {"train": {"DoorKey-5x5": {"lstm": 0.94}}, "test": {"DoorKey-16x16": {"lstm": 0.09}}}
     assert reference_point(ref, "lstm", "DoorKey-5x5", "DoorKey-16x16") == (0.94, 0.09)
@@ -378,7 +377,7 @@ def test_transfer_figure_places_reference_points_and_refuses_an_empty_plot(tmp_p
 def _record(results: Path, tmp_path: Path, name: str, config: dict, values: list[float]) -> Path:
     """A committed record of a run whose ``rollout/ep_rew_mean`` took ``values`` (steps 100,
     200, ...)."""
-    from experiments.records import write_record
+    from memcores.experiments.records import write_record
 
     run = tmp_path / "runs" / name
     run.mkdir(parents=True)
@@ -483,7 +482,7 @@ def test_incomplete_records_are_shown_as_such(tmp_path):
 
 def test_best_value_comes_from_the_record_full_curve(tmp_path):
     """A peak the thinned curve lost is still the run's best: the record keeps it."""
-    from experiments.records import MAX_CURVE_ROWS, read_curves
+    from memcores.experiments.records import MAX_CURVE_ROWS, read_curves
 
     results = tmp_path / "results" / "s7"
     values = [0.1] * 1000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 import tempfile
 
-from experiments.bench.record import read_record
-from experiments.cli import main
+from memcores.experiments.bench.record import read_record
+from memcores.experiments.cli import main
 
 
 def test_bench_rl_quick(capsys, tmp_path, monkeypatch):

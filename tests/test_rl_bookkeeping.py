@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.policy import log_prob_entropy
+from memcores.agents.ppo import update
+from memcores.agents.rl_trainer import setup
+from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
+from memcores.cores import CORES
 from rl_helpers import evaluate_chunks, tiny_config
-
-from agents.episodes import EpisodeStats
-from agents.policy import log_prob_entropy
-from agents.ppo import update
-from agents.rl_trainer import setup
-from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
-from cores import CORES
 
 
 def _collect(core: str, n_steps: int = 32, seq_len: int = 8, *extra: str):
@@ -197,7 +196,7 @@ def test_the_device_path_of_an_update_skips_and_sums_as_the_host_path(monkeypatc
     device and Adam (fused) skips a non-finite minibatch through its ``found_inf``. Forced on
     CPU tensors, that path gives the same weights, optimiser state and statistics as reading
     every minibatch back, with a poisoned minibatch skipped."""
-    from agents import ppo
+    from memcores.agents import ppo
 
     def run(on_device: bool):
         monkeypatch.setattr(ppo, "rows_on_device", lambda device: on_device)

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from memcores.agents.checkpoint import CheckpointError, save_checkpoint
+from memcores.agents.ppo import load_optimizer_state, make_optimizer
+from memcores.agents.rl_config import RLConfig
+from memcores.agents.rl_trainer import CHECKPOINT_NAME, setup, train
+from memcores.experiments.cli import main
+from memcores.experiments.config import load_config
 from rl_helpers import TINY, tiny_config
-
-from agents.checkpoint import CheckpointError, save_checkpoint
-from agents.ppo import load_optimizer_state, make_optimizer
-from agents.rl_config import RLConfig
-from agents.rl_trainer import CHECKPOINT_NAME, setup, train
-from experiments.cli import main
-from experiments.config import load_config
 
 
 def _train_cli(run_dir: Path, *overrides: str, resume: bool = False) -> int:
@@ -223,7 +222,7 @@ def test_evaluate_on_larger_grid(tmp_path, capsys):
 
 
 def test_sampled_evaluation_is_fixed_by_its_seed(tmp_path):
-    from agents.evaluation import evaluate_run
+    from memcores.agents.evaluation import evaluate_run
 
     run = tmp_path / "run"
     train(tiny_config("train.total_steps=64"), run)
@@ -267,11 +266,11 @@ def test_visualize_writes_gif(tmp_path, capsys):
 
 
 def test_transfer_writes_table(tmp_path, monkeypatch, capsys):
-    import envs.suites
+    from memcores.envs import suites
 
-    suite = type(envs.suites.SUITES["doorkey"])  # same record type as the real suites
+    suite = type(suites.SUITES["doorkey"])  # same record type as the real suites
     tiny = suite(pairs=(("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),), description="t")
-    monkeypatch.setitem(envs.suites.SUITES, "tiny-test", tiny)
+    monkeypatch.setitem(suites.SUITES, "tiny-test", tiny)
     monkeypatch.chdir(tmp_path)  # outside the repository: the default --config is packaged
     out = tmp_path / "transfer"
     args = ["transfer", "tiny-test", *TINY, "train.total_steps=64", "--episodes", "2"]
@@ -287,20 +286,19 @@ def test_transfer_writes_table(tmp_path, monkeypatch, capsys):
 
 
 def _two_pair_suite(monkeypatch) -> None:
-    import envs.suites
+    from memcores.envs import suites
 
-    suite = type(envs.suites.SUITES["doorkey"])
+    suite = type(suites.SUITES["doorkey"])
     pairs = (
         ("MiniGrid-Empty-5x5-v0", "MiniGrid-Empty-6x6-v0"),
         ("MiniGrid-Empty-6x6-v0", "MiniGrid-Empty-8x8-v0"),
     )
-    monkeypatch.setitem(envs.suites.SUITES, "two-test", suite(pairs=pairs, description="t"))
+    monkeypatch.setitem(suites.SUITES, "two-test", suite(pairs=pairs, description="t"))
 
 
 def _transfer_yaml(path: Path, **transfer) -> Path:
     import yaml
-
-    from experiments.config import parse_override, set_dotted
+    from memcores.experiments.config import parse_override, set_dotted
 
     raw: dict = {"suite": "two-test", **transfer}
     for item in [*TINY, "train.total_steps=64"]:
@@ -313,14 +311,13 @@ def test_transfer_pair_overrides_chain_a_curriculum(tmp_path, monkeypatch):
     """A transfer config (a transfer sweep's, with suite/episodes at the top) runs as is;
     ``pair_overrides`` sets keys for one pair, and ``@ENV`` starts it from an earlier pair."""
     import yaml
-
-    import agents.rl_trainer
+    from memcores.agents import rl_trainer
 
     _two_pair_suite(monkeypatch)
     loaded = []
-    real = agents.rl_trainer.load_initial_policy
+    real = rl_trainer.load_initial_policy
     monkeypatch.setattr(
-        agents.rl_trainer,
+        rl_trainer,
         "load_initial_policy",
         lambda policy, source, *rest: loaded.append(source) or real(policy, source, *rest),
     )

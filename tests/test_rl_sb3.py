@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import memcores.envs  # noqa: F401  (registers MiniGrid ids)
 import numpy as np
 import pytest
 import torch
+from memcores.agents.sb3_policy import CoreAsLSTM
+from memcores.cores import make_core
 from rl_helpers import sb3_recurrent_ppo
-
-import envs  # noqa: F401  (registers MiniGrid ids)
-from agents.sb3_policy import CoreAsLSTM
-from cores import make_core
 
 
 @pytest.mark.parametrize(

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from memcores.agents.episodes import EpisodeStats
+from memcores.agents.policy import build_policy, observation_shape
+from memcores.agents.rl_trainer import env_step_obstacle, setup
+from memcores.agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
+from memcores.agents.rollout_graph import RolloutGraph
+from memcores.cores.graphed import CudaRecorder, EagerRecorder, cuda_only, graph_switch
+from memcores.envs.batched import BatchedEnv, batched_ids, make_batched_env
 from rl_helpers import evaluate_chunks, tiny_config
-
-from agents.episodes import EpisodeStats
-from agents.policy import build_policy, observation_shape
-from agents.rl_trainer import env_step_obstacle, setup
-from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
-from agents.rollout_graph import RolloutGraph
-from cores.graphed import CudaRecorder, EagerRecorder, cuda_only, graph_switch
-from envs.batched import BatchedEnv, batched_ids, make_batched_env
 
 
 def _tensors(env: BatchedEnv) -> dict[str, torch.Tensor]:
@@ -184,7 +183,7 @@ def test_a_training_run_through_the_recorded_rollout_step_repeats_the_eager_run(
     """``train.graph_env_step=true`` on a (faked) CUDA learner with a batched env: every
     rollout step after the warm-up goes through the recording, and the run's losses are the
     eager run's, update for update."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     eager = rl_trainer.train(tiny_config(*BATCHED), tmp_path / "eager")
     graphs: list[RolloutGraph] = []

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from memcores.agents import supervised
+from memcores.agents.checkpoint import CheckpointError, load_checkpoint, rng_state, set_rng_state
+from memcores.agents.files import write_text_atomic
+from memcores.agents.rl_trainer import CHECKPOINT_NAME, train
+from memcores.agents.run import RESUME_ALLOWED_CHANGES, RunSession, check_resume_config
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.experiments.cli import main
+from memcores.experiments.config import load_config
 from rl_helpers import TINY, tiny_config
-
-from agents import supervised
-from agents.checkpoint import CheckpointError, load_checkpoint, rng_state, set_rng_state
-from agents.files import write_text_atomic
-from agents.rl_trainer import CHECKPOINT_NAME, train
-from agents.run import RESUME_ALLOWED_CHANGES, RunSession, check_resume_config
-from agents.supervised_config import SupervisedConfig
-from experiments.cli import main
-from experiments.config import load_config
 
 SUPERVISED = [
     "task.name=copy",
@@ -181,7 +180,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_committed_record_of_the_earlier_format_re_evaluates_to_its_numbers(capsys):
     """Records keep ``memcores-rl/1`` policies: they load (one deprecation line) and act as
     when the record was made."""
-    from agents.evaluation import evaluate_run
+    from memcores.agents.evaluation import evaluate_run
 
     record_dir = REPO / "results/table7/seed=0,name=lstm,suite=memory/MemoryS7"
     assert torch.load(record_dir / "policy.pt", weights_only=True)["format"] == "memcores-rl/1"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments.run_groups import differing_keys, seed_count, variant_names
+from memcores.experiments.run_groups import differing_keys, seed_count, variant_names
 
 
 def _config(**train) -> dict:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from cores.scan import (
+from memcores.cores.scan import (
     _chunk_size,
     linear_scan,
     previous_states,

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 import pytest
-
-from envs import datasets
-from envs.sequences import (
+from memcores.envs import datasets
+from memcores.envs.sequences import (
     TASKS,
     AddingTask,
     CopyTask,

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rl_helpers import tiny_config
-
-from agents.rl_trainer import train
-from cores import make_core
-from cores.snap import (
+from memcores.agents.rl_trainer import train
+from memcores.cores import make_core
+from memcores.cores.snap import (
     BlockGRUCore,
     GRURecurrence,
     LinearRecurrence,
     LinearRNNCore,
     _SnAp1Scan,
 )
+from rl_helpers import tiny_config
 
 F64 = torch.float64
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from envs.observation import UNK, make_env
-from envs.suites import SUITES, get_suite, list_envs
-from experiments.cli import main as cli_main
+from memcores.envs.observation import UNK, make_env
+from memcores.envs.suites import SUITES, get_suite, list_envs
+from memcores.experiments.cli import main as cli_main
 
 ALL_PAIRS = sorted({pair for suite in SUITES.values() for pair in suite.pairs})
 

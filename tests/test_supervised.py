@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from agents import supervised
-from agents.checkpoint import load_checkpoint
-from agents.supervised_config import SupervisedConfig
-from cores import make_core
-from experiments.cli import main
-from experiments.config import ConfigError, load_config
+from memcores.agents import supervised
+from memcores.agents.checkpoint import load_checkpoint
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.cores import make_core
+from memcores.experiments.cli import main
+from memcores.experiments.config import ConfigError, load_config
 
 # A copy task small enough to learn in a few hundred updates: 3 symbols from {1, 2, 3}
 # recalled after a delay of 5 steps.
@@ -337,7 +336,7 @@ def test_init_from_another_core_with_the_same_parameters(tmp_path: Path) -> None
 
 
 def test_diagnose_prints_saturated_time_scales_as_powers_of_ten() -> None:
-    from experiments.commands.diagnose import _power_of_ten
+    from memcores.experiments.commands.diagnose import _power_of_ten
 
     assert _power_of_ten(math.log10(3.19)) == "3.19"
     assert _power_of_ten(4783.2) == "1e+4783"  # a fast-gate unit at the clamp: beyond float64

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from experiments.cli import main
-from experiments.config import ConfigError
-from experiments.sweep import (
+from memcores.experiments.cli import main
+from memcores.experiments.config import ConfigError
+from memcores.experiments.sweep import (
     SweepError,
     expand_grid,
     infer_command,
@@ -31,7 +30,7 @@ from experiments.sweep import (
     parse_grid,
     trial_name,
 )
-from experiments.trials import Trial, validate_trials
+from memcores.experiments.trials import Trial, validate_trials
 
 REPO = Path(__file__).parents[1]
 DEMO_COPY = REPO / "experiments" / "configs" / "demo_copy.yaml"
@@ -148,7 +147,7 @@ def test_transfer_sweep_validates_suite_and_keys(tmp_path):
 
 def test_transfer_sweep_pair_overrides(tmp_path):
     """A pair override reaches that pair's config only; ``@ENV`` resolves inside the trial."""
-    from experiments.trials import _pair_overrides, trial_config
+    from memcores.experiments.trials import _pair_overrides, trial_config
 
     active, passive = "memcores/ActiveVisualMatch-v0", "memcores/PassiveVisualMatch-v0"
     spec = {active: {"train.init_from": f"@{passive}", "agent.learning_rate": 0.0002}}
@@ -187,15 +186,14 @@ def test_transfer_sweep_pair_overrides(tmp_path):
 def test_transfer_trial_records_each_pair_and_trains_each_env_once(tmp_path, monkeypatch):
     """A suite that tests one train env on two envs trains it once and writes one record per
     pair; the curriculum pair starts from the earlier pair's run of the same trial."""
+    from memcores.envs import suites
+    from memcores.experiments.config import parse_override, set_dotted
+    from memcores.experiments.trials import record_dirs, run_trial, trial_done
     from rl_helpers import TINY
 
-    import envs.suites
-    from experiments.config import parse_override, set_dotted
-    from experiments.trials import record_dirs, run_trial, trial_done
-
     e5, e6, e8 = (f"MiniGrid-Empty-{n}x{n}-v0" for n in (5, 6, 8))
-    suite = type(envs.suites.SUITES["doorkey"])("t", ((e5, e6), (e6, e8), (e5, e8)))
-    monkeypatch.setitem(envs.suites.SUITES, "three-test", suite)
+    suite = type(suites.SUITES["doorkey"])("t", ((e5, e6), (e6, e8), (e5, e8)))
+    monkeypatch.setitem(suites.SUITES, "three-test", suite)
     raw: dict = {"suite": "three-test", "episodes": 2}
     raw["pair_overrides"] = {e6: {"train.init_from": f"@{e5}"}}
     for item in [*TINY, "train.total_steps=64"]:
@@ -330,7 +328,7 @@ def test_sweep_runs_trials_writes_records_reports_failures_and_skips(paths, caps
 def test_local_sweep_skips_a_trial_whose_record_appears_while_it_runs(monkeypatch):
     """Two processes sharing a results folder: a trial finished by the other one after this
     sweep started is skipped when its turn comes, not trained again."""
-    from experiments import sweep as sweep_module
+    from memcores.experiments import sweep as sweep_module
 
     trials = [
         Trial(f"t{i}", "supervised", "c.yaml", overrides=[], run_dir=f"r{i}", record_dir=f"d{i}")
@@ -348,7 +346,7 @@ def test_local_sweep_skips_a_trial_whose_record_appears_while_it_runs(monkeypatc
 
 
 def test_folder_of_another_sweep_or_in_use_is_refused(paths, capsys):
-    from agents.run_lock import RunLock
+    from memcores.agents.run_lock import RunLock
 
     assert sweep_cli(paths, "--grid", "train.seed=0") == 0
     # other settings for the same folder: refuse instead of mixing two experiments
@@ -401,7 +399,7 @@ def test_sigterm_stops_the_sweep_and_a_rerun_resumes_the_trial(paths, capsys):
     args += ["run.tensorboard=false"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", *args], env=env, stderr=subprocess.PIPE
+        [sys.executable, "-m", "memcores", *args], env=env, stderr=subprocess.PIPE
     )
     run = Path(paths["out"]) / "trial"
     deadline = time.time() + 120
@@ -443,8 +441,8 @@ def test_unreachable_ray_address_fails_fast_and_writes_nothing(paths, capsys):
 def test_changed_tune_settings_are_named_so_the_rerun_starts_a_new_tune_experiment():
     """Tuner.restore keeps the stored max_concurrent & co.; a re-run that changes them must
     not silently run with the old ones (run_tune starts afresh when this is non-empty)."""
-    from experiments.sweep import SweepOptions
-    from experiments.tune_engine import settings_change, tune_settings
+    from memcores.experiments.sweep import SweepOptions
+    from memcores.experiments.tune_engine import settings_change, tune_settings
 
     one, two = SweepOptions(max_concurrent=1), SweepOptions(max_concurrent=2)
     assert settings_change(tune_settings(one), tune_settings(one)) == ""
@@ -456,7 +454,7 @@ def test_changed_tune_settings_are_named_so_the_rerun_starts_a_new_tune_experime
 
 # --------------------------------------------------------------------------- search spaces
 def test_search_space_distributions_parse():
-    from experiments.search import Dist, parse_search, space_corners
+    from memcores.experiments.search import Dist, parse_search, space_corners
 
     space = parse_search(
         {
@@ -500,7 +498,7 @@ def test_search_space_distributions_parse():
     ],
 )
 def test_bad_search_space_is_a_one_line_error(section, message):
-    from experiments.search import SearchSpaceError, parse_search
+    from memcores.experiments.search import SearchSpaceError, parse_search
 
     with pytest.raises(SearchSpaceError, match=re.escape(message)) as err:
         parse_search(section)
@@ -548,8 +546,8 @@ def test_search_needs_a_search_section_and_a_section_needs_a_search(tmp_path, ca
 
 def test_a_search_config_still_trains_on_its_own(tmp_path):
     """The `search:` section belongs to sweeps: `memcores train CONFIG` ignores it."""
-    from agents.rl_config import RLConfig
-    from experiments.config import load_config
+    from memcores.agents.rl_config import RLConfig
+    from memcores.experiments.config import load_config
 
     config = load_config(RLConfig, REPO / "experiments" / "configs" / "search_doorkey5.yaml")
     assert config.agent.learning_rate == 0.001 and config.agent.ent_coef == 0.01
@@ -559,8 +557,8 @@ def test_sampled_points_run_on_the_same_seeds_and_report_their_mean(tmp_path):
     """Two points of a search: each runs every seed of the grid (the same seeds), each seed
     with the point's sampled value; the point's value is the mean over its seeds, and a
     re-run reads the seeds' values back from their records."""
-    from experiments.report import records_grid
-    from experiments.search_trials import run_point, seed_trials
+    from memcores.experiments.report import records_grid
+    from memcores.experiments.search_trials import run_point, seed_trials
 
     config = write_search_config(tmp_path, {"optim.lr": {"loguniform": [0.0001, 0.1]}})
     line = f"memcores sweep {config} --search random --samples 2 --grid train.seed=0,1"
@@ -622,8 +620,8 @@ def test_pbt_restore_takes_the_donors_weights_and_applies_the_mutation(tmp_path,
     both values with the frame at which each applied."""
     import types
 
-    import experiments.pbt as pbt
-    from experiments.pbt import checkpoint_step, run_member
+    import memcores.experiments.pbt as pbt
+    from memcores.experiments.pbt import checkpoint_step, run_member
 
     doorkey = REPO / "experiments" / "configs" / "doorkey5.yaml"
     _, (a, b) = make_trials(
@@ -684,8 +682,8 @@ def test_pbt_needs_a_search_section_and_rl_trials(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- resources
 def test_a_request_no_node_can_meet_is_an_error():
-    from experiments.sweep import SweepOptions
-    from experiments.tune_engine import GB, check_resources, trial_resources
+    from memcores.experiments.sweep import SweepOptions
+    from memcores.experiments.tune_engine import GB, check_resources, trial_resources
 
     nodes = [{"CPU": 1.0, "memory": 4 * GB}, {"CPU": 4.0, "memory": 2 * GB}]
     check_resources(nodes, trial_resources(SweepOptions(cpus=4)))
@@ -710,7 +708,7 @@ def test_a_request_no_node_can_meet_is_an_error():
 def test_cluster_options_without_ray_are_an_error(paths, capsys, monkeypatch, option):
     """Asking for a cluster (or what only Ray Tune does) and not getting it is an error, not
     a silent local run."""
-    import experiments.sweep as sweep
+    import memcores.experiments.sweep as sweep
 
     monkeypatch.setattr(sweep, "ray_available", lambda: False)
     args = ["sweep", str(DEMO_COPY), "--out", paths["out"], "--results", paths["results"]]
@@ -722,7 +720,7 @@ def test_cluster_options_without_ray_are_an_error(paths, capsys, monkeypatch, op
 
 
 def test_max_failures_defaults_to_retries_on_a_cluster(capsys):
-    from experiments.sweep import CLUSTER_RETRIES, SweepOptions
+    from memcores.experiments.sweep import CLUSTER_RETRIES, SweepOptions
 
     assert SweepOptions().retries == 0
     assert SweepOptions(address="auto").retries == CLUSTER_RETRIES > 0
@@ -736,7 +734,7 @@ def test_max_failures_defaults_to_retries_on_a_cluster(capsys):
 def test_a_refused_cluster_connection_names_the_token_setting_when_a_token_exists(
     tmp_path, monkeypatch
 ):
-    from experiments import tune_engine
+    from memcores.experiments import tune_engine
 
     token = tmp_path / "auth_token"
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
@@ -770,7 +768,7 @@ def pbt_args(config: Path, tmp_path: Path, *extra: str) -> list[str]:
 @pytest.fixture
 def no_ray_start(monkeypatch):
     """Fails a test that would start (or connect to) Ray."""
-    import experiments.sweep as sweep
+    import memcores.experiments.sweep as sweep
 
     def refuse(*args, **kwargs):
         raise AssertionError("Ray was started")
@@ -806,10 +804,9 @@ def test_pbt_mutates_a_choice_within_its_list_and_keeps_values_in_their_range():
     tune.choice domain would be multiplied by 1.2), a number stays within its range."""
     import random
 
+    from memcores.experiments.search import parse_search
+    from memcores.experiments.tune_engine import KeepInRange, pbt_mutations
     from ray.tune.schedulers.pbt import _explore
-
-    from experiments.search import parse_search
-    from experiments.tune_engine import KeepInRange, pbt_mutations
 
     space = parse_search(
         {
@@ -836,8 +833,9 @@ def test_pbt_mutates_a_choice_within_its_list_and_keeps_values_in_their_range():
 
 def test_every_key_pbt_may_mutate_can_change_on_a_resume(tmp_path):
     """The keys PBT mutates are the ones the trainer resumes with under new values."""
-    from agents.rl_config import MUTABLE_HYPERPARAMETERS
-    from agents.rl_trainer import train
+    from memcores.agents.rl_config import MUTABLE_HYPERPARAMETERS
+    from memcores.agents.rl_trainer import train
+
     from tests.rl_helpers import tiny_config
 
     run = tmp_path / "run"
@@ -914,7 +912,7 @@ def test_bad_numbers_stop_the_command_line_before_anything_runs(paths, capsys, o
     ],
 )
 def test_sweep_options_refuse_bad_numbers_from_the_api(field, value, message):
-    from experiments.sweep import SweepOptions
+    from memcores.experiments.sweep import SweepOptions
 
     search = {"search": "random"} if field == "search_seed" else {}
     with pytest.raises(SweepError, match=re.escape(message)):
@@ -936,7 +934,7 @@ def test_results_or_out_pointing_at_a_file_trains_nothing(paths, tmp_path, capsy
 
 
 def test_a_sweep_that_ends_in_an_error_does_not_stay_running(paths, monkeypatch, capsys):
-    import experiments.sweep as sweep
+    import memcores.experiments.sweep as sweep
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
@@ -973,9 +971,10 @@ def test_a_metric_no_trial_logs_is_refused_before_anything_runs(
 
 def test_the_metric_tags_are_what_the_trainers_log(tmp_path):
     """The tags a sweep accepts for --metric are the columns the trainers write."""
-    from agents.rl_trainer import RECON_TAG, ROW_TAGS, train
-    from agents.supervised import LOGGED_TAGS
-    from experiments.trials import check_metric
+    from memcores.agents.rl_trainer import RECON_TAG, ROW_TAGS, train
+    from memcores.agents.supervised import LOGGED_TAGS
+    from memcores.experiments.trials import check_metric
+
     from tests.rl_helpers import tiny_config
 
     train(tiny_config("train.total_steps=64", "agent.recon_coef=0.1"), tmp_path / "rl")

@@ -23,16 +23,15 @@ pytest.importorskip("triton", reason="triton is in the dev extra")
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-from cores import make_core, presets_of, triton_engine  # noqa: E402
+from memcores.cores import make_core, presets_of, triton_engine  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # on a GPU every test here runs the compiled kernels: `pytest -m cuda` selects them
 pytestmark = [pytest.mark.cuda] if torch.cuda.is_available() else []
 T, B, D, H = 6, 3, 3, 12
 # every preset of the gated LSTM (the registry's, so a new one is tested too)
-PRESETS = presets_of("cores.gated:GatedLSTM")
-GRU_PRESETS = presets_of("cores.gru:GatedGRU")
+PRESETS = presets_of("memcores.cores.gated:GatedLSTM")
+GRU_PRESETS = presets_of("memcores.cores.gru:GatedGRU")
 OTHER = ["slstm"]
 # one preset per compiled specialisation (activation, tied, refine, power)
 KERNEL_VARIANTS = ["lstm", "tied_lstm", "fast_lstm", "fast2_lstm", "softsign_lstm", "ur_lstm"]
@@ -336,9 +335,8 @@ def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_til
     The wrapper then runs the one-program-per-tile kernel instead, whether the forward or
     only the backward was refused: the same values and gradients, one warning, and later
     calls at that width go straight to the unsplit kernels."""
+    from memcores.cores import triton_kernels
     from triton.runtime.errors import OutOfResources
-
-    from cores import triton_kernels
 
     monkeypatch.setattr(triton_engine, "_UNFIT", set())
     monkeypatch.setattr(triton_engine, "_WARNED", set())
@@ -612,7 +610,7 @@ def test_kernels_compile_for_a_gpu_within_its_shared_memory() -> None:
 def test_cudnn_route_matches_the_reference_loop(name: str, monkeypatch) -> None:
     """The presets that are nn.LSTM's / nn.GRU's maths give the reference's values and
     gradients through PyTorch's RNN kernels (cuDNN on CUDA), a reset at step 0 included."""
-    from cores import cudnn
+    from memcores.cores import cudnn
 
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # full float32 products
     ref, _ = _pair(name, EXACT)
@@ -639,7 +637,7 @@ def test_cudnn_route_keeps_its_backward_for_an_eval_core_with_gradients(name, mo
     """cuDNN refuses a backward of a call made with ``train=False`` ("cudnn RNN backward can
     only be called in training mode"), so the flag follows autograd, not ``core.training``:
     an eval-mode core differentiated (the memory probe) keeps its backward."""
-    from cores import cudnn
+    from memcores.cores import cudnn
 
     fn = "lstm" if name == "lstm" else "gru"
     flags: list[bool] = []
@@ -708,7 +706,7 @@ def test_kernels_match_the_reference_loop_at_a_training_shape_on_cuda(
 
 SHARED_GPU_RUN = """
 import torch
-from cores import make_core
+from memcores.cores import make_core
 core = make_core("ur_lstm", 16, 128, impl="triton").cuda()
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 batch = 16 * (sms // 8)  # a grid of one program per multiprocessor: 8 parts x batch / 16 tiles

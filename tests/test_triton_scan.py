@@ -14,8 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 pytest.importorskip("triton")
 
-from cores import make_core, triton_scan  # noqa: E402
-from cores.scan import linear_scan, linear_scan_loop, resolve_method  # noqa: E402
+from memcores.cores import make_core, triton_scan  # noqa: E402
+from memcores.cores.scan import linear_scan, linear_scan_loop, resolve_method  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # on a GPU every test here runs the compiled kernels: `pytest -m cuda` selects them
@@ -140,7 +140,7 @@ def test_auto_takes_triton_on_cuda_and_the_step_loop_on_cpu(monkeypatch) -> None
     assert resolve_method("auto", torch.device("cpu")) == "sequential"
     assert resolve_method("auto", torch.device("cuda", 0)) == "triton"
     assert resolve_method("parallel", torch.device("cuda", 0)) == "parallel"
-    monkeypatch.setattr("cores.scan._HAS_TRITON", False)
+    monkeypatch.setattr("memcores.cores.scan._HAS_TRITON", False)
     assert resolve_method("auto", torch.device("cuda", 0)) == "parallel"
     with pytest.raises(ValueError, match="valid: auto, parallel, sequential, triton"):
         resolve_method("fast", torch.device("cpu"))

@@ -15,14 +15,13 @@ import warnings
 
 import pytest
 import torch
+from memcores.agents import ppo
+from memcores.agents.ppo import update
+from memcores.agents.rl_trainer import graph_obstacles, setup
+from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
+from memcores.agents.update_graph import UpdateGraph, refusal
+from memcores.cores.graphed import CudaRecorder, EagerRecorder, graph_switch
 from rl_helpers import tiny_config
-
-from agents import ppo
-from agents.ppo import update
-from agents.rl_trainer import graph_obstacles, setup
-from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
-from agents.update_graph import UpdateGraph, refusal
-from cores.graphed import CudaRecorder, EagerRecorder, graph_switch
 
 RATES = (2.0**-12, 2.0**-13)  # float32 numbers: the recorded rate is a float32 tensor
 
@@ -252,7 +251,7 @@ def test_train_refuses_a_cuda_graph_switch_on_the_cpu(tmp_path, overrides):
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "experiments.cli", "train", *overrides,
+            sys.executable, "-m", "memcores", "train", *overrides,
             "train.device=cpu", f"run.dir={run_dir}",
         ],
         capture_output=True, text=True, check=False,
@@ -266,7 +265,7 @@ def test_a_training_run_replays_its_updates_and_ends_as_the_eager_run(tmp_path, 
     """``memcores train ... train.graph_update=true`` on a (faked) CUDA learner: every update
     goes through the recording, and the run ends with the eager run's weights (the recorded
     rate is float32, hence the tolerance)."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     config = ("core.name=ur_lstm", "agent.minibatch_size=16", "train.checkpoint_every=1")
     rl_trainer.train(tiny_config(*config), tmp_path / "eager")
@@ -309,7 +308,7 @@ def test_a_cuda_training_run_with_both_graphs_records_them_without_falling_back(
     """On a GPU, by default (``train.graph_acting`` and ``train.graph_update`` ``auto``): a
     run acts and updates through CUDA graphs, records both, replays the update's steps, never
     warns that one fell back to eager steps, and learns finite numbers."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     graphs: list[UpdateGraph] = []
 
@@ -340,13 +339,12 @@ def test_the_recorded_step_reads_nothing_back_to_the_host(env_id, core, monkeypa
     encoders, heads, the PPO loss, backward and clipping, run on ``meta`` tensors, which hold
     no values (``.item()``, ``bool()``, ``nonzero`` raise), as the host sees a GPU while a
     graph records (the step loops take every step as a reset step, as during a capture)."""
+    import memcores.cores.rel_lstm  # noqa: F401  (imported before the patch, it keeps the real one)
     import numpy as np
+    from memcores.agents.ppo import _backward, loss_row, minibatch_loss, ppo_loss
+    from memcores.agents.rollout import ChunkBatch
 
-    import cores.rel_lstm  # noqa: F401  (imported before the patch, it keeps the real one)
-    from agents.ppo import _backward, loss_row, minibatch_loss, ppo_loss
-    from agents.rollout import ChunkBatch
-
-    monkeypatch.setattr("cores.base.capturing", lambda like: True)
+    monkeypatch.setattr("memcores.cores.base.capturing", lambda like: True)
     kwargs = "env.kwargs={}" if env_id.startswith("popgym") else "env.kwargs.max_steps=20"
     config = tiny_config(f"env.id={env_id}", kwargs, f"core.name={core}", "core.cuda_graph=false")
     s = setup(config)

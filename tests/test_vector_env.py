@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from memcores.agents.rl_trainer import train
+from memcores.envs import make_env
+from memcores.envs.vector import VectorEnv
 from rl_helpers import tiny_config
-
-from agents.rl_trainer import train
-from envs import make_env
-from envs.vector import VectorEnv
 
 ENV = "MiniGrid-MemoryS7-v0"
 
@@ -83,7 +82,7 @@ def test_async_training_equals_sync_training(tmp_path):
     """The trainer with worker processes gives the same run as with in-process envs in two
     groups (same seed, same grouping): the pipelining changes where envs step, not what."""
 
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     # in-process envs, but split in the same two groups as the async layout
     original = rl_trainer.make_vector_env
@@ -113,7 +112,7 @@ def test_async_training_equals_sync_training(tmp_path):
 def test_bench_scaling_table_measures_every_layout(tmp_path, capsys):
     """`memcores bench rl` prints, per layout and size, the env-alone rate, the trainer's rate
     and their ratio; every one is a measured positive number and the ratio is their quotient."""
-    from experiments.bench.rl import scaling_table
+    from memcores.experiments.bench.rl import scaling_table
 
     layouts = (("sync", 1), ("async", 1))
     rows = scaling_table((2,), 32, 1, "lstm", "cpu", str(tmp_path), layouts)
@@ -130,7 +129,7 @@ def test_separate_acting_policy_gives_the_same_run(tmp_path, monkeypatch):
     after each update) is exercised on CPU by forcing the copy: the run must be identical."""
     import copy
 
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     plain = train(tiny_config(), tmp_path / "plain")
     monkeypatch.setattr(
@@ -150,7 +149,7 @@ def test_separate_acting_policy_gives_the_same_run(tmp_path, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_learner_acts_on_cpu(tmp_path):
     """train.device=cuda: the learner's weights live on the GPU, acting stays on the CPU."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     result = train(tiny_config("train.device=cuda"), tmp_path / "cuda")
     assert result.global_step == 128
@@ -164,7 +163,7 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
     """train.overlap: rollout 0 is collected by theta_0, and rollout k >= 1 (collected while
     update k-1 runs) by theta_{k-1}, the policy from before that update; two runs with one
     seed end with identical weights."""
-    from agents import rl_trainer, rollout
+    from memcores.agents import rl_trainer, rollout
 
     acted, learned = [], []
     real_collect, real_update = rollout.collect_rollout, rl_trainer.update
@@ -201,8 +200,8 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
 def test_bench_update_costs_prints_one_row_per_encoder(capsys, tmp_path):
     """`memcores bench rl --update-costs --quick`: a row per encoder, a positive cost per
     minibatch size, the same numbers in its record."""
-    from experiments.bench.record import read_record
-    from experiments.cli import main
+    from memcores.experiments.bench.record import read_record
+    from memcores.experiments.cli import main
 
     assert main(["bench", "rl", "--quick", "--update-costs", "--out", str(tmp_path)]) == 0
     costs, recipe = read_record(tmp_path)["tables"]
@@ -229,7 +228,7 @@ def test_bench_update_costs_prints_one_row_per_encoder(capsys, tmp_path):
 def test_overlap_resumed_after_an_odd_update_learns_from_collected_rollouts(tmp_path, monkeypatch):
     """Resumed after update 3, the overlapped loop learns from the rollout it just collected
     (every stored log-prob is a real one, < 0), not from the other, never-filled buffer."""
-    from agents import rl_trainer
+    from memcores.agents import rl_trainer
 
     run = tmp_path / "run"
     train(tiny_config("train.overlap=true", "train.total_steps=192"), run)  # 3 updates

@@ -45,13 +45,17 @@ import time
 from collections.abc import Callable
 
 import torch
-
-from agents.device import resolve_device, sync
-from cores import CORES, make_core
-from experiments.argtypes import positive_int
-from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
-from experiments.config import parse_yaml
-from experiments.malloc import ENV_VAR, keep_freed_memory
+from memcores.agents.device import resolve_device, sync
+from memcores.cores import CORES, make_core
+from memcores.experiments.argtypes import positive_int
+from memcores.experiments.bench.record import (
+    Table,
+    add_record_arguments,
+    record_folder,
+    write_record,
+)
+from memcores.experiments.config import parse_yaml
+from memcores.experiments.malloc import ENV_VAR, keep_freed_memory
 
 TWINS = {
     "lstm": "lstm",
@@ -345,7 +349,7 @@ def scan_kernels(T: int, B: int, H: int, reps: int, seed: int = 0) -> str:
     """Forward+backward of ``h_t = a_t h_{t-1} + b_t`` (``[T, B, H]`` float32) with each kernel
     of :mod:`cores.scan`, an autograd step loop and, where PyTorch has it, its prototype
     ``associative_scan``; interleaved rounds, minimum process CPU time, one table."""
-    from cores.scan import linear_scan, linear_scan_loop
+    from memcores.cores.scan import linear_scan, linear_scan_loop
 
     gen = torch.Generator().manual_seed(seed)
     a = torch.rand(T, B, H, generator=gen).requires_grad_(True)
@@ -399,7 +403,7 @@ def tanh_routes(reps: int, shapes: tuple[tuple[int, ...], ...] = TANH_SHAPES) ->
     """Forward+backward of ``torch.tanh`` against ``2 sigmoid(2 z) - 1`` (the route
     :func:`cores.fast_tanh.tanh` takes from ``SIGMOID_FROM`` elements) per shape; interleaved
     rounds of 50 calls, minimum process CPU time, one table (printed as it comes)."""
-    from cores.fast_tanh import SIGMOID_FROM, _TanhViaSigmoid
+    from memcores.cores.fast_tanh import SIGMOID_FROM, _TanhViaSigmoid
 
     routes = {"torch.tanh": torch.tanh, "via sigmoid": _TanhViaSigmoid.apply}
     title = (

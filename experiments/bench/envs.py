@@ -20,9 +20,13 @@ import statistics
 import time
 
 import numpy as np
-
-from envs import fast_obs, make_env
-from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
+from memcores.envs import fast_obs, make_env
+from memcores.experiments.bench.record import (
+    Table,
+    add_record_arguments,
+    record_folder,
+    write_record,
+)
 
 BASELINE = "MiniGrid-MemoryS7-v0"
 MEMORY_MATCH = ("memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0")
@@ -101,7 +105,7 @@ def envpool_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     if argv and "--batched" in argv:  # the batched torch envs: their own table
-        from experiments.bench import batched_envs
+        from memcores.experiments.bench import batched_envs
 
         return batched_envs.main([a for a in argv if a != "--batched"])
     parser = argparse.ArgumentParser(prog="memcores bench envs", description=__doc__)
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     envpool_options(parser)
     args = parser.parse_args(argv or [])
     if args.envpool:
-        from experiments.bench import envs_envpool
+        from memcores.experiments.bench import envs_envpool
 
         return envs_envpool.main(args, "memcores bench envs " + " ".join(argv or []))
     if args.quick:

@@ -60,8 +60,8 @@ class _RawPool:
 
 def make_engines(env_id: str, n: int, seed: int) -> dict[str, Any]:
     """Label -> a vector env of ``n`` copies of ``env_id`` for every engine timed."""
-    from envs.envpool_env import EnvPoolVectorEnv
-    from envs.vector import VectorEnv
+    from memcores.envs.envpool_env import EnvPoolVectorEnv
+    from memcores.envs.vector import VectorEnv
 
     engines: dict[str, Any] = {"memcores": VectorEnv(env_id, n, seed)}
     for t in THREADS:
@@ -113,7 +113,7 @@ def run(
 
 def main(args: Any, command: str) -> int:
     """Print (and with ``--out`` write) the EnvPool table; 2 where envpool is missing."""
-    from envs.envpool_env import EXTRA_HINT, available
+    from memcores.envs.envpool_env import EXTRA_HINT, available
 
     if not available():
         print(f"bench envs --envpool needs the envpool package ({EXTRA_HINT})", file=sys.stderr)
@@ -136,7 +136,7 @@ def main(args: Any, command: str) -> int:
         verdict = "meets" if best >= target else "BELOW"
         print(f"env.vector=envpool at {n} envs: {best:.2f}x memcores ({verdict} target {target}x)")
     if args.out:
-        from experiments.records import hardware
+        from memcores.experiments.records import hardware
 
         out = Path(args.out)  # a .json file, or the record folder --out names
         out = out if out.suffix == ".json" else out / "bench_envpool.json"

@@ -27,10 +27,9 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from agents.device import acting_device, describe_acting, info, resolve_device, sync
-from cores import presets_of
-from experiments.bench.gpu_report import markdown
+from memcores.agents.device import acting_device, describe_acting, info, resolve_device, sync
+from memcores.cores import presets_of
+from memcores.experiments.bench.gpu_report import markdown
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_S7 = "experiments/configs/memory_s7.yaml"
@@ -48,8 +47,8 @@ GRAPH_SCALING = ("janet",)  # step-loop cores timed against T eagerly and throug
 BASELINES = ("nn.LSTM", "nn.GRU")
 GRAPHED = " (CUDA graph)"  # suffix of a row timed through GraphedCore
 OWN_LOOP_SPEEDUP = 5.0  # target of a step-loop core through graphs against its eager loop
-LSTM_PRESETS = frozenset(presets_of("cores.gated:GatedLSTM"))
-GRU_PRESETS = frozenset(presets_of("cores.gru:GatedGRU"))
+LSTM_PRESETS = frozenset(presets_of("memcores.cores.gated:GatedLSTM"))
+GRU_PRESETS = frozenset(presets_of("memcores.cores.gru:GatedGRU"))
 PARTS: dict[str, float] = dict(cores=90.0, scaling=30.0, acting=5.0, rl=120.0, supervised=20.0)
 """Each part's time budget in seconds (checked between measurements); what a part leaves
 goes to the next."""
@@ -137,9 +136,9 @@ def core_runner(
 ) -> Callable[[], None]:
     """Forward+backward of core ``name`` (or ``nn.LSTM``/``nn.GRU``) on a seeded ``[T, B, D]``
     input; with ``graph``, through ``GraphedCore`` (an error where its recording fails)."""
-    from cores import make_core
-    from cores.graphed import GraphedCore
-    from experiments.bench.cores import _runner
+    from memcores.cores import make_core
+    from memcores.cores.graphed import GraphedCore
+    from memcores.experiments.bench.cores import _runner
 
     x = torch.randn(T, B, D, generator=torch.Generator().manual_seed(0)).to(device)
     torch.manual_seed(0)
@@ -172,7 +171,7 @@ def _time_cell(
 
 def graph_safe_cores() -> list[str]:
     """The registered cores that declare ``graph_safe``."""
-    from cores import CORES, make_core
+    from memcores.cores import CORES, make_core
 
     return sorted(name for name in CORES if make_core(name, 4, 4).graph_safe)
 
@@ -206,7 +205,7 @@ def target(name: str, x_lstm: float | None, x_gru: float | None, x_loop: float |
 def part_cores(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Forward+backward ms of every core beside cuDNN (timed before, between and after; the
     median counts), the ``graph_safe`` cores also through CUDA graphs (the better counts)."""
-    from cores import CORES
+    from memcores.cores import CORES
 
     eager: dict[str, float] = {}
     graphed: dict[str, float] = {}
@@ -294,15 +293,15 @@ def part_scaling(device: torch.device, sizes: Sizes, clock: Clock, against: str)
 
 
 def _rl_config(path: str, overrides: list[str]) -> Any:
-    from agents.rl_config import RLConfig
-    from experiments.config import load_config
+    from memcores.agents.rl_config import RLConfig
+    from memcores.experiments.config import load_config
 
     fixed = ["train.progress=false", "train.histogram_every=0", "run.tensorboard=false"]
     return load_config(RLConfig, path, [*overrides, *fixed])
 
 
 def _recorder(device: torch.device) -> Any:
-    from cores.graphed import CudaRecorder, EagerRecorder
+    from memcores.cores.graphed import CudaRecorder, EagerRecorder
 
     return CudaRecorder() if device.type == "cuda" else EagerRecorder()
 
@@ -313,9 +312,9 @@ def acting_step(
     """One acting step as the trainer takes it: observations from NumPy, the forward (through
     ``ActingGraph`` where ``graphed``, recorded first: a failed recording raises), sampling,
     actions back to NumPy."""
-    from agents.acting_graph import ActingGraph
-    from agents.policy import obs_to_tensors
-    from agents.rollout import act
+    from memcores.agents.acting_graph import ActingGraph
+    from memcores.agents.policy import obs_to_tensors
+    from memcores.agents.rollout import act
 
     n = len(next(iter(obs.values())))
     state = tuple(s.clone() for s in policy.initial_state(n, device))
@@ -338,7 +337,7 @@ def acting_step(
 
 def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Microseconds per MemoryS7 acting step on the CPU, ``device`` and its acting graph."""
-    from agents.policy import build_policy
+    from memcores.agents.policy import build_policy
 
     config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
     torch.set_num_threads(config.train.threads or torch.get_num_threads())  # main restores it
@@ -375,14 +374,19 @@ def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) 
 def rl_rate(path: str, overrides: list[str], device: str, epochs: int | None) -> dict[str, Any]:
     """Frames/s of ``path``'s PPO recipe on ``device`` as ``memcores train`` runs it: one
     rollout and ``epochs`` update epochs (None: all) timed after a warm-up, scaled to all."""
-    from agents.acting_graph import ActingGraph
-    from agents.policy import obs_to_tensors
-    from agents.ppo import update
-    from agents.rl_trainer import acting_policy, setup
-    from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
-    from agents.rollout_graph import RolloutGraph
-    from agents.update_graph import UpdateGraph
-    from envs.batched import BatchedEnv
+    from memcores.agents.acting_graph import ActingGraph
+    from memcores.agents.policy import obs_to_tensors
+    from memcores.agents.ppo import update
+    from memcores.agents.rl_trainer import acting_policy, setup
+    from memcores.agents.rollout import (
+        RolloutBuffer,
+        collect_with_returns,
+        obs_shapes,
+        start_rollouts,
+    )
+    from memcores.agents.rollout_graph import RolloutGraph
+    from memcores.agents.update_graph import UpdateGraph
+    from memcores.envs.batched import BatchedEnv
 
     s = setup(_rl_config(path, [*overrides, f"train.device={device}"]))
     agent, n_envs = s.config.agent, s.config.env.n_envs
@@ -520,9 +524,9 @@ def _against(fps: float, other: str, rows: list[dict[str, Any]]) -> dict[str, An
 
 def supervised_rate(overrides: list[str], device: str, updates: int, clock: Clock) -> dict:
     """Seconds per copy-task update on ``device`` (after two warm-up updates)."""
-    from agents.supervised import TaskData, prepare, train_step
-    from agents.supervised_config import SupervisedConfig
-    from experiments.config import load_config
+    from memcores.agents.supervised import TaskData, prepare, train_step
+    from memcores.agents.supervised_config import SupervisedConfig
+    from memcores.experiments.config import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
         config = load_config(

@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
-SECTIONS = {"rel": "experiments.bench.memory_rel", "lru": "experiments.bench.memory_lru"}
+SECTIONS = {
+    "rel": "memcores.experiments.bench.memory_rel",
+    "lru": "memcores.experiments.bench.memory_lru",
+}
 
 
 def main(argv: list[str]) -> int:

@@ -37,19 +37,18 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
-
-from agents.online import StreamingOnlineTrainer
-from cores.lru import LRUCore
-from experiments.bench.record import (
+from memcores.agents.online import StreamingOnlineTrainer
+from memcores.cores.lru import LRUCore
+from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
     markdown_table,
     record_folder,
     write_record,
 )
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
 
 MiB = 2**20
 METHODS = ("bptt", "online-seq", "online-stream", "infer-seq", "infer-stream")

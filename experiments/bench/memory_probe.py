@@ -21,16 +21,15 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
+from memcores.agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
 
 
 def _policy_and_env(run: str | None, config_path: str | None, overrides: list[str]) -> Any:
-    from agents.evaluation import load_policy
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import setup
-    from envs import make_env
-    from experiments.config import load_config
+    from memcores.agents.evaluation import load_policy
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import setup
+    from memcores.envs import make_env
+    from memcores.experiments.config import load_config
 
     if run is not None:
         policy, config = load_policy(run)

@@ -27,11 +27,15 @@ import time
 from dataclasses import dataclass
 
 import torch
+from memcores.cores import make_core
+from memcores.cores.base import MemoryCore
+from memcores.experiments.bench.record import (
+    Table,
+    add_record_arguments,
+    record_folder,
+    write_record,
+)
 from torch import Tensor, nn
-
-from cores import make_core
-from cores.base import MemoryCore
-from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
 
 CORE_NAMES = ("lstm", "rel_lstm", "mem_lstm")
 

@@ -27,7 +27,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from agents.files import write_text_atomic
+from memcores.agents.files import write_text_atomic
 
 BENCH_FORMAT = "memcores-bench/1"
 ROOT = Path("results/bench")

@@ -40,9 +40,13 @@ import time
 
 import numpy as np
 import torch
-
-from envs import fast_obs
-from experiments.bench.record import Table, add_record_arguments, record_folder, write_record
+from memcores.envs import fast_obs
+from memcores.experiments.bench.record import (
+    Table,
+    add_record_arguments,
+    record_folder,
+    write_record,
+)
 
 ENV_ID = "MiniGrid-MemoryS7-v0"
 
@@ -59,9 +63,9 @@ def train_rates(
     ``overrides``: one update of warm-up, then ``updates`` timed. The loop only (rollouts,
     updates, logging, checkpoints), as sb3's learn(); setup (building envs and policy, opening
     TensorBoard) is excluded on both sides."""
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import train
-    from experiments.config import load_config
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import train
+    from memcores.experiments.config import load_config
 
     rates = (0.0, 0.0)
     for run, n_updates in (("warmup", 1), ("timed", updates)):
@@ -119,12 +123,11 @@ def _ours(
 def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, float]:
     """Frames per wall second and per CPU second of sb3-contrib RecurrentPPO, same settings."""
     import gymnasium as gym
+    import memcores.envs  # noqa: F401  (registers MiniGrid ids)
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
-
-    import envs  # noqa: F401  (registers MiniGrid ids)
 
     def make(i: int):
         def thunk() -> gym.Env:
@@ -165,7 +168,7 @@ LAYOUTS: tuple[tuple[str, int], ...] = (("sync", 1), ("async", 1), ("async", 2))
 
 def env_alone(n_envs: int, vector: str, workers: int, steps: int) -> float:
     """Steps/s of the vector env the trainer would build, under random actions (no policy)."""
-    from agents.rl_trainer import make_vector_env
+    from memcores.agents.rl_trainer import make_vector_env
 
     env = make_vector_env(ENV_ID, n_envs, 0, vector, None, workers)
     try:
@@ -232,11 +235,11 @@ def scaling_record_table(rows: list[tuple[str, int, float, float]]) -> Table:
 def update_cost(encoder: str, minibatch: int, n_envs: int, n_steps: int, rounds: int) -> float:
     """CPU microseconds per frame of one PPO update (4 epochs) on a real MemoryS7 rollout,
     best of ``rounds`` after a warm-up update."""
-    from agents.ppo import update
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import setup
-    from agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
-    from experiments.config import load_config
+    from memcores.agents.ppo import update
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import setup
+    from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
+    from memcores.experiments.config import load_config
 
     overrides = [f"env.id={ENV_ID}", f"env.n_envs={n_envs}", f"agent.n_steps={n_steps}"]
     overrides += [f"agent.minibatch_size={minibatch}", f"agent.image_encoder={encoder}"]
@@ -284,11 +287,16 @@ def recipe_costs(config_path: str, rounds: int, quick: bool = False) -> tuple[fl
     """CPU microseconds per frame of collection (env steps + acting) and of the PPO update of
     ``config_path``'s recipe (its envs, epochs, minibatch and encoder), best of ``rounds``
     rollout+update pairs after a warm-up pair. One torch thread, envs in this process."""
-    from agents.ppo import update
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import setup
-    from agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
-    from experiments.config import load_config
+    from memcores.agents.ppo import update
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import setup
+    from memcores.agents.rollout import (
+        RolloutBuffer,
+        collect_with_returns,
+        obs_shapes,
+        start_rollouts,
+    )
+    from memcores.experiments.config import load_config
 
     overrides = ["train.device=cpu", "train.threads=0", "env.vector=sync"]
     if quick:
@@ -345,7 +353,7 @@ def print_recipe_costs(config_path: str, rounds: int, quick: bool) -> Table:
 
 def main(argv: list[str]) -> int:
     if "--batched" in argv:  # PPO with the batched envs beside the gymnasium ones
-        from experiments.bench import batched_envs
+        from memcores.experiments.bench import batched_envs
 
         return batched_envs.rl_main([a for a in argv if a != "--batched"])
     parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)

@@ -25,5 +25,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    module = importlib.import_module(f"experiments.bench.{args.which}")
+    module = importlib.import_module(f"memcores.experiments.bench.{args.which}")
     return int(module.main(args.bench_args) or 0)

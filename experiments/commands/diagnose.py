@@ -29,8 +29,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-
-from experiments.argtypes import output_file, positive_int, seed
+from memcores.experiments.argtypes import output_file, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,11 +110,10 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- probing
 def _probe_config(path: Path, overrides: list[str], cores: list[str], args) -> list[Probe]:
     import torch
-
-    from agents import supervised
-    from agents.supervised_config import SupervisedConfig
-    from cores import core_options
-    from experiments.config import load_config
+    from memcores.agents import supervised
+    from memcores.agents.supervised_config import SupervisedConfig
+    from memcores.cores import core_options
+    from memcores.experiments.config import load_config
 
     _require_supervised(path)
     config = load_config(SupervisedConfig, path, overrides)
@@ -136,10 +134,10 @@ def _probe_config(path: Path, overrides: list[str], cores: list[str], args) -> l
 
 
 def _probe_run(run_dir: Path, overrides: list[str], args) -> list[Probe]:
-    from agents import supervised
-    from agents.checkpoint import checkpoint_path, load_checkpoint
-    from agents.supervised_config import SupervisedConfig
-    from experiments.config import load_config
+    from memcores.agents import supervised
+    from memcores.agents.checkpoint import checkpoint_path, load_checkpoint
+    from memcores.agents.supervised_config import SupervisedConfig
+    from memcores.experiments.config import load_config
 
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
@@ -167,7 +165,7 @@ RL_SECTIONS = ("env", "agent")
 def _require_supervised(config_path: Path, run_dir: Path | None = None) -> None:
     """Refuse an RL config or run (``memcores train``) with a message that says what
     ``diagnose`` takes, instead of an unknown-key error about its ``env`` section."""
-    from experiments.config import read_yaml_mapping
+    from memcores.experiments.config import read_yaml_mapping
 
     raw = read_yaml_mapping(config_path)
     if "task" not in raw and any(section in raw for section in RL_SECTIONS):
@@ -182,9 +180,8 @@ def _probe(model, task, label: str, args) -> Probe:
     """Gradient profile on a fixed probe batch and the forget-gate time scales of ``model``:
     in eval mode, or with ``args.train_draws > 0`` the mean over that many training-mode draws."""
     import torch
-
-    from agents import supervised
-    from cores.diagnostics import input_gradient_profile
+    from memcores.agents import supervised
+    from memcores.cores.diagnostics import input_gradient_profile
 
     batch = next(supervised.eval_batches(task, "valid", args.batch, args.batch))
     tb = supervised.batch_to_torch(batch, next(model.parameters()).device)

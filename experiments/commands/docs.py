@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agents.files import write_text_atomic
-from experiments import doc_blocks
-from experiments.bench.record import REPORT, read_record, render_report
+from memcores.agents.files import write_text_atomic
+from memcores.experiments import doc_blocks
+from memcores.experiments.bench.record import REPORT, read_record, render_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from experiments.argtypes import positive_int, seed
+from memcores.experiments.argtypes import positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.device import resolve_device
-    from agents.evaluation import evaluate_run
+    from memcores.agents.device import resolve_device
+    from memcores.agents.evaluation import evaluate_run
 
     if args.phases:
         return _phases(args, resolve_device(args.device))
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _phases(args: argparse.Namespace, device) -> int:  # noqa: ANN001
-    from agents.evaluation import load_policy
-    from agents.memory_match_eval import phase_breakdown
+    from memcores.agents.evaluation import load_policy
+    from memcores.agents.memory_match_eval import phase_breakdown
 
     policy, config = load_policy(args.run, device)
     env_id = args.env or config.env.id

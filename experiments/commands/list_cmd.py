@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     rows: list[tuple[str, str]] = []
     if args.what == "cores":
-        from cores import CORES, core_options
+        from memcores.cores import CORES, core_options
 
         for name, spec in CORES.items():
             line = spec.description
@@ -26,15 +26,15 @@ def run(args: argparse.Namespace) -> int:
                 line += f"\n      options: {opts or '(none)'}"
             rows.append((name, line))
     elif args.what == "tasks":
-        from envs.sequences import TASKS
+        from memcores.envs.sequences import TASKS
 
         rows = [(name, spec.description) for name, spec in TASKS.items()]
     elif args.what == "envs":
-        from envs.suites import list_envs
+        from memcores.envs.suites import list_envs
 
         rows = list(list_envs())
     else:
-        from envs.suites import SUITES
+        from memcores.envs.suites import SUITES
 
         rows = [
             (name, f"{s.description}: " + ", ".join(f"{a} -> {b}" for a, b in s.pairs))

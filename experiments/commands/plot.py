@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.plotting import SPREADS, plot_against, plot_runs
-from experiments.records import find_runs
+from memcores.experiments.plotting import SPREADS, plot_against, plot_runs
+from memcores.experiments.records import find_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.records import (
+    from memcores.experiments.records import (
         CURVE_FILE,
         POLICY_FILE,
         RECORD_FILE,

@@ -11,10 +11,10 @@ import argparse
 import shlex
 import sys
 
-from experiments.argtypes import finite_float
-from experiments.core_compare import parse_compare
-from experiments.plotting import SPREADS
-from experiments.report import DEFAULT_METRICS, SECTIONS, TRANSFER_QUANTITIES, build_report
+from memcores.experiments.argtypes import finite_float
+from memcores.experiments.core_compare import parse_compare
+from memcores.experiments.plotting import SPREADS
+from memcores.experiments.report import DEFAULT_METRICS, SECTIONS, TRANSFER_QUANTITIES, build_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

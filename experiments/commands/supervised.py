@@ -11,9 +11,9 @@ import argparse
 import json
 from pathlib import Path
 
-from agents.files import write_text_atomic
-from agents.supervised_config import SupervisedConfig
-from experiments.argtypes import output_file
+from memcores.agents.files import write_text_atomic
+from memcores.agents.supervised_config import SupervisedConfig
+from memcores.experiments.argtypes import output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load(config_arg: str, overrides: list[str]) -> SupervisedConfig:
     """Config from a YAML file or a run directory (whose run.dir is then that directory)."""
-    from experiments.config import load_config
+    from memcores.experiments.config import load_config
 
     path = Path(config_arg)
     if path.is_dir():
@@ -61,7 +61,7 @@ def load(config_arg: str, overrides: list[str]) -> SupervisedConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents import supervised
+    from memcores.agents import supervised
 
     if args.eval_only:
         return _eval_only(args)
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _eval_only(args: argparse.Namespace) -> int:
-    from agents import supervised
+    from memcores.agents import supervised
 
     if args.checkpoint:
         run_dir = Path(args.checkpoint)

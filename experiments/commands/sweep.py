@@ -10,14 +10,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.argtypes import (
+from memcores.experiments.argtypes import (
     nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
     seed,
 )
-from experiments.sweep import (
+from memcores.experiments.sweep import (
     BACKENDS,
     CLUSTER_RETRIES,
     COMMANDS,
@@ -168,10 +168,10 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.config import read_yaml_mapping
-    from experiments.search import parse_search, space_corners
-    from experiments.search_trials import seed_trials
-    from experiments.sweep import (
+    from memcores.experiments.config import read_yaml_mapping
+    from memcores.experiments.search import parse_search, space_corners
+    from memcores.experiments.search_trials import seed_trials
+    from memcores.experiments.sweep import (
         check_mode,
         check_space,
         make_trials,
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         summarize,
         sweep_meta,
     )
-    from experiments.trials import validate_trials
+    from memcores.experiments.trials import validate_trials
 
     options = SweepOptions(
         args.backend,

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.config import load_config, read_yaml_mapping
+from memcores.experiments.config import load_config, read_yaml_mapping
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def resolve_run_dir(config_path: str, run_dir: str) -> Path:
 def algo_defaults(config_path: str, overrides: list[str]) -> list[str]:
     """The switched-to algorithm's defaults when ``agent.algo=...`` changes the file's algorithm
     (:func:`agents.rl_config.algo_switch_overrides`); says on stderr which keys it set."""
-    from agents.rl_config import algo_switch_overrides
+    from memcores.agents.rl_config import algo_switch_overrides
 
     agent = read_yaml_mapping(config_path).get("agent") if Path(config_path).is_file() else None
     file_algo = agent.get("algo", "ppo") if isinstance(agent, dict) else "ppo"
@@ -46,8 +46,8 @@ def algo_defaults(config_path: str, overrides: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.rl_config import RLConfig
-    from agents.rl_trainer import train
+    from memcores.agents.rl_config import RLConfig
+    from memcores.agents.rl_trainer import train
 
     overrides = [*algo_defaults(args.config, args.overrides), *args.overrides]
     config = load_config(RLConfig, args.config, overrides)

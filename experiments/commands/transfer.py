@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.argtypes import positive_int
-from experiments.config import build, parse_override, read_yaml_mapping, set_dotted
+from memcores.experiments.argtypes import positive_int
+from memcores.experiments.config import build, parse_override, read_yaml_mapping, set_dotted
 
 if TYPE_CHECKING:
-    from agents.evaluation import EvalResult
-    from agents.rl_config import RLConfig
+    from memcores.agents.evaluation import EvalResult
+    from memcores.agents.rl_config import RLConfig
 
 DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "transfer.yaml")
 """The packaged ``experiments/configs/transfer.yaml``, found from any working directory."""
@@ -111,7 +111,7 @@ def resolve_pair_overrides(
         the suite, or ``@`` names one that is not trained earlier (the message lists the valid
         choices).
     """
-    from envs.suites import SUITES
+    from memcores.envs.suites import SUITES
 
     order = [train_id for train_id, _ in pairs]
     resolved: dict[str, list[str]] = {train_id: [] for train_id in order}
@@ -150,7 +150,7 @@ def suite_config(path: str | Path, overrides: Sequence[str]) -> tuple[RLConfig, 
 
     :raises ConfigError: a wrong key or value, or a missing or malformed file.
     """
-    from agents.rl_config import RLConfig
+    from memcores.agents.rl_config import RLConfig
 
     raw = read_yaml_mapping(path)
     transfer = {k: raw.pop(k) for k in TRANSFER_KEYS if k in raw}
@@ -218,15 +218,15 @@ def markdown_table(rows: list[dict], core: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.evaluation import evaluate_run
-    from agents.rl_trainer import (
+    from memcores.agents.evaluation import evaluate_run
+    from memcores.agents.rl_trainer import (
         CHECKPOINT_NAME,
         load_rl_checkpoint,
         make_vector_env,
         setup,
         train,
     )
-    from envs.suites import SUITES
+    from memcores.envs.suites import SUITES
 
     if args.suite not in SUITES:
         raise ValueError(f"unknown suite {args.suite!r}; valid suites: {', '.join(SUITES)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.argtypes import output_file, positive_float, positive_int, seed
+from memcores.experiments.argtypes import output_file, positive_float, positive_int, seed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.device import resolve_device
-    from agents.evaluation import record_gif
+    from memcores.agents.device import resolve_device
+    from memcores.agents.evaluation import record_gif
 
     gif = record_gif(
         args.run,
