@@ -69,7 +69,7 @@ class EnvConfig:
                     f"ids: {', '.join(batched_ids())}"
                 )
         from memcores.envs import envpool_env
-        from memcores.envs.suites import unavailable_reason
+        from memcores.envs.observation import unavailable_reason
 
         why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset
         if why:

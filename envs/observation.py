@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -271,6 +272,20 @@ def _unknown_env_message(env_id: str) -> str:
     )
 
 
+def _wfc_available() -> bool:
+    import minigrid
+
+    return (Path(minigrid.__file__).parent / "envs" / "wfc" / "patterns").is_dir()
+
+
+def unavailable_reason(env_id: str) -> str | None:
+    """Why a registered env cannot be built on this install (``memcores list envs`` marks
+    it), or ``None``. Unknown ids are :func:`envs.make_env`'s to report."""
+    if env_id.startswith("MiniGrid-") and "WFC" in env_id and not _wfc_available():
+        return "minigrid's WFC pattern files are not installed"
+    return None
+
+
 def make_env(
     env_id: str,
     seed: int | None = None,
@@ -290,7 +305,7 @@ def make_env(
         Discrete(4), mission [MAX_MISSION_LEN] int64)``, action space ``Discrete(7)``, and
         ``info["success"]`` on every step.
     :raises ValueError: unknown / unsupported id (the message lists the valid ids and close
-        matches), an id this install cannot build (:func:`envs.suites.unavailable_reason`),
+        matches), an id this install cannot build (:func:`unavailable_reason`),
         or constructor options the env does not take.
 
     ``popgym/*`` ids return ``Dict(vector=Box(n,))`` observations and their own action space
@@ -299,8 +314,6 @@ def make_env(
     _ensure_registered()
     if env_id not in gym.registry:
         raise ValueError(_unknown_env_message(env_id))
-    from memcores.envs.suites import unavailable_reason  # envs.suites imports this module
-
     why = unavailable_reason(env_id)  # e.g. missing data files: say so, not what is missing
     if why:
         raise ValueError(f"env {env_id!r} is unavailable: {why} (see `memcores list envs`)")

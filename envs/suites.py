@@ -15,10 +15,9 @@ today's MiniGrid ids: the thesis names "Fetch-8x8", which MiniGrid registers onl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import gymnasium as gym
-from memcores.envs.observation import supported_env_ids
+from memcores.envs.observation import supported_env_ids, unavailable_reason
 from memcores.envs.popgym_env import POPGYM_IDS
 from memcores.envs.popgym_env import describe as describe_popgym
 
@@ -110,20 +109,6 @@ def _memory_match_description(env_id: str) -> str:
     )
     env.close()
     return text
-
-
-def _wfc_available() -> bool:
-    import minigrid
-
-    return (Path(minigrid.__file__).parent / "envs" / "wfc" / "patterns").is_dir()
-
-
-def unavailable_reason(env_id: str) -> str | None:
-    """Why a registered env cannot be built on this install (``memcores list envs`` marks
-    it), or ``None``. Unknown ids are :func:`envs.make_env`'s to report."""
-    if env_id.startswith("MiniGrid-") and "WFC" in env_id and not _wfc_available():
-        return "minigrid's WFC pattern files are not installed"
-    return None
 
 
 def list_envs() -> list[tuple[str, str]]:

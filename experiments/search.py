@@ -121,10 +121,21 @@ def _parse_dist(key: str, spec: Any) -> Dist:
     return Dist(kind, (low, high))
 
 
+def trial_name(assignment: dict[str, str]) -> str:
+    """``{"core.name": "lstm", "train.seed": "0"}`` -> ``name=lstm,seed=0`` (file-system safe;
+    the full key where two keys share their last part)."""
+    last = [k.rsplit(".", 1)[-1] for k in assignment]
+    parts = []
+    for key, short in zip(assignment, last, strict=True):
+        text = str(assignment[key])
+        value = re.sub(r"[^\w.+-]+", "-", text).strip("-")
+        value = ("-" if text.startswith("-") else "") + value or "_"  # -1 stays -1, not 1
+        parts.append(f"{short if last.count(short) == 1 else key}={value}")
+    return ",".join(parts) or "trial"
+
+
 def point_name(values: Mapping[str, Any]) -> str:
     """The folder name of a sampled point: ``learning_rate=0.0012,ent_coef=0.03``."""
-    from memcores.experiments.sweep import trial_name
-
     return trial_name({k: _text(v) for k, v in values.items()})
 
 

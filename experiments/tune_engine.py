@@ -20,7 +20,7 @@ from memcores.experiments.trials import DONE, Trial, TrialResult, trainable
 
 if TYPE_CHECKING:
     from memcores.experiments.search import Dist
-    from memcores.experiments.sweep import SweepOptions
+    from memcores.experiments.sweep_options import SweepOptions
 
 TUNE_DIR = ".tune"
 """Tune's experiment inside a sweep folder (hidden: readers of run folders skip it)."""

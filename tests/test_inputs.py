@@ -32,9 +32,9 @@ def _train(run: Path, *overrides: str) -> int:
 
 # --------------------------------------------------------------------------- unavailable inputs
 def test_an_unavailable_env_stops_before_the_run_folder_exists(tmp_path, capsys, monkeypatch):
-    from memcores.envs import suites
+    from memcores.envs import observation, suites
 
-    monkeypatch.setattr(suites, "_wfc_available", lambda: False)
+    monkeypatch.setattr(observation, "_wfc_available", lambda: False)
     run = tmp_path / "run"
     assert _train(run, "env.id=MiniGrid-WFC-MazeSimple-v0") == 2
     err = capsys.readouterr().err
@@ -183,9 +183,9 @@ def test_random_bytes_as_a_checkpoint_are_called_damaged_not_python_objects(tmp_
 
 
 def test_evaluate_says_an_env_is_unavailable(trained_run, capsys, monkeypatch):
-    from memcores.envs import suites
+    from memcores.envs import observation
 
-    monkeypatch.setattr(suites, "_wfc_available", lambda: False)
+    monkeypatch.setattr(observation, "_wfc_available", lambda: False)
     args = ["evaluate", str(trained_run), "--env", "MiniGrid-WFC-MazeSimple-v0"]
     assert main([*args, "--episodes", "1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [

@@ -720,7 +720,7 @@ def test_cluster_options_without_ray_are_an_error(paths, capsys, monkeypatch, op
 
 
 def test_max_failures_defaults_to_retries_on_a_cluster(capsys):
-    from memcores.experiments.sweep import CLUSTER_RETRIES, SweepOptions
+    from memcores.experiments.sweep_options import CLUSTER_RETRIES, SweepOptions
 
     assert SweepOptions().retries == 0
     assert SweepOptions(address="auto").retries == CLUSTER_RETRIES > 0

@@ -17,10 +17,10 @@ from memcores.experiments.argtypes import (
     positive_int,
     seed,
 )
-from memcores.experiments.sweep import (
+from memcores.experiments.sweep import COMMANDS
+from memcores.experiments.sweep_options import (
     BACKENDS,
     CLUSTER_RETRIES,
-    COMMANDS,
     SCHEDULERS,
     SEARCHES,
     SweepOptions,
