@@ -2,8 +2,8 @@
 (encoders, the core's step with its reset, heads, sampling) is a few dozen small kernels, so
 eagerly it is slower than the CPU's below a few hundred envs.
 
-:class:`ActingGraph` (an :data:`agents.rollout.Acting`) copies each input shape's inputs into
-static buffers and replays :func:`agents.rollout.act` recorded on them. Weights are read where
+:class:`ActingGraph` (an :data:`agents.acting.Acting`) copies each input shape's inputs into
+static buffers and replays :func:`agents.acting.act` recorded on them. Weights are read where
 they live, so updates reach the replays; sampling draws from the device's generator, whose
 offsets a replay advances. A step that cannot be recorded warns once and acts eagerly.
 """
@@ -14,8 +14,10 @@ import functools
 from collections.abc import Hashable
 
 import torch
+from torch import Tensor
+
+from memcores.agents.acting import Act, act
 from memcores.agents.policy import Obs, RecurrentActorCritic
-from memcores.agents.rollout import Act, act
 from memcores.cores import State
 from memcores.cores.graphed import (
     WARMUP_CALLS,
@@ -24,11 +26,10 @@ from memcores.cores.graphed import (
     RecordedCall,
     recorded_call,
 )
-from torch import Tensor
 
 
 class ActingGraph:
-    """:func:`agents.rollout.act` of ``policy``, replayed from one recording per input shape.
+    """:func:`agents.acting.act` of ``policy``, replayed from one recording per input shape.
 
     :param policy: the acting policy, on the device its inputs come to.
     :param recorder: ``CudaRecorder`` (default) or the tests' ``EagerRecorder``.
@@ -58,7 +59,7 @@ class ActingGraph:
 
     def __call__(self, obs: Obs, state: State, starts: Tensor) -> Act:
         """One acting step: ``obs [1, R, ...]``, ``state [R, ...]``, ``starts [R]`` -> the
-        step's :class:`agents.rollout.Act`, valid until the next call."""
+        step's :class:`agents.acting.Act`, valid until the next call."""
         inputs = [*(obs[k] for k in sorted(obs)), *state, starts]
         key = (tuple(sorted(obs)), tuple((tuple(t.shape), t.dtype) for t in inputs))
         entry = self._shapes.get(key)

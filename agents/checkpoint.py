@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from memcores.agents.files import atomic_write
 from memcores.agents.policy import RecurrentActorCritic, build_policy
 from memcores.agents.rl_config import RLConfig, config_from_dict

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from memcores.cores.base import triton_available
 from memcores.cores.graphed import cuda_graph_choice
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from memcores.agents.checkpoint import load_rl_checkpoint, policy_from_checkpoint
 from memcores.agents.episodes import RunningEpisodes
 from memcores.agents.policy import (
@@ -203,7 +204,7 @@ def evaluate_run(
     """Load ``run``'s checkpoint onto ``device`` and evaluate it on ``env_id`` (default: its
     training env), stepped as ``vector`` says (:func:`evaluate_policy`; default: the run's
     ``env.vector`` where ``env_id`` has that version, else the gymnasium envs)."""
-    from memcores.envs.batched import batched_ids
+    from memcores.envs.batched_registry import batched_ids
 
     policy, config = load_policy(run, device)
     env_id = env_id or config.env.id
@@ -292,6 +293,7 @@ def write_gif(path: str | Path, frames: list[np.ndarray], fps: float) -> int:
     :return: the number of frames in the written file.
     """
     import imageio.v3 as iio
+
     from memcores.agents.files import atomic_write
 
     duration_ms = 1000.0 / fps

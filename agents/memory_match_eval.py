@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from minigrid.core.constants import OBJECT_TO_IDX
+
 from memcores.agents.evaluation import check_observations, eval_envs, play_episodes
 from memcores.agents.policy import RecurrentActorCritic
-from minigrid.core.constants import OBJECT_TO_IDX
 
 OUTCOMES = ("right", "wrong", "timeout")
 _BALL = OBJECT_TO_IDX["ball"]

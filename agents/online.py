@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import torch
+from torch import Tensor, nn
+
 from memcores.cores.base import State, reset_where
 from memcores.cores.lru import LRUCore
-from torch import Tensor, nn
 
 LossFn = Callable[[int, Tensor], "Tensor | None"]
 """``loss_fn(t, out_t [B, out]) -> scalar loss of step t, or None when step t has no target``."""

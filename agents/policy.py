@@ -14,12 +14,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch import Tensor, nn
+
 from memcores.agents.device import to_device
 from memcores.agents.reconstruction import ObservationDecoder
 from memcores.agents.vector_encoder import VectorEncoder
 from memcores.cores import MemoryCore, State, make_core
 from memcores.envs.observation import CELL_VOCAB
-from torch import Tensor, nn
 
 Obs = dict[str, Tensor]
 """A batch of observations; every tensor starts with ``[T, B]``."""

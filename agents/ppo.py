@@ -20,16 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from torch import Tensor, nn
+
 from memcores.agents.policy import RecurrentActorCritic, log_prob_entropy
 from memcores.agents.rl_config import AgentConfig
 from memcores.agents.rollout import ChunkBatch, RolloutBuffer, batch_to, select_chunks
-from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from memcores.agents.update_graph import UpdateGraph
 
 
 @dataclass
@@ -181,13 +179,29 @@ def replay_chunks(
     return logprobs, entropy, out.values, recon
 
 
+class StepRecording(Protocol):
+    """A recorded minibatch step that :func:`update` can replay
+    (:class:`agents.update_graph.UpdateGraph`, which records :func:`minibatch_step`)."""
+
+    def bind(
+        self,
+        policy: RecurrentActorCritic,
+        optimizer: torch.optim.Optimizer,
+        batch: ChunkBatch,
+        chunks_per_mb: int,
+        agent: AgentConfig,
+        loss_fn: LossFn,
+    ) -> Callable[[Tensor], Row] | None:
+        """The step for this update (``index [M] -> row``); None: run it eagerly."""
+
+
 def update(
     policy: RecurrentActorCritic,
     optimizer: torch.optim.Optimizer,
     buffer: RolloutBuffer,
     agent: AgentConfig,
     generator: torch.Generator | None = None,
-    graph: UpdateGraph | None = None,
+    graph: StepRecording | None = None,
 ) -> UpdateStats:
     """One PPO or A2C update from a filled ``buffer`` (returns already computed).
 
@@ -195,8 +209,9 @@ def update(
     early past ``1.5 * target_kl``); A2C: one gradient step on the whole rollout.
 
     :param generator: RNG for the minibatch permutation (``None``: torch's global RNG).
-    :param graph: where it applies (:meth:`UpdateGraph.bind`), each minibatch step replays
-        one CUDA graph instead of launching its kernels one by one (``train.graph_update``).
+    :param graph: where it applies (:class:`agents.update_graph.UpdateGraph`), each minibatch
+        step replays one CUDA graph instead of launching its kernels one by one
+        (``train.graph_update``).
     :return: the means over the applied minibatches, and how many were skipped.
     """
     batch = buffer.chunks()  # every tensor [L, K*N], states [K*N, ...]
@@ -254,7 +269,7 @@ def minibatch_step(
     """One gradient step on the chunks ``index [M]`` of ``batch``: the loss, its gradients
     clipped, and the optimiser's step where the loss and gradient norm are finite (never
     writing NaN/inf weights). Returns the minibatch's :data:`TOTALS` row (``on_device``: a
-    device tensor, so nothing waits for the host; what :class:`UpdateGraph` records)."""
+    device tensor, so nothing waits for the host; what a :class:`StepRecording` records)."""
     mb = select_chunks(batch, index)
     terms = minibatch_loss(policy, mb, agent, loss_fn)
     grad_norm = _backward(optimizer, terms.loss, params, agent.max_grad_norm)

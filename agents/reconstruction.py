@@ -25,10 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from memcores.envs.observation import CELL_VOCAB
 from minigrid.core.constants import OBJECT_TO_IDX
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from memcores.envs.observation import CELL_VOCAB
 
 _N_OBJECTS, _N_COLORS, _ = CELL_VOCAB
 # Object ids below the door's are background: unseen, empty, wall, floor.

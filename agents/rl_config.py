@@ -61,7 +61,7 @@ class EnvConfig:
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
         if self.vector == "batched":
-            from memcores.envs.batched import batched_ids
+            from memcores.envs.batched_registry import batched_ids
 
             if self.id not in batched_ids():
                 raise ValueError(

@@ -33,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+
 from memcores.agents.acting_graph import ActingGraph
 from memcores.agents.checkpoint import (
     CHECKPOINT_NAME,
@@ -58,7 +59,8 @@ from memcores.agents.run import RunLayout, RunSession
 from memcores.agents.update_graph import UpdateGraph, keyed_by_state, refusal
 from memcores.cores.diagnostics import timescales
 from memcores.cores.graphed import cuda_only, graph_switch, maybe_graphed
-from memcores.envs.batched import BatchedEnv, make_batched_env
+from memcores.envs.batched import BatchedEnv
+from memcores.envs.batched_registry import make_batched_env
 from memcores.envs.envpool_env import EnvPoolVectorEnv
 from memcores.envs.vector import VectorEnv
 

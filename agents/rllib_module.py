@@ -32,7 +32,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from memcores.agents.policy import RecurrentActorCritic
 from ray.rllib.algorithms.ppo import PPOConfig
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
@@ -40,6 +39,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.tune.registry import register_env
 from torch import Tensor
+
+from memcores.agents.policy import RecurrentActorCritic
 
 ENV_NAME = "memcores_popgym"
 """The RLlib env name :func:`core_ppo_config` registers (``env_config["id"]`` picks the id)."""

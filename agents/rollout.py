@@ -17,20 +17,20 @@ from exactly the state the policy acted with. Chunk ``c = k * N + e`` is steps
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import Tensor
+
+from memcores.agents.acting import Acting, RolloutCarry, act
 from memcores.agents.episodes import EpisodeStats
-from memcores.agents.policy import Obs, RecurrentActorCritic, obs_to_tensors, sample_actions
+from memcores.agents.policy import Obs, RecurrentActorCritic, obs_to_tensors
 from memcores.agents.rl_config import AgentConfig
 from memcores.cores import State
 from memcores.envs.batched import BatchedEnv
 from memcores.envs.vector import VectorEnv
-from torch import Tensor
 
 if TYPE_CHECKING:
     from memcores.agents.rollout_graph import RolloutGraph
@@ -221,38 +221,6 @@ def obs_shapes(space: gym.spaces.Dict) -> dict[str, tuple[tuple[int, ...], torch
 
 
 # ---------------------------------------------------------------------------- collection
-@dataclass
-class RolloutCarry:
-    """What one rollout hands to the next: the current observation, starts and core state."""
-
-    obs: dict[str, np.ndarray] | dict[str, Tensor]  # the env's batched observation, [N, ...]
-    starts: Tensor  # [N] bool: obs is the first of an episode
-    state: State  # core state before reading obs, [N, ...] each
-
-
-class Act(NamedTuple):
-    """One acting step's outputs for ``R`` envs."""
-
-    actions: Tensor  # [R] int64
-    logprobs: Tensor  # [R]
-    values: Tensor  # [R]
-    state: State  # each [R, ...]: the core state after the step
-
-
-Acting = Callable[[Obs, State, Tensor], Act]
-"""``(obs [1, R, ...], state [R, ...], starts [R]) -> Act``: :func:`act`, or a replay of it
-(:class:`agents.acting_graph.ActingGraph`), whose outputs hold until its next call."""
-
-
-def act(policy: RecurrentActorCritic, obs: Obs, state: State, starts: Tensor) -> Act:
-    """One acting step of ``policy`` (``T = 1``, no autograd): rows where ``starts`` begin an
-    episode are reset, then actions are sampled."""
-    with torch.no_grad():
-        out = policy(obs, state, starts.unsqueeze(0))
-        actions, logprobs = sample_actions(out.logits[0])  # [R], [R]
-    return Act(actions, logprobs, out.values[0], out.state)
-
-
 def start_rollouts(
     policy: RecurrentActorCritic, envs: VectorEnv | BatchedEnv, seed: int, device: torch.device
 ) -> RolloutCarry:

@@ -3,7 +3,7 @@
 is the policy's few dozen small kernels and the env's, back to back on the device; one CUDA
 graph launches them all at once.
 
-:class:`RolloutGraph` records :func:`agents.rollout.act` on the env's own observation tensors
+:class:`RolloutGraph` records :func:`agents.acting.act` on the env's own observation tensors
 and static copies of the core state and episode starts, then
 :meth:`envs.batched.BatchedEnv.step_recordable` with the sampled actions, then writes the new
 state and starts back into the static copies, so each replay leaves the inputs of the next.
@@ -17,11 +17,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
+
+from memcores.agents.acting import RolloutCarry, act
 from memcores.agents.policy import RecurrentActorCritic
-from memcores.agents.rollout import RolloutCarry, act
 from memcores.cores.graphed import WARMUP_CALLS, CudaRecorder, EagerRecorder, recorded_call
 from memcores.envs.batched import BatchedEnv
-from torch import Tensor
 
 
 class EnvStep(NamedTuple):

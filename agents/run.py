@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import yaml
+
 from memcores.agents.checkpoint import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_NAME,

@@ -31,9 +31,10 @@ import math
 from typing import Any
 
 import torch
-from memcores.cores import MemoryCore, State, make_core
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from torch import Tensor, nn
+
+from memcores.cores import MemoryCore, State, make_core
 
 
 class CoreAsLSTM(nn.Module):

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.agents.checkpoint import (
     CHECKPOINT_NAME,
     INIT_CHECKPOINT_NAME,
@@ -62,7 +64,6 @@ from memcores.envs.sequences import (
     TransferCopyTask,
     make_task,
 )
-from torch import Tensor, nn
 
 CHECKPOINT = CHECKPOINT_NAME
 INIT_CHECKPOINT = INIT_CHECKPOINT_NAME

@@ -34,7 +34,6 @@ flow.)
 from __future__ import annotations
 
 import torch
-from memcores.cores import MemoryCore
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import Tensor
@@ -42,6 +41,8 @@ from torchrl.data.tensor_specs import Unbounded
 from torchrl.envs.transforms import TensorDictPrimer
 from torchrl.modules import set_recurrent_mode
 from torchrl.modules.tensordict_module.rnn import recurrent_mode as torchrl_recurrent_mode
+
+from memcores.cores import MemoryCore
 
 
 class CoreModule(TensorDictModuleBase):

@@ -18,9 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from memcores.agents.policy import RecurrentActorCritic
-from memcores.agents.torchrl_module import CoreModule, add_state_values
-from memcores.envs.popgym_env import make_popgym
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch.distributions import Categorical
 from torchrl.collectors import Collector
@@ -28,6 +25,10 @@ from torchrl.envs import Compose, GymWrapper, InitTracker, RewardSum, SerialEnv,
 from torchrl.modules import ProbabilisticActor, set_recurrent_mode
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
+
+from memcores.agents.policy import RecurrentActorCritic
+from memcores.agents.torchrl_module import CoreModule, add_state_values
+from memcores.envs.popgym_env import make_popgym
 
 
 @dataclass

@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 import torch
+from torch import Tensor, nn
+
 from memcores.agents.policy import RecurrentActorCritic
 from memcores.agents.ppo import LossFn, Row, minibatch_step
 from memcores.agents.rl_config import AgentConfig
@@ -29,7 +31,6 @@ from memcores.cores.graphed import (
     RecordedCall,
     recorded_call,
 )
-from torch import Tensor, nn
 
 
 def keyed_by_state(policy: nn.Module) -> str | None:

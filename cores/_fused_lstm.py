@@ -19,10 +19,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-from memcores.cores import fast_tanh
-from memcores.cores.base import reset_where, steps_with_starts
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from memcores.cores import fast_tanh
+from memcores.cores.base import reset_where, steps_with_starts
 
 
 @dataclass(frozen=True)

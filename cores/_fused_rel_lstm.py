@@ -25,10 +25,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from memcores.cores.base import reset_where
-from memcores.cores.rel_lstm import buffer_mask, relevant_mask
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from memcores.cores.base import reset_where
+
+
+def buffer_mask(buffer_count: Tensor, nu: int) -> Tensor:
+    """``[B, nu]`` bool: which of the last ``nu`` buffer slots hold a state (the last
+    ``buffer_count`` ones)."""
+    slots = torch.arange(nu, device=buffer_count.device)
+    return slots >= (nu - buffer_count).unsqueeze(1)
+
+
+def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
+    """``[B, rho]`` bool: which relevant-set slots hold a state (the first ``relevant_count``)."""
+    return torch.arange(rho, device=relevant_count.device) < relevant_count.unsqueeze(1)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import torch
+from torch import Tensor, nn
+
 from memcores.cores import gates
 from memcores.cores.base import MemoryCore
-from torch import Tensor, nn
 
 
 class BlockGatedCore(MemoryCore):

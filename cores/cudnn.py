@@ -15,8 +15,9 @@ import warnings
 from typing import Any
 
 import torch
-from memcores.cores.base import State, reset_where
 from torch import Tensor
+
+from memcores.cores.base import State, reset_where
 
 # the weights are reordered into new tensors on every call by design (so gradients reach the
 # core's own parameters); PyTorch's advice to flatten them does not apply

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
+
 from memcores.cores import cudnn, gates
 from memcores.cores.base import (
     State,
@@ -50,7 +52,6 @@ from memcores.cores.base import (
 )
 from memcores.cores.blocks import BlockGatedCore
 from memcores.cores.power_rnn import power_decay
-from torch import Tensor
 
 IMPLS = ("fused", "triton", "loop")
 

@@ -23,8 +23,9 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, TypeVar
 
 import torch
-from memcores.cores.base import MemoryCore, State, autocast_enabled, capturing
 from torch import Tensor, nn
+
+from memcores.cores.base import MemoryCore, State, autocast_enabled, capturing
 
 Out = TypeVar("Out")
 Settings = Callable[[], contextlib.AbstractContextManager[Any]]

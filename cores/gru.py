@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.cores import cudnn, gates
 from memcores.cores.base import (
     State,
@@ -36,7 +38,6 @@ from memcores.cores.base import (
 )
 from memcores.cores.blocks import BlockGatedCore
 from memcores.cores.power_rnn import power_decay
-from torch import Tensor, nn
 
 IMPLS = ("fused", "triton", "loop")
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.cores import gates
 from memcores.cores.base import MemoryCore, State, check_sequence, reset_uniform_
-from torch import Tensor, nn
 
 
 class JANET(MemoryCore):

@@ -41,9 +41,10 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.cores.base import MemoryCore, State, check_sequence
 from memcores.cores.scan import METHODS, linear_scan, scan_adjoint
-from torch import Tensor, nn
 
 GRAD_MODES = ("bptt", "online", "spatial", "truncated")
 

@@ -29,9 +29,10 @@ after a first layer that maps ``input_size`` to ``hidden_size``.
 from __future__ import annotations
 
 import torch
+from torch import Tensor, nn
+
 from memcores.cores.base import MemoryCore, State, check_sequence, keep_mask
 from memcores.cores.scan import METHODS, resolve_method, scan_adjoint, scan_values
-from torch import Tensor, nn
 
 
 def candidate(x: Tensor) -> Tensor:

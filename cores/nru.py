@@ -34,8 +34,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from memcores.cores.base import MemoryCore, State, check_sequence
 from torch import Tensor, nn
+
+from memcores.cores.base import MemoryCore, State, check_sequence
 
 
 class NRU(MemoryCore):

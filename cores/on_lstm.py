@@ -57,9 +57,10 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.cores import gates
 from memcores.cores.base import MemoryCore, State, check_sequence, reset_uniform_
-from torch import Tensor, nn
 
 MAINS = ("cumax", "uniform")
 AUXES = ("none", "master", "refine")

@@ -16,8 +16,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from memcores.cores.base import MemoryCore, State, check_sequence
 from torch import Tensor, nn
+
+from memcores.cores.base import MemoryCore, State, check_sequence
 
 
 def power_decay(x: Tensor, r: float) -> Tensor:

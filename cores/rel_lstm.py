@@ -65,7 +65,10 @@ from collections.abc import Hashable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.cores import fast_tanh
+from memcores.cores._fused_rel_lstm import buffer_mask, fused_rel_lstm, relevant_mask
 from memcores.cores.base import (
     MemoryCore,
     State,
@@ -76,7 +79,6 @@ from memcores.cores.base import (
     reset_where,
     steps_with_starts,
 )
-from torch import Tensor, nn
 
 ON_FULL = ("drop", "error")
 
@@ -134,18 +136,6 @@ def screening_update(
     buffer_scores = torch.cat([buffer_scores[:, 1:], buffer_scores.new_zeros(len(new), 1)], 1)
     buffer_count = (buffer_count + 1).clamp(max=L)
     return buffer, buffer_scores, buffer_count, relevant, relevant_scores, relevant_count
-
-
-def buffer_mask(buffer_count: Tensor, nu: int) -> Tensor:
-    """``[B, nu]`` bool: which of the last ``nu`` buffer slots hold a state (the last
-    ``buffer_count`` ones)."""
-    slots = torch.arange(nu, device=buffer_count.device)
-    return slots >= (nu - buffer_count).unsqueeze(1)
-
-
-def relevant_mask(relevant_count: Tensor, rho: int) -> Tensor:
-    """``[B, rho]`` bool: which relevant-set slots hold a state (the first ``relevant_count``)."""
-    return torch.arange(rho, device=relevant_count.device) < relevant_count.unsqueeze(1)
 
 
 class _AttentiveLSTM(MemoryCore):
@@ -366,8 +356,6 @@ class RelLSTM(_AttentiveLSTM):
         # one step (acting) runs the loop: the fused function's setup costs more than it saves
         fused = self.impl == "fused" and x.shape[0] > 1
         if fused and not autocast_enabled(x.device.type):
-            from memcores.cores._fused_rel_lstm import fused_rel_lstm
-
             return fused_rel_lstm(self, xp, carry, starts, frozenset(steps_with_starts(starts)))
         # the initial state is all zeros (a zero key in an empty slot is never used)
         y, carry = self.scan_zero_reset(xp, carry, starts, self._step)

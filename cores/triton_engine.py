@@ -16,13 +16,14 @@ from typing import Any
 
 import torch
 import triton
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+from triton.runtime.errors import OutOfResources
+
 from memcores.cores import triton_kernels as tk
 from memcores.cores.base import pow2_at_least, reset_where
 from memcores.cores.gates import ACTIVATIONS, FAST_CLAMP
 from memcores.cores.triton_cells import GRU, LSTM, SLSTM
-from torch import Tensor
-from torch.autograd.function import once_differentiable
-from triton.runtime.errors import OutOfResources
 
 BLOCK_B = 16  # batch rows per program (tl.dot needs at least 16 rows on a GPU)
 

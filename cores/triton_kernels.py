@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
 from memcores.cores.triton_cells import GRU, backward_cell, forward_cell
 
 SPLIT_LOOP_STAGES = tl.constexpr(1)

@@ -47,6 +47,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from memcores.cores.base import (
     MemoryCore,
     State,
@@ -57,7 +59,6 @@ from memcores.cores.base import (
     triton_available,
 )
 from memcores.cores.scan import METHODS, linear_scan
-from torch import Tensor, nn
 
 _EPS = 1e-6  # floor of the sLSTM normaliser: n is 0 only when every i' underflowed
 IMPLS = ("fused", "triton", "loop")

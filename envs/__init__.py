@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import minigrid  # noqa: F401  (side effect: registers MiniGrid-* and BabyAI-* ids)
 from gymnasium.envs.registration import register, registry
+
 from memcores.envs.observation import MAX_MISSION_LEN, VOCAB, VOCAB_SIZE, make_env, tokenize
 
 # Memory-match ids: id -> (entry point, constructor kwargs). Entry points are strings, so the

@@ -31,8 +31,6 @@ caller of a recording runs it eagerly after each replay (:mod:`agents.rollout_gr
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium as gym
 import torch
 from torch import Tensor
@@ -286,38 +284,3 @@ def _write(store: dict[str, Tensor], key: str, value: Tensor) -> None:
 def _masked(mask: Tensor, new: Tensor, old: Tensor) -> Tensor:
     """``new`` in the rows where ``mask [N]``, else ``old`` (``[N, ...]`` each)."""
     return torch.where(mask.view(-1, *([1] * (old.dim() - 1))), new, old)
-
-
-def make_batched_env(
-    env_id: str,
-    n_envs: int,
-    device: torch.device | str = "cpu",
-    env_kwargs: dict[str, Any] | None = None,
-) -> BatchedEnv:
-    """The batched version of ``env_id`` (one of :func:`batched_ids`), ``n_envs`` envs on
-    ``device``.
-
-    :raises ValueError: no batched version of ``env_id`` (the message lists those there are),
-        or options it does not take.
-    """
-    from memcores.envs.batched_memory_match import BatchedVisualMatch, memory_match_kwargs
-    from memcores.envs.batched_popgym import BATCHED_POPGYM, make_batched_popgym
-
-    env_kwargs = dict(env_kwargs or {})
-    ids = batched_ids()
-    if env_id not in ids:
-        raise ValueError(
-            f"env {env_id!r} has no batched version (env.vector=batched); batched ids: "
-            f"{', '.join(ids)}"
-        )
-    if env_id in BATCHED_POPGYM:
-        return make_batched_popgym(env_id, n_envs, device, env_kwargs)
-    return BatchedVisualMatch(n_envs, device=device, **memory_match_kwargs(env_id, env_kwargs))
-
-
-def batched_ids() -> list[str]:
-    """Every env id with a batched version."""
-    from memcores.envs import MEMORY_MATCH_IDS
-    from memcores.envs.batched_popgym import BATCHED_POPGYM
-
-    return [*MEMORY_MATCH_IDS, *BATCHED_POPGYM]

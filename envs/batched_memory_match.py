@@ -36,11 +36,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX
+from torch import Tensor
+
 from memcores.envs.batched import BatchedEnv, random_words, uniform_int
 from memcores.envs.memory_match import MISSION, PALETTE, VisualMatchEnv, _reveal_mission
 from memcores.envs.observation import tokenize
-from minigrid.core.constants import COLOR_TO_IDX, DIR_TO_VEC, OBJECT_TO_IDX
-from torch import Tensor
 
 VIEW = 7
 """MiniGrid's agent view size."""

@@ -20,8 +20,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from memcores.envs.batched import BatchedEnv, random_words
 from torch import Tensor
+
+from memcores.envs.batched import BatchedEnv, random_words
 
 DECK = 52
 

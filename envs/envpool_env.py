@@ -28,6 +28,7 @@ import importlib.util
 from typing import Any
 
 import numpy as np
+
 from memcores.envs.observation import tokenize
 
 EXTRA_HINT = "pip install 'memcores[envpool]'"

@@ -38,8 +38,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from memcores.envs import fast_obs
 from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX, STATE_TO_IDX
+
+from memcores.envs import fast_obs
 
 PAD = 0
 """Mission token id used for padding."""
@@ -254,8 +255,9 @@ def supported_env_ids() -> list[str]:
 
 def _ensure_registered() -> None:
     """Importing ``minigrid`` registers its ids; importing ``envs`` registers ours."""
-    import memcores.envs  # noqa: F401  (side effect: registration of memcores/* ids)
     import minigrid  # noqa: F401  (side effect: registration)
+
+    import memcores.envs  # noqa: F401  (side effect: registration of memcores/* ids)
 
 
 def _unknown_env_message(env_id: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+
 from memcores.envs import datasets
 
 LossKind = Literal["ce", "mse", "bce"]

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+
+from memcores import envs
 from memcores.envs.observation import supported_env_ids, unavailable_reason
 from memcores.envs.popgym_env import POPGYM_IDS
 from memcores.envs.popgym_env import describe as describe_popgym
-
-from memcores import envs
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from memcores.experiments.transfer_plot import TransferPoint
 from scipy import stats
+
+from memcores.experiments.transfer_plot import TransferPoint
 
 BLOCKS = ("train", "test")
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from memcores.experiments.core_compare import separation, welch_p
 from memcores.experiments.records import find_runs, write_record
 
@@ -91,6 +92,7 @@ def run_rllib(
     """RLlib PPO with two env runners (4 envs each): on a local Ray, or, with ``address``,
     on a running cluster with one runner per node offering :data:`RUNNER_RESOURCE`."""
     import ray
+
     from memcores.agents.rllib_module import core_ppo_config, train_rllib_ppo
 
     config = core_ppo_config(core, ENV_ID, seed=seed, num_env_runners=2)

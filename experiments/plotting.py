@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+
 from memcores.agents.run import flatten
 from memcores.experiments.records import Curve, Run, find_runs
 from memcores.experiments.run_groups import label_with_variant, seed_count, variant_names

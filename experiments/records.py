@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+
 from memcores.agents.files import atomic_write, write_text_atomic
 from memcores.experiments.config import parse_yaml
 
@@ -527,6 +528,7 @@ def _slim_policy(checkpoint: Path) -> bytes | None:
     :raises ValueError: the file is not a memcores RL checkpoint (one line, no torch advice).
     """
     import torch
+
     from memcores.agents.checkpoint import load_checkpoint
 
     if not checkpoint.is_file():

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from memcores.experiments.config import parse_override, parse_yaml, read_yaml, set_dotted, shorten
 from memcores.experiments.core_compare import check_cores, comparison_rows, retention_rows
 from memcores.experiments.plotting import auto_panel_key, plot_against, plot_runs

@@ -37,7 +37,7 @@ _EXPORTS: dict[str, str] = {
     "make_core": "memcores.cores",
     "MemoryCore": "memcores.cores.base",
     "make_env": "memcores.envs",
-    "make_batched_env": "memcores.envs.batched",
+    "make_batched_env": "memcores.envs.batched_registry",
     "load_config": "memcores.experiments.config",
     "shipped_configs": "memcores.experiments.config",
     "RLConfig": "memcores.agents.rl_config",

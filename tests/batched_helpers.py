@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from memcores.envs.batched_memory_match import BatchedVisualMatch
 
 

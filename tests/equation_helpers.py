@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+
 from memcores.cores import make_core
 
 T, B, D = 9, 3, 4

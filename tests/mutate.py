@@ -91,7 +91,12 @@ TARGETS: tuple[Target, ...] = (
     Target(
         "cores/rel_lstm.py",
         ("tests/test_gradient_references.py", "tests/test_rel_lstm.py"),
-        ("screening_update", "buffer_mask", "relevant_mask"),
+        ("screening_update",),
+    ),
+    Target(
+        "cores/_fused_rel_lstm.py",
+        ("tests/test_gradient_references.py", "tests/test_rel_lstm.py"),
+        ("buffer_mask", "relevant_mask"),
     ),
     Target(
         "cores/lru.py",

@@ -6,12 +6,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
 from memcores.agents.policy import RecurrentActorCritic
 from memcores.agents.ppo import replay_chunks
 from memcores.agents.rl_config import RLConfig
 from memcores.agents.rollout import ChunkBatch
 from memcores.experiments.config import load_config
-from torch import Tensor
 
 TINY = [
     "env.id=MiniGrid-Empty-5x5-v0",
@@ -49,12 +50,13 @@ def sb3_recurrent_ppo(
     flattened MiniGrid-Empty-5x5 envs, one epoch per ``n_steps`` rollout, seed 0; the vector
     env is ``model.get_env()``; the policy on ``device``."""
     import gymnasium as gym
-    import memcores.envs  # noqa: F401  (registers MiniGrid ids)
-    from memcores.agents.sb3_policy import CorePolicy
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import memcores.envs  # noqa: F401  (registers MiniGrid ids)
+    from memcores.agents.sb3_policy import CorePolicy
 
     def env() -> gym.Env:
         return gym.wrappers.FlattenObservation(

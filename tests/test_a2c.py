@@ -12,6 +12,9 @@ import torch
 import torch.nn.functional as F
 import yaml
 from gymnasium import spaces
+from rl_helpers import tiny_config
+from stable_baselines3.common.buffers import RolloutBuffer as SB3RolloutBuffer
+
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.policy import log_prob_entropy
 from memcores.agents.ppo import make_optimizer, update
@@ -20,8 +23,6 @@ from memcores.agents.rl_trainer import setup
 from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from memcores.experiments.cli import main
 from memcores.experiments.config import ConfigError, load_config
-from rl_helpers import tiny_config
-from stable_baselines3.common.buffers import RolloutBuffer as SB3RolloutBuffer
 
 
 def _a2c_rollout(*overrides: str):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rl_helpers import evaluate_chunks, tiny_config
+
+from memcores.agents.acting import act
 from memcores.agents.acting_graph import ActingGraph
 from memcores.agents.device import acting_device, describe_acting
 from memcores.agents.rl_trainer import acting_policy, graph_obstacles, setup
-from memcores.agents.rollout import RolloutBuffer, act, collect_rollout, obs_shapes, start_rollouts
+from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from memcores.cores import CORES
 from memcores.cores.graphed import CudaRecorder, EagerRecorder, graph_switch
-from rl_helpers import evaluate_chunks, tiny_config
 
 
 def _rollout(device: str, graphed: bool, core: str = "ur_lstm"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memcores.cores.base import MemoryCore, _expand_mask, keep_mask, reset_where, step_loop
 
 

@@ -4,6 +4,7 @@ records."""
 from __future__ import annotations
 
 import pytest
+
 from memcores.experiments.bench import envs as bench_envs
 from memcores.experiments.bench import rl as bench_rl
 from memcores.experiments.bench.record import read_record

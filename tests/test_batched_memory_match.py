@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from memcores.envs import MEMORY_MATCH_IDS, make_env
-from memcores.envs.batched import make_batched_env
-from memcores.envs.batched_memory_match import BALL, GOAL, BatchedVisualMatch
 
+from memcores.envs import MEMORY_MATCH_IDS, make_env
+from memcores.envs.batched_memory_match import BALL, GOAL, BatchedVisualMatch
+from memcores.envs.batched_registry import make_batched_env
 from tests.batched_helpers import load_row
 
 # Forward-heavy random actions, so episodes reach the reward room's balls (choices, successes)

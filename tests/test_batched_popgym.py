@@ -8,10 +8,10 @@ import copy
 import numpy as np
 import pytest
 import torch
-from memcores.envs import make_env
-from memcores.envs.batched import make_batched_env
-from memcores.envs.batched_popgym import BATCHED_POPGYM
 
+from memcores.envs import make_env
+from memcores.envs.batched_popgym import BATCHED_POPGYM
+from memcores.envs.batched_registry import make_batched_env
 from tests.batched_helpers import card_game_state, cart_pole_state, mine_sweeper_state
 
 CARD_GAMES = [i for i in BATCHED_POPGYM if "CartPole" not in i and "MineSweeper" not in i]

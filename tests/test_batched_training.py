@@ -11,13 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from rl_helpers import tiny_config
+
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.evaluation import evaluate_policy, load_policy
 from memcores.agents.policy import build_policy, observation_shape
 from memcores.agents.rl_trainer import train
 from memcores.agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
-from memcores.envs.batched import BatchedEnv, batched_ids, make_batched_env
-from rl_helpers import tiny_config
+from memcores.envs.batched import BatchedEnv
+from memcores.envs.batched_registry import batched_ids, make_batched_env
 
 ENV = "memcores/PassiveVisualMatch-v0"
 SHORT = {"distractor_steps": 3, "max_steps": 20}  # episodes of 9..20 steps

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from memcores.cores import CORES
 from memcores.experiments.bench import gpu
 from memcores.experiments.bench.gpu_report import SECTIONS
@@ -213,6 +214,7 @@ def test_the_acting_step_through_the_acting_graph_replays_with_new_observations(
     CPU its eager recorder): warmed up and recorded before it is returned, then replayed
     with the observations refilled in place and the state carried."""
     import numpy as np
+
     from memcores.agents.policy import build_policy
 
     config = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from memcores.experiments.bench import memory_lru, memory_rel
 from memcores.experiments.bench import record as bench_record
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memcores.cores.gated import GatedLSTM
 from memcores.cores.gru import GatedGRU
 

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
+
 from memcores.agents.checkpoint import (
     CheckpointError,
     load_checkpoint,

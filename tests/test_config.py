@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
+
 from memcores.experiments.config import ConfigError, dump_yaml, load_config
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import yaml
+
 from memcores.agents.logger import RunLogger
 from memcores.experiments.cli import main
 from memcores.experiments.core_compare import comparison_rows, parse_compare, separation, welch_p

@@ -3,12 +3,13 @@ and trained by sb3-contrib's RecurrentPPO through CorePolicy."""
 
 from __future__ import annotations
 
-import memcores.envs  # noqa: F401  (registers MiniGrid ids)
 import numpy as np
 import pytest
 import torch
-from memcores.cores import CORES
 from rl_helpers import sb3_recurrent_ppo
+
+import memcores.envs  # noqa: F401  (registers MiniGrid ids)
+from memcores.cores import CORES
 
 SB3_CORES = ["janet", "nru", "o_lstm", "om_lstm", "um_lstm", "or_lstm"]
 PAPER_CORES = (*SB3_CORES, "rel_rnn", "power_lstm", "power_gru", "linear_rnn", "block_gru")

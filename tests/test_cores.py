@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memcores.cores import CORES, MemoryCore, core_options, make_core
 
 T, B, D, H = 7, 3, 4, 5

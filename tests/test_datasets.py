@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memcores.envs import datasets
 from memcores.envs.sequences import make_task
 

@@ -13,11 +13,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from rl_helpers import TINY, sb3_recurrent_ppo, tiny_config
+
 from memcores.agents.device import ACT_ON_LEARNER_FROM, acting_device, module_device, to_device
 from memcores.agents.policy import RecurrentActorCritic
 from memcores.agents.rl_trainer import acting_policy, train
 from memcores.experiments.cli import main
-from rl_helpers import TINY, sb3_recurrent_ppo, tiny_config
 
 PASSIVE = "experiments/configs/passive_visual_match.yaml"
 

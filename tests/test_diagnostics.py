@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from memcores.cores import gates, make_core
 from memcores.cores.diagnostics import input_gradient_profile, log_timescales, timescales
 

@@ -9,8 +9,9 @@ pytest.importorskip("ray.rllib", reason="RLlib is not installed (pip install mem
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
-from memcores.agents.rllib_module import CoreRLModule, core_ppo_config, state_batch  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402
+
+from memcores.agents.rllib_module import CoreRLModule, core_ppo_config, state_batch  # noqa: E402
 
 OBS, MAX_SEQ_LEN = 7, 4
 # the gated family, a GRU, scans (min_gru, lru, mlstm) and a state with integer parts
@@ -106,6 +107,7 @@ def test_rllib_ppo_learns_repeat_previous():
     """RLlib PPO, two env runners, gru, seed 0, RepeatPreviousEasy for 50,176 frames
     (results/engines holds the run); random play scores about -0.5."""
     import ray
+
     from memcores.agents.rllib_module import train_rllib_ppo
 
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)

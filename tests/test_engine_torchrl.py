@@ -7,10 +7,11 @@ import torch
 
 pytest.importorskip("torchrl", reason="torchrl is not installed (pip install memcores[torchrl])")
 
-from memcores.agents.torchrl_module import CoreModule, add_state_values  # noqa: E402
-from memcores.cores import CORES, make_core  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.modules import set_recurrent_mode  # noqa: E402
+
+from memcores.agents.torchrl_module import CoreModule, add_state_values  # noqa: E402
+from memcores.cores import CORES, make_core  # noqa: E402
 
 B, T, D, H = 3, 7, 5, 8
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -88,8 +89,9 @@ def test_primer_declares_every_state_tensor():
 
 def test_collector_values_are_exact_across_episode_boundaries():
     """add_state_values from stored states equals the critic run over each whole row."""
-    from memcores.agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
     from torchrl.collectors import Collector
+
+    from memcores.agents.torchrl_ppo import TorchRLPPOConfig, _make_env, build_actor_critic
 
     torch.manual_seed(0)
     config = TorchRLPPOConfig(n_envs=2, n_steps=64)  # RepeatPreviousEasy: 52-step episodes
@@ -113,13 +115,14 @@ def test_trainer_gae_keeps_exact_values_and_matches_memcores_recursion():
     """The trainer's GAE reads add_state_values' values (it recomputed V(s_{t+1}) from a reset
     state after each episode's first step when given the critic) and its advantages are
     memcores' GAE recursion, no bootstrap past a terminal step."""
+    from torchrl.collectors import Collector
+
     from memcores.agents.torchrl_ppo import (
         TorchRLPPOConfig,
         _make_env,
         build_actor_critic,
         make_gae,
     )
-    from torchrl.collectors import Collector
 
     torch.manual_seed(1)
     config = TorchRLPPOConfig(n_envs=2, n_steps=64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memcores.experiments.engines import main
 
 
@@ -23,8 +24,9 @@ def test_bad_arguments_exit_2(argv, message, capsys, tmp_path):
 
 
 def test_seed_statistics_mean_std_and_welch_against_memcores():
-    from memcores.experiments.engines import seed_statistics
     from scipy import stats
+
+    from memcores.experiments.engines import seed_statistics
 
     memcores, torchrl = [-0.2, -0.25, -0.3], [-0.31, -0.35, -0.4]
     rows = [("memcores", "gru", s, v) for s, v in enumerate(memcores)]

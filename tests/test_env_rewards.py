@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from memcores.envs.memory_match import PHASE_DISTRACTOR, PHASE_REWARD, Apple
-from memcores.envs.observation import make_env
-from memcores.envs.suites import SUITES
-from memcores.envs.vector import VectorEnv
 from memory_match_helpers import plan_to_face
 from minigrid.core.actions import Actions
 
 from memcores import envs
+from memcores.envs.memory_match import PHASE_DISTRACTOR, PHASE_REWARD, Apple
+from memcores.envs.observation import make_env
+from memcores.envs.suites import SUITES
+from memcores.envs.vector import VectorEnv
 
 VARIANTS = sorted(envs.MEMORY_MATCH_IDS)
 

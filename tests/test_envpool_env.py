@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from memcores.agents.rl_config import EnvConfig
 from memcores.envs import envpool_env
 from memcores.envs.vector import VectorEnv
-
 from tests.rl_helpers import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from minigrid.minigrid_env import MiniGridEnv
+
 from memcores.envs import fast_obs
 from memcores.envs.observation import make_env
-from minigrid.minigrid_env import MiniGridEnv
 
 ENVS = [
     ("MiniGrid-MemoryS7-v0", {}),

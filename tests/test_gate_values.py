@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+
 from memcores.cores.gates import (
     ACTIVATIONS,
     FAST_CLAMP,

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from memcores.cores import CORES, fast_tanh, gates, make_core, presets_of
 from memcores.cores.gated import GatedLSTM
 

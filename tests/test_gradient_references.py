@@ -18,6 +18,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+
 from memcores.cores import make_core
 from memcores.cores.lru import LRUCore
 from memcores.cores.rel_lstm import RelLSTM, screening_update

@@ -9,9 +9,10 @@ read fails). Replaying real graphs is checked where CUDA is present (``pytest -m
 
 from __future__ import annotations
 
-import memcores.cores.rel_lstm  # noqa: F401  (before a test patches cores.base.capturing, see below)
 import pytest
 import torch
+
+import memcores.cores.rel_lstm  # noqa: F401  (before a test patches cores.base.capturing, see below)
 from memcores.cores import CORES, make_core
 from memcores.cores.graphed import (
     EagerRecorder,

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import tiny_config
+
 from memcores.agents import rl_trainer, supervised
 from memcores.agents.checkpoint import load_checkpoint
 from memcores.agents.policy import ActorCriticCores, RecurrentActorCritic
@@ -21,7 +23,6 @@ from memcores.cores import CORES, make_core
 from memcores.cores.graphed import GraphedCore, maybe_graphed
 from memcores.experiments.cli import main
 from memcores.experiments.config import ConfigError, load_config
-from rl_helpers import tiny_config
 
 SMALL_COPY = [
     "task.name=copy",

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image, ImageSequence
+from rl_helpers import TINY, tiny_config
+
 from memcores.agents.files import atomic_write
 from memcores.agents.rl_trainer import train
 from memcores.agents.supervised_config import SupervisedConfig
 from memcores.experiments.cli import main
 from memcores.experiments.config import ConfigError, load_config
 from memcores.experiments.sweep import trial_name
-from PIL import Image, ImageSequence
-from rl_helpers import TINY, tiny_config
 
 DEMO_RL = "experiments/configs/demo_rl.yaml"
 

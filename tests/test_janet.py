@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from equation_helpers import B, D, affine, build, inputs, sigmoid
+
 from memcores.cores import make_core
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from memcores.agents.rl_config import RLConfig
 from memcores.agents.rl_trainer import train as train_rl
 from memcores.agents.supervised import train as train_supervised

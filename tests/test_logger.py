@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 
-from memcores.agents.logger import RunLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from memcores.agents.logger import RunLogger
 
 
 def test_scalars_reach_tensorboard_and_csv(tmp_path):

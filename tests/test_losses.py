@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+
 from memcores.agents.ppo import TOTALS, _kl_too_large, a2c_loss, explained_variance, ppo_loss
 from memcores.agents.rl_config import AgentConfig
 from memcores.agents.rollout import ChunkBatch, RolloutBuffer, select_chunks

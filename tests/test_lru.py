@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memcores.cores import make_core
 from memcores.cores.lru import LRUCore
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import warnings
 
 import gymnasium as gym
-import memcores.envs  # noqa: F401  (registers memcores/* ids)
 import numpy as np
 import pytest
 import torch
+from memory_match_helpers import plan_to_face
+from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
+
+import memcores.envs  # noqa: F401  (registers memcores/* ids)
 from memcores.envs.memory_match import (
     MISSION,
     PALETTE,
@@ -18,8 +21,6 @@ from memcores.envs.memory_match import (
     Apple,
 )
 from memcores.envs.observation import WORD_TO_ID, make_env
-from memory_match_helpers import plan_to_face
-from minigrid.core.constants import COLOR_TO_IDX, OBJECT_TO_IDX
 
 IDS = ["memcores/PassiveVisualMatch-v0", "memcores/ActiveVisualMatch-v0"]
 FORWARD = 2
@@ -440,7 +441,6 @@ def test_memory_horizon_sweep_expands_into_valid_trials_that_span_the_cue(tmp_pa
     from memcores.agents.rl_config import RLConfig
     from memcores.experiments.config import load_config
     from memcores.experiments.sweep import make_trials
-
     from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_memory_horizon.yaml"
@@ -501,7 +501,6 @@ def test_memory_match_sweep_trains_both_tasks_with_the_recipes_that_learn_them(t
         trial_config,
         validate_trials,
     )
-
     from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_memory_match.yaml"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from rl_helpers import TINY
+
 from memcores.agents.evaluation import load_policy
 from memcores.agents.memory_match_eval import OUTCOMES, phase_breakdown
 from memcores.experiments.cli import main
-from rl_helpers import TINY
 
 PASSIVE = ["env.id=memcores/PassiveVisualMatch-v0", "env.kwargs.distractor_steps=1"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from memcores.cores import make_core
 from memcores.cores.scan import linear_scan, linear_scan_loop, scan_values
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from equation_helpers import B, D, build, inputs
+
 from memcores.cores import make_core
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gymnasium import spaces
+
+from memcores import envs
 from memcores.envs.observation import (
     MAX_MISSION_LEN,
     PAD,
@@ -17,8 +19,6 @@ from memcores.envs.observation import (
     supported_env_ids,
     tokenize,
 )
-
-from memcores import envs
 
 MINIGRID_IDS = [
     "MiniGrid-DoorKey-5x5-v0",

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from equation_helpers import B, D, affine, build, inputs, sigmoid
+
 from memcores.cores import gates, make_core
 from memcores.cores.on_lstm import OrderedLSTM
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+
 from memcores.agents.online import StreamingOnlineTrainer
 from memcores.cores.lru import LRUCore
 

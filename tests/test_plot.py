@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
 from memcores.agents.logger import RunLogger
 from memcores.experiments.cli import main
 from memcores.experiments.plotting import aggregate, collect_bands, smooth

@@ -7,6 +7,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from rl_helpers import TINY, tiny_config
+
 from memcores.agents.evaluation import evaluate_run
 from memcores.agents.policy import RecurrentActorCritic, observation_shape
 from memcores.agents.rl_trainer import CHECKPOINT_NAME, train
@@ -14,7 +16,6 @@ from memcores.envs import make_env
 from memcores.envs.popgym_env import POPGYM_IDS, unsupported_reason
 from memcores.envs.suites import SUITES, list_envs
 from memcores.experiments.cli import main
-from rl_helpers import TINY, tiny_config
 
 DISCRETE = [i for i in POPGYM_IDS if unsupported_reason(i) is None]
 
@@ -157,7 +158,6 @@ def test_cpu_sized_popgym_sweep_expands_into_valid_trainable_trials(tmp_path) ->
     from memcores.agents.rl_config import RLConfig
     from memcores.experiments.config import load_config
     from memcores.experiments.sweep import make_trials
-
     from tests.rl_helpers import documented_grid
 
     config = "experiments/configs/sweep_popgym_150k.yaml"

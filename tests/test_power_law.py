@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+
 from memcores.cores import make_core
 
 F64 = torch.float64

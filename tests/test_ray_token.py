@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memcores.experiments.tune_engine import connect_ray
 
 ray = pytest.importorskip("ray")

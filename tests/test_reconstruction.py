@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rl_helpers import tiny_config
+
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.ppo import update
 from memcores.agents.reconstruction import ObservationDecoder, lag_mask
 from memcores.agents.rl_trainer import setup
 from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from memcores.experiments.config import ConfigError
-from rl_helpers import tiny_config
 
 
 def test_lag_mask_stays_inside_episode_and_chunk():

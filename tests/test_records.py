@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
 from memcores.agents import rl_trainer, supervised
 from memcores.agents.supervised_config import SupervisedConfig
 from memcores.experiments.cli import main
@@ -22,7 +23,6 @@ from memcores.experiments.records import (
     read_record,
     write_record,
 )
-
 from tests.rl_helpers import tiny_config
 
 

@@ -6,8 +6,10 @@ import io
 
 import pytest
 import torch
+
 from memcores.cores import make_core
-from memcores.cores.rel_lstm import MemLSTM, RelLSTM, buffer_mask, screening_update
+from memcores.cores._fused_rel_lstm import buffer_mask
+from memcores.cores.rel_lstm import MemLSTM, RelLSTM, screening_update
 from memcores.experiments.bench import memory_rel
 
 D, H = 3, 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memcores.cores import make_core
 from memcores.cores.rel_lstm import RelLSTM, RelRNN
 

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import TINY
+
 from memcores.agents.divergence import DivergenceGuard, TrainingDiverged
 from memcores.agents.rl_trainer import CHECKPOINT_NAME
 from memcores.agents.run_lock import LOCK_NAME, RunFolderBusy, RunLock
 from memcores.agents.supervised import CHECKPOINT
 from memcores.experiments.cli import main
 from memcores.experiments.config import ConfigError
-from rl_helpers import TINY
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from memcores.agents.files import write_text_atomic
 from memcores.agents.logger import RunLogger
 from memcores.experiments.cli import main

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rl_helpers import evaluate_chunks, tiny_config
+
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.policy import log_prob_entropy
 from memcores.agents.ppo import update
 from memcores.agents.rl_trainer import setup
 from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from memcores.cores import CORES
-from rl_helpers import evaluate_chunks, tiny_config
 
 
 def _collect(core: str, n_steps: int = 32, seq_len: int = 8, *extra: str):

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import TINY, tiny_config
+
 from memcores.agents.checkpoint import CheckpointError, save_checkpoint
 from memcores.agents.ppo import load_optimizer_state, make_optimizer
 from memcores.agents.rl_config import RLConfig
 from memcores.agents.rl_trainer import CHECKPOINT_NAME, setup, train
 from memcores.experiments.cli import main
 from memcores.experiments.config import load_config
-from rl_helpers import TINY, tiny_config
 
 
 def _train_cli(run_dir: Path, *overrides: str, resume: bool = False) -> int:
@@ -298,6 +299,7 @@ def _two_pair_suite(monkeypatch) -> None:
 
 def _transfer_yaml(path: Path, **transfer) -> Path:
     import yaml
+
     from memcores.experiments.config import parse_override, set_dotted
 
     raw: dict = {"suite": "two-test", **transfer}
@@ -311,6 +313,7 @@ def test_transfer_pair_overrides_chain_a_curriculum(tmp_path, monkeypatch):
     """A transfer config (a transfer sweep's, with suite/episodes at the top) runs as is;
     ``pair_overrides`` sets keys for one pair, and ``@ENV`` starts it from an earlier pair."""
     import yaml
+
     from memcores.agents import rl_trainer
 
     _two_pair_suite(monkeypatch)

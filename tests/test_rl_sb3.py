@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import memcores.envs  # noqa: F401  (registers MiniGrid ids)
 import numpy as np
 import pytest
 import torch
+from rl_helpers import sb3_recurrent_ppo
+
+import memcores.envs  # noqa: F401  (registers MiniGrid ids)
 from memcores.agents.sb3_policy import CoreAsLSTM
 from memcores.cores import make_core
-from rl_helpers import sb3_recurrent_ppo
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from memcores.agents.rl_trainer import CHECKPOINT_NAME, train
-from memcores.cores import CORES
 from rl_helpers import tiny_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from memcores.agents.rl_trainer import CHECKPOINT_NAME, train
+from memcores.cores import CORES
 
 SCALARS = [
     "rollout/ep_rew_mean",

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rl_helpers import evaluate_chunks, tiny_config
+
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.policy import build_policy, observation_shape
 from memcores.agents.rl_trainer import env_step_obstacle, setup
 from memcores.agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
 from memcores.agents.rollout_graph import RolloutGraph
 from memcores.cores.graphed import CudaRecorder, EagerRecorder, cuda_only, graph_switch
-from memcores.envs.batched import BatchedEnv, batched_ids, make_batched_env
-from rl_helpers import evaluate_chunks, tiny_config
+from memcores.envs.batched import BatchedEnv
+from memcores.envs.batched_registry import batched_ids, make_batched_env
 
 
 def _tensors(env: BatchedEnv) -> dict[str, torch.Tensor]:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_helpers import TINY, tiny_config
+
 from memcores.agents import supervised
 from memcores.agents.checkpoint import CheckpointError, load_checkpoint, rng_state, set_rng_state
 from memcores.agents.files import write_text_atomic
@@ -19,7 +21,6 @@ from memcores.agents.run import RESUME_ALLOWED_CHANGES, RunSession, check_resume
 from memcores.agents.supervised_config import SupervisedConfig
 from memcores.experiments.cli import main
 from memcores.experiments.config import load_config
-from rl_helpers import TINY, tiny_config
 
 SUPERVISED = [
     "task.name=copy",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from memcores.cores.scan import (
     _chunk_size,
     linear_scan,

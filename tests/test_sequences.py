@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from memcores.envs import datasets
 from memcores.envs.sequences import (
     TASKS,

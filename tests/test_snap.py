@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rl_helpers import tiny_config
+
 from memcores.agents.rl_trainer import train
 from memcores.cores import make_core
 from memcores.cores.snap import (
@@ -15,7 +17,6 @@ from memcores.cores.snap import (
     LinearRNNCore,
     _SnAp1Scan,
 )
-from rl_helpers import tiny_config
 
 F64 = torch.float64
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memcores.envs.observation import UNK, make_env
 from memcores.envs.suites import SUITES, get_suite, list_envs
 from memcores.experiments.cli import main as cli_main

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from memcores.agents import supervised
 from memcores.agents.checkpoint import load_checkpoint
 from memcores.agents.supervised_config import SupervisedConfig

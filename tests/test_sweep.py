@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from memcores.experiments.cli import main
 from memcores.experiments.config import ConfigError
 from memcores.experiments.sweep import (
@@ -186,10 +187,11 @@ def test_transfer_sweep_pair_overrides(tmp_path):
 def test_transfer_trial_records_each_pair_and_trains_each_env_once(tmp_path, monkeypatch):
     """A suite that tests one train env on two envs trains it once and writes one record per
     pair; the curriculum pair starts from the earlier pair's run of the same trial."""
+    from rl_helpers import TINY
+
     from memcores.envs import suites
     from memcores.experiments.config import parse_override, set_dotted
     from memcores.experiments.trials import record_dirs, run_trial, trial_done
-    from rl_helpers import TINY
 
     e5, e6, e8 = (f"MiniGrid-Empty-{n}x{n}-v0" for n in (5, 6, 8))
     suite = type(suites.SUITES["doorkey"])("t", ((e5, e6), (e6, e8), (e5, e8)))
@@ -804,9 +806,10 @@ def test_pbt_mutates_a_choice_within_its_list_and_keeps_values_in_their_range():
     tune.choice domain would be multiplied by 1.2), a number stays within its range."""
     import random
 
+    from ray.tune.schedulers.pbt import _explore
+
     from memcores.experiments.search import parse_search
     from memcores.experiments.tune_engine import KeepInRange, pbt_mutations
-    from ray.tune.schedulers.pbt import _explore
 
     space = parse_search(
         {
@@ -835,7 +838,6 @@ def test_every_key_pbt_may_mutate_can_change_on_a_resume(tmp_path):
     """The keys PBT mutates are the ones the trainer resumes with under new values."""
     from memcores.agents.rl_config import MUTABLE_HYPERPARAMETERS
     from memcores.agents.rl_trainer import train
-
     from tests.rl_helpers import tiny_config
 
     run = tmp_path / "run"
@@ -974,7 +976,6 @@ def test_the_metric_tags_are_what_the_trainers_log(tmp_path):
     from memcores.agents.rl_trainer import RECON_TAG, ROW_TAGS, train
     from memcores.agents.supervised import LOGGED_TAGS
     from memcores.experiments.trials import check_metric
-
     from tests.rl_helpers import tiny_config
 
     train(tiny_config("train.total_steps=64", "agent.recon_coef=0.1"), tmp_path / "rl")

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from memcores.experiments.cli import main
 from memcores.experiments.sweep import SweepOptions, make_trials, parse_grid, run_sweep, summarize
 from memcores.experiments.trials import trainable
-
 from tests.test_sweep import TINY_RL
 
 ray = pytest.importorskip("ray")
@@ -59,8 +59,9 @@ def flaky(config: dict) -> None:
 def broken_member(config: dict) -> None:
     """A PBT member (seed=1) that fails for good when it continues from a checkpoint, as one
     whose restore cannot load the weights it copied; the other members are fine."""
-    from memcores.experiments.pbt import pbt_trainable
     from ray import tune
+
+    from memcores.experiments.pbt import pbt_trainable
 
     if tune.get_context().get_trial_name() == "seed=1" and tune.get_checkpoint() is not None:
         raise RuntimeError("member seed=1 cannot load its checkpoint")
@@ -211,9 +212,10 @@ def test_a_member_that_fails_ends_the_pbt_population(tmp_path, ray_session, caps
     """Tune's synchronous PBT waits for every member at each perturbation; one that failed
     for good would keep the others paused for ever. The population ends instead, and the
     failed member's error is named."""
+    from ray import cloudpickle
+
     from memcores.experiments.config import read_yaml_mapping
     from memcores.experiments.search import parse_search
-    from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers get the member
     doorkey = REPO / "experiments" / "configs" / "search_doorkey5.yaml"

@@ -23,6 +23,7 @@ pytest.importorskip("triton", reason="triton is in the dev extra")
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
 from memcores.cores import make_core, presets_of, triton_engine  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -335,8 +336,9 @@ def test_a_gpu_short_of_the_split_kernels_shared_memory_runs_one_program_per_til
     The wrapper then runs the one-program-per-tile kernel instead, whether the forward or
     only the backward was refused: the same values and gradients, one warning, and later
     calls at that width go straight to the unsplit kernels."""
-    from memcores.cores import triton_kernels
     from triton.runtime.errors import OutOfResources
+
+    from memcores.cores import triton_kernels
 
     monkeypatch.setattr(triton_engine, "_UNFIT", set())
     monkeypatch.setattr(triton_engine, "_WARNED", set())

@@ -15,13 +15,14 @@ import warnings
 
 import pytest
 import torch
+from rl_helpers import tiny_config
+
 from memcores.agents import ppo
 from memcores.agents.ppo import update
 from memcores.agents.rl_trainer import graph_obstacles, setup
 from memcores.agents.rollout import RolloutBuffer, collect_rollout, obs_shapes, start_rollouts
 from memcores.agents.update_graph import UpdateGraph, refusal
 from memcores.cores.graphed import CudaRecorder, EagerRecorder, graph_switch
-from rl_helpers import tiny_config
 
 RATES = (2.0**-12, 2.0**-13)  # float32 numbers: the recorded rate is a float32 tensor
 
@@ -339,8 +340,9 @@ def test_the_recorded_step_reads_nothing_back_to_the_host(env_id, core, monkeypa
     encoders, heads, the PPO loss, backward and clipping, run on ``meta`` tensors, which hold
     no values (``.item()``, ``bool()``, ``nonzero`` raise), as the host sees a GPU while a
     graph records (the step loops take every step as a reset step, as during a capture)."""
-    import memcores.cores.rel_lstm  # noqa: F401  (imported before the patch, it keeps the real one)
     import numpy as np
+
+    import memcores.cores.rel_lstm  # noqa: F401  (imported before the patch, it keeps the real one)
     from memcores.agents.ppo import _backward, loss_row, minibatch_loss, ppo_loss
     from memcores.agents.rollout import ChunkBatch
 

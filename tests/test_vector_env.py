@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rl_helpers import tiny_config
+
 from memcores.agents.rl_trainer import train
 from memcores.envs import make_env
 from memcores.envs.vector import VectorEnv
-from rl_helpers import tiny_config
 
 ENV = "MiniGrid-MemoryS7-v0"
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 import triton
-from memcores.cores import triton_engine, triton_kernels
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource, compile
+
+from memcores.cores import triton_engine, triton_kernels
 
 POINTERS_INT8 = ("starts_ptr", "detach_ptr")
 POINTERS_INT32 = ("flags_ptr",)

@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 import torch
-from memcores.envs.batched import batched_ids, make_batched_env
+
+from memcores.envs.batched_registry import batched_ids, make_batched_env
 from memcores.envs.vector import VectorEnv
 from memcores.experiments.bench.record import (
     Table,
@@ -184,7 +185,7 @@ RL_CONFIG = "experiments/configs/passive_visual_match.yaml"
 def train_fps(vector: str, n_envs: int, updates: int, device: str, tmp: str) -> tuple[float, float]:
     """Frames per wall second and per CPU second of ``memcores train`` on :data:`RL_CONFIG`
     (PPO, ``lstm``, its reconstruction loss) with ``env.vector=vector`` (after a warm-up)."""
-    from memcores.experiments.bench.rl import train_rates
+    from memcores.experiments.bench.train_rate import train_rates
 
     overrides = [f"env.vector={vector}", f"env.n_envs={n_envs}", f"train.device={device}"]
     return train_rates(RL_CONFIG, overrides, n_envs * 128, updates, tmp, f"{vector}_{n_envs}")

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 
 import torch
+
 from memcores.agents.device import resolve_device, sync
 from memcores.cores import CORES, make_core
 from memcores.experiments.argtypes import positive_int

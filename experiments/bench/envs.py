@@ -20,6 +20,7 @@ import statistics
 import time
 
 import numpy as np
+
 from memcores.envs import fast_obs, make_env
 from memcores.experiments.bench.record import (
     Table,

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from memcores.agents.device import acting_device, describe_acting, info, resolve_device, sync
 from memcores.cores import presets_of
 from memcores.experiments.bench.gpu_report import markdown
@@ -312,9 +313,9 @@ def acting_step(
     """One acting step as the trainer takes it: observations from NumPy, the forward (through
     ``ActingGraph`` where ``graphed``, recorded first: a failed recording raises), sampling,
     actions back to NumPy."""
+    from memcores.agents.acting import act
     from memcores.agents.acting_graph import ActingGraph
     from memcores.agents.policy import obs_to_tensors
-    from memcores.agents.rollout import act
 
     n = len(next(iter(obs.values())))
     state = tuple(s.clone() for s in policy.initial_state(n, device))

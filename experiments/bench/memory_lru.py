@@ -37,6 +37,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
 from memcores.agents.online import StreamingOnlineTrainer
 from memcores.cores.lru import LRUCore
 from memcores.experiments.bench.record import (
@@ -46,9 +50,6 @@ from memcores.experiments.bench.record import (
     record_folder,
     write_record,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
 
 MiB = 2**20
 METHODS = ("bptt", "online-seq", "online-stream", "infer-seq", "infer-stream")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from memcores.agents.policy import RecurrentActorCritic, obs_to_tensors, sample_actions
 
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor, nn
+
 from memcores.cores import make_core
 from memcores.cores.base import MemoryCore
 from memcores.experiments.bench.record import (
@@ -35,7 +37,6 @@ from memcores.experiments.bench.record import (
     record_folder,
     write_record,
 )
-from torch import Tensor, nn
 
 CORE_NAMES = ("lstm", "rel_lstm", "mem_lstm")
 

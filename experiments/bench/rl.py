@@ -40,6 +40,7 @@ import time
 
 import numpy as np
 import torch
+
 from memcores.envs import fast_obs
 from memcores.experiments.bench.record import (
     Table,
@@ -47,46 +48,9 @@ from memcores.experiments.bench.record import (
     record_folder,
     write_record,
 )
+from memcores.experiments.bench.train_rate import train_rates
 
 ENV_ID = "MiniGrid-MemoryS7-v0"
-
-
-def train_rates(
-    config_path: str | None,
-    overrides: list[str],
-    frames_per_update: int,
-    updates: int,
-    tmp: str,
-    name: str,
-) -> tuple[float, float]:
-    """Frames per wall second and per CPU second of ``memcores train`` on ``config_path`` with
-    ``overrides``: one update of warm-up, then ``updates`` timed. The loop only (rollouts,
-    updates, logging, checkpoints), as sb3's learn(); setup (building envs and policy, opening
-    TensorBoard) is excluded on both sides."""
-    from memcores.agents.rl_config import RLConfig
-    from memcores.agents.rl_trainer import train
-    from memcores.experiments.config import load_config
-
-    rates = (0.0, 0.0)
-    for run, n_updates in (("warmup", 1), ("timed", updates)):
-        config = load_config(
-            RLConfig,
-            config_path,
-            [
-                *overrides,
-                f"train.total_steps={n_updates * frames_per_update}",
-                "train.threads=0",  # keep the thread count the bench set, for both sides
-                "train.progress=false",
-                "train.histogram_every=0",
-                f"train.checkpoint_every={n_updates}",
-            ],
-        )
-        result = train(config, f"{tmp}/{run}_{name}")
-        rates = (
-            result.global_step / result.loop_seconds,
-            result.global_step / result.loop_cpu_seconds,
-        )
-    return rates
 
 
 def _ours(
@@ -123,11 +87,12 @@ def _ours(
 def _sb3(updates: int, n_envs: int, n_steps: int, device: str) -> tuple[float, float]:
     """Frames per wall second and per CPU second of sb3-contrib RecurrentPPO, same settings."""
     import gymnasium as gym
-    import memcores.envs  # noqa: F401  (registers MiniGrid ids)
     from minigrid.wrappers import ImgObsWrapper
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
+
+    import memcores.envs  # noqa: F401  (registers MiniGrid ids)
 
     def make(i: int):
         def thunk() -> gym.Env:

@@ -29,6 +29,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+
 from memcores.experiments.argtypes import output_file, positive_int, seed
 
 
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- probing
 def _probe_config(path: Path, overrides: list[str], cores: list[str], args) -> list[Probe]:
     import torch
+
     from memcores.agents import supervised
     from memcores.agents.supervised_config import SupervisedConfig
     from memcores.cores import core_options
@@ -180,6 +182,7 @@ def _probe(model, task, label: str, args) -> Probe:
     """Gradient profile on a fixed probe batch and the forget-gate time scales of ``model``:
     in eval mode, or with ``args.train_draws > 0`` the mean over that many training-mode draws."""
     import torch
+
     from memcores.agents import supervised
     from memcores.cores.diagnostics import input_gradient_profile
 
