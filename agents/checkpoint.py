@@ -13,7 +13,12 @@ Both trainers write one layout and one format: ``checkpoints/last.pt`` inside th
 ``skipped_updates``; RL checkpoints add ``updates``, ``n_actions`` and ``image_shape``,
 supervised ones ``best``. Checkpoints of the earlier formats (``memcores-rl/1``,
 ``memcores-supervised-v1``, the supervised ``checkpoint.pt``/``init.pt`` at the top of the
-folder) still load, with a one-line deprecation message (:func:`upgrade_checkpoint`).
+folder) load in every release (:func:`upgrade_checkpoint`): a results record made with one
+stays evidence.
+
+A results record's folder (``results/<experiment>/<trial>/``, written by ``memcores record``)
+holds the final policy as :data:`RECORD_POLICY_NAME`; every command that takes a run folder
+takes a record folder too (:func:`find_checkpoint`).
 
 RL checkpoints are read by :func:`load_rl_checkpoint` and turned back into a policy by
 :func:`policy_from_checkpoint`.
@@ -22,7 +27,6 @@ RL checkpoints are read by :func:`load_rl_checkpoint` and turned back into a pol
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +43,10 @@ CHECKPOINT_NAME = "checkpoints/last.pt"
 """Where, inside a run folder, the latest checkpoint lives."""
 INIT_CHECKPOINT_NAME = "checkpoints/init.pt"
 """The supervised trainer's weights at step 0 (for before/after diagnostics)."""
+RECORD_POLICY_NAME = "policy.pt"
+"""Where, inside a results record's folder, its final policy lives (a slim checkpoint)."""
 LEGACY_FORMATS = {"memcores-rl/1": "rl", "memcores-supervised-v1": "supervised"}
-"""Format tags of earlier releases -> the trainer that wrote them (still loaded)."""
+"""Format tags of earlier releases -> the trainer that wrote them (loaded in every release)."""
 LEGACY_NAMES = {CHECKPOINT_NAME: "checkpoint.pt", INIT_CHECKPOINT_NAME: "init.pt"}
 """Supervised checkpoint paths of earlier releases (at the top of the run folder)."""
 
@@ -89,8 +95,6 @@ def upgrade_checkpoint(payload: dict[str, Any], path: str | Path = "") -> dict[s
     trainer = LEGACY_FORMATS.get(payload.get("format"))  # type: ignore[arg-type]
     if trainer is None:
         return payload
-    old = payload["format"]
-    deprecated(old, f"checkpoint {path} has the format of an earlier release ({old})")
     upgraded = {**payload, "format": CHECKPOINT_FORMAT, "trainer": trainer}
     if trainer == "rl":
         upgraded["model"] = upgraded.pop("policy")
@@ -103,23 +107,7 @@ def checkpoint_path(run_dir: str | Path, name: str = CHECKPOINT_NAME) -> Path:
     that one exists (a supervised run's ``checkpoint.pt`` / ``init.pt``)."""
     path = Path(run_dir) / name
     legacy = Path(run_dir) / LEGACY_NAMES.get(name, name)
-    if not path.is_file() and legacy.is_file():
-        deprecated(legacy.name, f"{legacy} is in an earlier release's layout ({name} today)")
-        return legacy
-    return path
-
-
-_SAID: set[str] = set()
-
-
-def deprecated(kind: str, message: str) -> None:
-    """Say once per process and ``kind``, in one line on stderr, that something of an
-    earlier release is still accepted (``message`` names the first one met)."""
-    if kind in _SAID:
-        return
-    _SAID.add(kind)
-    print(f"memcores: deprecated: {message}; it still loads, but not after the next release",
-          file=sys.stderr)  # fmt: skip
+    return legacy if not path.is_file() and legacy.is_file() else path
 
 
 def _load_failure(err: Exception) -> str:
@@ -135,14 +123,18 @@ def _load_failure(err: Exception) -> str:
 
 
 def find_checkpoint(run: str | Path) -> Path:
-    """A run folder (or a checkpoint file) -> the checkpoint file."""
+    """A run folder, a results record's folder or a checkpoint file -> the checkpoint file."""
     run = Path(run)
     if run.is_dir():
         path = checkpoint_path(run)
+        record_policy = run / RECORD_POLICY_NAME
+        if not path.is_file() and record_policy.is_file():
+            return record_policy
         if not path.is_file():
             raise FileNotFoundError(
-                f"no checkpoint in run folder {run} (expected {CHECKPOINT_NAME}); "
-                "was it trained with `memcores train`?"
+                f"no checkpoint in folder {run} (a run folder holds {CHECKPOINT_NAME}, a "
+                f"results record's folder {RECORD_POLICY_NAME}); was it trained with "
+                "`memcores train`?"
             )
         return path
     if not run.exists():

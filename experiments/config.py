@@ -155,18 +155,57 @@ def load_config(
     return build(schema, raw, prefix="")
 
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-"""The folder that holds the ``experiments`` package (the repository root in a checkout)."""
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
+"""The shipped configs: ``experiments/configs`` in a checkout, ``memcores/experiments/configs``
+in an installed wheel."""
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
-def packaged(path: Path) -> Path:
-    """``path``, or, where it does not exist and names one of the packaged configs
-    (``experiments/configs/...``, as the docs and benchmarks write them), the packaged copy:
-    the documented paths work from any working directory."""
-    if path.exists() or path.is_absolute() or path.parts[:2] != ("experiments", "configs"):
+def shipped_configs() -> dict[str, Path]:
+    """Name -> file of every shipped config (``memory_s7``, ``references/thesis_table7``)."""
+    return {
+        p.relative_to(CONFIGS_DIR).with_suffix("").as_posix(): p
+        for p in sorted(CONFIGS_DIR.rglob("*.yaml"))
+    }
+
+
+def shipped_name(path: str | Path) -> str | None:
+    """The shipped config that ``path`` names, or None: its name (``memory_s7``), its file name
+    (``memory_s7.yaml``) or its documented path (``experiments/configs/memory_s7.yaml``)."""
+    path = Path(path)
+    if path.is_absolute():
+        return None
+    if path.parts[:2] == ("experiments", "configs"):
+        path = Path(*path.parts[2:]) if len(path.parts) > 2 else Path()
+    text = path.as_posix()
+    for suffix in CONFIG_SUFFIXES:
+        text = text.removesuffix(suffix)
+    return text if text in shipped_configs() else None
+
+
+_NOTED: set[str] = set()
+
+
+def config_path(path: str | Path) -> Path:
+    """The file a command reads for ``path``: a file that exists where it is given (the user's
+    own), else the shipped config it names (:func:`shipped_name`), else ``path`` itself (for the
+    caller to report as missing). Where a user's file and a shipped config share the name and
+    are different files, says once on stderr which one is read."""
+    path = Path(path)
+    name = shipped_name(path)
+    if name is None:
         return path
-    candidate = PACKAGE_ROOT / path
-    return candidate if candidate.exists() else path
+    shipped = shipped_configs()[name]
+    if not path.is_file():
+        return shipped
+    if not path.samefile(shipped) and str(path) not in _NOTED:
+        _NOTED.add(str(path))
+        print(
+            f"memcores: reading {path} (a file here), not the shipped config {name!r} ({shipped})",
+            file=sys.stderr,
+        )
+    return path
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
@@ -177,11 +216,13 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
     :raises ConfigError: the path is missing, a folder or not a regular file, the file is not
         UTF-8 YAML or is refused; the message names the file.
     """
-    path = packaged(Path(path))
+    path = config_path(path)
     if path.is_dir():
         raise ConfigError(f"{what.split()[0]} path {path} is a folder, not a YAML file")
     if not path.exists():
-        raise ConfigError(f"{what} not found: {path}")
+        shipped = what == "config file"
+        hint = " (shipped configs by name: `memcores list configs`)" if shipped else ""
+        raise ConfigError(f"{what} not found: {path}{hint}")
     if not path.is_file():  # /dev/null, a pipe, a socket: nothing a config is kept in
         raise ConfigError(f"{what} {path} is not a regular file; give a YAML file")
     try:

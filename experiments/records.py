@@ -44,11 +44,13 @@ from memcores.experiments.config import parse_yaml
 FORMAT = "memcores-record/1"
 RECORD_FILE = "record.json"
 CURVE_FILE = "curve.csv"
-PROGRESS_FILE = "progress.csv"
+# agents.checkpoint.RECORD_POLICY_NAME and CHECKPOINT_NAME (kept literal: importing torch to
+# read records would slow every command that only reads them)
 POLICY_FILE = "policy.pt"
+RL_CHECKPOINT = "checkpoints/last.pt"
+PROGRESS_FILE = "progress.csv"
 MAX_CURVE_ROWS = 300
 MAX_POLICY_BYTES = 1_000_000
-RL_CHECKPOINT = "checkpoints/last.pt"
 THRESHOLDS = (0.5, 0.8, 0.9, 0.95, 0.99)
 """Levels whose first crossing (``value >= level``) :func:`derive` records per metric."""
 DERIVED_PREFIXES = ("rollout/", "eval/", "test/", "transfer/")

@@ -178,18 +178,35 @@ def test_deprecated_keys_still_load_with_one_line_each(capsys):
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_a_committed_record_of_the_earlier_format_re_evaluates_to_its_numbers(capsys):
-    """Records keep ``memcores-rl/1`` policies: they load (one deprecation line) and act as
-    when the record was made."""
+def test_a_policy_of_the_earlier_format_re_evaluates_to_its_record(tmp_path, capsys):
+    """A ``memcores-rl/1`` policy (weights under ``policy``, frames under ``global_step``)
+    loads in every release, silently, and acts as the record says."""
     from memcores.agents.evaluation import evaluate_run
 
     record_dir = REPO / "results/table7/seed=0,name=lstm,suite=memory/MemoryS7"
-    assert torch.load(record_dir / "policy.pt", weights_only=True)["format"] == "memcores-rl/1"
+    payload = torch.load(record_dir / "policy.pt", weights_only=True)
+    assert payload["format"] == "memcores/2"
+    old = {k: v for k, v in payload.items() if k not in ("format", "trainer", "model", "step")}
+    old |= {"format": "memcores-rl/1", "policy": payload["model"], "global_step": payload["step"]}
+    torch.save(old, tmp_path / "policy.pt")
     expected = json.loads((record_dir / "record.json").read_text())["eval"]
-    result = evaluate_run(record_dir / "policy.pt", "MiniGrid-MemoryS7-v0", episodes=100)
+    result = evaluate_run(tmp_path / "policy.pt", "MiniGrid-MemoryS7-v0", episodes=100)
     want = expected["MiniGrid-MemoryS7-v0"]
     assert (result.mean_return, result.success_rate) == (want["return"], want["success"])
-    assert capsys.readouterr().err.count("deprecated") <= 1
+    assert capsys.readouterr().err == ""
+
+
+def test_every_committed_policy_loads_in_the_current_format():
+    """Each ``results/**/policy.pt`` is a ``memcores/2`` RL checkpoint that builds its policy:
+    the evidence stays loadable with no deprecation in the way."""
+    from memcores.agents.checkpoint import CHECKPOINT_FORMAT, policy_from_checkpoint
+
+    policies = sorted(REPO.glob("results/**/policy.pt"))
+    assert len(policies) > 100
+    for path in policies:
+        payload = load_checkpoint(path)
+        assert (payload["format"], payload["trainer"]) == (CHECKPOINT_FORMAT, "rl"), path
+        policy_from_checkpoint(payload)
 
 
 def test_a_supervised_run_of_the_earlier_layout_resumes_into_the_new_one(tmp_path, capsys):
@@ -204,7 +221,7 @@ def test_a_supervised_run_of_the_earlier_layout_resumes_into_the_new_one(tmp_pat
         torch.save(payload, run / old)
     shutil.rmtree(run / "checkpoints")
     results = supervised.train(_supervised(run, "train.steps=4", "train.eval_every=2"), True)
-    assert results["step"] == 4 and "deprecated" in capsys.readouterr().err
+    assert results["step"] == 4 and "deprecated" not in capsys.readouterr().err
     assert not (run / "checkpoint.pt").exists()
     assert load_checkpoint(run / CHECKPOINT_NAME)["trainer"] == "supervised"
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from memcores.experiments.argtypes import output_file, positive_int, seed
+from memcores.experiments.config import config_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,10 +96,13 @@ def run(args: argparse.Namespace) -> int:
             if cores:
                 raise ValueError("--cores applies to config files, not to run directories")
             probes += _probe_run(path, overrides, args)
-        elif path.is_file():
-            probes += _probe_config(path, overrides, cores, args)
+        elif config_path(path).is_file():  # a file, or a shipped config by name
+            probes += _probe_config(config_path(path), overrides, cores, args)
         else:
-            raise FileNotFoundError(f"{source}: no such config file or run directory")
+            raise FileNotFoundError(
+                f"{source}: no such config file or run directory (shipped configs by name: "
+                "`memcores list configs`)"
+            )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     _plot(probes, out, args.normalize)

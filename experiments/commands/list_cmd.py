@@ -1,10 +1,10 @@
-"""``memcores list cores|tasks|envs|suites``."""
+"""``memcores list cores|tasks|envs|suites|configs``."""
 
 from __future__ import annotations
 
 import argparse
 
-WHAT = ("cores", "tasks", "envs", "suites")
+WHAT = ("cores", "tasks", "envs", "suites", "configs")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         from memcores.envs.suites import list_envs
 
         rows = list(list_envs())
+    elif args.what == "configs":
+        rows = config_rows()
     else:
         from memcores.envs.suites import SUITES
 
@@ -44,3 +46,40 @@ def run(args: argparse.Namespace) -> int:
     for name, text in rows:
         print(f"{name:<{width}}  {text}")
     return 0
+
+
+DESCRIPTION_CHARS = 110
+"""Most characters of a config's description in ``memcores list configs``."""
+
+
+def config_rows() -> list[tuple[str, str]]:
+    """``(name, "COMMAND  description")`` of every shipped config: the command that reads it
+    (``sweep`` for the sweep, search and PBT configs, ``report`` for a paper's reference
+    table) and the start of its leading comment."""
+    from memcores.experiments.config import read_yaml_mapping, shipped_configs
+    from memcores.experiments.sweep import infer_command
+
+    rows = []
+    for name, path in shipped_configs().items():
+        base = name.rsplit("/", 1)[-1]
+        if name.startswith("references/"):
+            command = "report"  # a paper's table: `memcores report SWEEP --reference NAME`
+        elif base.startswith(("sweep_", "search_", "pbt_")):
+            command = "sweep"
+        else:
+            command = infer_command(read_yaml_mapping(path))
+        rows.append((name, f"{command:<10}  {_description(path.read_text(encoding='utf-8'))}"))
+    return rows
+
+
+def _description(text: str) -> str:
+    """A config's leading ``#`` comment on one line, cut to :data:`DESCRIPTION_CHARS`."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    words = " ".join(lines)
+    if len(words) > DESCRIPTION_CHARS:
+        words = words[: DESCRIPTION_CHARS - 3].rstrip() + "..."
+    return words

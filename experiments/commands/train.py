@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from memcores.experiments.config import config_path as config_file
 from memcores.experiments.config import load_config, read_yaml_mapping
 
 
@@ -33,7 +34,8 @@ def algo_defaults(config_path: str, overrides: list[str]) -> list[str]:
     (:func:`agents.rl_config.algo_switch_overrides`); says on stderr which keys it set."""
     from memcores.agents.rl_config import algo_switch_overrides
 
-    agent = read_yaml_mapping(config_path).get("agent") if Path(config_path).is_file() else None
+    path = config_file(config_path)
+    agent = read_yaml_mapping(path).get("agent") if path.is_file() else None
     file_algo = agent.get("algo", "ppo") if isinstance(agent, dict) else "ppo"
     extra = algo_switch_overrides(str(file_algo), overrides)
     if extra:
