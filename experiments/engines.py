@@ -2,23 +2,27 @@
 
 ::
 
-    python -m experiments.engines run --engine memcores --core gru --seed 0
-    python -m experiments.engines run --engine torchrl --core gru --seed 0
-    python -m experiments.engines run --engine rllib --core gru --seed 0
-    python -m experiments.engines report           # results/engines/REPORT.md
+    python -m memcores.experiments.engines run --engine memcores --core gru --seed 0
+    python -m memcores.experiments.engines run --engine torchrl --core gru --seed 0
+    python -m memcores.experiments.engines run --engine rllib --core gru --seed 0
+    python -m memcores.experiments.engines report           # results/engines/REPORT.md
 
 Each ``run`` trains POPGym RepeatPreviousEasy for ``--frames`` (default 50,176: 49 batches of
 1024) with the same network and PPO settings (agents.torchrl_ppo, agents.rllib_module) and
 writes a record under ``results/engines/engine=<e>,core=<c>,seed=<s>/``. The RLlib run uses
-two env runners on a local Ray; ``--address`` joins a running cluster instead (see
-``experiments/rllib_cluster.sh``), with one env runner per node that offers the
-``memcores_runner`` resource.
+two env runners on a local Ray; ``--address`` joins a running cluster instead, with one env
+runner per node that offers the ``memcores_runner`` resource. ``cluster`` starts such a
+cluster of two Ray nodes on this host and runs RLlib on it (the script ``rllib_cluster.sh``
+shipped beside this module)::
+
+    python -m memcores.experiments.engines cluster --core gru --frames 50176
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import subprocess
 import sys
@@ -136,7 +140,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra = run_torchrl(args.core, args.seed, args.frames, run_dir)
     else:
         extra = run_rllib(args.core, args.seed, args.frames, run_dir, args.address)
-    command = "python -m experiments.engines " + " ".join(sys.argv[1:])
+    command = "python -m memcores.experiments.engines " + " ".join(sys.argv[1:])
     # fps: frames over the training loop's wall time (RLlib's actor start-up is setup_seconds)
     wall = extra.pop("wall_seconds")
     extra["engine"] = args.engine
@@ -269,14 +273,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     lines += ["", f"Hardware: {', '.join(sorted(hardware))}; the machine was shared with other "
               "jobs, so frames/s compare runs made side by side, not absolute speeds.", "",
               "Commands: each record's `command`; this report: "
-              "`python -m experiments.engines report`.", ""]  # fmt: skip
+              "`python -m memcores.experiments.engines report`.", ""]  # fmt: skip
     (results / "REPORT.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.engines", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m memcores.experiments.engines", description=__doc__
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train one engine and write its record")
     run.add_argument("--engine", choices=ENGINES, required=True)
@@ -286,15 +292,32 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--address", default=None, help="a running Ray cluster (rllib only)")
     run.add_argument("--results", default="results/engines")
     run.add_argument("--runs", default="runs/engines")
+    cluster = sub.add_parser("cluster", help="RLlib on two Ray nodes started on this host")
+    cluster.add_argument("--core", default="gru")
+    cluster.add_argument("--frames", type=int, default=DEFAULT_FRAMES)
     report = sub.add_parser("report", help="write results/engines/REPORT.md")
     report.add_argument("--results", default="results/engines")
     report.add_argument("--reference", default="results/popgym_150k")
     args = parser.parse_args(argv)
     if args.command == "run" and args.address and args.engine != "rllib":
         parser.error(f"--address runs RLlib only, not engine {args.engine!r}")
-    if args.command == "run" and args.frames <= 0:
+    if args.command in ("run", "cluster"):
+        from memcores.cores import CORES
+
+        if args.core not in CORES:
+            parser.error(f"unknown core {args.core!r}; valid: {', '.join(CORES)}")
+    if args.command in ("run", "cluster") and args.frames <= 0:
         parser.error(f"--frames must be positive, got {args.frames}")
+    if args.command == "cluster":
+        return cmd_cluster(args)
     return cmd_run(args) if args.command == "run" else cmd_report(args)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """Run ``rllib_cluster.sh`` (shipped beside this module) with this interpreter."""
+    script = Path(__file__).with_name("rllib_cluster.sh")
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(script), args.core, str(args.frames)], env=env).returncode
 
 
 if __name__ == "__main__":

@@ -42,5 +42,5 @@ sleep 15
 pids+=($!)
 sleep 15
 
-"$PYTHON" -m experiments.engines run --engine rllib --core "$CORE" --seed 0 \
+"$PYTHON" -m memcores.experiments.engines run --engine rllib --core "$CORE" --seed 0 \
     --frames "$FRAMES" --address "127.0.0.1:$PORT"

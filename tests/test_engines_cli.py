@@ -1,4 +1,4 @@
-"""experiments.engines: bad input stops with a one-line message and exit code 2."""
+"""memcores.experiments.engines: bad input stops with a one-line message and exit code 2."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from memcores.experiments.engines import main
         (["run", "--engine", "torchrl", "--address", "127.0.0.1:6391"], "runs RLlib only"),
         (["run", "--engine", "rllib", "--frames", "0"], "--frames must be positive"),
         (["run", "--engine", "jax"], "invalid choice: 'jax'"),
+        (["run", "--engine", "rllib", "--core", "gruu"], "unknown core 'gruu'; valid: lstm,"),
+        (["cluster", "--core", "gruu"], "unknown core 'gruu'; valid: lstm,"),
+        (["cluster", "--frames", "-1"], "--frames must be positive"),
     ],
 )
 def test_bad_arguments_exit_2(argv, message, capsys, tmp_path):
+    folders = ["--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
     with pytest.raises(SystemExit) as stop:
-        main([*argv, "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")])
+        main([*argv, *(folders if argv[0] == "run" else [])])
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()

@@ -9,9 +9,9 @@ cross-validated accuracy; chance is ``1 / n_colors``). A state that holds the cu
 at the first reward-room step (random actions; a dense label on every episode). It separates
 "this network cannot hold the cue over the delay" from "RL does not teach it to".
 
-    python -m experiments.bench.memory_probe decode RUN_DIR [--episodes 300]
-    python -m experiments.bench.memory_probe decode --config CONFIG [KEY=VALUE ...]
-    python -m experiments.bench.memory_probe supervised --config CONFIG [KEY=VALUE ...]
+    python -m memcores.experiments.bench.memory_probe decode RUN_DIR [--episodes 300]
+    python -m memcores.experiments.bench.memory_probe decode --config CONFIG [KEY=VALUE ...]
+    python -m memcores.experiments.bench.memory_probe supervised --config CONFIG [KEY=VALUE ...]
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not (doc_blocks.REPO / "docs").is_dir():  # an installed wheel ships no docs or results
+        raise ValueError(
+            "memcores docs is a developer command: it rewrites README.md, docs/ and results/ "
+            "of a checkout (git clone the repository, install it with `pip install -e .`)"
+        )
     if args.list:
         for line in doc_blocks.inventory():
             print(line)
