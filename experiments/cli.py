@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: memcores COMMAND [args]", "", "commands:"]
+    lines = ["usage: memcores [--version] COMMAND [args]", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "run `memcores COMMAND --help` for a command's options"]
     return "\n".join(lines)
@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("MEMCORES_DEBUG"))
     if argv[:1] == ["--debug"]:
         debug, argv = True, argv[1:]
+    if argv[:1] == ["--version"]:
+        from memcores import __version__
+
+        print(f"memcores {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcores.agents.files import write_text_atomic
+from memcores.experiments.config import config_path as config_file
 from memcores.experiments.config import parse_override, read_yaml_mapping
 from memcores.experiments.records import write_record
 from memcores.experiments.search import trial_name
@@ -158,7 +159,7 @@ def make_trials(
         ``results/<name of out_dir>``.
     :raises SweepError: bad grid/override/command; ``ConfigError`` for a missing config file.
     """
-    config_path = Path(config_path).resolve()
+    config_path = config_file(config_path).resolve()  # a shipped config by name, too
     raw = read_yaml_mapping(config_path)
     command = command or infer_command(raw)
     if command not in COMMANDS:
@@ -240,7 +241,7 @@ def sweep_meta(config: str | Path, command: str, grid: Sequence, overrides: Sequ
         "overrides": list(overrides),
     }
     return {
-        "config": str(Path(config).resolve()),
+        "config": str(config_file(config).resolve()),
         "command": command,
         "grid": dict(grid),
         "overrides": list(overrides),
