@@ -526,7 +526,12 @@ def tune_settings(o: SweepOptions) -> dict[str, Any]:
     """The options that a Tune experiment stores and a restore cannot change (an option not
     given as its default value)."""
     defaults = {"grace_period": o.rung, "samples": o.points, "search_seed": o.sampler_seed}
-    return {k: defaults.get(k, getattr(o, k)) for k in TUNE_SETTINGS}
+    settings = {k: defaults.get(k, getattr(o, k)) for k in TUNE_SETTINGS}
+    # Tune pickles the trainable by its module path: an experiment stored under another path
+    # (the top-level `experiments` package of releases before memcores.experiments) cannot
+    # be unpickled, so it counts as changed and a new one starts, losing nothing
+    settings["trainable_module"] = trainable.__module__
+    return settings
 
 
 def settings_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:

@@ -452,6 +452,12 @@ def test_changed_tune_settings_are_named_so_the_rerun_starts_a_new_tune_experime
     assert "no record" in settings_change(None, tune_settings(two))
     stored = json.loads(json.dumps(tune_settings(SweepOptions(timeout=60.0))))
     assert settings_change(stored, tune_settings(SweepOptions(timeout=60.0))) == ""
+    # an experiment stored when the trainable lived in the top-level `experiments` package
+    # (releases before the memcores namespace) cannot be unpickled: it counts as changed
+    before = {k: v for k, v in stored.items() if k != "trainable_module"}
+    assert settings_change(before, tune_settings(SweepOptions(timeout=60.0))) == (
+        "trainable_module None -> memcores.experiments.trials"
+    )
 
 
 # --------------------------------------------------------------------------- search spaces
