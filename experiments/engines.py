@@ -258,7 +258,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not placement or len(placement.get("nodes", [])) < 2:
             continue
         runner_nodes = [runner["node_id"][:12] for runner in placement["env_runners"]]
-        lines += ["", f"Cluster run `{run.path.name}` (`experiments/rllib_cluster.sh`): "
+        lines += ["", f"Cluster run `{run.path.name}` "
+                  "(`python -m memcores.experiments.engines cluster`): "
                   f"{len(placement['nodes'])} Ray nodes; "
                   f"env runners on nodes {', '.join(runner_nodes)}; learner on node "
                   f"{placement['learner']['node_id'][:12]}."]  # fmt: skip
