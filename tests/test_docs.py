@@ -155,7 +155,7 @@ def test_readme_core_snippet_runs() -> None:
 
 def test_readme_trainer_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The RL quickstart from Python, with the run folder moved to tmp and one rollout."""
-    block = next(b for b in readme_python_blocks() if "rl_trainer" in b)
+    block = next(b for b in readme_python_blocks() if "memcores.train(" in b)
     assert '"runs/ms7_py"' in block and "train.total_steps=4096" in block
     block = block.replace('"runs/ms7_py"', repr(str(tmp_path / "ms7_py")))
     block = block.replace("train.total_steps=4096", "train.total_steps=1024")
