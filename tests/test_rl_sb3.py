@@ -16,6 +16,7 @@ from rl_helpers import sb3_recurrent_ppo
     [
         "fast_lstm",  # (h, c) state: maps onto RecurrentPPO's lstm_states one-to-one
         "gru",  # any other state: packed into (h, c)
+        "gtrxl",  # a [B, memory_len, H] memory and a count per layer, packed the same way
         pytest.param("ur_lstm", marks=pytest.mark.slow),
         pytest.param("lru", marks=pytest.mark.slow),
     ],
