@@ -169,6 +169,25 @@ class RelativeAttention(nn.Module):
         attended = torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
         return self.out(attended.transpose(1, 2).reshape(B, T, h * dh))
 
+    def step(self, z: Tensor, visible: Tensor) -> Tensor:
+        """The last row of ``z`` attends to all ``M + 1`` rows (one acting step).
+
+        :param z: ``[B, M + 1, d]`` normalised memory then the current input.
+        :param visible: ``[B, M + 1]`` bool, false on empty memory slots.
+        :return: ``[B, d]``, what :meth:`forward` returns for ``T = 1``.
+        """
+        B, M, h, dh = z.shape[0], self.memory_len, self.heads, self.head_size
+        k, v = self.key_value(z).view(B, M + 1, 2, h, dh).transpose(1, 3).unbind(2)
+        q = self.query(z[:, -1]).view(B, h, 1, dh)
+        # key j of the window is at distance M - j: the sinusoids in reverse order
+        r = self.position(self.sinusoid.flip(0)).view(M + 1, h, dh).transpose(0, 1)
+        position_term = torch.matmul(q + self.position_bias.unsqueeze(1), r.transpose(1, 2))
+        mask = (position_term * self.scale).masked_fill(~visible[:, None, None, :], -math.inf)
+        attended = F.scaled_dot_product_attention(
+            q + self.content_bias.unsqueeze(1), k, v, attn_mask=mask, scale=self.scale
+        )  # [B, h, 1, dh]
+        return self.out(attended.view(B, h * dh))
+
 
 class TransformerBlock(nn.Module):
     """One pre-layer-norm block: relative attention then a position-wise MLP, each joined to
@@ -201,6 +220,13 @@ class TransformerBlock(nn.Module):
         ``start`` as in :meth:`RelativeAttention.forward`."""
         z = self.attention_norm(torch.cat([memory, e], dim=1))
         y = self._join(self.attention_gate, e, self.attention(z, start))
+        return self._join(self.mlp_gate, y, self.mlp(self.mlp_norm(y)))
+
+    def step(self, window: Tensor, visible: Tensor) -> Tensor:
+        """One step: ``window [B, M + 1, d]`` (memory then the input ``e``) -> ``[B, d]``."""
+        e = window[:, -1]
+        attended = self.attention.step(self.attention_norm(window), visible)
+        y = self._join(self.attention_gate, e, attended)
         return self._join(self.mlp_gate, y, self.mlp(self.mlp_norm(y)))
 
 
@@ -261,6 +287,8 @@ class TransformerXL(MemoryCore):
             )
             for _ in range(self.layers)
         )
+        # slot indices of a step's window [memory, e]: slot j is filled iff j >= M - count
+        self.register_buffer("_slots", torch.arange(self.memory_len + 1.0), persistent=False)
 
     @property
     def state_arity(self) -> int:  # type: ignore[override]
@@ -284,9 +312,23 @@ class TransformerXL(MemoryCore):
         return reset_where(state, mask)
 
     def step(self, x_t: Tensor, state: State) -> tuple[Tensor, State]:
-        """One step: ``x_t [B, D]`` -> ``y_t [B, d]`` and the new state."""
-        y, state = self._run(x_t.unsqueeze(0), state, None)
-        return y[0], state
+        """One step: ``x_t [B, D]`` -> ``y_t [B, d]`` and the new state.
+
+        What :meth:`forward` computes for ``T = 1`` in fewer operations (acting is launch-
+        and dispatch-bound): the window is the whole ``[memory, e]``, key ``j`` is at distance
+        ``M - j``, and a state whose empty slots hold zeros (every state this core returns)
+        keeps them zero by shifting.
+        """
+        M = self.memory_len
+        e = self.embed(x_t)  # [B, d]
+        new_state: list[Tensor] = []
+        for i, block in enumerate(self.blocks):
+            memory, count = state[2 * i], state[2 * i + 1]
+            window = torch.cat([memory, e.unsqueeze(1)], dim=1)  # [B, M + 1, d]
+            visible = self._slots.to(count.device) >= (M - count).unsqueeze(1)  # [B, M + 1]
+            new_state += [window[:, 1:], (count + 1).clamp(max=M)]
+            e = block.step(window, visible)
+        return e, tuple(new_state)
 
     def forward(
         self, x: Tensor, state: State, starts: Tensor | None = None

@@ -279,3 +279,30 @@ def test_defaults_suit_rl_at_hidden_64() -> None:
     assert core.ff_size == 256 and core.gate_bias == 2.0
     assert [tuple(s.shape) for s in core.initial_state(8)] == [(8, 64, 64), (8,)]
     assert make_core("gtrxl", 4, 5).head_size == 2  # ceil(5 / 4): any width works
+
+
+def test_bench_cores_times_acting_steps_and_checks_the_target(capsys) -> None:
+    from memcores.experiments.bench import cores as bench
+
+    assert bench.main(["--quick", "--acting", "--cores", "lstm,gtrxl", "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert "16 acting steps (no grad, warm state)" in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("gtrxl ")]
+    assert row[-1] == "lstm"  # compared with lstm, no 1.5x LSTM-family target
+    assert "gtrxl / lstm per acting step (wall) = " in out and "<=3x" in out
+    samples = {"lstm": [(1.0, 1.0)] * 3, "gtrxl": [(2.9, 2.9)] * 3}
+    assert bench.format_acting_target(samples).endswith("= 2.90x: ok <=3x")
+    samples["gtrxl"] = [(3.5, 3.5)] * 3
+    assert bench.format_acting_target(samples).endswith("= 3.50x: MISS <=3x")
+
+
+def test_bench_memory_runs_gtrxl_at_two_memory_lengths(capsys) -> None:
+    from memcores.experiments.bench import memory_rel
+
+    rows = memory_rel.run([8, 16], 2, 8, 3, 2, 2, 1.0, ("gtrxl", "gtrxl:memory_len=2"))
+    by = {(r.core, r.T): r.graph_bytes for r in rows}
+    # a longer memory saves more for backward (keys, values, scores over more slots)
+    assert by["gtrxl", 16] > by["gtrxl:memory_len=2", 16] > 0
+    with pytest.raises(SystemExit):
+        memory_rel.main(["--quick", "--cores", "gtrxl,nope", "--no-record"])
+    assert "valid cores" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """``memcores bench memory rel``: autograd memory and time of lstm vs rel_lstm vs mem_lstm.
 
-For each core and sequence length T, one forward + backward pass over ``x [T, B, D]`` from the
-initial state with loss ``y.mean()``.
+``--cores`` runs other cores beside them (``gtrxl``, or ``gtrxl:memory_len=256`` with options,
+as ``memcores bench cores`` names them). For each core and sequence length T, one forward +
+backward pass over ``x [T, B, D]`` from the initial state with loss ``y.mean()``.
 
 Memory: the bytes of the unique tensor storages that autograd saves for backward during the
 forward pass (collected with ``torch.autograd.graph.saved_tensors_hooks``, deduplicated by
@@ -27,8 +28,9 @@ import time
 from dataclasses import dataclass
 
 import torch
-from memcores.cores import make_core
+from memcores.cores import CORES, make_core
 from memcores.cores.base import MemoryCore
+from memcores.experiments.bench.cores import parse_core_spec
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -58,7 +60,12 @@ class _TorchLSTM(MemoryCore):
 
 
 def build_core(name: str, input_size: int, hidden_size: int, T: int, nu: int, rho: int):
-    """The core benchmarked under ``name`` (mem_lstm gets ``max_len = T``: full attention)."""
+    """The core benchmarked under ``name`` (mem_lstm gets ``max_len = T``: full attention; a
+    name beyond :data:`CORE_NAMES` is built by ``make_core``, ``name:option=value`` with
+    those options)."""
+    if name not in CORE_NAMES:
+        base, options = parse_core_spec(name)
+        return make_core(base, input_size, hidden_size, **options)
     if name == "rel_lstm":
         return make_core(name, input_size, hidden_size, nu=nu, rho=rho)
     if name == "mem_lstm":
@@ -214,9 +221,18 @@ def main(argv: list[str]) -> int:
         "--max-gb", type=float, default=2.5, help="time only rows whose graph fits in this"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
+    parser.add_argument(
+        "--cores",
+        default=",".join(CORE_NAMES),
+        help="comma-separated cores (name or name:option=value); default: " + ",".join(CORE_NAMES),
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     add_record_arguments(parser, "memory_rel")
     args = parser.parse_args(argv)
+    cores = tuple(args.cores.split(","))
+    unknown = [n for n in cores if parse_core_spec(n)[0] not in CORES]
+    if unknown:
+        parser.error(f"unknown core(s) {unknown}; valid cores: {', '.join(sorted(CORES))}")
     if args.quick:
         args.lengths, args.batch, args.hidden = [20, 40], 2, 16
     torch.set_num_threads(args.threads)
@@ -233,6 +249,7 @@ def main(argv: list[str]) -> int:
         args.nu,
         args.rho,
         args.max_gb,
+        cores,
     )
     print(format_table(rows, args.max_gb))
     write_record(
