@@ -123,7 +123,9 @@ class RelativeAttention(nn.Module):
         self.position_bias = nn.Parameter(torch.zeros(heads, head_size))  # v
         self.scale = 1.0 / math.sqrt(head_size)
         # R_k for k = 0 .. memory_len: a function of the sizes only, rebuilt rather than saved
-        self.register_buffer("sinusoid", relative_sinusoid(memory_len + 1, size), persistent=False)
+        sinusoid = relative_sinusoid(memory_len + 1, size)
+        self.register_buffer("sinusoid", sinusoid, persistent=False)
+        self.register_buffer("sinusoid_reversed", sinusoid.flip(0), persistent=False)
 
     def forward(self, z: Tensor, start: Tensor) -> Tensor:
         """Attend from the last ``T`` rows of ``z`` to the rows each can see.
@@ -178,13 +180,18 @@ class RelativeAttention(nn.Module):
         """
         B, M, h, dh = z.shape[0], self.memory_len, self.heads, self.head_size
         k, v = self.key_value(z).view(B, M + 1, 2, h, dh).transpose(1, 3).unbind(2)
-        q = self.query(z[:, -1]).view(B, h, 1, dh)
+        q = self.query(z[:, -1]).view(B, h, dh)
         # key j of the window is at distance M - j: the sinusoids in reverse order
-        r = self.position(self.sinusoid.flip(0)).view(M + 1, h, dh).transpose(0, 1)
-        position_term = torch.matmul(q + self.position_bias.unsqueeze(1), r.transpose(1, 2))
-        mask = (position_term * self.scale).masked_fill(~visible[:, None, None, :], -math.inf)
+        r = self.position(self.sinusoid_reversed).view(M + 1, h, dh)
+        q_position = (q + self.position_bias).transpose(0, 1)  # [h, B, dh]
+        position_term = torch.bmm(q_position, r.permute(1, 2, 0)).transpose(0, 1)  # [B, h, M+1]
+        mask = (position_term * self.scale).masked_fill(~visible[:, None], -math.inf)
         attended = F.scaled_dot_product_attention(
-            q + self.content_bias.unsqueeze(1), k, v, attn_mask=mask, scale=self.scale
+            (q + self.content_bias).unsqueeze(2),
+            k,
+            v,
+            attn_mask=mask.unsqueeze(2),
+            scale=self.scale,
         )  # [B, h, 1, dh]
         return self.out(attended.view(B, h * dh))
 
