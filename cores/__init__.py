@@ -219,6 +219,17 @@ CORES: dict[str, CoreSpec] = {
         "memcores.cores.xlstm:MLSTM",
         "xLSTM mLSTM: matrix memory, covariance update, chunkwise-parallel training (heads)",
     ),
+    # --- transformer memories (Parisotto et al.; Dai et al.) --------------------------------
+    "gtrxl": CoreSpec(
+        "memcores.cores.gtrxl:TransformerXL",
+        "GTrXL: pre-LN relative-position attention over a sliding memory, GRU-type gates",
+        dict(gated=True),
+    ),
+    "trxl": CoreSpec(
+        "memcores.cores.gtrxl:TransformerXL",
+        "TrXL-I: GTrXL's blocks with residual sums instead of gates (no gate_bias)",
+        dict(gated=False, gate_bias=None),
+    ),
 }
 
 

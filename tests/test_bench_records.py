@@ -49,6 +49,15 @@ def test_rel_graph_memory_matches_its_record() -> None:
         assert nbytes == recorded[f"{name}/250"]["graph_bytes"], name
 
 
+def test_gtrxl_graph_memory_matches_its_record() -> None:
+    """Graph bytes of gtrxl at three memory lengths at T=250 (B=16, H=128, D=8)."""
+    recorded = numbers("memory_gtrxl")
+    for name in ("gtrxl", "gtrxl:memory_len=16", "gtrxl:memory_len=256"):
+        core = memory_rel.build_core(name, 8, 128, 250, 5, 5)
+        nbytes = memory_rel.graph_bytes(core, 250, 16, "meta")
+        assert nbytes == recorded[f"{name}/250"]["graph_bytes"], name
+
+
 def test_where_a_bench_writes_its_record() -> None:
     """Default results/bench/<name>; --out elsewhere; none for --no-record or a --quick run
     (a smoke run must never replace a measurement)."""
@@ -79,3 +88,13 @@ def test_every_bench_record_renders_and_names_its_machine() -> None:
         assert record["command"].startswith("memcores bench ")
         report = (folder / bench_record.REPORT).read_text()
         assert report == bench_record.render_report(record), folder.name
+
+
+def test_cpu_names_lose_their_trademark_signs() -> None:
+    from memcores.experiments.bench.record import plain_cpu_name
+
+    assert plain_cpu_name("Intel(R) Xeon(R) Processor") == "Intel Xeon Processor"
+    assert plain_cpu_name("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz") == (
+        "Intel Core i7-8700 CPU @ 3.20GHz"
+    )
+    assert plain_cpu_name("AMD EPYC 7B13") == "AMD EPYC 7B13"

@@ -14,8 +14,9 @@ from ray.rllib.core.columns import Columns  # noqa: E402
 from memcores.agents.rllib_module import CoreRLModule, core_ppo_config, state_batch  # noqa: E402
 
 OBS, MAX_SEQ_LEN = 7, 4
-# the gated family, a GRU, scans (min_gru, lru, mlstm) and a state with integer parts
-RLLIB_CORES = ["lstm", "ur_lstm", "gru", "min_gru", "lru", "mlstm", "rel_lstm"]
+# the gated family, a GRU, scans (min_gru, lru, mlstm), a state with integer parts and a
+# transformer's sliding memory
+RLLIB_CORES = ["lstm", "ur_lstm", "gru", "min_gru", "lru", "mlstm", "rel_lstm", "gtrxl"]
 
 
 def _module(core: str) -> CoreRLModule:

@@ -17,6 +17,7 @@ from memcores.cores import make_core
     [
         "fast_lstm",  # (h, c) state: maps onto RecurrentPPO's lstm_states one-to-one
         "gru",  # any other state: packed into (h, c)
+        "gtrxl",  # a [B, memory_len, H] memory and a count per layer, packed the same way
         pytest.param("ur_lstm", marks=pytest.mark.slow),
         pytest.param("lru", marks=pytest.mark.slow),
     ],

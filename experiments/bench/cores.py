@@ -14,6 +14,12 @@ shuffled order and repeated, and the table shows medians and two ratios:
   cores with the classic cell they replace (``min_gru`` with ``gru``; ``min_lstm``, ``slstm``,
   ``mlstm`` with ``lstm``).
 
+``--acting`` times what a rollout asks of a core instead: ``--T`` single steps (``step`` under
+``torch.no_grad``, ``forward`` with ``T = 1`` for a core without one) of ``--B`` envs from a
+warm state (the same ``--T`` steps run first, so a transformer's memory is full), against
+``torch.nn.LSTM`` stepped the same way; ``gtrxl`` and ``trxl`` are compared with ``lstm`` and
+a line under the table checks ``gtrxl``'s 3x target.
+
 A core given as ``name:option=value`` (``rel_lstm:impl=loop``) runs with those options and is
 compared with the same core at its defaults.
 
@@ -81,6 +87,8 @@ TWINS = {
     "min_lstm": "lstm",
     "slstm": "lstm",
     "mlstm": "lstm",
+    "gtrxl": "lstm",
+    "trxl": "lstm",
 }
 # the gated-LSTM variants held to the 1.5x nn.LSTM target (not the cells that build on an
 # LSTM, nor the modern cells compared with it)
@@ -88,11 +96,15 @@ MODERN = {"min_gru", "min_lstm", "slstm", "mlstm"}
 LSTM_FAMILY = {name for name, twin in TWINS.items() if twin in ("lstm", "tied_lstm")} - {
     "rel_lstm",
     "mem_lstm",
+    "gtrxl",
+    "trxl",
     *MODERN,
 }
 # (core, reference column, limit) pairs checked in the "target" column
 TARGETS = {"fast_lstm": ("twin", 1.05), "ur_lstm": ("twin", 1.3)}
 LSTM_LIMIT = 1.5
+# the acting-step target of the transformer core: one step at most 3x lstm's
+ACTING_TARGET = ("gtrxl", "lstm", 3.0)
 # --stat choices and how the header names them
 STATS = {"median": "medians", "min": "minima (best round)"}
 ANCHOR = "nn.LSTM"
@@ -175,6 +187,76 @@ def build_runs(
         for label, blocks in MATMUL_RUNS.items():
             runs[label] = _matmul_runner(T, B, D, H, blocks, gen, device)
     return runs, errors
+
+
+def _acting_runner(
+    step: Callable[[torch.Tensor, tuple], tuple], xs: list[torch.Tensor], state: tuple
+) -> Callable[[], None]:
+    """``len(xs)`` single steps from ``state`` (the same warm state every round), no grad."""
+
+    def run() -> None:
+        with torch.no_grad():
+            s = state
+            for x_t in xs:
+                _, s = step(x_t, s)
+
+    return run
+
+
+def build_acting_runs(
+    names: list[str],
+    T: int,
+    B: int,
+    D: int,
+    H: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> tuple[dict[str, Callable[[], None]], dict[str, str]]:
+    """One closure per core that takes ``T`` acting steps of ``B`` envs (plus the anchor,
+    ``torch.nn.LSTM`` called with ``T = 1``), each from the state after ``T`` warm-up steps."""
+    device = torch.device(device)
+    gen = torch.Generator().manual_seed(seed)
+    warm, x = (torch.randn(T, B, D, generator=gen).to(device) for _ in range(2))
+    xs = list(x.unbind(0))
+    torch.manual_seed(seed)
+    anchor = torch.nn.LSTM(D, H).to(device).eval()
+    with torch.no_grad():
+        _, anchor_state = anchor(warm)
+
+    def anchor_step(x_t: torch.Tensor, s: tuple) -> tuple:
+        y, s = anchor(x_t.unsqueeze(0), s)
+        return y[0], s
+
+    runs = {ANCHOR: _acting_runner(anchor_step, xs, anchor_state)}
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            base, options = parse_core_spec(name)
+            core = make_core(base, D, H, **options).to(device).eval()
+        except Exception as err:  # a core under construction must not stop the benchmark
+            errors[name] = f"{type(err).__name__}: {err}"
+            continue
+        with torch.no_grad():
+            _, state = core(warm, core.initial_state(B, device))
+
+        def step(x_t: torch.Tensor, s: tuple, c=core) -> tuple:
+            if c.has_step:
+                return c.step(x_t, s)
+            y, s = c(x_t.unsqueeze(0), s)
+            return y[0], s
+
+        runs[name] = _acting_runner(step, xs, state)
+    return runs, errors
+
+
+def format_acting_target(samples: Samples, stat: str = "median") -> str | None:
+    """``gtrxl / lstm`` per acting step (wall) against :data:`ACTING_TARGET`, or ``None``."""
+    name, ref, limit = ACTING_TARGET
+    r = ratio(samples, name, ref, 0, stat) if name in samples else None
+    if r is None:
+        return None
+    mark = "ok" if r <= limit else "MISS"
+    return f"{name} / {ref} per acting step (wall) = {r:.2f}x: {mark} <={limit:g}x"
 
 
 Samples = dict[str, list[tuple[float, float]]]
@@ -479,6 +561,12 @@ def _parser() -> argparse.ArgumentParser:
         help="time the linear-scan kernels of cores/scan.py (T, B, H, reps) instead of cores",
     )
     parser.add_argument(
+        "--acting",
+        action="store_true",
+        help="time --T single acting steps of --B envs (no grad, warm state) instead of "
+        "forward+backward over T",
+    )
+    parser.add_argument(
         "--tanh",
         action="store_true",
         help="time torch.tanh against the sigmoid route of cores/fast_tanh.py instead of cores",
@@ -500,14 +588,20 @@ def _core_names(spec: str) -> list[str]:
 
 
 def _bench_threads(
-    names: list[str], args: argparse.Namespace, device: torch.device, n: int
+    names: list[str], args: argparse.Namespace, device: torch.device, n: int, notes: list[str]
 ) -> Table:
-    """Time the cores with ``n`` torch threads, print their tables, return the record's."""
+    """Time the cores with ``n`` torch threads, print their tables, return the record's (and
+    append the acting target's line, when it was measured, to ``notes``)."""
     torch.set_num_threads(n)
-    runs, errors = build_runs(names, args.T, args.B, args.D, args.H, args.seed, device)
+    build = build_acting_runs if args.acting else build_runs
+    runs, errors = build(names, args.T, args.B, args.D, args.H, args.seed, device)
     samples = measure(runs, args.reps, device)
     print()
     print(format_table(samples, n, args.stat))
+    acting = format_acting_target(samples, args.stat) if args.acting else None
+    if acting:
+        print(acting)
+        notes.append(f"threads={n}: {acting}")
     split = format_refine_split(samples, args.stat)
     if split:
         print(split)
@@ -535,22 +629,23 @@ def main(argv: list[str]) -> int:
     names = _core_names(args.cores)
     threads = [int(t) for t in args.threads.split(",")]
     old_threads = torch.get_num_threads()
+    what = f"{args.T} acting steps (no grad, warm state)" if args.acting else "forward+backward"
     print(
-        f"bench cores: forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, "
+        f"bench cores: {what}, T={args.T} B={args.B} D={args.D} H={args.H}, "
         f"{args.reps} interleaved rounds (A B B A), {STATS[args.stat]}; "
         f"device {device}; torch {torch.__version__}; "
         f"malloc keeps freed memory: {'yes' if keep_freed_memory() else 'no'} ({ENV_VAR})"
     )
+    notes = [f"{what}, T={args.T} B={args.B} D={args.D} H={args.H}, {args.reps} rounds"]
     try:
-        tables = [_bench_threads(names, args, device, n) for n in threads]
+        tables = [_bench_threads(names, args, device, n, notes) for n in threads]
     finally:
         torch.set_num_threads(old_threads)
-    setup = f"forward+backward, T={args.T} B={args.B} D={args.D} H={args.H}, {args.reps} rounds"
     write_record(
         record_folder(args, "cores"),
         bench="cores",
         argv=["cores", *argv],
         tables=tables,
-        notes=[setup],
+        notes=notes,
     )
     return 0

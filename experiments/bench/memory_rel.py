@@ -1,7 +1,8 @@
 """``memcores bench memory rel``: autograd memory and time of lstm vs rel_lstm vs mem_lstm.
 
-For each core and sequence length T, one forward + backward pass over ``x [T, B, D]`` from the
-initial state with loss ``y.mean()``.
+``--cores`` runs other cores beside them (``gtrxl``, or ``gtrxl:memory_len=256`` with options,
+as ``memcores bench cores`` names them). For each core and sequence length T, one forward +
+backward pass over ``x [T, B, D]`` from the initial state with loss ``y.mean()``.
 
 Memory: the bytes of the unique tensor storages that autograd saves for backward during the
 forward pass (collected with ``torch.autograd.graph.saved_tensors_hooks``, deduplicated by
@@ -29,8 +30,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from memcores.cores import make_core
+from memcores.cores import CORES, make_core
 from memcores.cores.base import MemoryCore
+from memcores.experiments.bench.cores import parse_core_spec
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -59,7 +61,12 @@ class _TorchLSTM(MemoryCore):
 
 
 def build_core(name: str, input_size: int, hidden_size: int, T: int, nu: int, rho: int):
-    """The core benchmarked under ``name`` (mem_lstm gets ``max_len = T``: full attention)."""
+    """The core benchmarked under ``name`` (mem_lstm gets ``max_len = T``: full attention; a
+    name beyond :data:`CORE_NAMES` is built by ``make_core``, ``name:option=value`` with
+    those options)."""
+    if name not in CORE_NAMES:
+        base, options = parse_core_spec(name)
+        return make_core(base, input_size, hidden_size, **options)
     if name == "rel_lstm":
         return make_core(name, input_size, hidden_size, nu=nu, rho=rho)
     if name == "mem_lstm":
@@ -200,6 +207,8 @@ def result_table(rows: list[Row]) -> Table:
         )
         table_rows.append([str(T), *cells, ratio])
     columns = ["T", *(f"{n} MB" for n in names), "mem / rel"]
+    if not {"mem_lstm", "rel_lstm"} <= set(names):  # the ratio column needs both
+        columns, table_rows = columns[:-1], [row[:-1] for row in table_rows]
     return Table("bytes autograd saves for one forward+backward", columns, table_rows)
 
 
@@ -215,9 +224,18 @@ def main(argv: list[str]) -> int:
         "--max-gb", type=float, default=2.5, help="time only rows whose graph fits in this"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
+    parser.add_argument(
+        "--cores",
+        default=",".join(CORE_NAMES),
+        help="comma-separated cores (name or name:option=value); default: " + ",".join(CORE_NAMES),
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     add_record_arguments(parser, "memory_rel")
     args = parser.parse_args(argv)
+    cores = tuple(args.cores.split(","))
+    unknown = [n for n in cores if parse_core_spec(n)[0] not in CORES]
+    if unknown:
+        parser.error(f"unknown core(s) {unknown}; valid cores: {', '.join(sorted(CORES))}")
     if args.quick:
         args.lengths, args.batch, args.hidden = [20, 40], 2, 16
     torch.set_num_threads(args.threads)
@@ -234,6 +252,7 @@ def main(argv: list[str]) -> int:
         args.nu,
         args.rho,
         args.max_gb,
+        cores,
     )
     print(format_table(rows, args.max_gb))
     write_record(
@@ -243,7 +262,8 @@ def main(argv: list[str]) -> int:
         tables=[result_table(rows)],
         notes=[
             f"B={args.batch} H={args.hidden} D={args.input_size}, rel_lstm nu={args.nu} "
-            f"rho={args.rho}, mem_lstm max_len=T; graph bytes are exact (meta device)",
+            f"rho={args.rho}, mem_lstm max_len=T, other cores at their defaults unless named "
+            "with options; graph bytes are exact (meta device), times are one run each",
         ],
         numbers={
             f"{r.core}/{r.T}": {"graph_bytes": r.graph_bytes, "seconds": r.seconds} for r in rows

@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -45,14 +46,22 @@ class Table:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``, else the platform's)."""
+    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``, else the platform's),
+    without trademark signs (``Xeon(R)`` -> ``Xeon``)."""
+    name = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
+                name = line.split(":", 1)[1].strip()
+                break
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return plain_cpu_name(name)
+
+
+def plain_cpu_name(name: str) -> str:
+    """``name`` without ``(R)``/``(TM)`` signs and doubled spaces."""
+    return " ".join(re.sub(r"\((?:R|TM)\)", "", name, flags=re.IGNORECASE).split())
 
 
 def machine() -> dict[str, Any]:
