@@ -83,6 +83,13 @@ def nstep_targets(
     return out + alive * gamma**n * bootstrap[n : n + length]
 
 
+def double_q_bootstrap(q_online: Tensor, q_target: Tensor, eps: float) -> Tensor:
+    """Double Q's bootstrap in reward units: ``h^-1(Q_target(s, argmax_a Q_online(s, a)))``;
+    ``[..., A]`` each -> ``[...]``."""
+    best = q_online.argmax(-1, keepdim=True)
+    return unrescale(q_target.gather(-1, best).squeeze(-1), eps)
+
+
 def online_q(policy: RecurrentActorCritic, seq: Sequences, burn_in: int) -> Tensor:
     """``Q [W - burn_in, B, A]`` of the online network over a sequence replayed from its stored
     state, the first ``burn_in`` steps run without gradient (only their final state is kept)."""
@@ -108,8 +115,7 @@ def r2d2_loss(
     q = online_q(policy, seq, b)  # [W - b, B, A]
     with torch.no_grad():
         q_target = target(seq.obs, seq.state, seq.starts).logits[b:]  # [W - b, B, A]
-        best = q.detach().argmax(-1, keepdim=True)
-        bootstrap = unrescale(q_target.gather(-1, best).squeeze(-1), eps)
+        bootstrap = double_q_bootstrap(q.detach(), q_target, eps)
         returns = nstep_targets(
             seq.rewards[b:], seq.starts[b:], bootstrap, agent.gamma, agent.n_step, L
         )
