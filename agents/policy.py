@@ -225,6 +225,10 @@ class RecurrentActorCritic(nn.Module):
         ``recon_objects_only`` scores only the view cells that hold a thing.
     """
 
+    greedy: bool = False
+    """Whether evaluation always takes the argmax of the logits (a Q-network's values, which
+    are no distribution to sample from) instead of sampling unless asked for the argmax."""
+
     def __init__(
         self,
         n_actions: int,

@@ -31,7 +31,9 @@ def value_based(algo: str) -> bool:
 
 class RecurrentQNetwork(RecurrentActorCritic):
     """Encoder -> memory core -> Q head with LayerNorm (same options as the actor-critic;
-    ``separate_critic`` does not apply)."""
+    ``separate_critic`` does not apply). Evaluated greedily (:attr:`greedy`)."""
+
+    greedy = True
 
     def __init__(self, n_actions: int, *args: Any, **kwargs: Any) -> None:
         kwargs["separate_critic"] = False

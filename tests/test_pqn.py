@@ -96,6 +96,17 @@ def test_a_run_logs_the_epsilon_each_rollout_was_collected_with(tmp_path):
     assert all(float(r["train/td_error"]) > 0 for r in rows)
 
 
+def test_a_trained_q_network_is_evaluated_greedily(tmp_path):
+    """Its values are no distribution: evaluation takes their argmax with or without
+    ``--argmax`` (the same episodes either way)."""
+    from memcores.agents.evaluation import evaluate_run
+
+    train(popgym_config("agent.algo=pqn"), tmp_path)
+    sampled = evaluate_run(tmp_path, episodes=4, argmax=False, seed=3)
+    greedy = evaluate_run(tmp_path, episodes=4, argmax=True, seed=3)
+    assert sampled.returns == greedy.returns
+
+
 def test_epsilon_greedy_acts_greedily_at_zero_and_per_group():
     torch.manual_seed(0)
     net = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none").eval()
