@@ -119,7 +119,7 @@ def update(
         explained_variance=explained_variance(buffer.values, buffer.returns),
         n_minibatches=len(applied),
         skipped_updates=len(table) - len(applied),
-        extra={"train/q_values": means[2], "train/td_error": means[3]},
+        extra={"train/q_values": means[2] / agent.reward_scale, "train/td_error": means[3]},
     )
 
 

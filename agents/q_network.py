@@ -4,7 +4,10 @@ what both share: epsilon-greedy acting and the learners' statistics.
 The network is :class:`agents.policy.RecurrentActorCritic`'s encoder and core with one head:
 ``Linear(H, 64) -> LayerNorm -> ReLU -> Linear(64, A)`` giving ``Q(s, .)``. PQN relies on the
 LayerNorm to train without a target network (Gallici et al., ICLR 2025); R2D2 keeps it too, so
-both share one network. :meth:`RecurrentQNetwork.forward` returns a
+both share one network. The last layer starts small (orthogonal, gain 0.01, as PPO's actor
+head): Q starts near 0, so the first steps learn the differences between actions instead of
+shrinking an initial output of order 1 towards returns of order 0.01 (POPGym's per-step
+rewards are ``1 / episode length``). :meth:`RecurrentQNetwork.forward` returns a
 :class:`~agents.policy.PolicyOutput` with ``logits = Q [T, B, A]`` and
 ``values = max_a Q [T, B]``, so the rollout, evaluation (greedy: the argmax of the "logits")
 and checkpoints treat it as any policy.
@@ -40,7 +43,7 @@ class RecurrentQNetwork(RecurrentActorCritic):
         super().__init__(n_actions, *args, **kwargs)
         first = layer_init(nn.Linear(self.hidden_size, 64))
         self.actor = nn.Sequential(
-            first, nn.LayerNorm(64), nn.ReLU(), layer_init(nn.Linear(64, n_actions), gain=1.0)
+            first, nn.LayerNorm(64), nn.ReLU(), layer_init(nn.Linear(64, n_actions), gain=0.01)
         )
         self.critic = None
         object.__setattr__(self, "_device_probe", first)

@@ -110,21 +110,21 @@ def r2d2_loss(
     agent: AgentConfig,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The weighted loss of one batch of sequences, the sequences' new priorities ``[B]``, the
-    mean ``Q(s, a)`` (in reward units) and the mean ``|TD|`` (rescaled units)."""
+    mean ``Q(s, a)`` (in the env's reward units: unrescaled, divided by
+    ``agent.reward_scale``) and the mean ``|TD|`` (rescaled units)."""
     b, eps, L = agent.burn_in, agent.value_rescale_eps, agent.seq_len
     q = online_q(policy, seq, b)  # [W - b, B, A]
     with torch.no_grad():
         q_target = target(seq.obs, seq.state, seq.starts).logits[b:]  # [W - b, B, A]
         bootstrap = double_q_bootstrap(q.detach(), q_target, eps)
-        returns = nstep_targets(
-            seq.rewards[b:], seq.starts[b:], bootstrap, agent.gamma, agent.n_step, L
-        )
+        rewards = seq.rewards[b:] * agent.reward_scale
+        returns = nstep_targets(rewards, seq.starts[b:], bootstrap, agent.gamma, agent.n_step, L)
         y = rescale(returns, eps)  # [L, B]
     taken = q[:L].gather(-1, seq.actions[b : b + L].unsqueeze(-1)).squeeze(-1)  # [L, B]
     td = taken - y
     loss = 0.5 * (weights.unsqueeze(0) * td.pow(2)).mean()
     priorities = sequence_priority(td.detach(), agent.priority_eta)
-    q_mean = unrescale(taken.detach(), eps).mean()
+    q_mean = unrescale(taken.detach(), eps).mean() / agent.reward_scale
     return loss, priorities, q_mean, td.detach().abs().mean()
 
 

@@ -163,6 +163,11 @@ class AgentConfig:
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this in the returns and targets every algorithm learns from
+    (GAE, Q(lambda), R2D2's n-step targets); the logged episode returns stay the env's.
+    Value-based learners regress on the returns, so they need returns of order 1: POPGym
+    pays ``+-1 / episode length`` per step (the POPGym configs set 50)."""
     epsilon_start: float = 1.0
     """``pqn``: exploration rate at the first frame (one schedule for all envs)."""
     epsilon_end: float = 0.05
@@ -240,6 +245,10 @@ class AgentConfig:
             raise ValueError(
                 f"agent.recon_lags must be a non-empty list of ints in 0..seq_len-1 "
                 f"({self.seq_len - 1}), got {self.recon_lags}"
+            )
+        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
+            raise ValueError(
+                f"agent.reward_scale must be a finite number > 0, got {self.reward_scale}"
             )
         if not 0 < self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in (0, 1], got {self.gamma}")

@@ -74,6 +74,12 @@ def test_the_rollout_returns_are_q_lambda():
         buffer.rewards, buffer.starts, buffer.values, last_q, last_start, 0.9, 0.65
     )
     torch.testing.assert_close(buffer.returns, expected)
+    # agent.reward_scale multiplies the rewards, not the bootstrapped values
+    buffer.compute_returns(last_q, last_start, 0.9, 0.65, reward_scale=3.0)
+    scaled = q_lambda_returns(
+        3 * buffer.rewards, buffer.starts, buffer.values, last_q, last_start, 0.9, 0.65
+    )
+    torch.testing.assert_close(buffer.returns, scaled)
 
 
 def test_epsilon_schedule_is_linear_then_flat():
