@@ -1,8 +1,10 @@
-"""``memcores train``: recurrent PPO/A2C for any memory core, CleanRL-style top to bottom.
+"""``memcores train``: recurrent PPO/A2C/PQN/R2D2 for any memory core, CleanRL-style top to
+bottom.
 
     setup (validate everything, write nothing) -> run folder claimed (agents.run) -> loop:
         collect (agents.rollout: n_steps x n_envs, core stepped with T=1 under no_grad,
-        chunk-start states stored, GAE) -> update (agents.ppo) -> log -> checkpoint
+        chunk-start states stored, GAE) -> update (the learner of agent.algo, chosen once:
+        agents.learners) -> log -> checkpoint
 
 Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints/last.pt``
 (every ``train.checkpoint_every`` updates and at the end; atomic; loadable with
@@ -66,6 +68,7 @@ from memcores.envs.vector import VectorEnv
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
 
 LAYOUT = RunLayout("memcores train", trainer="rl", budget_key="train.total_steps")
+"""The RL trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
 ROW_TAGS: tuple[str, ...] = (
     "rollout/ep_rew_mean",
     "rollout/ep_len_mean",
