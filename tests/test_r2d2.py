@@ -282,3 +282,17 @@ def test_r2d2_learns_repeat_previous_easy_with_gru(tmp_path):
     result = train(config, tmp_path)
     assert result.global_step == 150_528
     assert result.ep_rew_mean > 0.0
+
+
+@pytest.mark.parametrize("algo", ["pqn", "r2d2"])
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_gymnasium_envs_train_in_groups(tmp_path, algo, vector):
+    """MiniGrid through the gymnasium vector envs (``async``: two groups of envs in a worker,
+    acted on in turn, each with its own envs' epsilons)."""
+    config = tiny_config(
+        f"agent.algo={algo}", f"env.vector={vector}", "agent.learning_starts=0",
+        "agent.replay_batch=4", "agent.burn_in=2", "agent.n_step=2", "train.total_steps=128",
+    )  # fmt: skip
+    result = train(config, tmp_path)
+    assert result.updates == 2 and result.skipped_updates == 0
+    assert math.isfinite(result.history[-1]["train/td_error"])
