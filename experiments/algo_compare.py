@@ -50,7 +50,9 @@ def compare_rows(folders: list[Path], core: str) -> list[list[str]]:
         if not any(env in scores for _, scores in others):
             continue
         base = [base_scores[env][s] for s in sorted(base_scores[env])]
-        rows.append([env, folders[0].name, ", ".join(f"{v:.3f}" for v in base), _mean_std(base)])
+        rows.append(
+            [env, core, folders[0].name, ", ".join(f"{v:.3f}" for v in base), _mean_std(base)]
+        )
         rows[-1] += ["", "", ""]
         for folder, scores in others:
             if env not in scores:
@@ -59,7 +61,7 @@ def compare_rows(folders: list[Path], core: str) -> list[list[str]]:
             diff = statistics.mean(runs) - statistics.mean(base)
             p = welch_p(base, runs)
             rows.append(
-                [env, folder.name, ", ".join(f"{v:.3f}" for v in runs), _mean_std(runs),
+                [env, core, folder.name, ", ".join(f"{v:.3f}" for v in runs), _mean_std(runs),
                  f"{diff:+.3f}", separation(base, runs), f"{p:.2g}"]
             )  # fmt: skip
     return rows
@@ -68,18 +70,21 @@ def compare_rows(folders: list[Path], core: str) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memcores.experiments.algo_compare")
     parser.add_argument("folders", nargs="+", help="results folders; the first is the baseline")
-    parser.add_argument("--core", required=True, help="core.name of the compared records")
+    parser.add_argument(
+        "--core", nargs="+", required=True, help="core.name(s) of the compared records"
+    )
     parser.add_argument("--out", default=None, help="markdown file (default: print)")
     args = parser.parse_args(argv)
     folders = [Path(f) for f in args.folders]
-    header = ["env.id", "records", "final per seed", "mean ± std", "vs first", "runs", "Welch p"]
-    rows = compare_rows(folders, args.core)
+    header = ["env.id", "core.name", "records", "final per seed", "mean ± std", "vs first"]
+    header += ["runs", "Welch p"]
+    rows = [row for core in args.core for row in compare_rows(folders, core)]
     lines = [
-        f"# {args.core}: {', '.join(f.name for f in folders)}",
+        f"# {', '.join(args.core)}: {', '.join(f.name for f in folders)}",
         "",
         f"Final `{METRIC}` of each record (seed order); the difference of means, separation "
         f"and Welch's two-sided p against `{folders[0].name}`. Made by `python -m "
-        f"memcores.experiments.algo_compare {' '.join(args.folders)} --core {args.core}"
+        f"memcores.experiments.algo_compare {' '.join(args.folders)} --core {' '.join(args.core)}"
         f"{' --out ' + args.out if args.out else ''}`.",
         "",
         "| " + " | ".join(header) + " |",

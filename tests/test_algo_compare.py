@@ -25,12 +25,12 @@ def test_rows_by_hand(tmp_path, capsys):
     _records(base, "popgym/A", "lstm", [9.0, 9.0])  # another core: left out
     _records(other, "popgym/A", "gru", [0.5, 0.7, 0.6])
     rows = compare_rows([base, other], "gru")
-    assert [r[:4] for r in rows] == [
-        ["popgym/A", "ppo", "0.100, 0.200, 0.300", "0.200 ± 0.100"],
-        ["popgym/A", "pqn", "0.500, 0.700, 0.600", "0.600 ± 0.100"],
+    assert [r[:5] for r in rows] == [
+        ["popgym/A", "gru", "ppo", "0.100, 0.200, 0.300", "0.200 ± 0.100"],
+        ["popgym/A", "gru", "pqn", "0.500, 0.700, 0.600", "0.600 ± 0.100"],
     ]
     p = stats.ttest_ind([0.5, 0.7, 0.6], [0.1, 0.2, 0.3], equal_var=False).pvalue
-    assert rows[1][4:] == ["+0.400", "above", f"{p:.2g}"]
+    assert rows[1][5:] == ["+0.400", "above", f"{p:.2g}"]
     assert p == pytest.approx(0.0080, abs=1e-4)  # t = 0.4 / sqrt(0.01 / 3 * 2) = 4.90, 4 df
     assert main([str(base), str(other), "--core", "gru"]) == 0
-    assert "| popgym/A | pqn | 0.500, 0.700, 0.600 |" in capsys.readouterr().out
+    assert "| popgym/A | gru | pqn | 0.500, 0.700, 0.600 |" in capsys.readouterr().out
