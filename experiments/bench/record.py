@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
+                # the model name without its trademark marks, "(R)" and "(TM)"
+                return re.sub(r"\((?:R|TM)\)", "", line.split(":", 1)[1], flags=re.I).strip()
     except OSError:
         pass
     return platform.processor() or platform.machine()
