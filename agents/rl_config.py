@@ -167,7 +167,7 @@ class AgentConfig:
     """Rewards are multiplied by this in the returns and targets every algorithm learns from
     (GAE, Q(lambda), R2D2's n-step targets); the logged episode returns stay the env's.
     Value-based learners regress on the returns, so they need returns of order 1: POPGym
-    pays ``+-1 / episode length`` per step (the POPGym configs set 50)."""
+    pays ``+-1 / episode length`` per step (``popgym_pqn.yaml`` and ``popgym_r2d2.yaml`` set 10)."""
     epsilon_start: float = 1.0
     """``pqn``: exploration rate at the first frame (one schedule for all envs)."""
     epsilon_end: float = 0.05
