@@ -127,7 +127,7 @@ def play_episodes(
             if observe is not None:
                 observe(obs)
             out = policy(obs_to_tensors(obs, device), state, starts.unsqueeze(0))
-            actions, _ = sample_actions(out.logits[0], argmax=argmax)
+            actions, _ = sample_actions(out.logits[0], argmax=argmax or policy.greedy)
             state = out.state
             obs, *outcome = envs.step(actions.cpu().numpy())
             reward, done, success = (np.asarray(torch.as_tensor(x).cpu()) for x in outcome)
@@ -260,7 +260,7 @@ def record_gif(
                     for k, v in obs.items()
                 }
                 out = policy(batch, state, start)
-                action, _ = sample_actions(out.logits[0], argmax=argmax)
+                action, _ = sample_actions(out.logits[0], argmax=argmax or policy.greedy)
                 state, start = out.state, torch.zeros(1, 1, dtype=torch.bool, device=device)
                 obs, reward, terminated, truncated, _ = env.step(int(action[0]))
                 total += float(reward)

@@ -226,6 +226,10 @@ class RecurrentActorCritic(nn.Module):
         ``recon_objects_only`` scores only the view cells that hold a thing.
     """
 
+    greedy: bool = False
+    """Whether evaluation always takes the argmax of the logits (a Q-network's values, which
+    are no distribution to sample from) instead of sampling unless asked for the argmax."""
+
     def __init__(
         self,
         n_actions: int,
@@ -322,6 +326,12 @@ class RecurrentActorCritic(nn.Module):
         A policy off the CPU moves observations, state and starts to its device (a no-op
         where they already are), so a caller with CPU tensors need not know where it lives.
         """
+        y_actor, y_critic, state = self.core_outputs(obs, state, starts)
+        return PolicyOutput(self.actor(y_actor), self.critic(y_critic).squeeze(-1), state, y_actor)
+
+    def core_outputs(self, obs: Obs, state: State, starts: Tensor) -> tuple[Tensor, Tensor, State]:
+        """The encoder and core of :meth:`forward`: the actor's and critic's core outputs
+        (``[T, B, H]`` each, one tensor without ``separate_critic``) and the new state."""
         device = self.device
         if device.type != "cpu":  # a GPU policy fed CPU tensors (on the CPU nothing moves)
             obs, state, starts = to_device((obs, state, starts), device)
@@ -339,10 +349,8 @@ class RecurrentActorCritic(nn.Module):
         else:
             y, state = self.core(x, state, starts)  # y: [T, B, H]
         if self.separate_critic:
-            y_actor, y_critic = y[..., : self.hidden_size], y[..., self.hidden_size :]
-        else:
-            y_actor = y_critic = y
-        return PolicyOutput(self.actor(y_actor), self.critic(y_critic).squeeze(-1), state, y_actor)
+            return y[..., : self.hidden_size], y[..., self.hidden_size :], state
+        return y, y, state
 
 
 def sample_actions(logits: Tensor, argmax: bool = False) -> tuple[Tensor, Tensor]:
@@ -384,10 +392,13 @@ def obs_to_tensors(obs: dict[str, np.ndarray] | dict[str, Tensor], device: torch
 
 
 def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> Any:
-    """The policy described by an :class:`agents.rl_config.RLConfig`."""
+    """The policy described by an :class:`agents.rl_config.RLConfig`: an actor-critic for
+    PPO/A2C, a :class:`agents.q_network.RecurrentQNetwork` for the value-based algorithms."""
+    from memcores.agents.q_network import RecurrentQNetwork, value_based
     from memcores.envs.observation import VOCAB_SIZE
 
-    return RecurrentActorCritic(
+    network = RecurrentQNetwork if value_based(config.agent.algo) else RecurrentActorCritic
+    return network(
         n_actions=n_actions,
         core_name=config.core.name,
         hidden_size=config.core.hidden_size,

@@ -60,13 +60,17 @@ class UpdateStats:
     n_minibatches: int = 0
     skipped_updates: int = 0
     early_stopped: bool = False
+    extra: dict[str, float] = field(default_factory=dict)
+    """A learner's own scalars, logged under their tags after SB3's (the value-based
+    learners': ``train/q_values``, ``train/epsilon``, ``train/td_error``)."""
 
 
 def make_optimizer(policy: nn.Module, agent: AgentConfig) -> torch.optim.Optimizer:
-    """Adam (eps 1e-5, CleanRL) for PPO; RMSprop (alpha 0.99, eps 1e-5, SB3) for A2C."""
+    """Adam (eps 1e-5, CleanRL) for PPO, PQN and R2D2; RMSprop (alpha 0.99, eps 1e-5, SB3)
+    for A2C."""
     kind = agent.optimizer
     if kind == "auto":
-        kind = "adam" if agent.algo == "ppo" else "rmsprop"
+        kind = "rmsprop" if agent.algo == "a2c" else "adam"
     # Adam: the fused kernel (one pass over each tensor, CPU and CUDA) is 1.4-4.6x torch's
     # multi-tensor step on the MemoryS7 policy on a CPU; RMSprop has no fused kernel, and its
     # multi-tensor step (torch only picks it by itself on CUDA) beats the per-tensor loop.

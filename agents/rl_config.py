@@ -83,12 +83,18 @@ class EnvConfig:
 class AgentConfig:
     """The learning algorithm and the network around the core."""
 
-    algo: Literal["ppo", "a2c"] = "ppo"
+    algo: Literal["ppo", "a2c", "pqn", "r2d2"] = "ppo"
     """``ppo``: clipped surrogate, several epochs of minibatches. ``a2c``: one gradient step on
-    the whole rollout per update (``n_epochs``/``minibatch_size``/clipping are ignored). A2C
-    wants other values of some keys than PPO (:data:`ALGO_DEFAULTS`: short rollouts from more
-    envs, a smaller entropy bonus); ``memcores train CONFIG agent.algo=a2c`` on a PPO config
-    file takes them for the keys not given on the command line."""
+    the whole rollout per update (``n_epochs``/``minibatch_size``/clipping are ignored).
+    ``pqn``: recurrent PQN (Gallici et al., ICLR 2025; :mod:`agents.pqn`): a Q-network with
+    LayerNorm, epsilon-greedy acting, Q(lambda) returns over each rollout (``gae_lambda`` is
+    the lambda), ``n_epochs`` passes of minibatches of chunks, no replay, no target network.
+    ``r2d2``: R2D2 (Kapturowski et al., ICLR 2019; :mod:`agents.r2d2`): prioritized sequence
+    replay with stored states and burn-in, n-step double Q with a target network and value
+    rescaling, one Ape-X epsilon per env; ``n_epochs`` gradient steps of ``replay_batch``
+    sequences per rollout. Each algorithm wants other values of some keys
+    (:data:`ALGO_DEFAULTS`); ``memcores train CONFIG agent.algo=a2c`` on a PPO config file
+    takes them for the keys not given on the command line."""
     n_steps: int = 128
     """Rollout length per env per update (must be a multiple of ``seq_len``)."""
     seq_len: int = 32
@@ -157,6 +163,51 @@ class AgentConfig:
     mission: Literal["none", "mean", "gru"] = "mean"
     """Mission encoder: ``none`` ignores it; ``mean`` averages word embeddings; ``gru`` runs a
     GRU over the words (slower; only matters for envs whose mission varies)."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this in the returns and targets every algorithm learns from
+    (GAE, Q(lambda), R2D2's n-step targets); the logged episode returns stay the env's.
+    Value-based learners regress on the returns, so they need returns of order 1: POPGym
+    pays ``+-1 / episode length`` per step (``popgym_pqn.yaml`` and ``popgym_r2d2.yaml`` set 10)."""
+    epsilon_start: float = 1.0
+    """``pqn``: exploration rate at the first frame (one schedule for all envs)."""
+    epsilon_end: float = 0.05
+    """``pqn``: exploration rate after the decay."""
+    epsilon_fraction: float = 0.25
+    """``pqn``: fraction of ``train.total_steps`` over which epsilon decays linearly."""
+    burn_in: int = 0
+    """``r2d2``: steps at the start of each replayed sequence that only recompute the core
+    state from the stored one (online network, no gradient, no loss); must be < ``seq_len``."""
+    n_step: int = 5
+    """``r2d2``: steps of rewards in the double-Q target before bootstrapping."""
+    replay_size: int = 100_000
+    """``r2d2``: frames (steps over all envs) the sequence replay holds."""
+    replay_stride: int | None = None
+    """``r2d2``: steps between the starts of consecutive sequences of one env (``null``:
+    ``seq_len // 2``, sequences overlapping by half); must divide ``n_steps``."""
+    replay_batch: int = 32
+    """``r2d2``: sequences per gradient step."""
+    learning_starts: int = 5_000
+    """``r2d2``: frames collected before the first gradient step."""
+    target_update_every: int = 250
+    """``r2d2``: gradient steps between copies of the online network into the target."""
+    priority_alpha: float = 0.9
+    """``r2d2``: priority exponent of the sampling probabilities (0: uniform)."""
+    priority_beta: float = 0.6
+    """``r2d2``: importance-sampling exponent (0: no correction)."""
+    priority_eta: float = 0.9
+    """``r2d2``: a sequence's priority is ``eta max|TD| + (1 - eta) mean|TD|``."""
+    apex_epsilon: float = 0.4
+    """``r2d2``: Ape-X's base epsilon: env ``i`` of ``N`` explores with
+    ``apex_epsilon ** (1 + i / (N - 1) * apex_alpha)``."""
+    apex_alpha: float = 7.0
+    """``r2d2``: Ape-X's epsilon exponent spread."""
+    value_rescale_eps: float = 1e-3
+    """``r2d2``: ``eps`` of the value rescaling ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x``."""
+
+    @property
+    def stride(self) -> int:
+        """``replay_stride`` resolved: steps between consecutive sequence starts."""
+        return self.replay_stride or max(self.seq_len // 2, 1)
 
     def __post_init__(self) -> None:
         if self.normalize_advantage is None:
@@ -195,10 +246,53 @@ class AgentConfig:
                 f"agent.recon_lags must be a non-empty list of ints in 0..seq_len-1 "
                 f"({self.seq_len - 1}), got {self.recon_lags}"
             )
+        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
+            raise ValueError(
+                f"agent.reward_scale must be a finite number > 0, got {self.reward_scale}"
+            )
         if not 0 < self.gamma <= 1:
             raise ValueError(f"agent.gamma must be in (0, 1], got {self.gamma}")
         if not 0 <= self.gae_lambda <= 1:
             raise ValueError(f"agent.gae_lambda must be in [0, 1], got {self.gae_lambda}")
+        if self.algo in ("pqn", "r2d2"):
+            self._validate_value_based()
+
+    def _validate_value_based(self) -> None:
+        """The keys of ``pqn`` and ``r2d2`` (:mod:`agents.pqn`, :mod:`agents.r2d2`)."""
+        if self.separate_critic:
+            raise ValueError(f"agent.separate_critic=true does not apply to agent.algo={self.algo}")
+        for name in ("epsilon_start", "epsilon_end", "epsilon_fraction", "apex_epsilon"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"agent.{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("priority_alpha", "priority_beta", "priority_eta"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"agent.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.algo == "pqn" and self.minibatch_size % self.seq_len:
+            raise ValueError(
+                f"agent.minibatch_size ({self.minibatch_size}) must be a multiple of "
+                f"agent.seq_len ({self.seq_len}): minibatches hold whole chunks"
+            )
+        if self.algo != "r2d2":
+            return
+        if not 0 <= self.burn_in < self.seq_len:
+            raise ValueError(
+                f"agent.burn_in ({self.burn_in}) must be >= 0 and < agent.seq_len "
+                f"({self.seq_len}): the sequence needs steps to learn from after the burn-in"
+            )
+        for name in ("n_step", "replay_size", "replay_batch", "target_update_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_starts < 0 or self.apex_alpha < 0 or self.value_rescale_eps <= 0:
+            raise ValueError(
+                "agent.learning_starts and agent.apex_alpha must be >= 0 and "
+                f"agent.value_rescale_eps > 0, got {self.learning_starts}, {self.apex_alpha}, "
+                f"{self.value_rescale_eps}"
+            )
+        if self.stride < 1 or self.n_steps % self.stride:
+            raise ValueError(
+                f"agent.replay_stride ({self.stride}) must be >= 1 and divide agent.n_steps "
+                f"({self.n_steps}): sequence starts fall on stored chunk states"
+            )
 
 
 AGENT_RANGES: dict[str, tuple[float, bool, bool]] = {
@@ -224,6 +318,11 @@ MUTABLE_HYPERPARAMETERS: tuple[str, ...] = (
     "agent.gamma",
     "agent.gae_lambda",
     "agent.n_epochs",
+    "agent.epsilon_start",
+    "agent.epsilon_end",
+    "agent.apex_epsilon",
+    "agent.priority_alpha",
+    "agent.priority_beta",
 )
 """Keys of the learning algorithm that a run restored from its checkpoint can continue under
 new values (``rl_trainer.train(config, run_dir, resume=True, allow_changes=...)``): the
@@ -308,7 +407,7 @@ class RLConfig(MigratingSchema):
 
     def validate(self) -> None:
         batch = self.env.n_envs * self.agent.n_steps
-        if self.agent.algo == "ppo" and self.agent.minibatch_size > batch:
+        if self.agent.algo in ("ppo", "pqn") and self.agent.minibatch_size > batch:
             raise ValueError(
                 f"agent.minibatch_size ({self.agent.minibatch_size}) exceeds the rollout size "
                 f"env.n_envs * agent.n_steps = {batch}"
@@ -333,6 +432,24 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
         "agent.gae_lambda": 0.95,
         "agent.ent_coef": 0.001,
         "agent.vf_coef": 0.25,
+    },
+    "pqn": {
+        "env.n_envs": 8,
+        "agent.n_steps": 128,
+        "agent.seq_len": 32,
+        "agent.learning_rate": 2.5e-4,
+        "agent.gae_lambda": 0.65,
+        "agent.ent_coef": 0.0,
+        "agent.vf_coef": 0.5,
+    },
+    "r2d2": {
+        "env.n_envs": 8,
+        "agent.n_steps": 128,
+        "agent.seq_len": 32,
+        "agent.learning_rate": 1e-4,
+        "agent.gae_lambda": 0.95,
+        "agent.ent_coef": 0.0,
+        "agent.vf_coef": 0.5,
     },
 }
 """Per-algorithm values of the keys whose good settings differ between PPO and A2C (dotted

@@ -1,8 +1,10 @@
-"""``memcores train``: recurrent PPO/A2C for any memory core, CleanRL-style top to bottom.
+"""``memcores train``: recurrent PPO/A2C/PQN/R2D2 for any memory core, CleanRL-style top to
+bottom.
 
     setup (validate everything, write nothing) -> run folder claimed (agents.run) -> loop:
         collect (agents.rollout: n_steps x n_envs, core stepped with T=1 under no_grad,
-        chunk-start states stored, GAE) -> update (agents.ppo) -> log -> checkpoint
+        chunk-start states stored, GAE) -> update (the learner of agent.algo, chosen once:
+        agents.learners) -> log -> checkpoint
 
 Run folder: ``config.yaml``, TensorBoard events, ``progress.csv``, ``checkpoints/last.pt``
 (every ``train.checkpoint_every`` updates and at the end; atomic; loadable with
@@ -44,9 +46,10 @@ from memcores.agents.checkpoint import (
 from memcores.agents.device import acting_device, module_device, resolve_device
 from memcores.agents.divergence import DivergenceGuard
 from memcores.agents.episodes import EpisodeStats
+from memcores.agents.learners import acting_obstacle, check_learner_memory, make_learner
 from memcores.agents.memory_need import check_fits
 from memcores.agents.policy import RecurrentActorCritic, build_policy, observation_shape
-from memcores.agents.ppo import UpdateStats, make_optimizer, update
+from memcores.agents.ppo import UpdateStats, make_optimizer
 from memcores.agents.rl_config import AgentConfig, RLConfig
 from memcores.agents.rollout import (
     RolloutBuffer,
@@ -67,6 +70,7 @@ from memcores.envs.vector import VectorEnv
 __all__ = ["CHECKPOINT_NAME", "LAYOUT", "TrainResult", "setup", "train"]
 
 LAYOUT = RunLayout("memcores train", trainer="rl", budget_key="train.total_steps")
+"""The RL trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
 ROW_TAGS: tuple[str, ...] = (
     "rollout/ep_rew_mean",
     "rollout/ep_len_mean",
@@ -90,7 +94,10 @@ ROW_TAGS: tuple[str, ...] = (
 ``step``), followed by :data:`RECON_TAG` with ``agent.recon_coef > 0``: what a sweep's
 ``--metric`` may name."""
 RECON_TAG = "train/recon_loss"
-"""The RL trainer's part of the run life cycle (:class:`agents.run.RunLayout`)."""
+VALUE_TAGS: tuple[str, ...] = ("train/q_values", "train/epsilon", "train/td_error")
+"""The value-based learners' scalars (``agent.algo=pqn`` and ``r2d2``), logged after
+:data:`ROW_TAGS`: the mean ``Q(s, a)`` of the replayed actions, the exploration rate the
+rollout was collected with (the mean over the envs for R2D2) and the mean ``|TD error|``."""
 
 RESET_SEED_STRIDE = 7919
 """Rollouts that start at update ``k`` (0, or a resumed run's update count) reset env ``i``
@@ -224,6 +231,7 @@ def check_rollout_memory(config: RLConfig, device: torch.device) -> None:
         f"{per_step:,} bytes{' x 2 rollouts (train.overlap)' if buffers == 2 else ''}",
         "lower env.n_envs or agent.n_steps",
     )
+    check_learner_memory(config, obs_bytes, device)
 
 
 def graph_obstacles(
@@ -241,7 +249,9 @@ def graph_obstacles(
     if both is None and config.train.overlap:
         both = "train.overlap acts in a second thread while the learner records; set one to false"
     keyed = keyed_by_state(policy)
-    acting = keyed and f"{keyed} reads its state on the host at every step"
+    acting = acting_obstacle(config.agent.algo) or (
+        keyed and f"{keyed} reads its state on the host at every step"
+    )
     return both or refusal(policy, optimizer, config.agent), both or acting
 
 
@@ -433,9 +443,14 @@ class OverlappedRollouts:
 
 
 def _rollouts(
-    s: Setup, acting: RecurrentActorCritic, episodes: EpisodeStats, updates: int
+    s: Setup,
+    acting: RecurrentActorCritic,
+    episodes: EpisodeStats,
+    updates: int,
+    resumed: bool = False,
 ) -> SerialRollouts | OverlappedRollouts:
-    """The rollout schedule of ``train.overlap``, starting at update ``updates``."""
+    """The rollout schedule of ``train.overlap``, starting at update ``updates``, with the
+    learner of ``agent.algo`` (:func:`agents.learners.make_learner`, chosen once here)."""
     cfg, agent, envs = s.config, s.config.agent, s.envs
     act_device = module_device(acting)
     if isinstance(envs, BatchedEnv):
@@ -443,8 +458,16 @@ def _rollouts(
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 
+    graph = UpdateGraph() if s.graph_update else None
+    # Overlapped, the learner draws its minibatch order from its own generator while the
+    # collector samples actions from torch's global one, so the run stays reproducible.
+    generator = torch.Generator().manual_seed(seed) if cfg.train.overlap else None
+    frames = updates * cfg.env.n_envs * agent.n_steps
+    learner = make_learner(s, frames, generator, graph, resumed)
     env_graph = RolloutGraph(acting, envs) if s.graph_env_step else None
-    step = ActingGraph(acting) if s.graph_acting and env_graph is None else None
+    step = learner.acting(acting, getattr(envs, "groups", [slice(None)]))
+    if step is None and s.graph_acting and env_graph is None:
+        step = ActingGraph(acting)
 
     def collect(buffer: RolloutBuffer) -> None:
         carry[0] = collect_with_returns(
@@ -455,17 +478,11 @@ def _rollouts(
         n = cfg.env.n_envs
         state = acting.initial_state(n, act_device)
         space = obs_shapes(envs.single_observation_space)
-        return RolloutBuffer(space, agent.n_steps, n, agent.seq_len, state, act_device)
+        return RolloutBuffer(space, agent.n_steps, n, learner.chunk_len, state, act_device)
 
-    graph = UpdateGraph() if s.graph_update else None
     if not cfg.train.overlap:
-        learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, graph=graph)  # noqa: E731
-        return SerialRollouts(collect, learn, make_buffer(), cfg.train.update_threads)
-    # The learner draws its minibatch order from its own generator while the collector
-    # samples actions from torch's global one, so an overlapped run stays reproducible.
-    generator = torch.Generator().manual_seed(seed)
-    learn = lambda buffer: update(s.policy, s.optimizer, buffer, agent, generator, graph)  # noqa: E731
-    return OverlappedRollouts(collect, learn, (make_buffer(), make_buffer()))
+        return SerialRollouts(collect, learner.learn, make_buffer(), cfg.train.update_threads)
+    return OverlappedRollouts(collect, learner.learn, (make_buffer(), make_buffer()))
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -521,7 +538,7 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
         graphed=s.graph_acting or s.graph_env_step,
     )
     episodes = EpisodeStats(cfg.env.n_envs)
-    rollouts = _rollouts(s, acting, episodes, updates)
+    rollouts = _rollouts(s, acting, episodes, updates, run.resumed)
     guard = run.guard(cfg.train.max_skipped_updates, global_step, "frame")
     desc = f"{cfg.core.name} {cfg.agent.algo} {cfg.env.id}"
     bar = run.progress_bar(cfg.train.progress, cfg.train.total_steps, global_step, desc, "frames")
@@ -603,6 +620,7 @@ def _log_update(loop: _Loop, stats: UpdateStats, lr: float, last: bool) -> None:
         row = dict(zip(ROW_TAGS, values, strict=True))
         if cfg.agent.recon_coef > 0:
             row[RECON_TAG] = stats.recon_loss
+        row.update({tag: stats.extra[tag] for tag in VALUE_TAGS if tag in stats.extra})
         for tag, value in row.items():
             logger.record(tag, value)
         logger.dump(loop.global_step)

@@ -131,7 +131,12 @@ class RolloutBuffer:
         self.values[t, rows] = values
 
     def compute_returns(
-        self, last_value: Tensor, next_start: Tensor, gamma: float, gae_lambda: float
+        self,
+        last_value: Tensor,
+        next_start: Tensor,
+        gamma: float,
+        gae_lambda: float,
+        reward_scale: float = 1.0,
     ) -> None:
         """Generalised advantage estimation (Schulman et al. 2016), as CleanRL/SB3.
 
@@ -141,6 +146,7 @@ class RolloutBuffer:
 
         :param last_value: ``[N]`` value of the observation after the last step.
         :param next_start: ``[N]`` bool, whether the last step ended an episode.
+        :param reward_scale: the rewards are multiplied by this (``agent.reward_scale``).
         """
         last_value = last_value.to(self.values.device)
         next_start = next_start.to(self.values.device)  # a CPU env's flags into a GPU buffer
@@ -152,7 +158,7 @@ class RolloutBuffer:
             else:
                 not_done = 1.0 - self.starts[t + 1].float()
                 next_value = self.values[t + 1]
-            delta = self.rewards[t] + gamma * next_value * not_done - self.values[t]
+            delta = self.rewards[t] * reward_scale + gamma * next_value * not_done - self.values[t]
             last_gae = delta + gamma * gae_lambda * not_done * last_gae
             self.advantages[t] = last_gae
         self.returns = self.advantages + self.values
@@ -353,5 +359,7 @@ def collect_with_returns(
     with torch.no_grad():
         obs = obs_to_tensors(carry.obs, buffer.device)
         last_value = policy(obs, carry.state, carry.starts.unsqueeze(0)).values[0]
-    buffer.compute_returns(last_value, carry.starts, agent.gamma, agent.gae_lambda)
+    buffer.compute_returns(
+        last_value, carry.starts, agent.gamma, agent.gae_lambda, agent.reward_scale
+    )
     return carry

@@ -17,7 +17,7 @@ from memcores.experiments.malloc import keep_freed_memory
 # command -> (module under experiments.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("list_cmd", "list registered cores, tasks, envs or transfer suites"),
-    "train": ("train", "train a recurrent PPO/A2C agent from a config"),
+    "train": ("train", "train a recurrent PPO/A2C/PQN/R2D2 agent from a config"),
     "evaluate": ("evaluate", "evaluate a trained agent on any env id"),
     "transfer": ("transfer", "train on each env of a suite and evaluate on its larger twin"),
     "visualize": ("visualize", "record a GIF of a trained agent"),

@@ -153,9 +153,14 @@ def check_metric(metric: str, command: str, flag: str = "--metric") -> None:
             return  # transfer/<variant>/<metric>: the variants are the task's
         tags.append(f"{TRANSFER_PREFIX}<variant>/<metric>")
     else:
-        from memcores.agents.rl_trainer import RECON_TAG, ROW_TAGS
+        from memcores.agents.rl_trainer import RECON_TAG, ROW_TAGS, VALUE_TAGS
 
-        tags = [*ROW_TAGS, RECON_TAG, *(TRANSFER_TAGS if command == "transfer" else ())]
+        tags = [
+            *ROW_TAGS,
+            RECON_TAG,
+            *VALUE_TAGS,
+            *(TRANSFER_TAGS if command == "transfer" else ()),
+        ]
     if metric not in tags:
         raise ValueError(
             f"{flag} {metric!r} is not logged by `memcores {command}` trials; valid: "

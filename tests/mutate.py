@@ -81,6 +81,27 @@ _GATE_TESTS = (
     "tests/test_power_law.py",
 )
 _RL_TESTS = ("tests/test_losses.py",)
+_R2D2 = "tests/test_r2d2.py::test_"
+_VALUE_TESTS = tuple(
+    f"{_R2D2}{name}"
+    for name in (
+        "nstep_target_by_hand_across_an_episode_end",
+        "double_q_takes_the_target_value_of_the_online_argmax",
+        "value_rescaling_by_hand_and_inverse",
+        "priority_mix_by_hand",
+        "sampling_probabilities_and_importance_weights_by_hand",
+        "apex_epsilons_by_hand",
+        "the_ring_keeps_complete_sequences_and_their_states",
+        "burn_in_gets_no_gradient_and_ends_in_the_online_state",
+    )
+)
+_PQN_TESTS = (
+    "tests/test_pqn.py::test_q_lambda_by_hand",
+    "tests/test_pqn.py::test_the_rollout_returns_are_q_lambda",
+    "tests/test_pqn.py::test_epsilon_schedule_is_linear_then_flat",
+    "tests/test_pqn.py::test_epsilon_greedy_acts_greedily_at_zero_and_per_group",
+    "tests/test_pqn.py::test_the_td_loss_is_half_the_mean_squared_error_of_the_taken_actions",
+)
 TARGETS: tuple[Target, ...] = (
     Target(
         "agents/ppo.py",
@@ -182,6 +203,31 @@ TARGETS: tuple[Target, ...] = (
             "_LinearScan.backward",
             "linear_scan",
         ),
+    ),
+    Target(
+        "agents/r2d2.py",
+        _VALUE_TESTS,
+        ("rescale", "unrescale", "nstep_targets", "double_q_bootstrap", "online_q"),
+    ),
+    Target(
+        "agents/replay.py",
+        _VALUE_TESTS,
+        (
+            "sequence_priority",
+            "sampling_probabilities",
+            "importance_weights",
+            "SequenceReplay.add",
+            "SequenceReplay.slot_starts",
+            "SequenceReplay.valid",
+            "SequenceReplay.sample",
+            "SequenceReplay.update_priorities",
+        ),
+    ),
+    Target("agents/pqn.py", _PQN_TESTS, ("q_lambda_returns", "td_loss")),
+    Target(
+        "agents/q_network.py",
+        (*_PQN_TESTS, *_VALUE_TESTS),
+        ("linear_epsilon", "apex_epsilons", "EpsilonGreedy.__call__"),
     ),
 )
 """The modules, in the order ``make mutate`` runs them (the losses and rewards first)."""

@@ -859,6 +859,11 @@ def test_every_key_pbt_may_mutate_can_change_on_a_resume(tmp_path):
         "agent.gamma": 0.95,
         "agent.gae_lambda": 0.9,
         "agent.n_epochs": 1,
+        "agent.epsilon_start": 0.9,
+        "agent.epsilon_end": 0.1,
+        "agent.apex_epsilon": 0.3,
+        "agent.priority_alpha": 0.5,
+        "agent.priority_beta": 0.5,
     }
     assert set(changed) == set(MUTABLE_HYPERPARAMETERS)
     new = tiny_config("run.tensorboard=false", *(f"{k}={v}" for k, v in changed.items()))

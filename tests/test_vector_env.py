@@ -164,10 +164,10 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
     """train.overlap: rollout 0 is collected by theta_0, and rollout k >= 1 (collected while
     update k-1 runs) by theta_{k-1}, the policy from before that update; two runs with one
     seed end with identical weights."""
-    from memcores.agents import rl_trainer, rollout
+    from memcores.agents import learners, rollout
 
     acted, learned = [], []
-    real_collect, real_update = rollout.collect_rollout, rl_trainer.update
+    real_collect, real_update = rollout.collect_rollout, learners.update
 
     def fingerprint(module: torch.nn.Module) -> float:
         return float(sum(p.detach().double().sum() for p in module.parameters()))
@@ -181,7 +181,7 @@ def test_overlap_collects_with_the_previous_policy_and_is_reproducible(tmp_path,
         return real_update(policy, *args, **kwargs)
 
     monkeypatch.setattr(rollout, "collect_rollout", collect)
-    monkeypatch.setattr(rl_trainer, "update", update)
+    monkeypatch.setattr(learners, "update", update)  # what PPO's learner calls
     result = train(tiny_config("train.overlap=true", "train.total_steps=256"), tmp_path / "a")
     assert result.updates == 4 and result.global_step == 256
     assert len(acted) == 4 and len(learned) == 4  # no rollout collected after the last update
@@ -229,17 +229,17 @@ def test_bench_update_costs_prints_one_row_per_encoder(capsys, tmp_path):
 def test_overlap_resumed_after_an_odd_update_learns_from_collected_rollouts(tmp_path, monkeypatch):
     """Resumed after update 3, the overlapped loop learns from the rollout it just collected
     (every stored log-prob is a real one, < 0), not from the other, never-filled buffer."""
-    from memcores.agents import rl_trainer
+    from memcores.agents import learners
 
     run = tmp_path / "run"
     train(tiny_config("train.overlap=true", "train.total_steps=192"), run)  # 3 updates
     seen = []
-    real_update = rl_trainer.update
+    real_update = learners.update
 
     def update(policy, optimizer, buffer, *args, **kwargs):
         seen.append(bool((buffer.logprobs < 0).all()))
         return real_update(policy, optimizer, buffer, *args, **kwargs)
 
-    monkeypatch.setattr(rl_trainer, "update", update)
+    monkeypatch.setattr(learners, "update", update)
     result = train(tiny_config("train.overlap=true", "train.total_steps=320"), run, resume=True)
     assert result.updates == 5 and seen == [True, True]

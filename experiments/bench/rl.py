@@ -317,6 +317,10 @@ def print_recipe_costs(config_path: str, rounds: int, quick: bool) -> Table:
 
 
 def main(argv: list[str]) -> int:
+    if "--algos" in argv:  # PPO, PQN and R2D2 side by side on POPGym
+        from memcores.experiments.bench import rl_algos
+
+        return rl_algos.main([a for a in argv if a != "--algos"])
     if "--batched" in argv:  # PPO with the batched envs beside the gymnasium ones
         from memcores.experiments.bench import batched_envs
 

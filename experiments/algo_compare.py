@@ -1,0 +1,103 @@
+"""Algorithms side by side on the same envs and core: one results folder of records per
+algorithm, the first the baseline.
+
+    python -m memcores.experiments.algo_compare results/popgym_150k results/popgym_150k_pqn \\
+        results/popgym_150k_r2d2 --core gru --out results/sweeps/popgym_150k_algos.md
+
+For each env the baseline and every other folder recorded with ``--core``, the table gives
+each algorithm's final ``rollout/ep_rew_mean`` per seed (seed order), mean ± sample std, the
+difference of means against the baseline, whether the runs separate (every run above / below
+every baseline run) and Welch's two-sided p (unequal variances; NaN below two seeds a side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from memcores.agents.files import write_text_atomic
+from memcores.experiments.core_compare import separation, welch_p
+
+METRIC = "rollout/ep_rew_mean"
+
+
+def final_scores(folder: Path, core: str) -> dict[str, dict[int, float]]:
+    """``env id -> seed -> final METRIC`` of the records under ``folder`` with ``core``."""
+    scores: dict[str, dict[int, float]] = {}
+    for path in sorted(folder.glob("*/record.json")):
+        record = json.loads(path.read_text())
+        if record.get("core") != core or METRIC not in record.get("final", {}):
+            continue
+        scores.setdefault(record["env"], {})[int(record["seed"])] = record["final"][METRIC]
+    return scores
+
+
+def _mean_std(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def compare_rows(folders: list[Path], core: str) -> list[list[str]]:
+    """One row per (env, algorithm) of the table (see the module docstring), for the envs
+    that a folder besides the baseline recorded."""
+    base_scores = final_scores(folders[0], core)
+    others = [(folder, final_scores(folder, core)) for folder in folders[1:]]
+    rows = []
+    for env in sorted(base_scores):
+        if not any(env in scores for _, scores in others):
+            continue
+        base = [base_scores[env][s] for s in sorted(base_scores[env])]
+        rows.append(
+            [env, core, folders[0].name, ", ".join(f"{v:.3f}" for v in base), _mean_std(base)]
+        )
+        rows[-1] += ["", "", ""]
+        for folder, scores in others:
+            if env not in scores:
+                continue
+            runs = [scores[env][s] for s in sorted(scores[env])]
+            diff = statistics.mean(runs) - statistics.mean(base)
+            p = welch_p(base, runs)
+            rows.append(
+                [env, core, folder.name, ", ".join(f"{v:.3f}" for v in runs), _mean_std(runs),
+                 f"{diff:+.3f}", separation(base, runs), f"{p:.2g}"]
+            )  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memcores.experiments.algo_compare")
+    parser.add_argument("folders", nargs="+", help="results folders; the first is the baseline")
+    parser.add_argument(
+        "--core", nargs="+", required=True, help="core.name(s) of the compared records"
+    )
+    parser.add_argument("--out", default=None, help="markdown file (default: print)")
+    args = parser.parse_args(argv)
+    folders = [Path(f) for f in args.folders]
+    header = ["env.id", "core.name", "records", "final per seed", "mean ± std", "vs first"]
+    header += ["runs", "Welch p"]
+    rows = [row for core in args.core for row in compare_rows(folders, core)]
+    lines = [
+        f"# {', '.join(args.core)}: {', '.join(f.name for f in folders)}",
+        "",
+        f"Final `{METRIC}` of each record (seed order); the difference of means, separation "
+        f"and Welch's two-sided p against `{folders[0].name}`. Made by `python -m "
+        f"memcores.experiments.algo_compare {' '.join(args.folders)} --core {' '.join(args.core)}"
+        f"{' --out ' + args.out if args.out else ''}`.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        write_text_atomic(Path(args.out), text)
+    else:
+        print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,300 @@
+"""R2D2 (``agent.algo=r2d2``) with known values: the n-step double-Q target across an episode
+end and a truncation, the value rescaling and its inverse, the priority mix, the sampling
+probabilities and importance weights, the replay's ring and stored states, burn-in without
+gradient, Ape-X's epsilons, what resume does with the replay, refusals; every registered
+core trained for two updates by each value-based learner; (slow) learning
+RepeatPreviousEasy with gru."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from rl_helpers import tiny_config
+from test_pqn import POPGYM_TINY, popgym_config
+
+from memcores.agents.q_network import RecurrentQNetwork, apex_epsilons
+from memcores.agents.r2d2 import (
+    RESUME_NOTE,
+    double_q_bootstrap,
+    nstep_targets,
+    online_q,
+    rescale,
+    unrescale,
+)
+from memcores.agents.replay import (
+    SequenceReplay,
+    Sequences,
+    importance_weights,
+    sampling_probabilities,
+    sequence_priority,
+)
+from memcores.agents.rl_config import RLConfig
+from memcores.agents.rl_trainer import setup, train
+from memcores.agents.rollout import RolloutBuffer
+from memcores.cores import CORES
+from memcores.experiments.cli import main
+from memcores.experiments.config import load_config
+
+R2D2_CONFIG = "experiments/configs/popgym_r2d2.yaml"
+
+
+# ---------------------------------------------------------------------------- targets
+def test_nstep_target_by_hand_across_an_episode_end():
+    """One sequence of 6 steps, n = 3, gamma = 0.5, an episode ending after step 1."""
+    rewards = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unsqueeze(1)
+    starts = torch.tensor([False, False, True, False, False, False]).unsqueeze(1)
+    boot = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 8.0]).unsqueeze(1)
+    y = nstep_targets(rewards, starts, boot, gamma=0.5, n=3, length=3)[:, 0]
+    assert y[0] == 1 + 0.5 * 2  # the sum stops at the end, nothing bootstrapped
+    assert y[1] == 2  # the last step of its episode
+    assert y[2] == 3 + 0.5 * 4 + 0.25 * 5 + 0.125 * 8  # a full n-step return: 7.25
+
+
+def test_a_truncation_ends_the_target_as_the_rollout_records_it(tmp_path):
+    """MiniGrid-Empty-5x5 truncated every 4 steps (max_steps=4), acting at random: the
+    rollout marks step 4, 8, ... as starts, so the target of step 2 sums steps 2 and 3 only
+    (the auto-reset drops the truncated episode's last observation, so there is nothing to
+    bootstrap from, as in PPO's GAE)."""
+    config = tiny_config("agent.algo=r2d2", "env.kwargs.max_steps=4", "agent.apex_epsilon=1.0")
+    config.agent.apex_alpha = 0.0
+    s = setup(config)
+    from memcores.agents.learners import make_learner
+    from memcores.agents.rollout import collect_with_returns, obs_shapes, start_rollouts
+
+    learner = make_learner(s, 0)
+    buffer = RolloutBuffer(
+        obs_shapes(s.envs.single_observation_space), 32, 2, learner.chunk_len,
+        s.policy.initial_state(2), s.device,
+    )  # fmt: skip
+    carry = start_rollouts(s.policy, s.envs, 0, s.device)
+    step = learner.acting(s.policy, s.envs.groups)
+    collect_with_returns(s.policy, s.envs, buffer, carry, config.agent, None, step)
+    s.envs.close()
+    ended = buffer.starts[1:, 0].nonzero().flatten() + 1
+    assert ended[0] <= 4  # a time-out (or the goal) ends each episode within 4 steps
+    t = int(ended[0]) - 2
+    r = buffer.rewards[:, :1]
+    boot = torch.full_like(r, 100.0)
+    y = nstep_targets(r[t:], buffer.starts[t:, :1], boot[t:], gamma=0.5, n=3, length=1)
+    assert float(y) == pytest.approx(float(r[t] + 0.5 * r[t + 1]))
+
+
+def test_double_q_takes_the_target_value_of_the_online_argmax():
+    q_online = torch.tensor([[1.0, 5.0, 2.0]])
+    q_target = torch.tensor([[10.0, rescale(torch.tensor(2.0), 1e-3), -3.0]])
+    boot = double_q_bootstrap(q_online, q_target, 1e-3)
+    assert float(boot) == pytest.approx(2.0, abs=1e-5)  # not max_a Q_target (10)
+
+
+def test_value_rescaling_by_hand_and_inverse():
+    eps = 1e-3
+    assert float(rescale(torch.tensor(3.0), eps)) == pytest.approx(1 + 3e-3)  # sqrt(4) - 1
+    assert float(rescale(torch.tensor(-8.0), eps)) == pytest.approx(-(3 - 1) - 8e-3)
+    x = torch.linspace(-1000, 1000, 2001, dtype=torch.float64)
+    torch.testing.assert_close(rescale(unrescale(x, eps), eps), x)
+    torch.testing.assert_close(unrescale(rescale(x, eps), eps), x)
+
+
+# ---------------------------------------------------------------------------- priorities
+def test_priority_mix_by_hand():
+    td = torch.tensor([[1.0, -3.0], [-2.0, 0.5]])  # [L=2, B=2]
+    p = sequence_priority(td, eta=0.9)
+    assert p.tolist() == pytest.approx([0.9 * 2 + 0.1 * 1.5, 0.9 * 3 + 0.1 * 1.75])
+
+
+def test_sampling_probabilities_and_importance_weights_by_hand():
+    priorities = torch.tensor([1.0, 4.0, 9.0, 100.0])
+    valid = torch.tensor([True, True, True, False])
+    probs = sampling_probabilities(priorities, valid, alpha=0.5)
+    assert probs.tolist() == pytest.approx([1 / 6, 2 / 6, 3 / 6, 0.0])
+    w = importance_weights(probs[:3], n_valid=3, beta=1.0)
+    # (3 P)^-1 = 2, 1, 2/3; divided by the largest
+    assert w.tolist() == pytest.approx([1.0, 0.5, 1 / 3])
+    assert sampling_probabilities(priorities, valid, alpha=0.0)[:3].tolist() == pytest.approx(
+        [1 / 3] * 3
+    )
+
+
+def test_apex_epsilons_by_hand():
+    eps = apex_epsilons(3, 0.4, 7.0)
+    assert eps.tolist() == pytest.approx([0.4, 0.4**4.5, 0.4**8])
+    assert apex_epsilons(1).tolist() == pytest.approx([0.4])
+
+
+# ---------------------------------------------------------------------------- the replay
+def _rollout(n_steps: int, n_envs: int, stride: int, first: int) -> RolloutBuffer:
+    """A rollout whose step ``t`` of env ``e`` reads ``first + t`` (obs, reward) and ``e``
+    (action), whose chunk states are the step index."""
+    state = (torch.zeros(n_envs, 2),)
+    buffer = RolloutBuffer({"vector": ((1,), torch.float32)}, n_steps, n_envs, stride, state, "cpu")
+    steps = torch.arange(first, first + n_steps, dtype=torch.float32)
+    buffer.obs["vector"][:] = steps.view(-1, 1, 1)
+    buffer.rewards[:] = steps.view(-1, 1)
+    buffer.actions[:] = torch.arange(n_envs)
+    buffer.chunk_states[0][:] = steps[::stride].view(-1, 1, 1)
+    return buffer
+
+
+def test_the_ring_keeps_complete_sequences_and_their_states():
+    """Capacity 16 steps, rollouts of 8, stride 4, window 6: which slots hold a complete
+    sequence after each rollout, and a sampled sequence read across the ring's end."""
+    shapes = {"vector": ((1,), torch.float32)}
+    replay = SequenceReplay(shapes, 16, 2, 4, 6, (torch.zeros(2, 2),), "cpu")
+    replay.add(_rollout(8, 2, 4, 0))
+    # slots start at 0, 4 (written), 8, 12 (never): only step 0 has 6 steps after it
+    assert replay.valid()[:, 0].tolist() == [True, False, False, False]
+    replay.add(_rollout(8, 2, 4, 8))
+    replay.add(_rollout(8, 2, 4, 16))  # overwrites rows 0..7 with steps 16..23
+    assert replay.slot_starts().tolist() == [16, 20, 8, 12]
+    # 24 steps written: 16 + 6 fit, 20 + 6 do not yet; 8 and 12 still hold theirs
+    assert replay.valid()[:, 0].tolist() == [True, False, True, True]
+    replay.priorities.zero_()
+    replay.priorities[3, 1] = 1.0  # only slot 3 (step 12) of env 1 can be drawn
+    seq, index, weights = replay.sample(3, alpha=1.0, beta=0.5)
+    assert index.tolist() == [7, 7, 7] and weights.tolist() == [1.0, 1.0, 1.0]
+    assert seq.obs["vector"][:, 0, 0].tolist() == [12, 13, 14, 15, 16, 17]  # wraps around
+    assert seq.rewards[:, 0].tolist() == [12, 13, 14, 15, 16, 17]
+    assert seq.actions[:, 0].tolist() == [1] * 6
+    assert seq.state[0][0].tolist() == [12.0, 12.0]  # the state stored at step 12
+    replay.update_priorities(index[:1], torch.tensor([7.0]))
+    assert replay.priorities[3, 1] == 7.0 and replay.max_priority == 7.0
+    replay.add(_rollout(8, 2, 4, 24))
+    assert replay.priorities[2:, :].eq(7.0).all()  # new sequences get the largest priority
+
+
+def test_the_stored_state_is_the_actors_state_at_the_sequence_start():
+    """Two rollouts of a real run: the replay's state of each sequence equals the state the
+    acting network was called with at that sequence's first step."""
+    config = popgym_config("agent.algo=r2d2", "agent.n_steps=16", "agent.seq_len=8")
+    s = setup(config)
+    from memcores.agents.learners import make_learner
+    from memcores.agents.rollout import collect_with_returns, obs_shapes, start_rollouts
+
+    s.envs.to(s.device)
+    learner = make_learner(s, 0)
+    step = learner.acting(s.policy, [slice(None)])
+    seen = []
+
+    def recording(obs, state, starts):
+        seen.append(tuple(x.clone() for x in state))
+        return step(obs, state, starts)
+
+    n = config.env.n_envs
+    space = obs_shapes(s.envs.single_observation_space)
+    carry = start_rollouts(s.policy, s.envs, 0, s.device)
+    for _ in range(2):
+        buffer = RolloutBuffer(space, 16, n, learner.chunk_len, s.policy.initial_state(n), s.device)
+        carry = collect_with_returns(s.policy, s.envs, buffer, carry, config.agent, None, recording)
+        learner._replay_for(buffer).add(buffer)
+    replay = learner.replay
+    assert replay.stride == 4 and len(seen) == 32
+    starts = replay.slot_starts().tolist()
+    assert starts[:8] == [0, 4, 8, 12, 16, 20, 24, 28] and set(starts[8:]) == {-1}
+    for slot, g in enumerate(starts[:8]):
+        for stored, acted in zip(replay.states, seen[g], strict=True):
+            torch.testing.assert_close(stored[slot], acted)
+    assert any(float(seen[g][0].abs().sum()) > 0 for g in range(1, 32))  # not all zeros
+
+
+def test_burn_in_gets_no_gradient_and_ends_in_the_online_state():
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none")
+    W, B, b = 7, 2, 3
+    obs = {"vector": torch.randn(W, B, 4, requires_grad=True)}
+    starts = torch.zeros(W, B, dtype=torch.bool)
+    state = tuple(x + 0.5 for x in net.initial_state(B))
+    seq = Sequences(obs, starts, torch.zeros(W, B, dtype=torch.long), torch.zeros(W, B), state)
+    q = online_q(net, seq, b)
+    # the same values as one call over the whole sequence from the stored state
+    torch.testing.assert_close(q, net(obs, state, starts).logits[b:])
+    q.sum().backward()
+    grad = obs["vector"].grad
+    assert grad[:b].abs().sum() == 0  # burn-in steps: no gradient
+    assert (grad[b:].abs().sum(-1) > 0).all()  # every learnt step: a gradient
+    with torch.no_grad():
+        burnt = net({"vector": obs["vector"][:b]}, state, starts[:b]).state
+        after = net({"vector": obs["vector"][b:]}, burnt, starts[b:]).logits
+    torch.testing.assert_close(q.detach(), after)
+
+
+# ---------------------------------------------------------------------------- the run
+def test_resume_says_the_replay_is_not_restored(tmp_path, capsys):
+    config = popgym_config("agent.algo=r2d2", "train.total_steps=64")
+    train(config, tmp_path)
+    capsys.readouterr()
+    config = popgym_config("agent.algo=r2d2", "train.total_steps=128")
+    result = train(config, tmp_path, resume=True)
+    err = capsys.readouterr().err
+    assert RESUME_NOTE.format(0) in err
+    assert result.global_step == 128
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("agent.burn_in=8", "agent.burn_in (8) must be >= 0 and < agent.seq_len (8)"),
+        ("agent.replay_size=100000000000000", "agent.replay_size=100,000,000,000,000 frames"),
+        ("agent.replay_stride=3", "agent.replay_stride (3) must be >= 1 and divide"),
+        ("agent.priority_alpha=2", "agent.priority_alpha must be in [0, 1]"),
+    ],
+)
+def test_bad_r2d2_combinations_are_refused_in_one_line(tmp_path, capsys, override, message):
+    run = tmp_path / "run"
+    code = main(["train", R2D2_CONFIG, *POPGYM_TINY, override, f"run.dir={run}"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not run.exists()
+
+
+def test_a_continuous_action_space_is_refused(monkeypatch):
+    import gymnasium as gym
+
+    from memcores.agents import rl_trainer
+
+    make = rl_trainer.make_vector_env
+
+    def continuous(*args, **kwargs):
+        envs = make(*args, **kwargs)
+        envs.single_action_space = gym.spaces.Box(-1, 1, (2,))
+        return envs
+
+    monkeypatch.setattr(rl_trainer, "make_vector_env", continuous)
+    config = popgym_config("agent.algo=r2d2", "env.vector=sync")
+    with pytest.raises(ValueError, match="must have a Discrete action space"):
+        setup(config)
+
+
+@pytest.mark.parametrize("algo", ["pqn", "r2d2"])
+@pytest.mark.parametrize("core", sorted(CORES))
+def test_every_core_trains_two_updates(tmp_path, core, algo):
+    """Two updates of each value-based learner on 4 batched POPGym envs, hidden size 8."""
+    config = popgym_config(f"agent.algo={algo}", f"core.name={core}")
+    result = train(config, tmp_path)
+    assert result.updates == 2 and result.skipped_updates == 0
+    last = result.history[-1]
+    assert math.isfinite(last["train/loss"]) and math.isfinite(last["train/q_values"])
+
+
+@pytest.mark.slow
+def test_r2d2_learns_repeat_previous_easy_with_gru(tmp_path):
+    """experiments/configs/popgym_r2d2.yaml, seed 0, 150,528 frames: above 0 MMER."""
+    config = load_config(RLConfig, R2D2_CONFIG, [])
+    result = train(config, tmp_path)
+    assert result.global_step == 150_528
+    assert result.ep_rew_mean > 0.0
+
+
+@pytest.mark.parametrize("algo", ["pqn", "r2d2"])
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_gymnasium_envs_train_in_groups(tmp_path, algo, vector):
+    """MiniGrid through the gymnasium vector envs (``async``: two groups of envs in a worker,
+    acted on in turn, each with its own envs' epsilons)."""
+    config = tiny_config(
+        f"agent.algo={algo}", f"env.vector={vector}", "agent.learning_starts=0",
+        "agent.replay_batch=4", "agent.burn_in=2", "agent.n_step=2", "train.total_steps=128",
+    )  # fmt: skip
+    result = train(config, tmp_path)
+    assert result.updates == 2 and result.skipped_updates == 0
+    assert math.isfinite(result.history[-1]["train/td_error"])
