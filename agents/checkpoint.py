@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from memcores.agents.files import atomic_write
-from memcores.agents.policy import RecurrentActorCritic, build_policy
+from memcores.agents.networks import build_policy
+from memcores.agents.policy import RecurrentActorCritic
 from memcores.agents.rl_config import RLConfig, config_from_dict
 
 CHECKPOINT_FORMAT = "memcores/2"

@@ -21,7 +21,7 @@ from memcores.agents.rl_config import RLConfig
 from memcores.agents.rollout import Acting, RolloutBuffer
 
 if TYPE_CHECKING:
-    from memcores.agents.rl_trainer import Setup
+    from memcores.agents.run_setup import Setup
     from memcores.agents.update_graph import UpdateGraph
 
 

@@ -389,25 +389,3 @@ def obs_to_tensors(obs: dict[str, np.ndarray] | dict[str, Tensor], device: torch
         .unsqueeze(0)
         for k, v in obs.items()
     }
-
-
-def build_policy(config: Any, n_actions: int, image_shape: tuple[int, ...]) -> Any:
-    """The policy described by an :class:`agents.rl_config.RLConfig`: an actor-critic for
-    PPO/A2C, a :class:`agents.q_network.RecurrentQNetwork` for the value-based algorithms."""
-    from memcores.agents.q_network import RecurrentQNetwork, value_based
-    from memcores.envs.observation import VOCAB_SIZE
-
-    network = RecurrentQNetwork if value_based(config.agent.algo) else RecurrentActorCritic
-    return network(
-        n_actions=n_actions,
-        core_name=config.core.name,
-        hidden_size=config.core.hidden_size,
-        core_options=config.core.options,
-        image_encoder=config.agent.image_encoder,
-        mission=config.agent.mission,
-        vocab_size=VOCAB_SIZE,
-        image_shape=image_shape,
-        separate_critic=config.agent.separate_critic,
-        recon_lags=tuple(config.agent.recon_lags) if config.agent.recon_coef > 0 else (),
-        recon_objects_only=config.agent.recon_target == "objects",
-    )

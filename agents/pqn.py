@@ -35,7 +35,7 @@ from memcores.agents.rl_config import AgentConfig
 from memcores.agents.rollout import Acting, ChunkBatch, RolloutBuffer, batch_to, select_chunks
 
 if TYPE_CHECKING:
-    from memcores.agents.rl_trainer import Setup
+    from memcores.agents.run_setup import Setup
 
 
 def q_lambda_returns(

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from memcores.agents.acting import Act
 from memcores.agents.policy import Obs, PolicyOutput, RecurrentActorCritic, layer_init
-from memcores.agents.rollout import Act
 from memcores.cores import State
 
 VALUE_BASED = ("pqn", "r2d2")

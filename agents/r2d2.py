@@ -43,7 +43,7 @@ from memcores.agents.rollout import Acting, RolloutBuffer
 from memcores.cores import State
 
 if TYPE_CHECKING:
-    from memcores.agents.rl_trainer import Setup
+    from memcores.agents.run_setup import Setup
 
 RESUME_NOTE = (
     "memcores train: agent.algo=r2d2 does not save its replay in checkpoints; the resumed run "

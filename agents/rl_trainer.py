@@ -48,7 +48,8 @@ from memcores.agents.divergence import DivergenceGuard
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.learners import acting_obstacle, check_learner_memory, make_learner
 from memcores.agents.memory_need import check_fits
-from memcores.agents.policy import RecurrentActorCritic, build_policy, observation_shape
+from memcores.agents.networks import build_policy
+from memcores.agents.policy import RecurrentActorCritic, observation_shape
 from memcores.agents.ppo import UpdateStats, make_optimizer
 from memcores.agents.rl_config import AgentConfig, RLConfig
 from memcores.agents.rollout import (
@@ -59,6 +60,7 @@ from memcores.agents.rollout import (
 )
 from memcores.agents.rollout_graph import RolloutGraph
 from memcores.agents.run import RunLayout, RunSession
+from memcores.agents.run_setup import Setup
 from memcores.agents.update_graph import UpdateGraph, keyed_by_state, refusal
 from memcores.cores.diagnostics import timescales
 from memcores.cores.graphed import cuda_only, graph_switch, maybe_graphed
@@ -136,20 +138,6 @@ def make_vector_env(
 
 
 # ---------------------------------------------------------------------------- setup
-@dataclass
-class Setup:
-    """Everything a run needs, built and validated before any file is written."""
-
-    config: RLConfig
-    device: torch.device
-    envs: VectorEnv | BatchedEnv
-    policy: RecurrentActorCritic
-    optimizer: torch.optim.Optimizer
-    n_actions: int
-    image_shape: tuple[int, ...]  # (H, W, 3) images, or (n,) vector observations
-    graph_acting: bool = False  # train.graph_acting resolved (graph_obstacles)
-    graph_update: bool = False  # train.graph_update resolved (graph_obstacles)
-    graph_env_step: bool = False  # train.graph_env_step resolved (env_step_obstacle)
 
 
 def setup(config: RLConfig) -> Setup:

@@ -15,7 +15,8 @@ from rl_helpers import tiny_config
 
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.evaluation import evaluate_policy, load_policy
-from memcores.agents.policy import build_policy, observation_shape
+from memcores.agents.networks import build_policy
+from memcores.agents.policy import observation_shape
 from memcores.agents.rl_trainer import train
 from memcores.agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
 from memcores.envs.batched import BatchedEnv

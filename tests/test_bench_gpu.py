@@ -215,7 +215,7 @@ def test_the_acting_step_through_the_acting_graph_replays_with_new_observations(
     with the observations refilled in place and the state carried."""
     import numpy as np
 
-    from memcores.agents.policy import build_policy
+    from memcores.agents.networks import build_policy
 
     config = gpu._rl_config(gpu.MEMORY_S7, list(gpu.QUICK.rl_overrides))
     torch.manual_seed(0)

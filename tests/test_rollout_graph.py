@@ -14,7 +14,8 @@ import torch
 from rl_helpers import evaluate_chunks, tiny_config
 
 from memcores.agents.episodes import EpisodeStats
-from memcores.agents.policy import build_policy, observation_shape
+from memcores.agents.networks import build_policy
+from memcores.agents.policy import observation_shape
 from memcores.agents.rl_trainer import env_step_obstacle, setup
 from memcores.agents.rollout import RolloutBuffer, collect_with_returns, obs_shapes, start_rollouts
 from memcores.agents.rollout_graph import RolloutGraph

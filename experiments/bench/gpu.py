@@ -338,7 +338,7 @@ def acting_step(
 
 def part_acting(device: torch.device, sizes: Sizes, clock: Clock, against: str) -> dict:
     """Microseconds per MemoryS7 acting step on the CPU, ``device`` and its acting graph."""
-    from memcores.agents.policy import build_policy
+    from memcores.agents.networks import build_policy
 
     config = _rl_config(MEMORY_S7, list(sizes.rl_overrides))
     torch.set_num_threads(config.train.threads or torch.get_num_threads())  # main restores it

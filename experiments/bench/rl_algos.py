@@ -22,7 +22,7 @@ from memcores.experiments.bench.record import (
     record_folder,
     write_record,
 )
-from memcores.experiments.bench.rl import train_rates
+from memcores.experiments.bench.train_rate import train_rates
 
 PQN_CONFIG = "experiments/configs/popgym_pqn.yaml"
 R2D2_CONFIG = "experiments/configs/popgym_r2d2.yaml"
