@@ -655,8 +655,12 @@ def _write_outcomes(
 ) -> None:
     """trial.json of every trial that ran, records of trials a scheduler stopped early (so a
     re-run skips them too), and the outcome in sweep.json."""
+    # an interrupted sweep (Ctrl-C) is not done: its re-run resumes the interrupted trials,
+    # and those Tune had not started yet
+    cut = any(r.status == "interrupted" for r in results.values())
+    status, why = ("interrupted", "not started") if cut else ("failed", "lost")
     for trial in trials:
-        result = results.setdefault(trial.name, TrialResult(trial.name, "failed", message="lost"))
+        result = results.setdefault(trial.name, TrialResult(trial.name, status, message=why))
         if result.status == "skipped":
             continue
         run_dir = Path(trial.run_dir)
@@ -669,7 +673,9 @@ def _write_outcomes(
                 run_dir, trial.record_dir, command=command_line or trial.cli(), extra=extra
             )
     state = {t.name: dataclasses.asdict(results[t.name]) for t in trials}
-    _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state})
+    _write_json(
+        out / SWEEP_FILE, {**meta, "state": "interrupted" if cut else "done", "results": state}
+    )
 
 
 def _how(backend: str, o: SweepOptions) -> str:

@@ -37,7 +37,8 @@ DONE = "memcores_done"
 @dataclasses.dataclass
 class TrialResult:
     """How a trial ended. ``status``: ok | skipped | stopped (early, by ASHA) | timeout |
-    failed | cancelled (a PBT member stopped because another failed)."""
+    failed | cancelled (a PBT member stopped because another failed) | interrupted (the
+    sweep was stopped by Ctrl-C before it finished; no record, a re-run resumes it)."""
 
     name: str
     status: str
