@@ -597,6 +597,20 @@ def check_space(space: dict[str, Dist], o: SweepOptions, trials: Sequence[Trial]
         raise SweepError("--scheduler pbt trains RL runs (`memcores train` configs) only")
     if pbt:
         from memcores.agents.rl_config import MUTABLE_HYPERPARAMETERS
+        from memcores.agents.run import RESUME_ALLOWED_CHANGES
+
+        # A clone resumes the donor's checkpoint with its own grid values: only keys a resume
+        # may change can differ between members (the seed: see experiments.pbt.run_member).
+        shared = {"train.seed", *RESUME_ALLOWED_CHANGES} - {"run.dir"}
+        differ = [key for key in dict.fromkeys(k for t in trials for k in t.assignment)]
+        apart = [key for key in differ if key not in shared]
+        if apart:
+            raise SweepError(
+                f"--scheduler pbt: --grid {apart[0]} gives members different values, but a "
+                "member that copies another's checkpoint must run on the same config but for "
+                "train.seed; --grid takes train.seed (put a hyperparameter PBT may mutate in "
+                f"`search:`, or run one sweep per {apart[0]} value)"
+            )
 
         fixed = [key for key in space if key not in MUTABLE_HYPERPARAMETERS]
         if fixed:
