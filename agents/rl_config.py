@@ -27,7 +27,7 @@ from memcores.agents.run_config import (  # noqa: F401  (MAX_SEED: part of this 
     TrainBase,
     migrate_saved_config,
 )
-from memcores.cores.graphed import cuda_graph_choice
+from memcores.cores.graphed import cuda_graph_choice, cuda_only, graph_switch
 
 
 @dataclass
@@ -305,6 +305,19 @@ class RLConfig(MigratingSchema):
     """Budget, seed, device, logging."""
     run: RunConfig = field(default_factory=RunConfig)
     """Output location."""
+
+    def check_device(self, device: Any) -> None:
+        """Refuse what cannot run on ``device`` (a ``torch.device``), before anything is
+        built: Triton options (:meth:`CoreConfig.check_device`) and a CUDA graph insisted on
+        (``train.graph_*=true``) off CUDA, as ``memcores train`` refuses them (its setup
+        checks the graph flags against the built policy too, :func:`agents.rl_trainer.setup`).
+        Every trial of a sweep, its dry run included, makes this check before Ray starts.
+
+        :raises ValueError: naming the key and the values that run there.
+        """
+        self.core.check_device(device)
+        for name in ("graph_update", "graph_acting", "graph_env_step"):
+            graph_switch(getattr(self.train, name), f"train.{name}", cuda_only(device))
 
     def validate(self) -> None:
         batch = self.env.n_envs * self.agent.n_steps
