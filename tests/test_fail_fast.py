@@ -46,3 +46,46 @@ def test_the_dry_run_refuses_what_train_refuses_on_this_machine(
     line = one_line(capsys)
     assert named in line and line.startswith("memcores sweep: error: trial ")
     assert not (tmp_path / "s").exists()
+
+
+# --------------------------------------------------------------------------- env flags
+POPGYM = "popgym/RepeatPreviousEasy-v0"
+
+
+def test_an_env_flag_is_parsed_like_every_bool_key(tmp_path, capsys):
+    """``prev_reward=maybe`` is refused; the text ``"false"`` is false (it was a true string)."""
+    from memcores.agents.rl_config import RLConfig
+    from memcores.experiments.config import load_config
+
+    run = tmp_path / "run"
+    args = ["train", DEMO_RL, f"env.id={POPGYM}", f"run.dir={run}"]
+    assert main([*args, "env.kwargs.prev_reward=maybe"]) == 2
+    line = one_line(capsys)
+    assert "'env.kwargs.prev_reward' must be true or false, got 'maybe'" in line
+    assert not run.exists()
+    for text, value in (('"false"', False), ("no", False), ("true", True), ('"True"', True)):
+        config = load_config(
+            RLConfig, DEMO_RL, [f"env.id={POPGYM}", f"env.kwargs.prev_reward={text}"]
+        )
+        assert config.env.kwargs["prev_reward"] is value
+    # MiniGrid's own flags are read from its constructors too
+    with pytest.raises(ValueError, match="env.kwargs.see_through_walls"):
+        load_config(RLConfig, DEMO_RL, ["env.kwargs.see_through_walls=often"])
+
+
+@pytest.mark.parametrize("value", ["false", "maybe", 1, None])
+def test_the_env_builders_take_only_true_or_false_for_a_flag(value):
+    from memcores.envs import make_env
+    from memcores.envs.batched import make_batched_env
+
+    with pytest.raises(ValueError, match=f"prev_reward of {POPGYM} is a flag: it must be true"):
+        make_env(POPGYM, prev_reward=value)
+    with pytest.raises(ValueError, match="prev_reward of .* is a flag: it must be true or false"):
+        make_batched_env(POPGYM, 2, "cpu", {"prev_reward": value})
+    with pytest.raises(ValueError, match="reveal_cue of memcores/PassiveVisualMatch-v0 is a flag"):
+        make_batched_env("memcores/PassiveVisualMatch-v0", 2, "cpu", {"reveal_cue": value})
+    sizes = [
+        make_env(POPGYM, prev_reward=flag).observation_space["vector"].shape
+        for flag in (True, False)
+    ]
+    assert sizes == [(10,), (9,)]  # the previous reward is one more input
