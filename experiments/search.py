@@ -121,6 +121,16 @@ def _parse_dist(key: str, spec: Any) -> Dist:
     return Dist(kind, (low, high))
 
 
+def override_text(value: Any) -> str:
+    """A sampled value as the text of a dotted override that parses back to it: ``None`` as
+    ``null`` (``str`` would give the text "None"), booleans as ``true``/``false``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def point_name(values: Mapping[str, Any]) -> str:
     """The folder name of a sampled point: ``learning_rate=0.0012,ent_coef=0.03``."""
     from memcores.experiments.sweep import trial_name

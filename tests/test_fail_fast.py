@@ -89,3 +89,33 @@ def test_the_env_builders_take_only_true_or_false_for_a_flag(value):
         for flag in (True, False)
     ]
     assert sizes == [(10,), (9,)]  # the previous reward is one more input
+
+
+# --------------------------------------------------------------------------- search: null
+def test_a_search_choice_may_hold_null_where_the_key_takes_it(tmp_path, capsys):
+    """``agent.target_kl: {choice: [null, 0.01]}``: null reaches the trial as None (it was
+    the text "None", refused as not a number), in a search and in PBT's member overrides."""
+    import yaml
+    from memcores.experiments.search import override_text
+    from memcores.experiments.search_trials import seed_trials
+    from memcores.experiments.sweep import make_trials, parse_grid
+    from memcores.experiments.trials import trial_config
+
+    search = REPO / "experiments" / "configs" / "search_doorkey5.yaml"
+    raw = yaml.safe_load(search.read_text())
+    raw["search"] = {"agent.target_kl": {"choice": [None, 0.01]}}
+    config = tmp_path / "search.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    args = ["sweep", str(config), "--search", "random", "--samples", "2", "--grid"]
+    args += ["train.seed=0,1", "--out", str(tmp_path / "s"), "--backend", "ray", "--dry-run"]
+    assert main(args) == 0, capsys.readouterr().err
+    _, trials = make_trials(config, parse_grid(["train.seed=0"]), tmp_path / "s")
+    (point,) = seed_trials(trials, {"agent.target_kl": None})
+    assert "agent.target_kl=null" in point.overrides
+    assert trial_config(point).agent.target_kl is None
+    assert [override_text(v) for v in (None, True, 0.01, "lstm")] == [
+        "null",
+        "true",
+        "0.01",
+        "lstm",
+    ]
