@@ -58,6 +58,11 @@ class EnvConfig:
             raise ValueError(f"env.n_envs must be >= 1, got {self.n_envs}")
         if self.workers < 1:
             raise ValueError(f"env.workers must be >= 1, got {self.workers}")
+        if self.workers != 1 and self.vector in ("sync", "batched"):
+            raise ValueError(
+                f"env.workers={self.workers} does nothing with env.vector={self.vector}: it "
+                "counts the worker processes of async and the threads of envpool; drop it"
+            )
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
         if self.vector == "batched":

@@ -119,3 +119,116 @@ def test_a_search_choice_may_hold_null_where_the_key_takes_it(tmp_path, capsys):
         "0.01",
         "lstm",
     ]
+
+
+# --------------------------------------------------------------------------- docs --check
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        ({"tables": {"title": "x"}}, "'tables' must be a list, got dict"),
+        ({"tables": [["peak", "4.45"]]}, "table 1 of 'tables' must be"),
+        ({"tables": [{"title": "t", "columns": ["a"], "rows": "4.45"}]}, "table 1 of 'tables'"),
+        ({"command": None}, "'command' must be a string, got NoneType"),
+        ({"machine": {"cpus": 2}}, "'machine' has no 'cpu'"),
+    ],
+)
+def test_docs_check_names_a_record_of_the_wrong_shape(tmp_path, edit, named):
+    """A record whose fields were edited into another type: the check lists it (one line
+    per problem) instead of failing with a traceback inside the rendering."""
+    import json
+
+    from memcores.experiments import doc_blocks
+
+    from tests.test_docs_tables import _bench_repo
+
+    _, record_file, _ = _bench_repo(tmp_path)
+    record = json.loads(record_file.read_text())
+    record_file.write_text(json.dumps({**record, **edit}))
+    problems = doc_blocks.check(repo=tmp_path)
+    assert problems and all("\n" not in line for line in problems)
+    assert any(named in line for line in problems), problems
+    assert any(line.startswith("results/bench/toy/record.json: ") for line in problems)
+
+
+# --------------------------------------------------------------------------- benchmarks
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["envs", "--batched", "--device", "cuda"], "--device: device 'cuda' requested but no"),
+        (["rl", "--batched", "--device", "cuda"], "--device: device 'cuda' requested but no"),
+        (["envs", "--batched", "--sizes", "0"], "--sizes must be numbers of envs >= 1"),
+        (["rl", "--batched", "--sizes", "8,x"], "--sizes must be comma-separated integers"),
+        (["envs", "--batched", "--threads", "-1"], "argument --threads: must be >= 0"),
+        (["rl", "--batched", "--threads", "-2"], "argument --threads: must be >= 0"),
+        (["rl", "--threads", "-1"], "argument --threads: must be >= 0"),
+        (["memory", "lru", "--threads", "0"], "argument --threads: must be >= 1"),
+        (["envs", "--envpool", "--sizes", "0"], "argument --sizes: must be >= 1, got 0"),
+        (["envs", "--envpool", "--env-steps", "0"], "argument --env-steps: must be >= 1"),
+    ],
+)
+def test_bench_options_out_of_range_stop_before_anything_runs(
+    tmp_path, capsys, monkeypatch, argv, named
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)  # a record would land in results/ here
+    with pytest.raises(SystemExit) as stop:  # argparse's error of the bench's own parser
+        main(["bench", *argv])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_bench_envpool_refuses_sizes_beyond_the_memory(tmp_path, capsys, monkeypatch):
+    from memcores.envs.envpool_env import available
+
+    if not available():
+        pytest.skip("envpool is not installed")
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "envs", "--envpool", "--sizes", "64", "10000000000"]) == 2
+    line = one_line(capsys)
+    assert "--sizes 10,000,000,000 envs x 5 engines x" in line and "lower --sizes" in line
+
+
+# ----------------------------------------------------------------- counts vs the machine
+def test_thread_and_worker_counts_beyond_the_cores_are_refused(tmp_path, capsys, monkeypatch):
+    """100,000 EnvPool threads aborted in C++ (exit 134); torch threads and env processes
+    beyond the cores were never checked. One line each, before the run folder exists."""
+    from memcores.agents import device
+    from memcores.envs.envpool_env import EnvPoolVectorEnv, available
+
+    monkeypatch.setattr(device, "cpu_cores", lambda: 2)
+    run = tmp_path / "run"
+    base = ["train", DEMO_RL, f"run.dir={run}", "train.device=cpu"]
+    cases = [
+        (["train.threads=3"], "train.threads=3 is more than the 2 CPU cores"),
+        (["train.update_threads=4"], "train.update_threads=4 is more than the 2 CPU cores"),
+        (["env.vector=async", "env.workers=100000"], "env.workers=100,000 is more than the 2"),
+    ]
+    if available():
+        cases.append((["env.vector=envpool", "env.workers=100000"], "env.workers=100,000 is"))
+    for overrides, named in cases:
+        assert main([*base, *overrides]) == 2
+        assert named in one_line(capsys)
+        assert not run.exists()
+    sup = ["supervised", DEMO_COPY, f"run.dir={run}", "train.threads=5", "train.device=cpu"]
+    assert main(sup) == 2
+    assert "train.threads=5 is more than the 2 CPU cores" in one_line(capsys)
+    device.check_cpu_counts({"train.threads": 2, "env.workers": 1})  # up to the cores: fine
+    if available():
+        with pytest.raises(ValueError, match="threads=3 is more than the 2 CPU cores"):
+            EnvPoolVectorEnv("MiniGrid-MemoryS7-v0", 4, 0, threads=3)
+
+
+# ---------------------------------------------------------------- options that do nothing
+@pytest.mark.parametrize("vector", ["sync", "batched"])
+def test_env_workers_is_refused_where_it_does_nothing(tmp_path, capsys, vector):
+    run = tmp_path / "run"
+    env = "memcores/PassiveVisualMatch-v0"
+    args = ["train", DEMO_RL, f"env.id={env}", f"env.vector={vector}", "env.workers=4"]
+    assert main([*args, f"run.dir={run}"]) == 2
+    line = one_line(capsys)
+    assert f"env.workers=4 does nothing with env.vector={vector}" in line
+    assert "async" in line and "envpool" in line and not run.exists()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from memcores.cores import make_core
 from memcores.cores.base import MemoryCore
+from memcores.experiments.argtypes import positive_int
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -213,7 +214,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--max-gb", type=float, default=2.5, help="time only rows whose graph fits in this"
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="torch CPU threads for timing"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     add_record_arguments(parser, "memory_rel")
     args = parser.parse_args(argv)
