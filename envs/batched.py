@@ -310,9 +310,9 @@ def make_batched_env(
             f"env {env_id!r} has no batched version (env.vector=batched); batched ids: "
             f"{', '.join(ids)}"
         )
-    from memcores.envs.env_options import check_bool_options
+    from memcores.envs.env_options import check_env_options
 
-    check_bool_options(env_id, env_kwargs)
+    check_env_options(env_id, env_kwargs)
     if env_id in BATCHED_POPGYM:
         return make_batched_popgym(env_id, n_envs, device, env_kwargs)
     return BatchedVisualMatch(n_envs, device=device, **memory_match_kwargs(env_id, env_kwargs))

@@ -1,4 +1,5 @@
-"""Which constructor options of an env are booleans, and the check that they get one.
+"""Which constructor options of an env are booleans, and the check of the options every env
+shares: a flag gets ``True`` or ``False``, ``max_steps`` an integer >= 1.
 
 An env built with ``prev_reward="false"`` or ``prev_reward="maybe"`` would take the string
 as true: a flag must be ``True`` or ``False``. The options an env declares as booleans are
@@ -54,9 +55,13 @@ def _is_bool(param: inspect.Parameter) -> bool:
     return param.annotation in (bool, "bool") or isinstance(param.default, bool)
 
 
-def check_bool_options(env_id: str, env_kwargs: Mapping[str, Any], prefix: str = "") -> None:
-    """:raises ValueError: an option ``env_id`` declares as a boolean holds anything else,
+def check_env_options(env_id: str, env_kwargs: Mapping[str, Any], prefix: str = "") -> None:
+    """:raises ValueError: an option ``env_id`` declares as a boolean holds anything else, or
+    ``max_steps`` (the episode limit every MiniGrid-API env takes) is not an integer >= 1:
     one line naming it (``prefix`` + the option's name) and the valid values."""
+    steps = env_kwargs.get("max_steps")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise ValueError(f"{prefix}max_steps of {env_id} must be an integer >= 1, got {steps!r}")
     for key in sorted(bool_options(env_id) & set(env_kwargs)):
         value = env_kwargs[key]
         if not isinstance(value, bool):

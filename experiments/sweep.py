@@ -365,6 +365,7 @@ class SweepOptions:
             "--gpus-per-trial": self.gpus,
             "--memory-per-trial": self.memory_gb,
             "--threads-per-trial": self.cpus > 1,
+            "--max-concurrent": self.max_concurrent > 1,
             f"--scheduler {self.scheduler}": self.scheduler != "fifo",
             f"--search {self.search}": self.search != "grid",
         }
@@ -552,6 +553,15 @@ def _check_machine(options: SweepOptions) -> None:
         check_machine(trial_resources(options))
     except ValueError as err:
         raise SweepError(str(err)) from None
+    from memcores.agents.device import cpu_cores
+
+    cpus, cores = options.max_concurrent * options.cpus, cpu_cores()
+    if cpus > cores:  # a private Ray would offer them all and oversubscribe the cores
+        raise SweepError(
+            f"--max-concurrent {options.max_concurrent} x --threads-per-trial {options.cpus} "
+            f"is {cpus} CPUs, more than the {cores} cores of this computer; give "
+            f"--max-concurrent 1..{max(1, cores // options.cpus)} (or a cluster: --address)"
+        )
 
 
 def _check_cluster(options: SweepOptions) -> None:

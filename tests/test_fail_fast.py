@@ -232,3 +232,45 @@ def test_env_workers_is_refused_where_it_does_nothing(tmp_path, capsys, vector):
     line = one_line(capsys)
     assert f"env.workers=4 does nothing with env.vector={vector}" in line
     assert "async" in line and "envpool" in line and not run.exists()
+
+
+@pytest.mark.parametrize("steps", ["0", "-5", "2.5", "many"])
+def test_max_steps_below_one_is_refused(tmp_path, capsys, steps):
+    """An episode limit of 0 (or less) truncated every episode at its first step."""
+    from memcores.envs import make_env
+    from memcores.envs.batched import make_batched_env
+
+    run = tmp_path / "run"
+    assert main(["train", DEMO_RL, f"env.kwargs.max_steps={steps}", f"run.dir={run}"]) == 2
+    line = one_line(capsys)
+    assert "env.kwargs.max_steps of MiniGrid-DoorKey-5x5-v0 must be an integer >= 1" in line
+    assert not run.exists()
+    with pytest.raises(ValueError, match="max_steps of MiniGrid-MemoryS7-v0 must be an integer"):
+        make_env("MiniGrid-MemoryS7-v0", max_steps=0)
+    with pytest.raises(ValueError, match="max_steps of memcores/PassiveVisualMatch-v0 must be"):
+        make_batched_env("memcores/PassiveVisualMatch-v0", 2, "cpu", {"max_steps": -1})
+
+
+def test_max_concurrent_is_refused_where_it_does_nothing_or_oversubscribes(
+    tmp_path, capsys, monkeypatch
+):
+    from memcores.agents import device
+    from memcores.experiments import sweep
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(sweep, "connect_ray", no_ray)
+    monkeypatch.setattr(device, "cpu_cores", lambda: 2)
+    args = ["sweep", DEMO_COPY, "--grid", "train.seed=0,1", "--out", str(tmp_path / "s")]
+    args += ["--results", str(tmp_path / "r"), "train.steps=2"]
+    assert main([*args, "--backend", "local", "--max-concurrent", "2"]) == 2
+    line = one_line(capsys)
+    assert "--backend local runs trials one after the other" in line
+    assert "--max-concurrent needs Ray Tune" in line
+    if sweep.ray_available():
+        assert main([*args, "--backend", "ray", "--max-concurrent", "64"]) == 2
+        line = one_line(capsys)
+        assert "--max-concurrent 64 x --threads-per-trial 1 is 64 CPUs, more than the 2" in line
+        assert "give --max-concurrent 1..2" in line
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
