@@ -274,3 +274,128 @@ def test_max_concurrent_is_refused_where_it_does_nothing_or_oversubscribes(
         assert "--max-concurrent 64 x --threads-per-trial 1 is 64 CPUs, more than the 2" in line
         assert "give --max-concurrent 1..2" in line
     assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
+
+
+# --------------------------------------------------------------------------- Python APIs
+def test_a_batched_env_checks_what_it_is_stepped_with():
+    """Before the fix: a step before reset failed inside the env with a KeyError, [N, 1]
+    or float actions were taken, and action 9 of 7 was played (MiniGrid raises)."""
+    import torch
+    from memcores.envs.batched import make_batched_env
+
+    env = make_batched_env("memcores/PassiveVisualMatch-v0", 3, "cpu")
+    with pytest.raises(RuntimeError, match=r"call reset\(seed\) before step"):
+        env.step(torch.zeros(3, dtype=torch.int64))
+    env.reset(seed=0)
+    bad = [
+        (
+            torch.zeros(3, 1, dtype=torch.int64),
+            r"actions must be \[3\] \(one per env\), got \[3, 1\]",
+        ),
+        (torch.zeros(2, dtype=torch.int64), r"actions must be \[3\] \(one per env\), got \[2\]"),
+        (torch.zeros(3), "actions must be integers, got torch.float32"),
+        (torch.ones(3, dtype=torch.bool), "actions must be integers, got torch.bool"),
+        (torch.tensor([0, 9, 1]), r"actions must be in 0..6 \(the action space\), got 9"),
+        (torch.tensor([0, -1, 1]), r"actions must be in 0..6 \(the action space\), got -1"),
+    ]
+    for actions, message in bad:
+        with pytest.raises(ValueError, match=message):
+            env.step(actions)
+        with pytest.raises(ValueError, match=message):
+            env.step_async(0, actions)
+    obs, reward, done, _ = env.step([6, 0, 2])  # a list of ints is fine
+    assert obs["image"].shape == (3, 7, 7, 3) and reward.shape == done.shape == (3,)
+
+
+def test_the_torchrl_module_names_what_is_wrong_in_the_tensordict():
+    pytest.importorskip("torchrl")
+    import torch
+    from memcores.agents.torchrl_module import CoreModule
+    from memcores.cores import make_core
+    from tensordict import TensorDict
+
+    module = CoreModule(make_core("lstm", 5, 8), in_key="x", out_key="y")
+    h, c = module.state_keys
+    x, zeros = torch.randn(4, 5), torch.zeros(4, 8)
+    with pytest.raises(ValueError, match="no 'x' \\(in_key\\); its keys: embed"):
+        module(TensorDict({"embed": x}, [4]))
+    with pytest.raises(
+        ValueError, match=r"'x' \(in_key\) must be \[\.\.\., 5\] .* got \[\.\.\., 6\]"
+    ):
+        module(TensorDict({"x": torch.randn(4, 6)}, [4]))
+    with pytest.raises(
+        ValueError, match=rf"state entry '{h}' must be \[\.\.\., 8\] .* got \[\.\.\., 3\]"
+    ):
+        module(
+            TensorDict(
+                {
+                    "x": x,
+                    h: torch.zeros(4, 3),
+                    c: zeros,
+                    "is_init": torch.zeros(4, 1, dtype=torch.bool),
+                },
+                [4],
+            )
+        )
+    # a state without is_init (a collector without InitTracker): it would be reset every step
+    with pytest.raises(ValueError, match="carries the state but no 'is_init'.*InitTracker"):
+        module(TensorDict({"x": x, h: zeros, c: zeros}, [4]))
+    # with is_init false the state is carried: the output differs from a fresh start's
+    carried = TensorDict(
+        {"x": x, h: zeros + 1, c: zeros + 1, "is_init": torch.zeros(4, 1, dtype=torch.bool)}, [4]
+    )
+    fresh = TensorDict({"x": x}, [4])
+    with torch.no_grad():
+        assert not torch.allclose(module(carried)["y"], module(fresh)["y"])
+
+
+def test_the_rllib_module_names_what_is_wrong_in_the_batch():
+    pytest.importorskip("ray.rllib")
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from memcores.agents.rllib_module import CoreRLModule, core_ppo_config, state_batch
+    from ray.rllib.core.columns import Columns
+
+    module = CoreRLModule(
+        observation_space=gym.spaces.Box(-1, 1, (7,), np.float32),
+        action_space=gym.spaces.Discrete(4),
+        model_config={"core": "lstm", "hidden_size": 8, "max_seq_len": 4},
+    )
+    state = state_batch(module, 2)
+    cases = [
+        (
+            {Columns.OBS: torch.zeros(2, 3, 6), Columns.STATE_IN: state},
+            r"must be \[B, T, 7\] sequences .* got \[2, 3, 6\]",
+        ),
+        (
+            {Columns.OBS: torch.zeros(2, 7), Columns.STATE_IN: state},
+            r"obs\[:, None\]\), got \[2, 7\]",
+        ),
+        (
+            {Columns.OBS: torch.zeros(2, 1, 7)},
+            r"STATE_IN\] must hold the core's state \['s0', 's1'\]",
+        ),
+        (
+            {Columns.OBS: torch.zeros(2, 1, 7), Columns.STATE_IN: {"s0": state["s0"]}},
+            r"got \['s0'\]",
+        ),
+        (
+            {
+                Columns.OBS: torch.zeros(2, 1, 7),
+                Columns.STATE_IN: {"s0": torch.zeros(2, 5), "s1": state["s1"]},
+            },
+            r"STATE_IN\['s0'\] must be \[2, 8\]",
+        ),
+    ]
+    for batch, message in cases:
+        with pytest.raises(ValueError, match=message):
+            module.forward_inference(batch)
+    with pytest.raises(ValueError, match=r"num_envs_per_env_runner must be in 1\.\.512 .* got 0"):
+        core_ppo_config(num_envs_per_env_runner=0)
+    with pytest.raises(
+        ValueError, match=r"num_envs_per_env_runner must be in 1\.\.512 .* got 2000"
+    ):
+        core_ppo_config(num_envs_per_env_runner=2000)
+    with pytest.raises(ValueError, match="num_env_runners must be >= 0"):
+        core_ppo_config(num_env_runners=-1)
