@@ -661,14 +661,20 @@ def _write_point_outcomes(
 ) -> list[TrialResult]:
     """sweep.json with every point's outcome, best first; the best point is printed."""
     sign = -1.0 if o.mode == "max" else 1.0
-    points = sorted(
-        ran.values(),
-        key=lambda r: (r.value is None or r.value != r.value, sign * (r.value or 0.0)),
-    )
+
+    def scored(r: TrialResult) -> bool:
+        return r.value is not None and math.isfinite(r.value)
+
+    # A NaN inside the key would break the sort's order for every point: points without a
+    # finite value get a constant key, after the others, in the order they ran.
+    points = sorted(ran.values(), key=lambda r: (0, sign * r.value) if scored(r) else (1, 0.0))
     state = {r.name: dataclasses.asdict(r) for r in points}
-    best = next((r for r in points if r.value is not None and r.value == r.value), None)
+    best = next((r for r in points if scored(r)), None)
     summary = {"metric": o.metric, "mode": o.mode, "best": best.name if best else None}
-    _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state, **summary})
+    # "results" keeps its best-first order (sorted keys would put the names in their order)
+    _write_json(
+        out / SWEEP_FILE, {**meta, "state": "done", "results": state, **summary}, sort_keys=False
+    )
     if best is not None:
         echo(f"best point: {best.name} ({o.metric} = {best.value:.4g}, mean over its seeds)")
     return points
@@ -714,8 +720,8 @@ def _how(backend: str, o: SweepOptions) -> str:
     return f"Ray Tune ({where}, {o.retries} retries{early})"
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def _write_json(path: Path, data: dict[str, Any], sort_keys: bool = True) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=sort_keys) + "\n")
 
 
 def _run_local(todo: Sequence[Trial], command_line: str, echo: Callable) -> dict:
