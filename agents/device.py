@@ -38,7 +38,7 @@ def cpu_cores() -> int:
 
 
 def check_cpu_counts(counts: Mapping[str, int]) -> None:
-    """Refuse thread or worker counts beyond this machine's CPU cores before anything starts
+    """Refuse thread or worker counts beyond the CPU cores of the computer before anything starts
     (100,000 EnvPool threads abort in C++; as many torch threads or env processes only
     oversubscribe the cores).
 

@@ -39,8 +39,9 @@ SUMMARY = RECORD_DIR / "summary.json"
 PACKAGE = "memcores"
 SUBPACKAGES = ("cores", "agents", "envs", "experiments")
 """The repository's folders that are the package's subpackages (``memcores.cores``, ...)."""
-COPIED = ("tests", "pyproject.toml")
-"""What the scratch copy holds beside the package: the tests and the pytest configuration."""
+COPIED = ("tests", "pyproject.toml", "experiments/configs")
+"""What the scratch copy holds beside the package: the tests, the pytest configuration and
+the configs the tests read by their path in the repository."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +352,7 @@ def mutmut_config(target: Target) -> str:
     options = {
         "source_paths": [PACKAGE],
         "only_mutate": [f"{PACKAGE}/{target.path}"],
+        "also_copy": ["experiments/configs"],  # mutmut runs the tests in its own copy
         "pytest_add_cli_args_test_selection": list(target.tests),
         # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): mutmut stops a
         # spinning one at 30x the tests' CPU time; pytest-timeout fails any test that runs (or
@@ -379,7 +381,7 @@ def scratch_copy(target: Target, into: Path) -> None:
     for name in COPIED:
         src = REPO / name
         if src.is_dir():
-            shutil.copytree(src, into / name, ignore=ignore)
+            shutil.copytree(src, into / name, ignore=ignore, dirs_exist_ok=True)
         else:
             shutil.copy2(src, into / name)
     with open(into / "pyproject.toml", "a", encoding="utf-8") as f:

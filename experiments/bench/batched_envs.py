@@ -130,7 +130,7 @@ def parse_sizes(parser: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
 
 
 def bench_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
-    """``--device`` as a device this machine has (argparse's error, exit 2, otherwise)."""
+    """``--device`` as a device the computer has (argparse's error, exit 2, otherwise)."""
     from memcores.agents.device import resolve_device
 
     try:
