@@ -399,3 +399,36 @@ def test_the_rllib_module_names_what_is_wrong_in_the_batch():
         core_ppo_config(num_envs_per_env_runner=2000)
     with pytest.raises(ValueError, match="num_env_runners must be >= 0"):
         core_ppo_config(num_env_runners=-1)
+
+
+# --------------------------------------------------------------------------- Ctrl-C, local backend
+def test_ctrl_c_in_a_local_sweep_leaves_the_trial_to_resume(tmp_path, capsys, monkeypatch):
+    """The local backend's half of the rule the Ray test checks (test_sweep_ray_quick): an
+    interrupted trial gets no record, and the same command trains it to its whole budget."""
+    import json
+
+    from memcores.experiments import sweep
+
+    real = sweep.run_trial
+
+    def interrupted(trial, report, command_line=""):
+        def stop(metrics, ckpt):
+            if metrics.get("step", 0) >= 40:
+                raise KeyboardInterrupt
+
+        return real(trial, stop, command_line)
+
+    out, results = tmp_path / "s", tmp_path / "r"
+    args = ["sweep", DEMO_COPY, "--grid", "train.seed=0", "--backend", "local", "--out", str(out)]
+    args += ["--results", str(results), "train.steps=60", "train.eval_every=20"]
+    args += ["train.eval_size=32", "core.hidden_size=8", "train.progress=false"]
+    args += ["run.tensorboard=false"]
+    monkeypatch.setattr(sweep, "run_trial", interrupted)
+    assert main(args) == 130
+    assert not (results / "seed=0").exists()
+    assert (out / "seed=0" / "checkpoints" / "last.pt").is_file()
+    monkeypatch.setattr(sweep, "run_trial", real)
+    capsys.readouterr()
+    assert main(args) == 0
+    record = json.loads((results / "seed=0" / "record.json").read_text())
+    assert record["updates"] == 60 and not record.get("stopped_early")
