@@ -333,6 +333,16 @@ EQUIVALENT: dict[str, str] = {
     "cores.scan.x_linear_scan__mutmut_7": "scan_values and scan_adjoint expand a themselves and "
     "autograd sums a broadcast gradient back to a's shape: the same values and gradients",
     "cores.base.x_step_loop__mutmut_23": "torch.stack's default dim is 0",
+    "experiments.sweep.x__write_point_outcomes__mutmut_5": "the sign only orders the values: "
+    "-2 x value orders them as -1 x value does",
+    "experiments.sweep.x__write_point_outcomes__mutmut_9": "the sign only orders the values: "
+    "2 x value orders them as 1 x value does",
+    "experiments.sweep.x__write_point_outcomes__mutmut_24": "points without a value share one "
+    "constant key after the scored ones' 0: (2, 0.0) sorts as (1, 0.0)",
+    "experiments.sweep.x__write_point_outcomes__mutmut_25": "points without a value share one "
+    "constant key: (1, 1.0) sorts as (1, 0.0)",
+    "experiments.sweep.x__write_point_outcomes__mutmut_44": "json.dumps reads sort_keys=None "
+    "as false, like False",
 }
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
