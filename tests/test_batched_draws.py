@@ -67,6 +67,9 @@ def test_uniform_int_covers_exactly_0_to_n_minus_1():
     u = torch.tensor([0.0, 0.249, 0.25, 0.999999, 1.0 - 2**-24])
     assert uniform_int(u, 4).tolist() == [0, 0, 1, 3, 3]
     assert uniform_int(u, torch.tensor(4)).tolist() == [0, 0, 1, 3, 3]
+    # a u rounded up to 1.0 upstream still gives n - 1, never n
+    assert uniform_int(torch.tensor([1.0]), 4).tolist() == [3]
+    assert uniform_int(torch.tensor([1.0]), torch.tensor(4)).tolist() == [3]
 
 
 def test_words_are_uniform_and_successive_draws_independent():
@@ -149,3 +152,33 @@ def test_visual_match_cues_are_uniform_and_independent_across_episodes_and_envs(
         assert chi2_independent(table) < CHI2_P001[(k - 1) ** 2]
     # the observation shows it: the cue room's ball is one of the palette's colours
     assert env.obs["image"].shape == (n, 7, 7, 3)
+
+
+# --------------------------------------------------------------------------- carried episodes
+@pytest.mark.parametrize("compact", [True, False])
+def test_each_env_plays_its_own_episodes_in_order_over_auto_resets(compact):
+    """Envs that end at different steps: after its e-th end, env i holds exactly the
+    episode ``(seed + i, e)``, drawn ahead into the pool (compact rows on a CPU, every row
+    masked on an accelerator): none is skipped, repeated or taken from another env."""
+    n = 16
+    options = {"room_size": 5, "distractor_steps": 2, "max_steps": 30}
+    env = make_batched_env("memcores/PassiveVisualMatch-v0", n, env_kwargs=options)
+    env.compact_resets = compact
+    env.reset(seed=5)
+    generator = torch.Generator().manual_seed(0)
+    ended = torch.zeros(n, dtype=torch.int64)
+    lengths: set[int] = set()
+    since = torch.zeros(n, dtype=torch.int64)
+    for _ in range(300):
+        actions = torch.randint(0, 7, (n,), generator=generator)
+        _, _, done, _ = env.step(actions)
+        since += 1
+        for i in done.nonzero().flatten().tolist():
+            ended[i] += 1
+            lengths.add(int(since[i]))
+            since[i] = 0
+            fresh = env._fresh(env.keys[i : i + 1], ended[i : i + 1])
+            for key, value in fresh.items():
+                assert torch.equal(env.state[key][i], value[0].to(env.state[key].dtype)), key
+    assert env.episodes.tolist() == ended.tolist()
+    assert ended.min() >= 3 and len(lengths) >= 3  # several episodes, of unequal lengths

@@ -284,7 +284,7 @@ def test_a_batched_env_checks_what_it_is_stepped_with():
     from memcores.envs.batched import make_batched_env
 
     env = make_batched_env("memcores/PassiveVisualMatch-v0", 3, "cpu")
-    with pytest.raises(RuntimeError, match=r"call reset\(seed\) before step"):
+    with pytest.raises(RuntimeError, match=r"^call reset\(seed\) before step: the envs hold"):
         env.step(torch.zeros(3, dtype=torch.int64))
     env.reset(seed=0)
     bad = [
