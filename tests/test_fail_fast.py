@@ -296,6 +296,7 @@ def test_a_batched_env_checks_what_it_is_stepped_with():
         (torch.zeros(3), "actions must be integers, got torch.float32"),
         (torch.ones(3, dtype=torch.bool), "actions must be integers, got torch.bool"),
         (torch.tensor([0, 9, 1]), r"actions must be in 0..6 \(the action space\), got 9"),
+        (torch.tensor([0, 7, 1]), r"actions must be in 0..6 \(the action space\), got 7"),
         (torch.tensor([0, -1, 1]), r"actions must be in 0..6 \(the action space\), got -1"),
     ]
     for actions, message in bad:
