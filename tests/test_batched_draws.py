@@ -182,3 +182,39 @@ def test_each_env_plays_its_own_episodes_in_order_over_auto_resets(compact):
                 assert torch.equal(env.state[key][i], value[0].to(env.state[key].dtype)), key
     assert env.episodes.tolist() == ended.tolist()
     assert ended.min() >= 3 and len(lengths) >= 3  # several episodes, of unequal lengths
+
+
+def test_the_pool_is_refilled_every_min_episode_length_minus_one_steps():
+    """The rows that ended wait in ``_stale`` until the pool's refill, which comes every
+    ``min_episode_length - 1`` steps, before any env can end again; then none waits."""
+    n = 16
+    options = {"room_size": 5, "distractor_steps": 2, "max_steps": 30}
+    env = make_batched_env("memcores/PassiveVisualMatch-v0", n, env_kwargs=options)
+    period = env.min_episode_length - 1
+    assert period >= 2  # else every step refills and nothing is pinned
+    env.reset(seed=1)
+    generator = torch.Generator().manual_seed(1)
+    waiting = torch.zeros(n, dtype=torch.bool)
+    refills = 0
+    for step in range(1, 4 * period + 1):
+        _, _, done, _ = env.step(torch.randint(0, 7, (n,), generator=generator))
+        waiting |= done
+        if step % period == 0:
+            waiting[:] = False
+            refills += 1
+        assert torch.equal(env._stale, waiting), step
+    assert refills == 4 and env._steps == 4 * period
+
+
+def test_a_reset_keeps_the_storage_of_the_tensors_it_rewrites():
+    """A recorded step reads the env's tensors by address: a second reset writes the new
+    seed's keys, episode counters and flags into the same storage."""
+    env = make_batched_env("popgym/RepeatPreviousEasy-v0", 5)
+    env.reset(seed=0)
+    env.step(torch.zeros(5, dtype=torch.int64))
+    tensors = {"keys": env.keys, "episodes": env.episodes, "_stale": env._stale}
+    addresses = {name: t.data_ptr() for name, t in tensors.items()}
+    env.reset(seed=9)
+    assert {name: getattr(env, name).data_ptr() for name in tensors} == addresses
+    assert torch.equal(env.keys, env_keys(9, 5)) and env.episodes.tolist() == [0] * 5
+    assert not env._stale.any() and env._steps == 0
