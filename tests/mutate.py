@@ -263,6 +263,10 @@ TARGETS: tuple[Target, ...] = (
 )
 """The modules, in the order ``make mutate`` runs them (the losses and rewards first)."""
 
+_ON_THE_CPU = (
+    "on the CPU, where these tests run, torch's default device is the env's: the same tensor "
+    "(only a run on an accelerator tells the two apart)"
+)
 EQUIVALENT: dict[str, str] = {
     "agents.ppo.x_explained_variance__mutmut_10": 'float("NAN") is the same NaN as float("nan")',
     "envs.memory_match.xǁVisualMatchEnvǁstep__mutmut_26": "reward is 0.0 before the apple is "
@@ -343,6 +347,38 @@ EQUIVALENT: dict[str, str] = {
     "constant key: (1, 1.0) sorts as (1, 0.0)",
     "experiments.sweep.x__write_point_outcomes__mutmut_44": "json.dumps reads sort_keys=None "
     "as false, like False",
+    "envs.batched.xǁBatchedEnvǁ_refill__mutmut_13": "an indexed assignment casts the value to the "
+    "pool's dtype, as the explicit cast does",
+    "envs.batched.xǁBatchedEnvǁ_refill__mutmut_27": "torch.where promotes both dtypes and copy_ "
+    "casts the result back to the pool's dtype: the same values",
+    "envs.batched.xǁBatchedEnvǁchecked_actions__mutmut_21": "step_recordable converts the actions "
+    "to int64 again",
+    "envs.batched.xǁBatchedEnvǁstep_recordable__mutmut_2": "every caller passes int64 actions "
+    "already: step (through checked_actions) and the recorded rollout step (sampled actions)",
+    "envs.batched.x__kept__mutmut_5": "the values reset writes are fresh contiguous tensors: a "
+    "clone keeping their format is contiguous too",
+    "envs.batched.x_random_words__mutmut_46": "an int64 tensor times a Python float is float32, "
+    "torch's default dtype: the same values",
+    "envs.batched.x_env_keys__mutmut_6": "torch.arange of integers is int64 by default",
+    "envs.batched.x_env_keys__mutmut_9": "torch.arange of integers is int64 by default",
+    "envs.batched.x_random_words__mutmut_14": "torch.arange of integers is int64 by default",
+    "envs.batched.x_random_words__mutmut_18": "torch.arange of integers is int64 by default",
+    "envs.batched.xǁBatchedEnvǁchecked_actions__mutmut_9": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁchecked_actions__mutmut_11": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_9": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_12": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_20": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_23": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_31": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_34": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_75": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_78": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁstep_recordable__mutmut_4": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁstep_recordable__mutmut_6": _ON_THE_CPU,
+    "envs.batched.x_env_keys__mutmut_7": _ON_THE_CPU,
+    "envs.batched.x_env_keys__mutmut_10": _ON_THE_CPU,
+    "envs.batched.x_random_words__mutmut_15": _ON_THE_CPU,
+    "envs.batched.x_random_words__mutmut_19": _ON_THE_CPU,
 }
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""

@@ -54,6 +54,9 @@ def test_env_keys_and_words_are_pure_functions_of_seed_plus_i():
     assert env_keys(0, 5)[3] == env_keys(3, 1)[0]
     key = fmix32(fmix32(7) ^ 0)  # seed 7, env 0: the high word of 7 is 0
     assert env_keys(7, 1).tolist() == [key]
+    # a seed past 2**32 folds its high word in: seed 2**32 + 7 is not seed 7
+    assert env_keys(2**32 + 7, 1).tolist() == [fmix32(fmix32(7) ^ 1)]
+    assert env_keys(2**33 + 7, 1).tolist() == [fmix32(fmix32(7) ^ 2)]
     keys, episodes = env_keys(7, 1), torch.tensor([2])
     words = random_words(keys, episodes, 3)
     base = fmix32(key + ((2 * 0x9E3779B1) & 0xFFFFFFFF))
