@@ -27,6 +27,28 @@ def memory_of(device: torch.device) -> int | None:
         return None
 
 
+def observation_bytes(env_id: str, env_kwargs: dict | None = None) -> int:
+    """Bytes of one observation of ``env_id`` (every array of its observation space), read
+    from one probe env.
+
+    :raises ValueError: an unknown env id or bad env options (the probe env's errors).
+    """
+    import numpy as np
+
+    from memcores.envs import make_env
+
+    probe = make_env(env_id, **dict(env_kwargs or {}))
+    try:
+        spaces = getattr(probe.observation_space, "spaces", {"obs": probe.observation_space})
+        return sum(
+            int(np.prod(space.shape or ())) * np.dtype(space.dtype).itemsize
+            for space in spaces.values()
+            if space.dtype is not None
+        )
+    finally:
+        probe.close()
+
+
 def check_fits(need: int, devices: tuple[torch.device, ...], what: str, advice: str) -> None:
     """Refuse ``need`` bytes that exceed the memory of any of ``devices``.
 

@@ -27,7 +27,7 @@ from memcores.agents.run_config import (  # noqa: F401  (MAX_SEED: part of this 
     TrainBase,
     migrate_saved_config,
 )
-from memcores.cores.graphed import cuda_graph_choice
+from memcores.cores.graphed import cuda_graph_choice, cuda_only, graph_switch
 
 
 @dataclass
@@ -58,6 +58,11 @@ class EnvConfig:
             raise ValueError(f"env.n_envs must be >= 1, got {self.n_envs}")
         if self.workers < 1:
             raise ValueError(f"env.workers must be >= 1, got {self.workers}")
+        if self.workers != 1 and self.vector in ("sync", "batched"):
+            raise ValueError(
+                f"env.workers={self.workers} does nothing with env.vector={self.vector}: it "
+                "counts the worker processes of async and the threads of envpool; drop it"
+            )
         if self.vector == "async" and self.n_envs < 2:
             raise ValueError("env.vector=async needs env.n_envs >= 2 (two groups of envs)")
         if self.vector == "batched":
@@ -69,7 +74,14 @@ class EnvConfig:
                     f"ids: {', '.join(batched_ids())}"
                 )
         from memcores.envs import envpool_env
+        from memcores.envs.env_options import bool_options, check_env_options
         from memcores.envs.observation import unavailable_reason
+        from memcores.experiments.config import coerce
+
+        for key in sorted(bool_options(self.id) & set(self.kwargs or {})):
+            # a flag's "false" or "maybe" would be a true string: parsed like any bool key
+            self.kwargs[key] = coerce(self.kwargs[key], bool, f"env.kwargs.{key}")
+        check_env_options(self.id, self.kwargs or {}, "env.kwargs.")
 
         why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset
         if why:
@@ -404,6 +416,19 @@ class RLConfig(MigratingSchema):
     """Budget, seed, device, logging."""
     run: RunConfig = field(default_factory=RunConfig)
     """Output location."""
+
+    def check_device(self, device: Any) -> None:
+        """Refuse what cannot run on ``device`` (a ``torch.device``), before anything is
+        built: Triton options (:meth:`CoreConfig.check_device`) and a CUDA graph insisted on
+        (``train.graph_*=true``) off CUDA, as ``memcores train`` refuses them (its setup
+        checks the graph flags against the built policy too, :func:`agents.rl_trainer.setup`).
+        Every trial of a sweep, its dry run included, makes this check before Ray starts.
+
+        :raises ValueError: naming the key and the values that run there.
+        """
+        self.core.check_device(device)
+        for name in ("graph_update", "graph_acting", "graph_env_step"):
+            graph_switch(getattr(self.train, name), f"train.{name}", cuda_only(device))
 
     def validate(self) -> None:
         batch = self.env.n_envs * self.agent.n_steps

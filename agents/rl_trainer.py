@@ -43,11 +43,16 @@ from memcores.agents.checkpoint import (
     load_rl_checkpoint,
     saved_policy_weights,
 )
-from memcores.agents.device import acting_device, module_device, resolve_device
+from memcores.agents.device import (
+    acting_device,
+    check_cpu_counts,
+    module_device,
+    resolve_device,
+)
 from memcores.agents.divergence import DivergenceGuard
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.learners import acting_obstacle, check_learner_memory, make_learner
-from memcores.agents.memory_need import check_fits
+from memcores.agents.memory_need import check_fits, observation_bytes
 from memcores.agents.networks import build_policy
 from memcores.agents.policy import RecurrentActorCritic, observation_shape
 from memcores.agents.ppo import UpdateStats, make_optimizer
@@ -147,10 +152,13 @@ def setup(config: RLConfig) -> Setup:
     """
     device = resolve_device(config.train.device)
     config.core.check_device(device)
+    env = config.env
+    workers = {"env.workers": env.workers} if env.vector in ("async", "envpool") else {}
+    threads = {"train.threads": config.train.threads}
+    check_cpu_counts({**threads, "train.update_threads": config.train.update_threads, **workers})
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     torch.manual_seed(config.train.seed)
-    env = config.env
     check_rollout_memory(config, device)
     envs = make_vector_env(
         env.id, env.n_envs, config.train.seed, env.vector, env.kwargs, env.workers
@@ -197,19 +205,8 @@ def check_rollout_memory(config: RLConfig, device: torch.device) -> None:
     :raises ValueError: naming ``env.n_envs``, ``agent.n_steps`` and both memory sizes; an
         unknown env id or bad env options (the probe env's errors).
     """
-    from memcores.envs import make_env
-
     env, agent = config.env, config.agent
-    probe = make_env(env.id, **dict(env.kwargs or {}))
-    try:
-        spaces = getattr(probe.observation_space, "spaces", {"obs": probe.observation_space})
-        obs_bytes = sum(
-            int(np.prod(space.shape or ())) * np.dtype(space.dtype).itemsize
-            for space in spaces.values()
-            if space.dtype is not None
-        )
-    finally:
-        probe.close()
+    obs_bytes = observation_bytes(env.id, env.kwargs)
     per_step = obs_bytes + STORED_STEP_BYTES
     buffers = 2 if config.train.overlap else 1
     check_fits(

@@ -75,11 +75,40 @@ class CoreRLModule(TorchRLModule, ValueFunctionAPI):
         """``batch[OBS] [B, T, n]`` and ``STATE_IN`` (each ``[B, ...]``) -> core output
         ``[B, T, H]`` and ``STATE_OUT`` after step ``T``."""
         obs = batch[Columns.OBS].float()
-        state_in = batch[Columns.STATE_IN]
-        state = tuple(state_in[f"s{i}"] for i in range(len(state_in)))
+        state = self._state_in(batch, obs)
         x = self.net.vector(obs.flatten(0, 1)).view(obs.shape[0], obs.shape[1], -1)
         y, state = self.net.core(x.transpose(0, 1), state)  # y: [T, B, H]
         return y.transpose(0, 1), {f"s{i}": tensor for i, tensor in enumerate(state)}
+
+    def _state_in(self, batch: dict[str, Any], obs: Tensor) -> tuple[Tensor, ...]:
+        """The core's state from ``batch[STATE_IN]``, after checking ``obs`` is ``[B, T, n]``.
+
+        :raises ValueError: observations of another rank or feature count than the module's
+            space, or ``STATE_IN`` missing or not the core's state (one line each).
+        """
+        n = int(np.prod(self.observation_space.shape))
+        if obs.ndim != 3 or obs.shape[-1] != n:
+            raise ValueError(
+                f"CoreRLModule: observations must be [B, T, {n}] sequences (T = 1 when acting: "
+                f"obs[:, None]), got {list(obs.shape)}"
+            )
+        template = self.net.core.initial_state(1, "cpu")
+        state_in = batch.get(Columns.STATE_IN)
+        keys = [f"s{i}" for i in range(len(template))]
+        if not isinstance(state_in, dict) or sorted(state_in) != sorted(keys):
+            got = sorted(state_in) if isinstance(state_in, dict) else type(state_in).__name__
+            raise ValueError(
+                f"CoreRLModule: batch[STATE_IN] must hold the core's state {keys} (each row "
+                f"from get_initial_state() or an earlier STATE_OUT), got {got}"
+            )
+        for key, tensor in zip(keys, template, strict=True):
+            have = state_in[key]
+            if tuple(have.shape) != (obs.shape[0], *tensor.shape[1:]):
+                raise ValueError(
+                    f"CoreRLModule: STATE_IN[{key!r}] must be {[obs.shape[0], *tensor.shape[1:]]} "
+                    f"for {obs.shape[0]} sequences, got {list(have.shape)}"
+                )
+        return tuple(state_in[key] for key in keys)
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         memory, state_out = self._memory(batch)
@@ -122,8 +151,17 @@ def core_ppo_config(
     clip 0.2, entropy 0.01, value coefficient 0.5, gradient norm 0.5, no KL penalty.
     Change anything further on the returned config.
     """
-    register_env(ENV_NAME, make_vector_env)
+    if num_env_runners < 0:
+        raise ValueError(
+            f"num_env_runners must be >= 0 (0: sample in the driver), got {num_env_runners}"
+        )
     runners = max(1, num_env_runners)
+    if not 1 <= runners * num_envs_per_env_runner <= 1024:
+        raise ValueError(
+            f"num_envs_per_env_runner must be in 1..{1024 // runners} with {runners} runner(s) "
+            f"(a batch of 1024 frames split over every env), got {num_envs_per_env_runner}"
+        )
+    register_env(ENV_NAME, make_vector_env)
     return (
         PPOConfig()
         .environment(ENV_NAME, env_config={"id": env_id})

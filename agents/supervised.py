@@ -48,7 +48,7 @@ from memcores.agents.checkpoint import (
     checkpoint_path,
     load_trainer_checkpoint,
 )
-from memcores.agents.device import resolve_device
+from memcores.agents.device import check_cpu_counts, resolve_device
 from memcores.agents.files import write_text_atomic
 from memcores.agents.logger import RunLogger
 from memcores.agents.memory_need import check_fits
@@ -312,6 +312,7 @@ def prepare(config: SupervisedConfig) -> Prepared:
     """
     device = resolve_device(config.train.device)
     config.core.check_device(device)
+    check_cpu_counts({"train.threads": config.train.threads})
     if config.train.threads > 0:
         torch.set_num_threads(config.train.threads)
     task = build_task(config)

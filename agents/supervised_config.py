@@ -128,3 +128,10 @@ class SupervisedConfig(MigratingSchema):
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
+
+    def check_device(self, device: Any) -> None:
+        """Refuse what cannot run on ``device`` (Triton options, :meth:`CoreConfig.check_device`).
+
+        :raises ValueError: naming the key and the values that run there.
+        """
+        self.core.check_device(device)

@@ -101,14 +101,14 @@ class CoreModule(TensorDictModuleBase):
             shaped = shaped.flatten(0, -2) if shaped.ndim > 2 else shaped  # [B, T]
         else:
             shaped = tensordict.reshape(-1).unsqueeze(-1)  # [N, 1]: one step per entry
-        x = shaped.get(self.in_keys[0]).transpose(0, 1)  # [T, B, D]
+        x = self._input(shaped).transpose(0, 1)  # [T, B, D]
         batch = x.shape[1]
+        stored = self._stored_state(shaped)
         starts = shaped.get("is_init", None)
         if starts is None:
             starts = torch.zeros(shaped.shape, dtype=torch.bool, device=x.device)
             starts[:, 0] = True  # no state tracked: every row starts an episode
         starts = starts.reshape(shaped.shape).transpose(0, 1).bool()  # [T, B]
-        stored = [shaped.get(key, None) for key in self.state_keys]
         if any(s is None for s in stored):
             state = self.core.initial_state(batch, x.device)
         else:
@@ -120,6 +120,47 @@ class CoreModule(TensorDictModuleBase):
         if shaped is not tensordict:
             tensordict.update(shaped.reshape(shape))
         return tensordict
+
+    def _input(self, shaped: TensorDictBase) -> Tensor:
+        """The ``[B, T, input_size]`` input entry.
+
+        :raises ValueError: no ``in_key`` entry, or one of another width than the core's.
+        """
+        key, want = self.in_keys[0], self.core.input_size
+        x = shaped.get(key, None)
+        if x is None:
+            keys = ", ".join(map(str, shaped.keys())) or "none"
+            raise ValueError(
+                f"CoreModule: the tensordict has no {key!r} (in_key); its keys: {keys}"
+            )
+        if x.ndim != 3 or x.shape[-1] != want:
+            raise ValueError(
+                f"CoreModule: {key!r} (in_key) must be [..., {want}] (the core's input_size), "
+                f"got [..., {', '.join(map(str, x.shape[2:]))}]"
+            )
+        return x
+
+    def _stored_state(self, shaped: TensorDictBase) -> list[Tensor | None]:
+        """The ``[B, T, ...]`` state entries (None where absent).
+
+        :raises ValueError: a state entry of another shape than the core's, or a state
+            without ``is_init``: the state would be reset at every step (a collector without
+            torchrl's ``InitTracker`` would train a memoryless core).
+        """
+        stored = [shaped.get(key, None) for key in self.state_keys]
+        for key, tensor, (shape, _) in zip(self.state_keys, stored, self._state_specs, strict=True):
+            if tensor is not None and tuple(tensor.shape[2:]) != shape:
+                raise ValueError(
+                    f"CoreModule: state entry {key!r} must be [..., {', '.join(map(str, shape))}] "
+                    f"(the core's state), got [..., {', '.join(map(str, tensor.shape[2:]))}]"
+                )
+        if any(s is not None for s in stored) and "is_init" not in shaped.keys():
+            raise ValueError(
+                "CoreModule: the tensordict carries the state but no 'is_init': without it the "
+                "state is reset at every step; add torchrl's InitTracker transform to the env "
+                "(TransformedEnv(env, InitTracker()))"
+            )
+        return stored
 
 
 def _at_last_step(state: Tensor, steps: int) -> Tensor:

@@ -31,6 +31,8 @@ caller of a recording runs it eagerly after each replay (:mod:`agents.rollout_gr
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import torch
 from torch import Tensor
@@ -200,9 +202,37 @@ class BatchedEnv:
         episode's first one and ``success`` tells whether the finished episode succeeded.
         The outputs are the env's own tensors, overwritten by the next step.
         """
-        out = self.step_recordable(actions)
+        out = self.step_recordable(self.checked_actions(actions))
         self.tick()
         return out
+
+    def checked_actions(self, actions: Any) -> Tensor:
+        """``actions`` as the ``[N]`` int64 tensor a step takes.
+
+        :raises RuntimeError: no :meth:`reset` yet.
+        :raises ValueError: not ``[N]``, not integers, or (on the CPU, where the check costs
+            no wait on the device) outside the action space.
+        """
+        if "reward" not in self._out:
+            raise RuntimeError("call reset(seed) before step: the envs hold no episode yet")
+        actions = torch.as_tensor(actions, device=self.device)
+        n = self.num_envs
+        if actions.shape != (n,):
+            raise ValueError(f"actions must be [{n}] (one per env), got {list(actions.shape)}")
+        if (
+            actions.dtype.is_floating_point
+            or actions.dtype.is_complex
+            or actions.dtype == torch.bool
+        ):
+            raise ValueError(f"actions must be integers, got {actions.dtype}")
+        actions = actions.to(torch.int64)
+        if self.device.type == "cpu":
+            count = int(self.single_action_space.n)
+            low, high = int(actions.min()), int(actions.max())
+            if low < 0 or high >= count:
+                bad = low if low < 0 else high
+                raise ValueError(f"actions must be in 0..{count - 1} (the action space), got {bad}")
+        return actions
 
     def step_recordable(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
         """:meth:`step` without :meth:`tick`: every tensor it writes keeps its storage, and
@@ -240,7 +270,7 @@ class BatchedEnv:
         """Hold ``actions`` for :meth:`step_wait` (one group: ``group`` must be 0)."""
         if group != 0:
             raise ValueError(f"a batched env has one group, got group {group}")
-        self._actions = torch.as_tensor(actions, device=self.device)
+        self._actions = self.checked_actions(actions)
 
     def step_wait(self, group: int) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor]:
         """Step with the actions given to :meth:`step_async`."""

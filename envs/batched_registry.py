@@ -14,6 +14,7 @@ from memcores.envs import MEMORY_MATCH_IDS
 from memcores.envs.batched import BatchedEnv
 from memcores.envs.batched_memory_match import BatchedVisualMatch, memory_match_kwargs
 from memcores.envs.batched_popgym import BATCHED_POPGYM, make_batched_popgym
+from memcores.envs.env_options import check_env_options
 
 
 def make_batched_env(
@@ -35,6 +36,7 @@ def make_batched_env(
             f"env {env_id!r} has no batched version (env.vector=batched); batched ids: "
             f"{', '.join(ids)}"
         )
+    check_env_options(env_id, env_kwargs)
     if env_id in BATCHED_POPGYM:
         return make_batched_popgym(env_id, n_envs, device, env_kwargs)
     return BatchedVisualMatch(n_envs, device=device, **memory_match_kwargs(env_id, env_kwargs))

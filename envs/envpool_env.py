@@ -76,6 +76,9 @@ class EnvPoolVectorEnv:
 
         if n_envs < 1 or threads < 1:
             raise ValueError(f"need n_envs >= 1, threads >= 1; got {n_envs=}, {threads=}")
+        from memcores.agents.device import check_cpu_counts
+
+        check_cpu_counts({"threads": threads})
         why = unavailable_reason(env_id)
         if why:
             raise ValueError(why)

@@ -319,6 +319,9 @@ def make_env(
     why = unavailable_reason(env_id)  # e.g. missing data files: say so, not what is missing
     if why:
         raise ValueError(f"env {env_id!r} is unavailable: {why} (see `memcores list envs`)")
+    from memcores.envs.env_options import check_env_options
+
+    check_env_options(env_id, env_kwargs)
     if env_id.startswith("popgym/"):
         from memcores.envs.popgym_env import make_popgym
 

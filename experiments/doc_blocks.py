@@ -240,7 +240,11 @@ def check(docs: list[Path] | None = None, repo: Path = REPO, reports: bool = Tru
         problems += regenerate(doc, repo)[1]
     for folder in sorted(p.parent for p in (repo / "results" / "bench").glob("*/record.json")):
         report = folder / bench_record.REPORT
-        fresh = bench_record.render_report(bench_record.read_record(folder))
+        try:
+            fresh = bench_record.render_report(bench_record.read_record(folder))
+        except ValueError as err:  # a record edited into another shape
+            problems.append(str(err).replace(f"{repo}/", ""))
+            continue
         if not report.is_file() or report.read_text(encoding="utf-8") != fresh:
             problems.append(f"{report.relative_to(repo)}: differs from its record.json")
     if reports:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from memcores.agents.files import write_text_atomic
-from memcores.experiments.search import round_params
+from memcores.experiments.search import override_text, round_params
 from memcores.experiments.trials import DONE, Trial, run_trial, trial_done
 
 SCHEDULE_FILE = "pbt_schedule.json"
@@ -90,7 +90,7 @@ def run_member(
         schedule.append({"step": step, "values": values})
     write_text_atomic(run_dir / SCHEDULE_FILE, json.dumps(schedule, indent=1))
     member = dataclasses.replace(
-        trial, overrides=[*trial.overrides, *(f"{k}={v}" for k, v in values.items())]
+        trial, overrides=[*trial.overrides, *(f"{k}={override_text(v)}" for k, v in values.items())]
     )
 
     # A member trains in segments (paused, cloned); its record's wall time is their sum.

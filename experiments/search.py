@@ -134,6 +134,16 @@ def trial_name(assignment: dict[str, str]) -> str:
     return ",".join(parts) or "trial"
 
 
+def override_text(value: Any) -> str:
+    """A sampled value as the text of a dotted override that parses back to it: ``None`` as
+    ``null`` (``str`` would give the text "None"), booleans as ``true``/``false``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def point_name(values: Mapping[str, Any]) -> str:
     """The folder name of a sampled point: ``learning_rate=0.0012,ent_coef=0.03``."""
     return trial_name({k: _text(v) for k, v in values.items()})

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memcores.experiments.search import point_name, round_params
+from memcores.experiments.search import override_text, point_name, round_params
 from memcores.experiments.trials import DONE, Trial, run_trial, trial_done
 
 
@@ -27,7 +27,7 @@ def seed_trials(templates: Sequence[Trial], values: Mapping[str, Any]) -> list[T
     :param templates: the sweep's trials without the point (one per seed, named ``seed=S``).
     """
     point = point_name(values)
-    sampled = [f"{key}={value}" for key, value in values.items()]
+    sampled = [f"{key}={override_text(value)}" for key, value in values.items()]
     trials = []
     for t in templates:
         name = point if t.name == "trial" else f"{point},{t.name}"

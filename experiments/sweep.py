@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import time
@@ -381,6 +382,15 @@ def _check_machine(options: SweepOptions) -> None:
         check_machine(trial_resources(options))
     except ValueError as err:
         raise SweepError(str(err)) from None
+    from memcores.agents.device import cpu_cores
+
+    cpus, cores = options.max_concurrent * options.cpus, cpu_cores()
+    if cpus > cores:  # a private Ray would offer them all and oversubscribe the cores
+        raise SweepError(
+            f"--max-concurrent {options.max_concurrent} x --threads-per-trial {options.cpus} "
+            f"is {cpus} CPUs, more than the {cores} cores of this computer; give "
+            f"--max-concurrent 1..{max(1, cores // options.cpus)} (or a cluster: --address)"
+        )
 
 
 def _check_cluster(options: SweepOptions) -> None:
@@ -426,6 +436,20 @@ def check_space(space: dict[str, Dist], o: SweepOptions, trials: Sequence[Trial]
         raise SweepError("--scheduler pbt trains RL runs (`memcores train` configs) only")
     if pbt:
         from memcores.agents.rl_config import MUTABLE_HYPERPARAMETERS
+        from memcores.agents.run import RESUME_ALLOWED_CHANGES
+
+        # A clone resumes the donor's checkpoint with its own grid values: only keys a resume
+        # may change can differ between members (the seed: see experiments.pbt.run_member).
+        shared = {"train.seed", *RESUME_ALLOWED_CHANGES} - {"run.dir"}
+        differ = [key for key in dict.fromkeys(k for t in trials for k in t.assignment)]
+        apart = [key for key in differ if key not in shared]
+        if apart:
+            raise SweepError(
+                f"--scheduler pbt: --grid {apart[0]} gives members different values, but a "
+                "member that copies another's checkpoint must run on the same config but for "
+                "train.seed; --grid takes train.seed (put a hyperparameter PBT may mutate in "
+                f"`search:`, or run one sweep per {apart[0]} value)"
+            )
 
         fixed = [key for key in space if key not in MUTABLE_HYPERPARAMETERS]
         if fixed:
@@ -466,14 +490,20 @@ def _write_point_outcomes(
 ) -> list[TrialResult]:
     """sweep.json with every point's outcome, best first; the best point is printed."""
     sign = -1.0 if o.mode == "max" else 1.0
-    points = sorted(
-        ran.values(),
-        key=lambda r: (r.value is None or r.value != r.value, sign * (r.value or 0.0)),
-    )
+
+    def scored(r: TrialResult) -> bool:
+        return r.value is not None and math.isfinite(r.value)
+
+    # A NaN inside the key would break the sort's order for every point: points without a
+    # finite value get a constant key, after the others, in the order they ran.
+    points = sorted(ran.values(), key=lambda r: (0, sign * r.value) if scored(r) else (1, 0.0))
     state = {r.name: dataclasses.asdict(r) for r in points}
-    best = next((r for r in points if r.value is not None and r.value == r.value), None)
+    best = next((r for r in points if scored(r)), None)
     summary = {"metric": o.metric, "mode": o.mode, "best": best.name if best else None}
-    _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state, **summary})
+    # "results" keeps its best-first order (sorted keys would put the names in their order)
+    _write_json(
+        out / SWEEP_FILE, {**meta, "state": "done", "results": state, **summary}, sort_keys=False
+    )
     if best is not None:
         echo(f"best point: {best.name} ({o.metric} = {best.value:.4g}, mean over its seeds)")
     return points
@@ -484,8 +514,12 @@ def _write_outcomes(
 ) -> None:
     """trial.json of every trial that ran, records of trials a scheduler stopped early (so a
     re-run skips them too), and the outcome in sweep.json."""
+    # an interrupted sweep (Ctrl-C) is not done: its re-run resumes the interrupted trials,
+    # and those Tune had not started yet
+    cut = any(r.status == "interrupted" for r in results.values())
+    status, why = ("interrupted", "not started") if cut else ("failed", "lost")
     for trial in trials:
-        result = results.setdefault(trial.name, TrialResult(trial.name, "failed", message="lost"))
+        result = results.setdefault(trial.name, TrialResult(trial.name, status, message=why))
         if result.status == "skipped":
             continue
         run_dir = Path(trial.run_dir)
@@ -498,7 +532,9 @@ def _write_outcomes(
                 run_dir, trial.record_dir, command=command_line or trial.cli(), extra=extra
             )
     state = {t.name: dataclasses.asdict(results[t.name]) for t in trials}
-    _write_json(out / SWEEP_FILE, {**meta, "state": "done", "results": state})
+    _write_json(
+        out / SWEEP_FILE, {**meta, "state": "interrupted" if cut else "done", "results": state}
+    )
 
 
 def _how(backend: str, o: SweepOptions) -> str:
@@ -513,8 +549,8 @@ def _how(backend: str, o: SweepOptions) -> str:
     return f"Ray Tune ({where}, {o.retries} retries{early})"
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def _write_json(path: Path, data: dict[str, Any], sort_keys: bool = True) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=sort_keys) + "\n")
 
 
 def _run_local(todo: Sequence[Trial], command_line: str, echo: Callable) -> dict:

@@ -166,6 +166,7 @@ class SweepOptions:
             "--gpus-per-trial": self.gpus,
             "--memory-per-trial": self.memory_gb,
             "--threads-per-trial": self.cpus > 1,
+            "--max-concurrent": self.max_concurrent > 1,
             f"--scheduler {self.scheduler}": self.scheduler != "fifo",
             f"--search {self.search}": self.search != "grid",
         }

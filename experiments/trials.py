@@ -37,7 +37,8 @@ DONE = "memcores_done"
 @dataclasses.dataclass
 class TrialResult:
     """How a trial ended. ``status``: ok | skipped | stopped (early, by ASHA) | timeout |
-    failed | cancelled (a PBT member stopped because another failed)."""
+    failed | cancelled (a PBT member stopped because another failed) | interrupted (the
+    sweep was stopped by Ctrl-C before it finished; no record, a re-run resumes it)."""
 
     name: str
     status: str
@@ -111,11 +112,16 @@ def validate_trials(trials: Sequence[Trial]) -> None:
 
     :raises ConfigError: the first wrong trial, named in the message.
     """
+    from memcores.agents.device import resolve_device
     from memcores.cores import CORES, make_core
     from memcores.envs.suites import SUITES
 
     for trial in trials:
         config = trial_config(trial)
+        try:  # what `train` and `supervised` refuse before they build anything
+            config.check_device(resolve_device(config.train.device))
+        except ValueError as err:
+            raise ConfigError(f"trial {trial.name}: {err}") from None
         core = config.core
         if core.name not in CORES:
             raise ConfigError(

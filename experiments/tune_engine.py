@@ -254,17 +254,27 @@ def run_tune(
                 checkpoint_config=tune.CheckpointConfig(
                     num_to_keep=None if o.scheduler == "pbt" else 1
                 ),
-                callbacks=[trial_lines(echo, total), *lost_member_callback(o)],
+                # Ctrl-C (or SIGTERM, turned into it) ends fit() without an exception: Tune
+                # saves the experiment, and experiment_end notes the trials it cut off
+                callbacks=[
+                    trial_lines(echo, total),
+                    experiment_end(),
+                    *lost_member_callback(o),
+                ],
             ),
         )
     LOST_MEMBERS.clear()
+    UNFINISHED.clear()
     with warnings.catch_warnings():
         # PBT's advice to reuse actors: a member's run is restarted from its checkpoint anyway
         warnings.filterwarnings("ignore", message="Consider boosting PBT performance")
         grid = tuner.fit()
     results = {r.name: r for r in map(tune_result(o), grid)}
     for result in results.values():  # no record: a re-run resumes them
-        if LOST_MEMBERS and result.status == "stopped":
+        if result.name in UNFINISHED and result.status in ("stopped", "failed"):
+            result.status = "interrupted"
+            result.message = f"interrupted at step {result.step}; run the same command to resume it"
+        elif LOST_MEMBERS and result.status == "stopped":
             result.status = "cancelled"
             result.message = (
                 f"stopped at step {result.step} because member {LOST_MEMBERS[0]} failed"
@@ -274,6 +284,26 @@ def run_tune(
 
 LOST_MEMBERS: list[str] = []
 """The PBT members of this driver's running sweep that failed for good (retries spent)."""
+UNFINISHED: list[str] = []
+"""The trials that Tune's experiment ended before they finished or a scheduler stopped them
+(the sweep was interrupted): their runs resume when the sweep is run again."""
+
+
+def experiment_end() -> Any:
+    """A Tune callback noting, after each step of Tune's loop, the trials still running,
+    pending or paused (:data:`UNFINISHED`): after the last step, those of an interrupted
+    sweep, which must not be recorded. (Tune marks them terminated as it cleans up, before
+    ``on_experiment_end``.)"""
+    from ray.tune import Callback
+
+    class ExperimentEnd(Callback):
+        def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+            from memcores.experiments import tune_engine
+
+            done = ("TERMINATED", "ERROR")
+            tune_engine.UNFINISHED[:] = [str(t) for t in trials if t.status not in done]
+
+    return ExperimentEnd()
 
 
 def lost_member_callback(o: SweepOptions) -> list[Any]:

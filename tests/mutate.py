@@ -36,8 +36,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RECORD_DIR = REPO / "results" / "mutation"
 SUMMARY = RECORD_DIR / "summary.json"
-COPIED = ("memcores", "cores", "agents", "envs", "experiments", "tests", "pyproject.toml")
-"""What the scratch copy holds: the packages, the tests and the pytest configuration."""
+PACKAGE = "memcores"
+SUBPACKAGES = ("cores", "agents", "envs", "experiments")
+"""The repository's folders that are the package's subpackages (``memcores.cores``, ...)."""
+COPIED = ("tests", "pyproject.toml", "experiments/configs")
+"""What the scratch copy holds beside the package: the tests, the pytest configuration and
+the configs the tests read by their path in the repository."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,8 @@ class Target:
 
     @property
     def module(self) -> str:
-        return self.path.removesuffix(".py").replace("/", ".")
+        """The module's import name (``memcores.cores.lru``): mutmut names mutants by it."""
+        return f"{PACKAGE}." + self.path.removesuffix(".py").replace("/", ".")
 
     def mangled(self, function: str) -> str:
         """mutmut's key of ``function``: ``pkg.mod.x_name`` or ``pkg.mod.xǁClassǁmethod``."""
@@ -187,6 +192,83 @@ TARGETS: tuple[Target, ...] = (
         ),
         ("_expand_mask", "reset_where", "keep_mask", "step_loop", "MemoryCore.reset_state"),
     ),
+    # the sweep's ranking of points and PBT's bounds: what a sweep names best
+    Target(
+        "experiments/sweep.py",
+        ("tests/test_sweep_order.py", "tests/test_sweep.py"),
+        ("_write_point_outcomes",),
+    ),
+    Target("experiments/tune_engine.py", ("tests/test_sweep_order.py",), ("KeepInRange.__call__",)),
+    # the batched envs' own draws and steps (the parity tests load gymnasium's state instead)
+    Target(
+        "envs/batched.py",
+        (
+            "tests/test_batched_draws.py",
+            "tests/test_batched_memory_match.py",
+            "tests/test_batched_popgym.py",
+            "tests/test_fail_fast.py::test_a_batched_env_checks_what_it_is_stepped_with",
+        ),
+        (
+            "_mul32",
+            "hash32",
+            "env_keys",
+            "random_words",
+            "uniform_int",
+            "BatchedEnv._refill",
+            "BatchedEnv._reset_done",
+            "BatchedEnv.reset",
+            "BatchedEnv.step",
+            "BatchedEnv.checked_actions",
+            "BatchedEnv.step_recordable",
+            "BatchedEnv.tick",
+            "_kept",
+            "_masked",
+        ),
+    ),
+    Target(
+        "envs/batched_memory_match.py",
+        ("tests/test_batched_memory_match.py", "tests/test_batched_draws.py"),
+    ),
+    Target(
+        "envs/batched_popgym.py", ("tests/test_batched_popgym.py", "tests/test_batched_draws.py")
+    ),
+    Target(
+        "agents/rollout_graph.py",
+        ("tests/test_rollout_graph.py",),
+        ("RolloutGraph.load", "RolloutGraph.prime", "RolloutGraph._step", "RolloutGraph.__call__"),
+    ),
+    Target(
+        "agents/torchrl_module.py",
+        (
+            "tests/test_engine_torchrl.py",
+            "tests/test_fail_fast.py::test_the_torchrl_module_names_what_is_wrong_in_the_tensordict",
+        ),
+        ("CoreModule.forward", "CoreModule._input", "CoreModule._stored_state", "_at_last_step"),
+    ),
+    Target(
+        "agents/rllib_module.py",
+        (
+            "tests/test_engine_rllib.py",
+            "tests/test_fail_fast.py::test_the_rllib_module_names_what_is_wrong_in_the_batch",
+        ),
+        ("CoreRLModule._memory", "CoreRLModule._state_in", "CoreRLModule.compute_values"),
+    ),
+    Target("cores/min_rnn.py", ("tests/test_modern_cores.py",)),
+    Target("cores/xlstm.py", ("tests/test_modern_cores.py",)),
+    Target(
+        "cores/_fused_lstm.py",
+        ("tests/test_cores.py", "tests/test_gradient_references.py"),
+        ("_FusedLSTM.backward",),
+    ),
+    Target("cores/power_rnn.py", ("tests/test_power_law.py",)),
+    Target("cores/janet.py", ("tests/test_janet.py",)),
+    Target("cores/nru.py", ("tests/test_nru.py",)),
+    Target("experiments/core_compare.py", ("tests/test_core_compare.py",)),
+    Target(
+        "agents/evaluation.py",
+        ("tests/test_memory_match_eval.py", "tests/test_popgym.py", "tests/test_run.py"),
+        ("EvalResult.summary", "play_episodes", "evaluate_policy", "check_observations"),
+    ),
     # scan_values and scan_adjoint are under @torch.no_grad(): mutmut 3 plants no mutant in a
     # decorated function, so theirs are reached only through the functions they call
     Target(
@@ -232,6 +314,10 @@ TARGETS: tuple[Target, ...] = (
 )
 """The modules, in the order ``make mutate`` runs them (the losses and rewards first)."""
 
+_ON_THE_CPU = (
+    "on the CPU, where these tests run, torch's default device is the env's: the same tensor "
+    "(only a run on an accelerator tells the two apart)"
+)
 EQUIVALENT: dict[str, str] = {
     "agents.ppo.x_explained_variance__mutmut_10": 'float("NAN") is the same NaN as float("nan")',
     "envs.memory_match.xǁVisualMatchEnvǁstep__mutmut_26": "reward is 0.0 before the apple is "
@@ -302,7 +388,50 @@ EQUIVALENT: dict[str, str] = {
     "cores.scan.x_linear_scan__mutmut_7": "scan_values and scan_adjoint expand a themselves and "
     "autograd sums a broadcast gradient back to a's shape: the same values and gradients",
     "cores.base.x_step_loop__mutmut_23": "torch.stack's default dim is 0",
+    "experiments.sweep.x__write_point_outcomes__mutmut_5": "the sign only orders the values: "
+    "-2 x value orders them as -1 x value does",
+    "experiments.sweep.x__write_point_outcomes__mutmut_9": "the sign only orders the values: "
+    "2 x value orders them as 1 x value does",
+    "experiments.sweep.x__write_point_outcomes__mutmut_24": "points without a value share one "
+    "constant key after the scored ones' 0: (2, 0.0) sorts as (1, 0.0)",
+    "experiments.sweep.x__write_point_outcomes__mutmut_25": "points without a value share one "
+    "constant key: (1, 1.0) sorts as (1, 0.0)",
+    "experiments.sweep.x__write_point_outcomes__mutmut_44": "json.dumps reads sort_keys=None "
+    "as false, like False",
+    "envs.batched.xǁBatchedEnvǁ_refill__mutmut_13": "an indexed assignment casts the value to the "
+    "pool's dtype, as the explicit cast does",
+    "envs.batched.xǁBatchedEnvǁ_refill__mutmut_27": "torch.where promotes both dtypes and copy_ "
+    "casts the result back to the pool's dtype: the same values",
+    "envs.batched.xǁBatchedEnvǁchecked_actions__mutmut_21": "step_recordable converts the actions "
+    "to int64 again",
+    "envs.batched.xǁBatchedEnvǁstep_recordable__mutmut_2": "every caller passes int64 actions "
+    "already: step (through checked_actions) and the recorded rollout step (sampled actions)",
+    "envs.batched.x__kept__mutmut_5": "the values reset writes are fresh contiguous tensors: a "
+    "clone keeping their format is contiguous too",
+    "envs.batched.x_random_words__mutmut_46": "an int64 tensor times a Python float is float32, "
+    "torch's default dtype: the same values",
+    "envs.batched.x_env_keys__mutmut_6": "torch.arange of integers is int64 by default",
+    "envs.batched.x_env_keys__mutmut_9": "torch.arange of integers is int64 by default",
+    "envs.batched.x_random_words__mutmut_14": "torch.arange of integers is int64 by default",
+    "envs.batched.x_random_words__mutmut_18": "torch.arange of integers is int64 by default",
+    "envs.batched.xǁBatchedEnvǁchecked_actions__mutmut_9": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁchecked_actions__mutmut_11": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_9": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_12": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_20": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_23": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_31": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_34": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_75": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁreset__mutmut_78": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁstep_recordable__mutmut_4": _ON_THE_CPU,
+    "envs.batched.xǁBatchedEnvǁstep_recordable__mutmut_6": _ON_THE_CPU,
+    "envs.batched.x_env_keys__mutmut_7": _ON_THE_CPU,
+    "envs.batched.x_env_keys__mutmut_10": _ON_THE_CPU,
+    "envs.batched.x_random_words__mutmut_15": _ON_THE_CPU,
+    "envs.batched.x_random_words__mutmut_19": _ON_THE_CPU,
 }
+EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
 TEST_TIMEOUT_S = 30
@@ -318,8 +447,9 @@ STATUS_BY_EXIT_CODE |= {-11: KILLED}  # a crash is a detected change
 def mutmut_config(target: Target) -> str:
     """The ``[tool.mutmut]`` table for ``target`` (TOML; ``json.dumps`` writes its lists)."""
     options = {
-        "source_paths": ["cores", "agents", "envs", "experiments"],
-        "only_mutate": [target.path],
+        "source_paths": [PACKAGE],
+        "only_mutate": [f"{PACKAGE}/{target.path}"],
+        "also_copy": ["experiments/configs"],  # mutmut runs the tests in its own copy
         "pytest_add_cli_args_test_selection": list(target.tests),
         # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): mutmut stops a
         # spinning one at 30x the tests' CPU time; pytest-timeout fails any test that runs (or
@@ -335,12 +465,20 @@ def mutmut_config(target: Target) -> str:
 
 
 def scratch_copy(target: Target, into: Path) -> None:
-    """The packages, tests and pyproject (with mutmut's table for ``target``) under ``into``."""
+    """The package, tests and pyproject (with mutmut's table for ``target``) under ``into``.
+
+    The subpackages go inside ``memcores/``, as a wheel installs them: a module's file path
+    (``memcores/cores/lru.py``) then spells its import name, which mutmut requires (it names a
+    mutant by the path and finds the tests that reach it by the name the tests import).
+    """
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / PACKAGE, into / PACKAGE, ignore=ignore)
+    for name in SUBPACKAGES:
+        shutil.copytree(REPO / name, into / PACKAGE / name, ignore=ignore)
     for name in COPIED:
         src = REPO / name
         if src.is_dir():
-            shutil.copytree(src, into / name, ignore=ignore)
+            shutil.copytree(src, into / name, ignore=ignore, dirs_exist_ok=True)
         else:
             shutil.copy2(src, into / name)
     with open(into / "pyproject.toml", "a", encoding="utf-8") as f:
@@ -373,7 +511,7 @@ def run_target(target: Target, jobs: int, log: Path, previous: dict | None = Non
             cmd = [str(mutmut), "run", "--max-children", str(jobs), *names]
             subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
         wall = time.monotonic() - start + (previous["wall_seconds"] if previous else 0.0)
-        meta = work / "mutants" / f"{target.path}.meta"
+        meta = work / "mutants" / PACKAGE / f"{target.path}.meta"
         if not meta.is_file():
             raise SystemExit(f"mutmut wrote no results for {target.path}; see {log}")
         codes = json.loads(meta.read_text())["exit_code_by_key"]
@@ -497,6 +635,17 @@ def readme(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def named(module_row: dict) -> dict:
+    """A record's row with its mutants under their import names (``memcores.cores.lru...``):
+    rows written before the subpackages moved into ``memcores`` named them by path alone."""
+
+    def fix(names: dict) -> dict:
+        return {n if n.startswith(f"{PACKAGE}.") else f"{PACKAGE}.{n}": v for n, v in names.items()}
+
+    keys = ("statuses", "surviving", "equivalent_mutants")
+    return module_row | {key: fix(module_row[key]) for key in keys if key in module_row}
+
+
 def _block(diff: str) -> str:
     return "  ```diff\n" + "\n".join("  " + ln for ln in diff.splitlines()) + "\n  ```"
 
@@ -533,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [known[t] for t in args.targets] if args.targets else list(TARGETS)
     rows = {}
     if SUMMARY.is_file():
-        rows = {m["module"]: m for m in json.loads(SUMMARY.read_text())["modules"]}
+        rows = {m["module"]: named(m) for m in json.loads(SUMMARY.read_text())["modules"]}
     if args.refresh:
         for path, old in rows.items():
             diffs = {**old["surviving"]}

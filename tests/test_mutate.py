@@ -11,34 +11,43 @@ TARGET = mutate.Target("cores/lru.py", ("tests/test_lru.py",), ("_lambda", "LRUL
 
 
 def test_mutmut_names_of_functions_and_methods():
-    assert TARGET.mangled("_lambda") == "cores.lru.x__lambda"
-    assert TARGET.mangled("LRULayer.scan") == "cores.lru.xǁLRULayerǁscan"
-    assert TARGET.globs() == ["cores.lru.x__lambda*", "cores.lru.xǁLRULayerǁscan*"]
-    assert TARGET.selects("cores.lru.xǁLRULayerǁscan__mutmut_12")
-    assert not TARGET.selects("cores.lru.xǁLRULayerǁscan_more__mutmut_1")  # a glob's extra
-    assert mutate.Target("cores/scan.py", ()).selects("cores.scan.x_anything__mutmut_1")
+    # named by the import path (the file's path in the scratch copy's memcores/ folder)
+    assert TARGET.mangled("_lambda") == "memcores.cores.lru.x__lambda"
+    assert TARGET.mangled("LRULayer.scan") == "memcores.cores.lru.xǁLRULayerǁscan"
+    assert TARGET.globs() == [
+        "memcores.cores.lru.x__lambda*",
+        "memcores.cores.lru.xǁLRULayerǁscan*",
+    ]
+    assert TARGET.selects("memcores.cores.lru.xǁLRULayerǁscan__mutmut_12")
+    assert not TARGET.selects("memcores.cores.lru.xǁLRULayerǁscan_more__mutmut_1")  # a glob's extra
+    assert mutate.Target("cores/scan.py", ()).selects("memcores.cores.scan.x_anything__mutmut_1")
 
 
 def test_score_leaves_out_equivalent_and_unrun_mutants(monkeypatch):
     statuses = {
-        "cores.lru.x__lambda__mutmut_1": mutate.KILLED,
-        "cores.lru.x__lambda__mutmut_2": mutate.TIMEOUT,
-        "cores.lru.x__lambda__mutmut_3": mutate.SURVIVED,
-        "cores.lru.x__lambda__mutmut_4": mutate.NO_TESTS,
-        "cores.lru.x__lambda__mutmut_5": mutate.SURVIVED,
-        "cores.lru.x__lambda__mutmut_6": mutate.NOT_RUN,
+        "memcores.cores.lru.x__lambda__mutmut_1": mutate.KILLED,
+        "memcores.cores.lru.x__lambda__mutmut_2": mutate.TIMEOUT,
+        "memcores.cores.lru.x__lambda__mutmut_3": mutate.SURVIVED,
+        "memcores.cores.lru.x__lambda__mutmut_4": mutate.NO_TESTS,
+        "memcores.cores.lru.x__lambda__mutmut_5": mutate.SURVIVED,
+        "memcores.cores.lru.x__lambda__mutmut_6": mutate.NOT_RUN,
     }
-    monkeypatch.setattr(mutate, "EQUIVALENT", {"cores.lru.x__lambda__mutmut_5": "same value"})
+    monkeypatch.setattr(
+        mutate, "EQUIVALENT", {"memcores.cores.lru.x__lambda__mutmut_5": "same value"}
+    )
     diffs = {name: "-a\n+b" for name in statuses}
     row = mutate.row(TARGET, statuses, diffs, wall=3.0)
     assert (row["mutants"], row["equivalent"], row["killed"], row["timeout"]) == (5, 1, 1, 1)
     assert (row["survived"], row["no_tests"]) == (1, 1)
     assert row["score"] == pytest.approx(2 / 4)
     assert sorted(row["surviving"]) == [
-        "cores.lru.x__lambda__mutmut_3",
-        "cores.lru.x__lambda__mutmut_4",
+        "memcores.cores.lru.x__lambda__mutmut_3",
+        "memcores.cores.lru.x__lambda__mutmut_4",
     ]
-    assert row["equivalent_mutants"]["cores.lru.x__lambda__mutmut_5"]["reason"] == "same value"
+    assert (
+        row["equivalent_mutants"]["memcores.cores.lru.x__lambda__mutmut_5"]["reason"]
+        == "same value"
+    )
     text = mutate.readme(
         {
             "command": "make mutate",
@@ -71,7 +80,7 @@ def test_refresh_applies_the_current_equivalent_list(tmp_path, monkeypatch):
     monkeypatch.setattr(mutate, "RECORD_DIR", tmp_path)
     monkeypatch.setattr(mutate, "SUMMARY", summary)
     monkeypatch.setattr(mutate, "TARGETS", (TARGET,))
-    name = "cores.lru.x__lambda__mutmut_1"
+    name = "memcores.cores.lru.x__lambda__mutmut_1"
     old = mutate.row(TARGET, {name: mutate.SURVIVED}, {name: "-a\n+b"}, wall=1.0)
     summary.write_text(json.dumps({"modules": [old | {"command": "c"}]}))
     monkeypatch.setattr(mutate, "EQUIVALENT", {name: "same value"})
@@ -79,3 +88,22 @@ def test_refresh_applies_the_current_equivalent_list(tmp_path, monkeypatch):
     (fresh,) = json.loads(summary.read_text())["modules"]
     assert (fresh["equivalent"], fresh["survived"], fresh["score"]) == (1, 0, None)
     assert "same value" in (tmp_path / "README.md").read_text()
+
+
+def test_the_scratch_copy_spells_each_module_by_its_import_name(tmp_path):
+    """mutmut finds a mutant's tests by the name the tests import it under: the copy puts the
+    subpackages inside memcores/, where that name is the file's path."""
+    mutate.scratch_copy(TARGET, tmp_path)
+    assert (tmp_path / "memcores" / "cores" / "lru.py").is_file()
+    assert (tmp_path / "memcores" / "__init__.py").is_file()
+    assert not (tmp_path / "cores").exists() and (tmp_path / "tests" / "conftest.py").is_file()
+    config = (tmp_path / "pyproject.toml").read_text()
+    assert 'only_mutate = ["memcores/cores/lru.py"]' in config
+    assert 'source_paths = ["memcores"]' in config
+    assert all(name.startswith("memcores.") for name in mutate.EQUIVALENT)
+
+
+def test_rows_of_an_older_record_get_the_import_names():
+    old = {"statuses": {"cores.lru.x__lambda__mutmut_1": mutate.KILLED}, "surviving": {}}
+    assert mutate.named(old)["statuses"] == {"memcores.cores.lru.x__lambda__mutmut_1": "killed"}
+    assert mutate.named(mutate.named(old)) == mutate.named(old)

@@ -807,6 +807,30 @@ def test_pbt_refuses_a_key_a_restored_member_cannot_change(
     assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize(
+    ("grid", "key"),
+    [
+        (["--grid", "core.name=lstm,gru"], "core.name"),
+        (["--grid", "agent.gamma=0.9,0.99"], "agent.gamma"),
+        (["--grid", "agent.ent_coef=0.0,0.01"], "agent.ent_coef"),
+    ],
+)
+def test_pbt_refuses_a_grid_whose_members_cannot_copy_each_other(
+    tmp_path, capsys, no_ray_start, grid, key
+):
+    """Members that differ in a grid key cannot resume from each other's checkpoints (a
+    network shape, a rollout size, a hyperparameter PBT does not sample): the first exploit
+    would fail, so the sweep is refused before anything runs, naming the key."""
+    config = rl_search_config(tmp_path, {"agent.learning_rate": {"loguniform": [1e-4, 1e-3]}})
+    for dry in ([], ["--dry-run"]):
+        args = pbt_args(config, tmp_path, *dry)
+        assert main([*args[:6], *grid, *args[6:]]) == 2
+        err = capsys.readouterr().err
+        assert f"--scheduler pbt: --grid {key} gives members different" in err
+        assert "train.seed" in err and err.count("\n") == 1
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()
+
+
 def test_pbt_mutates_a_choice_within_its_list_and_keeps_values_in_their_range():
     """Tune's explore step, run as PBT runs it: a choice's new value comes from its list (a
     tune.choice domain would be multiplied by 1.2), a number stays within its range."""

@@ -28,6 +28,7 @@ import torch
 
 from memcores.envs.batched_registry import batched_ids, make_batched_env
 from memcores.envs.vector import VectorEnv
+from memcores.experiments.argtypes import nonnegative_int
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -117,6 +118,28 @@ def table(rows: list[dict], device: torch.device) -> Table:
     return Table(f"Batched envs ({device.type}) against their gymnasium versions", columns, cells)
 
 
+def parse_sizes(parser: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
+    """``--sizes 64,1024`` as numbers of envs, each >= 1 (argparse's error, exit 2, for any
+    other text)."""
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, got {text!r}")
+    if min(sizes) < 1:
+        parser.error(f"--sizes must be numbers of envs >= 1, got {text!r}")
+    return sizes
+
+
+def bench_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
+    """``--device`` as a device the computer has (argparse's error, exit 2, otherwise)."""
+    from memcores.agents.device import resolve_device
+
+    try:
+        return resolve_device(name)
+    except ValueError as err:
+        parser.error(f"--device: {err}")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench envs --batched", description=__doc__)
     parser.add_argument("--device", default="cpu", help="device of the batched envs")
@@ -124,14 +147,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--envs", default="", help="comma-separated ids (default: every one)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--frames", type=int, default=200_000, help="env steps per measurement")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
+    parser.add_argument(
+        "--threads", type=nonnegative_int, default=1, help="torch threads (0: leave)"
+    )
     parser.add_argument("--quick", action="store_true", help="1 round, 2,000 frames, 64 envs")
     add_record_arguments(parser, "envs_batched")
     args = parser.parse_args(argv)
-    try:
-        sizes = tuple(int(s) for s in args.sizes.split(","))
-    except ValueError:
-        parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    sizes = parse_sizes(parser, args.sizes)
     env_ids = [e for e in args.envs.split(",") if e] or batched_ids()
     unknown = [e for e in env_ids if e not in batched_ids()]
     if unknown:
@@ -142,7 +164,7 @@ def main(argv: list[str]) -> int:
         args.rounds, args.frames, sizes = 1, 2000, (64,)
     if args.rounds < 1 or args.frames < 1 or min(sizes) < 1:
         parser.error("--rounds, --frames and every size must be >= 1")
-    device = torch.device(args.device)
+    device = bench_device(parser, args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     print(
@@ -205,11 +227,14 @@ def rl_main(argv: list[str]) -> int:
     parser.add_argument("--sizes", default="8,32", help="numbers of envs (128 steps each)")
     parser.add_argument("--updates", type=int, default=2, help="timed updates per run")
     parser.add_argument("--device", default="cpu", help="train.device of both sides")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave)")
+    parser.add_argument(
+        "--threads", type=nonnegative_int, default=1, help="torch threads (0: leave)"
+    )
     parser.add_argument("--quick", action="store_true", help="2 envs, 1 update")
     add_record_arguments(parser, "rl_batched")
     args = parser.parse_args(argv)
-    sizes = (2,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
+    bench_device(parser, args.device)
+    sizes = (2,) if args.quick else parse_sizes(parser, args.sizes)
     updates = 1 if args.quick else args.updates
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from memcores.envs import fast_obs, make_env
+from memcores.experiments.argtypes import positive_int
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -98,9 +99,14 @@ def envpool_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time MiniGrid-MemoryS7 through EnvPool beside memcores' vector env instead",
     )
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024], help="--envpool: envs")
     parser.add_argument(
-        "--env-steps", type=int, default=100_000, help="--envpool: env steps per engine and round"
+        "--sizes", type=positive_int, nargs="+", default=[64, 1024], help="--envpool: envs"
+    )
+    parser.add_argument(
+        "--env-steps",
+        type=positive_int,
+        default=100_000,
+        help="--envpool: env steps per engine and round",
     )
 
 

@@ -111,6 +111,25 @@ def run(
     return rows
 
 
+def check_sizes_fit(env_id: str, sizes: tuple[int, ...]) -> None:
+    """Refuse a ``--sizes`` whose observation buffers alone (one set per engine timed at once)
+    exceed the computer's memory, before any env is made.
+
+    :raises ValueError: naming ``--sizes``, the bytes needed and the memory there is.
+    """
+    import torch
+
+    from memcores.agents.memory_need import check_fits, observation_bytes
+
+    n, engines, per_env = max(sizes), 1 + 2 * len(THREADS), observation_bytes(env_id)
+    check_fits(
+        n * engines * per_env,
+        (torch.device("cpu"),),
+        f"--sizes {n:,} envs x {engines} engines x {per_env:,} observation bytes",
+        "lower --sizes",
+    )
+
+
 def main(args: Any, command: str) -> int:
     """Print (and with ``--out`` write) the EnvPool table; 2 where envpool is missing."""
     from memcores.envs.envpool_env import EXTRA_HINT, available
@@ -119,6 +138,7 @@ def main(args: Any, command: str) -> int:
         print(f"bench envs --envpool needs the envpool package ({EXTRA_HINT})", file=sys.stderr)
         return 2
     sizes = tuple(args.sizes)
+    check_sizes_fit(ENV_ID, sizes)
     env_steps, rounds = (5_000, 2) if args.quick else (args.env_steps, args.rounds)
     print(
         f"bench envs --envpool: {ENV_ID}, random actions, {rounds} interleaved rounds of "

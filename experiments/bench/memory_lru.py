@@ -43,6 +43,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from memcores.agents.online import StreamingOnlineTrainer
 from memcores.cores.lru import LRUCore
+from memcores.experiments.argtypes import positive_int
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch.set_num_threads")
     p.add_argument(
         "--quick", action="store_true", help="tiny model, T=32,64,128 (smoke test, seconds)"
     )

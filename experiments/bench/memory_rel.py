@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from memcores.cores import CORES, make_core
 from memcores.cores.base import MemoryCore
+from memcores.experiments.argtypes import positive_int
 from memcores.experiments.bench.cores import parse_core_spec
 from memcores.experiments.bench.record import (
     Table,
@@ -223,7 +224,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--max-gb", type=float, default=2.5, help="time only rows whose graph fits in this"
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for timing")
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="torch CPU threads for timing"
+    )
     parser.add_argument(
         "--cores",
         default=",".join(CORE_NAMES),

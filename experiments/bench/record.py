@@ -137,7 +137,36 @@ def read_record(folder: str | Path) -> dict[str, Any]:
         raise ValueError(f"unreadable bench record {path}: {err}") from None
     if not isinstance(record, dict) or record.get("format") != BENCH_FORMAT:
         raise ValueError(f"{path} is not a bench record (format {BENCH_FORMAT!r})")
+    check_fields(record, path)
     return record
+
+
+RECORD_FIELDS = {"bench": str, "command": str, "created": str, "machine": dict, "tables": list}
+"""The fields every rendering of a bench record reads, and their JSON types."""
+_JSON = {str: "string", dict: "mapping", list: "list"}
+
+
+def check_fields(record: dict[str, Any], path: Path) -> None:
+    """Whether ``record`` has the fields a rendering reads, of the right types: a record
+    edited by hand then fails with one line, not deep inside the rendering.
+
+    :raises ValueError: naming the first field that is missing or of another type.
+    """
+    for key, kind in RECORD_FIELDS.items():
+        if not isinstance(record.get(key), kind):
+            got = type(record[key]).__name__ if key in record else "nothing"
+            raise ValueError(f"{path}: {key!r} must be a {_JSON[kind]}, got {got}")
+    for key in ("cpus", "cpu", "torch"):
+        if key not in record["machine"]:
+            raise ValueError(f"{path}: 'machine' has no {key!r}")
+    for i, table in enumerate(record["tables"], 1):
+        ok = isinstance(table, dict) and isinstance(table.get("title"), str)
+        ok = ok and all(isinstance(table.get(k), list) for k in ("columns", "rows"))
+        if not (ok and all(isinstance(row, list) for row in table["rows"])):
+            raise ValueError(
+                f"{path}: table {i} of 'tables' must be "
+                '{"title": text, "columns": [...], "rows": [[...], ...]}'
+            )
 
 
 def add_record_arguments(parser: argparse.ArgumentParser, name: str) -> None:

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from memcores.envs import fast_obs
+from memcores.experiments.argtypes import nonnegative_int
 from memcores.experiments.bench.record import (
     Table,
     add_record_arguments,
@@ -328,7 +329,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench rl", description=__doc__)
     parser.add_argument("--updates", type=int, default=4, help="timed updates per side")
     parser.add_argument("--repeats", type=int, default=2, help="alternating repeats; best kept")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
+    parser.add_argument(
+        "--threads", type=nonnegative_int, default=1, help="torch threads (both sides; 0: leave)"
+    )
     parser.add_argument("--core", default="lstm", help="memcores core (default lstm)")
     parser.add_argument("--device", default="cpu", help="device of both sides (default cpu)")
     parser.add_argument(
