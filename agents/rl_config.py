@@ -74,13 +74,12 @@ class EnvConfig:
                     f"ids: {', '.join(batched_ids())}"
                 )
         from memcores.envs import envpool_env
-        from memcores.envs.env_options import bool_options, check_env_options
+        from memcores.envs.env_options import as_flag, bool_options, check_env_options
         from memcores.envs.observation import unavailable_reason
-        from memcores.experiments.config import coerce
 
         for key in sorted(bool_options(self.id) & set(self.kwargs or {})):
             # a flag's "false" or "maybe" would be a true string: parsed like any bool key
-            self.kwargs[key] = coerce(self.kwargs[key], bool, f"env.kwargs.{key}")
+            self.kwargs[key] = as_flag(self.kwargs[key], f"env.kwargs.{key}")
         check_env_options(self.id, self.kwargs or {}, "env.kwargs.")
 
         why = unavailable_reason(self.id)  # before a run folder exists, not at the first reset

@@ -43,12 +43,7 @@ from memcores.agents.checkpoint import (
     load_rl_checkpoint,
     saved_policy_weights,
 )
-from memcores.agents.device import (
-    acting_device,
-    check_cpu_counts,
-    module_device,
-    resolve_device,
-)
+from memcores.agents.device import acting_device, module_device, resolve_device
 from memcores.agents.divergence import DivergenceGuard
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.learners import acting_obstacle, check_learner_memory, make_learner
@@ -71,6 +66,7 @@ from memcores.cores.diagnostics import timescales
 from memcores.cores.graphed import cuda_only, graph_switch, maybe_graphed
 from memcores.envs.batched import BatchedEnv
 from memcores.envs.batched_registry import make_batched_env
+from memcores.envs.cpus import check_cpu_counts
 from memcores.envs.envpool_env import EnvPoolVectorEnv
 from memcores.envs.vector import VectorEnv
 

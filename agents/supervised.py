@@ -48,7 +48,7 @@ from memcores.agents.checkpoint import (
     checkpoint_path,
     load_trainer_checkpoint,
 )
-from memcores.agents.device import check_cpu_counts, resolve_device
+from memcores.agents.device import resolve_device
 from memcores.agents.files import write_text_atomic
 from memcores.agents.logger import RunLogger
 from memcores.agents.memory_need import check_fits
@@ -57,6 +57,7 @@ from memcores.agents.supervised_config import SupervisedConfig
 from memcores.cores import MemoryCore, make_core
 from memcores.cores.diagnostics import log_timescales
 from memcores.cores.graphed import maybe_graphed
+from memcores.envs.cpus import check_cpu_counts
 from memcores.envs.sequences import (
     ClassificationTask,
     SequenceBatch,

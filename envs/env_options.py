@@ -69,3 +69,20 @@ def check_env_options(env_id: str, env_kwargs: Mapping[str, Any], prefix: str = 
             raise ValueError(
                 f"{prefix}{key} of {env_id} is a flag: it must be true or false, got {value!r}"
             )
+
+
+FLAG_TEXTS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+"""The texts a boolean option accepts (any case), besides ``True``/``False`` themselves."""
+
+
+def as_flag(value: Any, where: str) -> bool:
+    """``value`` as a boolean: ``True``/``False``, or one of :data:`FLAG_TEXTS` (a YAML or
+    command-line ``"false"`` is not truthy text).
+
+    :raises ValueError: anything else, naming ``where``.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in FLAG_TEXTS:
+        return FLAG_TEXTS[value.lower()]
+    raise ValueError(f"{where!r} must be true or false, got {value!r:.80}")

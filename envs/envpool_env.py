@@ -76,7 +76,7 @@ class EnvPoolVectorEnv:
 
         if n_envs < 1 or threads < 1:
             raise ValueError(f"need n_envs >= 1, threads >= 1; got {n_envs=}, {threads=}")
-        from memcores.agents.device import check_cpu_counts
+        from memcores.envs.cpus import check_cpu_counts
 
         check_cpu_counts({"threads": threads})
         why = unavailable_reason(env_id)

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from memcores.envs.env_options import as_flag
+
 T = TypeVar("T")
 
 
@@ -378,11 +380,10 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
             raise ConfigError(f"{where!r} must be a mapping, got {shorten(value)}")
         return dict(value)
     if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where!r} must be true or false, got {shorten(value)}")
+        try:
+            return as_flag(value, where)
+        except ValueError:
+            raise ConfigError(f"{where!r} must be true or false, got {shorten(value)}") from None
     if hint is int:
         if isinstance(value, bool):
             raise ConfigError(f"{where!r} must be an integer, got {shorten(value)}")

@@ -382,7 +382,7 @@ def _check_machine(options: SweepOptions) -> None:
         check_machine(trial_resources(options))
     except ValueError as err:
         raise SweepError(str(err)) from None
-    from memcores.agents.device import cpu_cores
+    from memcores.envs.cpus import cpu_cores
 
     cpus, cores = options.max_concurrent * options.cpus, cpu_cores()
     if cpus > cores:  # a private Ray would offer them all and oversubscribe the cores

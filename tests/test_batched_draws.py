@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memcores.envs.batched import env_keys, hash32, make_batched_env, random_words, uniform_int
+from memcores.envs.batched import env_keys, hash32, random_words, uniform_int
+from memcores.envs.batched_registry import make_batched_env
 
 CHI2_P001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 9: 27.88, 15: 37.70}
 """Chi-square quantiles at p = 0.001 by degrees of freedom."""

@@ -77,7 +77,7 @@ def test_an_env_flag_is_parsed_like_every_bool_key(tmp_path, capsys):
 @pytest.mark.parametrize("value", ["false", "maybe", 1, None])
 def test_the_env_builders_take_only_true_or_false_for_a_flag(value):
     from memcores.envs import make_env
-    from memcores.envs.batched import make_batched_env
+    from memcores.envs.batched_registry import make_batched_env
 
     with pytest.raises(ValueError, match=f"prev_reward of {POPGYM} is a flag: it must be true"):
         make_env(POPGYM, prev_reward=value)
@@ -197,10 +197,10 @@ def test_bench_envpool_refuses_sizes_beyond_the_memory(tmp_path, capsys, monkeyp
 def test_thread_and_worker_counts_beyond_the_cores_are_refused(tmp_path, capsys, monkeypatch):
     """100,000 EnvPool threads aborted in C++ (exit 134); torch threads and env processes
     beyond the cores were never checked. One line each, before the run folder exists."""
-    from memcores.agents import device
+    from memcores.envs import cpus
     from memcores.envs.envpool_env import EnvPoolVectorEnv, available
 
-    monkeypatch.setattr(device, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(cpus, "cpu_cores", lambda: 2)
     run = tmp_path / "run"
     base = ["train", DEMO_RL, f"run.dir={run}", "train.device=cpu"]
     cases = [
@@ -217,7 +217,7 @@ def test_thread_and_worker_counts_beyond_the_cores_are_refused(tmp_path, capsys,
     sup = ["supervised", DEMO_COPY, f"run.dir={run}", "train.threads=5", "train.device=cpu"]
     assert main(sup) == 2
     assert "train.threads=5 is more than the 2 CPU cores" in one_line(capsys)
-    device.check_cpu_counts({"train.threads": 2, "env.workers": 1})  # up to the cores: fine
+    cpus.check_cpu_counts({"train.threads": 2, "env.workers": 1})  # up to the cores: fine
     if available():
         with pytest.raises(ValueError, match="threads=3 is more than the 2 CPU cores"):
             EnvPoolVectorEnv("MiniGrid-MemoryS7-v0", 4, 0, threads=3)
@@ -239,7 +239,7 @@ def test_env_workers_is_refused_where_it_does_nothing(tmp_path, capsys, vector):
 def test_max_steps_below_one_is_refused(tmp_path, capsys, steps):
     """An episode limit of 0 (or less) truncated every episode at its first step."""
     from memcores.envs import make_env
-    from memcores.envs.batched import make_batched_env
+    from memcores.envs.batched_registry import make_batched_env
 
     run = tmp_path / "run"
     assert main(["train", DEMO_RL, f"env.kwargs.max_steps={steps}", f"run.dir={run}"]) == 2
@@ -255,14 +255,14 @@ def test_max_steps_below_one_is_refused(tmp_path, capsys, steps):
 def test_max_concurrent_is_refused_where_it_does_nothing_or_oversubscribes(
     tmp_path, capsys, monkeypatch
 ):
-    from memcores.agents import device
+    from memcores.envs import cpus
     from memcores.experiments import sweep
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started")
 
     monkeypatch.setattr(sweep, "connect_ray", no_ray)
-    monkeypatch.setattr(device, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(cpus, "cpu_cores", lambda: 2)
     args = ["sweep", DEMO_COPY, "--grid", "train.seed=0,1", "--out", str(tmp_path / "s")]
     args += ["--results", str(tmp_path / "r"), "train.steps=2"]
     assert main([*args, "--backend", "local", "--max-concurrent", "2"]) == 2
@@ -283,7 +283,7 @@ def test_a_batched_env_checks_what_it_is_stepped_with():
     or float actions were taken, and action 9 of 7 was played (MiniGrid raises)."""
     import torch
 
-    from memcores.envs.batched import make_batched_env
+    from memcores.envs.batched_registry import make_batched_env
 
     env = make_batched_env("memcores/PassiveVisualMatch-v0", 3, "cpu")
     with pytest.raises(RuntimeError, match=r"^call reset\(seed\) before step: the envs hold"):
