@@ -54,6 +54,7 @@ import torch
 
 from memcores.agents.device import resolve_device, sync
 from memcores.cores import CORES, make_core
+from memcores.cores.base import MemoryCore
 from memcores.experiments.argtypes import positive_int
 from memcores.experiments.bench.record import (
     Table,
@@ -154,6 +155,23 @@ def _matmul_runner(
     return run
 
 
+def _built_cores(
+    names: list[str], D: int, H: int, device: torch.device
+) -> tuple[dict[str, MemoryCore], dict[str, str]]:
+    """Each core of ``names`` (``name`` or ``name:option=value``) built on ``device``, and
+    the error of each that could not be built: a core under construction must not stop the
+    benchmark."""
+    cores: dict[str, MemoryCore] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        try:
+            base, options = parse_core_spec(name)
+            cores[name] = make_core(base, D, H, **options).to(device)
+        except Exception as err:
+            errors[name] = f"{type(err).__name__}: {err}"
+    return cores, errors
+
+
 def build_runs(
     names: list[str],
     T: int,
@@ -172,16 +190,10 @@ def build_runs(
     torch.manual_seed(seed)
     anchor = torch.nn.LSTM(D, H).to(device)
     runs = {ANCHOR: _runner(anchor, x, lambda xs: anchor(xs)[0])}
-    errors: dict[str, str] = {}
-    for name in names:
-        try:
-            base, options = parse_core_spec(name)
-            core = make_core(base, D, H, **options).to(device).train()
-        except Exception as err:  # a core under construction must not stop the benchmark
-            errors[name] = f"{type(err).__name__}: {err}"
-            continue
+    cores, errors = _built_cores(names, D, H, device)
+    for name, core in cores.items():
         runs[name] = _runner(
-            core, x, lambda xs, c=core: c(xs, c.initial_state(xs.shape[1], xs.device))[0]
+            core.train(), x, lambda xs, c=core: c(xs, c.initial_state(xs.shape[1], xs.device))[0]
         )
     if {"ur_lstm", "tied_lstm"} <= runs.keys():
         for label, blocks in MATMUL_RUNS.items():
@@ -228,14 +240,9 @@ def build_acting_runs(
         return y[0], s
 
     runs = {ANCHOR: _acting_runner(anchor_step, xs, anchor_state)}
-    errors: dict[str, str] = {}
-    for name in names:
-        try:
-            base, options = parse_core_spec(name)
-            core = make_core(base, D, H, **options).to(device).eval()
-        except Exception as err:  # a core under construction must not stop the benchmark
-            errors[name] = f"{type(err).__name__}: {err}"
-            continue
+    cores, errors = _built_cores(names, D, H, device)
+    for name, core in cores.items():
+        core.eval()
         with torch.no_grad():
             _, state = core(warm, core.initial_state(B, device))
 
