@@ -40,12 +40,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="alternating repeats; best kept")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--device", default="cpu", help="device of every learner")
+    parser.add_argument(
+        "--envs", type=int, default=8, help="batched envs (beyond 8: 4 minibatches per epoch)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny run for tests")
     add_record_arguments(parser, "rl_algos")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    n_envs, n_steps, updates, repeats = 8, 128, args.updates, args.repeats
+    if args.envs < 1:
+        raise ValueError(f"--envs must be at least 1, got {args.envs}")
+    n_envs, n_steps, updates, repeats = args.envs, 128, args.updates, args.repeats
     extra = [f"train.device={args.device}"]
+    if n_envs != 8:  # the same work per frame: 4 minibatches, R2D2's replay ratio and window
+        extra += [f"env.n_envs={n_envs}", f"agent.minibatch_size={n_envs * n_steps // 4}"]
+        extra += [f"agent.replay_batch={max(4 * n_envs, 1)}"]
+        extra += [f"agent.replay_size={max(50_000, 4 * n_envs * n_steps)}"]
     if args.quick:
         n_envs, n_steps, updates, repeats = 2, 32, 1, 1
         extra += ["env.n_envs=2", "agent.n_steps=32", "agent.minibatch_size=64"]
@@ -80,8 +89,9 @@ def main(argv: list[str]) -> int:
     )
     print("\n".join(" | ".join(r) for r in rows))
     notes = [
-        "PPO and PQN: 4 epochs of minibatches of 256 steps per update; R2D2: the gradient "
-        "steps of popgym_r2d2.yaml per update, agent.learning_starts=0."
+        f"PPO and PQN: 4 epochs of minibatches of {256 if n_envs == 8 else n_envs * n_steps // 4} "
+        "steps per update; R2D2: the 8 gradient steps of popgym_r2d2.yaml per update on "
+        f"{4 * n_envs} sequences each, agent.learning_starts=0."
     ]
     write_record(
         record_folder(args, "rl_algos"),
