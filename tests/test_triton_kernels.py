@@ -39,6 +39,10 @@ KERNEL_VARIANTS = ["lstm", "tied_lstm", "fast_lstm", "fast2_lstm", "softsign_lst
 KERNEL_VARIANTS += ["power_lstm"]
 KERNEL_VARIANTS += GRU_PRESETS + OTHER
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=1e-4, atol=1e-5)}
+# cuDNN's LSTM sums its float32 products in its own order: on an H200 its weight gradients
+# (magnitudes up to ~23 here) differ from the reference loop's by up to 1.4e-5 on elements
+# near zero; a wrong gate or reset differs by 1e-2 and more
+CUDNN_TOL = {torch.float64: TOL[torch.float64], torch.float32: dict(rtol=1e-4, atol=1e-4)}
 # float64 where the kernels allow it: under the interpreter; Triton compiles no float64 dot for
 # NVIDIA GPUs, so on CUDA the tight tests run in float32
 EXACT = torch.float64 if DEVICE == "cpu" else torch.float32
@@ -629,7 +633,7 @@ def test_cudnn_route_matches_the_reference_loop(name: str, monkeypatch) -> None:
     expected = _run(ref, x, state, first_only)
     via_dnn = lambda *args: run(ref, *args)  # noqa: E731
     got = _run(via_dnn, x, state, first_only, params=ref.parameters())
-    _assert_all_close(got, expected, **TOL[EXACT])
+    _assert_all_close(got, expected, **CUDNN_TOL[EXACT])
     assert not cudnn.lstm_applies(make_core("ur_lstm", D, H), None)
     assert not cudnn.gru_applies(make_core("fast_gru", D, H), None)
 

@@ -34,6 +34,20 @@ SIDES: dict[str, tuple[str, list[str]]] = {
 """Algorithm -> (config file, overrides)."""
 
 
+def scaled_overrides(n_envs: int, n_steps: int) -> list[str]:
+    """The configs' settings at ``n_envs`` envs other than their 8: four minibatches per epoch
+    (PPO and PQN), and R2D2's sequences per gradient step grown with the envs (32 at 8), so
+    each frame is replayed as often, in a replay of at least four rollouts."""
+    if n_envs == 8:
+        return []
+    return [
+        f"env.n_envs={n_envs}",
+        f"agent.minibatch_size={n_envs * n_steps // 4}",
+        f"agent.replay_batch={4 * n_envs}",
+        f"agent.replay_size={max(50_000, 4 * n_envs * n_steps)}",
+    ]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memcores bench rl --algos", description=__doc__)
     parser.add_argument("--updates", type=int, default=10, help="timed updates per algorithm")
@@ -51,10 +65,7 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--envs must be at least 1, got {args.envs}")
     n_envs, n_steps, updates, repeats = args.envs, 128, args.updates, args.repeats
     extra = [f"train.device={args.device}"]
-    if n_envs != 8:  # the same work per frame: 4 minibatches, R2D2's replay ratio and window
-        extra += [f"env.n_envs={n_envs}", f"agent.minibatch_size={n_envs * n_steps // 4}"]
-        extra += [f"agent.replay_batch={max(4 * n_envs, 1)}"]
-        extra += [f"agent.replay_size={max(50_000, 4 * n_envs * n_steps)}"]
+    extra += scaled_overrides(n_envs, n_steps)
     if args.quick:
         n_envs, n_steps, updates, repeats = 2, 32, 1, 1
         extra += ["env.n_envs=2", "agent.n_steps=32", "agent.minibatch_size=64"]
