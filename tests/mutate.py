@@ -106,6 +106,9 @@ _PQN_TESTS = (
     "tests/test_pqn.py::test_epsilon_schedule_is_linear_then_flat",
     "tests/test_pqn.py::test_epsilon_greedy_acts_greedily_at_zero_and_per_group",
     "tests/test_pqn.py::test_the_td_loss_is_half_the_mean_squared_error_of_the_taken_actions",
+    "tests/test_pqn.py::test_epsilon_greedy_reads_the_groups_epsilons_in_turn",
+    "tests/test_pqn.py::test_epsilon_greedy_explores_every_action_and_returns_the_networks_step",
+    "tests/test_pqn.py::test_the_td_loss_adds_the_reconstruction_only_with_its_coefficient",
 )
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -430,6 +433,16 @@ EQUIVALENT: dict[str, str] = {
     "envs.batched.x_env_keys__mutmut_10": _ON_THE_CPU,
     "envs.batched.x_random_words__mutmut_15": _ON_THE_CPU,
     "envs.batched.x_random_words__mutmut_19": _ON_THE_CPU,
+}
+_Q_CALL = "agents.q_network.xǁEpsilonGreedyǁ__call____mutmut_"
+_TWO_DIMS = "q is [R, A]: its dim 1 is its dim -1"
+EQUIVALENT |= {f"{_Q_CALL}{n}": _ON_THE_CPU for n in (23, 26, 28, 34, 38, 61, 63)}
+EQUIVALENT |= {
+    f"{_Q_CALL}29": "torch.rand never returns epsilon itself except with probability 2^-24 "
+    "(its float32 grid), where < and <= differ",
+    f"{_Q_CALL}35": "torch.randint(high, size) is torch.randint(0, high, size): the same draws",
+    f"{_Q_CALL}40": _TWO_DIMS,
+    f"{_Q_CALL}50": _TWO_DIMS,
 }
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""

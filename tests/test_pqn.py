@@ -89,6 +89,9 @@ def test_epsilon_schedule_is_linear_then_flat():
     assert linear_epsilon(250, 1000, 1.0, 0.05, 0.25) == pytest.approx(0.05)
     assert linear_epsilon(900, 1000, 1.0, 0.05, 0.25) == pytest.approx(0.05)
     assert linear_epsilon(10, 1000, 1.0, 0.05, 0.0) == 0.05
+    # a decay over one frame: frame 0 still at the start
+    assert linear_epsilon(0, 4, 1.0, 0.0, 0.25) == 1.0
+    assert linear_epsilon(1, 4, 1.0, 0.0, 0.25) == 0.0
 
 
 def test_a_run_logs_the_epsilon_each_rollout_was_collected_with(tmp_path):
@@ -135,6 +138,79 @@ def test_epsilon_greedy_acts_greedily_at_zero_and_per_group():
         assert torch.equal(first.actions, greedy[:3])
         differs += int((second.actions != greedy[3:]).sum())
     assert 0.55 < differs / 600 < 0.78
+
+
+def test_epsilon_greedy_reads_the_groups_epsilons_in_turn():
+    """Three groups of 2 rows, epsilons 0, 1, 0: called group by group, the first and third
+    act greedily every time and the second explores (each call reads the next group)."""
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none").eval()
+    obs = {"vector": torch.randn(1, 6, 4)}
+    state, starts = net.initial_state(6), torch.ones(6, dtype=torch.bool)
+    greedy = net(obs, state, starts.unsqueeze(0)).logits[0].argmax(-1)
+    eps = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    groups = [slice(0, 2), slice(2, 4), slice(4, 6)]
+    act = EpsilonGreedy(net, eps, groups)
+    explored = 0
+    for _ in range(60):
+        for g, rows in enumerate(groups):
+            part = act(
+                {"vector": obs["vector"][:, rows]}, tuple(s[rows] for s in state), starts[rows]
+            )
+            if g == 1:
+                explored += int((part.actions != greedy[rows]).sum())
+            else:
+                assert torch.equal(part.actions, greedy[rows])
+    assert explored > 0
+
+
+def test_epsilon_greedy_explores_every_action_and_returns_the_networks_step():
+    """At epsilon 1 the actions are uniform over all A = 3 actions (5 rows, so a draw over
+    the rows would show 3 and 4); values, state and zero log-probs are the network's step
+    from a carried state with one row starting an episode."""
+    torch.manual_seed(2)
+    net = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none").eval()
+    obs = {"vector": torch.randn(1, 5, 4)}
+    state = tuple(s + 0.5 for s in net.initial_state(5))
+    starts = torch.tensor([False, True, False, False, False])
+    expected = net(obs, state, starts.unsqueeze(0))
+    act = EpsilonGreedy(net, torch.ones(5))
+    seen = torch.zeros(3)
+    for _ in range(100):
+        out = act(obs, state, starts)
+        seen += torch.bincount(out.actions, minlength=3)[:3]
+        assert out.actions.min() >= 0 and out.actions.max() < 3
+    assert (seen > 100).all() and seen.sum() == 500  # 500 draws, about 167 each
+    assert torch.equal(out.logprobs, torch.zeros(5))
+    torch.testing.assert_close(out.values, expected.values[0])
+    for got, want in zip(out.state, expected.state, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_the_td_loss_adds_the_reconstruction_only_with_its_coefficient():
+    """A network with a decoder: no coefficient, the TD loss alone; ``recon_coef`` 0.5, the
+    TD loss plus half the decoder's loss on the replayed features, observations and starts."""
+    from memcores.agents.rollout import ChunkBatch
+
+    torch.manual_seed(3)
+    net = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none", recon_lags=(0, 1))
+    assert net.decoder is not None
+    L, M = 4, 2
+    obs = {"vector": torch.randn(L, M, 4)}
+    starts = torch.zeros(L, M, dtype=torch.bool)
+    starts[2, 0] = True
+    actions = torch.randint(0, 3, (L, M))
+    returns = torch.randn(L, M)
+    state = tuple(s + 0.2 for s in net.initial_state(M))
+    zeros = torch.zeros(L, M)
+    mb = ChunkBatch(obs, starts, actions, zeros, zeros, zeros, returns, state)
+    out = net(obs, state, starts)
+    q = out.logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    td_part = 0.5 * (q - returns).pow(2).mean()
+    recon = net.decoder.loss(out.features, obs, starts)
+    assert recon.item() > 0
+    torch.testing.assert_close(td_loss(net, mb)[0], td_part)
+    torch.testing.assert_close(td_loss(net, mb, 0.5)[0], td_part + 0.5 * recon)
 
 
 def test_the_td_loss_is_half_the_mean_squared_error_of_the_taken_actions():

@@ -121,6 +121,9 @@ def test_apex_epsilons_by_hand():
     eps = apex_epsilons(3, 0.4, 7.0)
     assert eps.tolist() == pytest.approx([0.4, 0.4**4.5, 0.4**8])
     assert apex_epsilons(1).tolist() == pytest.approx([0.4])
+    # the defaults (base 0.4, alpha 7), computed in float64 and rounded once to float32
+    exact = torch.tensor([0.4 ** (1 + i / 7 * 7.0) for i in range(8)], dtype=torch.float64)
+    assert torch.equal(apex_epsilons(8), exact.float())
 
 
 # ---------------------------------------------------------------------------- the replay
