@@ -98,6 +98,13 @@ _VALUE_TESTS = tuple(
         "apex_epsilons_by_hand",
         "the_ring_keeps_complete_sequences_and_their_states",
         "burn_in_gets_no_gradient_and_ends_in_the_online_state",
+        "nstep_target_by_hand_with_fewer_steps_than_the_sequence",
+        "double_q_over_steps_and_sequences_by_hand",
+        "burn_in_and_learnt_steps_reset_at_their_episode_starts",
+        "slot_starts_and_complete_sequences_by_hand",
+        "sampling_needs_one_complete_sequence_and_returns_its_starts",
+        "a_rollout_that_does_not_fit_the_replay_is_refused",
+        "new_priorities_are_stored_as_float32",
     )
 )
 _PQN_TESTS = (
@@ -443,6 +450,16 @@ EQUIVALENT |= {
     f"{_Q_CALL}35": "torch.randint(high, size) is torch.randint(0, high, size): the same draws",
     f"{_Q_CALL}40": _TWO_DIMS,
     f"{_Q_CALL}50": _TWO_DIMS,
+}
+_REPLAY = "agents.replay.xǁSequenceReplayǁ"
+EQUIVALENT |= {
+    f"{_REPLAY}{name}__mutmut_{n}": _ON_THE_CPU
+    for name, numbers in (("sample", (30, 32)), ("slot_starts", (5, 9)))
+    for n in numbers
+}
+EQUIVALENT |= {
+    f"{_REPLAY}update_priorities__mutmut_{n}": _ON_THE_CPU + "; the dtype is still float32"
+    for n in (2, 4, 10)
 }
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""

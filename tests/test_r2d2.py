@@ -52,6 +52,15 @@ def test_nstep_target_by_hand_across_an_episode_end():
     assert y[2] == 3 + 0.5 * 4 + 0.25 * 5 + 0.125 * 8  # a full n-step return: 7.25
 
 
+def test_nstep_target_by_hand_with_fewer_steps_than_the_sequence():
+    """n = 2 over 3 learnt steps (W = 5), no episode end: ``r_t + g r_{t+1} + g^2 boot_{t+2}``."""
+    rewards = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]).unsqueeze(1)
+    starts = torch.zeros(5, 1, dtype=torch.bool)
+    boot = torch.tensor([10.0, 20.0, 30.0, 40.0, 50.0]).unsqueeze(1)
+    y = nstep_targets(rewards, starts, boot, gamma=0.5, n=2, length=3)[:, 0]
+    assert y.tolist() == [1 + 1 + 0.25 * 30, 2 + 1.5 + 0.25 * 40, 3 + 2 + 0.25 * 50]
+
+
 def test_a_truncation_ends_the_target_as_the_rollout_records_it(tmp_path):
     """MiniGrid-Empty-5x5 truncated every 4 steps (max_steps=4), acting at random: the
     rollout marks step 4, 8, ... as starts, so the target of step 2 sums steps 2 and 3 only
@@ -86,6 +95,19 @@ def test_double_q_takes_the_target_value_of_the_online_argmax():
     q_target = torch.tensor([[10.0, rescale(torch.tensor(2.0), 1e-3), -3.0]])
     boot = double_q_bootstrap(q_online, q_target, 1e-3)
     assert float(boot) == pytest.approx(2.0, abs=1e-5)  # not max_a Q_target (10)
+
+
+def test_double_q_over_steps_and_sequences_by_hand():
+    """``[W=2, B=3, A=4]`` values: each (step, sequence) takes its own online argmax."""
+    gen = torch.Generator().manual_seed(4)
+    q_online, q_target = torch.randn(2, 3, 4, generator=gen), torch.randn(2, 3, 4, generator=gen)
+    boot = double_q_bootstrap(q_online, q_target, 1e-3)
+    assert boot.shape == (2, 3)
+    for w in range(2):
+        for b in range(3):
+            a = int(q_online[w, b].argmax())
+            expected = unrescale(q_target[w, b, a], 1e-3)
+            torch.testing.assert_close(boot[w, b], expected)
 
 
 def test_value_rescaling_by_hand_and_inverse():
@@ -167,6 +189,64 @@ def test_the_ring_keeps_complete_sequences_and_their_states():
     assert replay.priorities[2:, :].eq(7.0).all()  # new sequences get the largest priority
 
 
+def _replay(capacity: int, stride: int, window: int) -> SequenceReplay:
+    shapes = {"vector": ((1,), torch.float32)}
+    return SequenceReplay(shapes, capacity, 2, stride, window, (torch.zeros(2, 2),), "cpu")
+
+
+def test_slot_starts_and_complete_sequences_by_hand():
+    """Capacity 8, stride 1, window 4, rollouts of 4: after one rollout slots 0-3 hold steps
+    0-3 and only step 0's sequence is complete (exactly 4 steps written); after three, the
+    ring has wrapped: slots hold steps 8-11 then 4-7."""
+    replay = _replay(8, 1, 4)
+    assert replay.slot_starts().tolist() == [-1] * 8
+    replay.add(_rollout(4, 2, 1, 0))
+    assert replay.slot_starts().tolist() == [0, 1, 2, 3, -1, -1, -1, -1]
+    assert replay.valid()[:, 1].tolist() == [True] + [False] * 7
+    replay.add(_rollout(4, 2, 1, 4))
+    replay.add(_rollout(4, 2, 1, 8))
+    assert replay.slot_starts().tolist() == [8, 9, 10, 11, 4, 5, 6, 7]
+    # 12 steps written: sequences starting at 4 .. 8 are complete
+    assert replay.valid()[:, 0].tolist() == [True, False, False, False] + [True] * 4
+
+
+def test_sampling_needs_one_complete_sequence_and_returns_its_starts():
+    replay = _replay(8, 1, 4)
+    with pytest.raises(ValueError, match="^the replay holds no complete sequence yet$"):
+        replay.sample(2, alpha=1.0, beta=0.5)
+    buffer = _rollout(4, 2, 1, 0)
+    buffer.starts[2, 0] = True  # env 0's episode restarts at step 2
+    replay.add(buffer)  # exactly one complete sequence per env
+    seq, index, _ = replay.sample(16, alpha=1.0, beta=0.5)
+    assert set(index.tolist()) <= {0, 1}
+    rows = index == 0  # env 0's sequence (slot 0)
+    assert rows.any()
+    assert seq.starts[:, rows].t().tolist() == [[False, False, True, False]] * int(rows.sum())
+    assert not seq.starts[:, ~rows].any()
+
+
+def test_a_rollout_that_does_not_fit_the_replay_is_refused():
+    replay = _replay(16, 4, 6)
+    for bad in (_rollout(8, 2, 2, 0), _rollout(12, 2, 4, 0)):  # stride 2; 12 does not tile 16
+        with pytest.raises(
+            ValueError, match="^the rollout's chunks must be the replay's stride and tile it$"
+        ):
+            replay.add(bad)
+    two_tensors = SequenceReplay(
+        {"vector": ((1,), torch.float32)}, 16, 2, 4, 6, (torch.zeros(2, 2),) * 2, "cpu"
+    )
+    with pytest.raises(ValueError, match="zip"):  # a state of another arity
+        two_tensors.add(_rollout(8, 2, 4, 0))
+
+
+def test_new_priorities_are_stored_as_float32():
+    replay = _replay(16, 4, 6)
+    replay.add(_rollout(8, 2, 4, 0))
+    replay.update_priorities(torch.tensor([0, 1]), torch.tensor([1.1, 0.5], dtype=torch.float64))
+    assert replay.priorities.dtype == torch.float32
+    assert replay.max_priority == float(torch.tensor(1.1, dtype=torch.float32))  # not 1.1
+
+
 def test_the_stored_state_is_the_actors_state_at_the_sequence_start():
     """Two rollouts of a real run: the replay's state of each sequence equals the state the
     acting network was called with at that sequence's first step."""
@@ -220,6 +300,31 @@ def test_burn_in_gets_no_gradient_and_ends_in_the_online_state():
         burnt = net({"vector": obs["vector"][:b]}, state, starts[:b]).state
         after = net({"vector": obs["vector"][b:]}, burnt, starts[b:]).logits
     torch.testing.assert_close(q.detach(), after)
+
+
+@pytest.mark.parametrize("burn_in", [0, 1])
+def test_burn_in_and_learnt_steps_reset_at_their_episode_starts(burn_in: int):
+    """A start inside the burn-in (row 0, step 0) and one among the learnt steps (row 1,
+    step 3): ``online_q`` equals the network run over the burn-in, then over the rest from
+    the state it reached, each part with its starts."""
+    torch.manual_seed(1)
+    net = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none")
+    W, B = 6, 2
+    obs = {"vector": torch.randn(W, B, 4)}
+    starts = torch.zeros(W, B, dtype=torch.bool)
+    starts[0, 0] = starts[3, 1] = True
+    state = tuple(x + 0.5 for x in net.initial_state(B))
+    seq = Sequences(obs, starts, torch.zeros(W, B, dtype=torch.long), torch.zeros(W, B), state)
+    with torch.no_grad():
+        q = online_q(net, seq, burn_in)
+        burnt = state
+        if burn_in:
+            burnt = net({"vector": obs["vector"][:burn_in]}, state, starts[:burn_in]).state
+        expected = net({"vector": obs["vector"][burn_in:]}, burnt, starts[burn_in:]).logits
+        unreset = net({"vector": obs["vector"][burn_in:]}, burnt, starts[burn_in:] & False)
+    assert q.shape == (W - burn_in, B, 3)
+    torch.testing.assert_close(q, expected)
+    assert not torch.allclose(q[3 - burn_in :, 1], unreset.logits[3 - burn_in :, 1])
 
 
 # ---------------------------------------------------------------------------- the run
