@@ -34,6 +34,7 @@ from memcores.agents.rl_config import RLConfig
 from memcores.agents.rl_trainer import setup, train
 from memcores.agents.rollout import RolloutBuffer
 from memcores.cores import CORES
+from memcores.envs import envpool_env
 from memcores.experiments.cli import main
 from memcores.experiments.config import load_config
 
@@ -394,14 +395,26 @@ def test_r2d2_learns_repeat_previous_easy_with_gru(tmp_path):
     assert result.ep_rew_mean > 0.0
 
 
+ENVPOOL = pytest.param(
+    "envpool",
+    marks=pytest.mark.skipif(
+        not envpool_env.available(),
+        reason="envpool not installed (pip install 'memcores[envpool]')",
+    ),
+)
+
+
 @pytest.mark.parametrize("algo", ["pqn", "r2d2"])
-@pytest.mark.parametrize("vector", ["sync", "async"])
+@pytest.mark.parametrize("vector", ["sync", "async", ENVPOOL])
 def test_gymnasium_envs_train_in_groups(tmp_path, algo, vector):
     """MiniGrid through the gymnasium vector envs (``async``: two groups of envs in a worker,
-    acted on in turn, each with its own envs' epsilons)."""
+    acted on in turn, each with its own envs' epsilons) and through EnvPool (MemoryS7, one of
+    the ids it steps)."""
+    env_id = ["env.id=MiniGrid-MemoryS7-v0"] if vector == "envpool" else []
     config = tiny_config(
         f"agent.algo={algo}", f"env.vector={vector}", "agent.learning_starts=0",
         "agent.replay_batch=4", "agent.burn_in=2", "agent.n_step=2", "train.total_steps=128",
+        *env_id,
     )  # fmt: skip
     result = train(config, tmp_path)
     assert result.updates == 2 and result.skipped_updates == 0
