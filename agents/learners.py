@@ -11,7 +11,7 @@ Each algorithm's differences live in its module: :mod:`agents.ppo` (PPO, A2C),
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -40,6 +40,15 @@ class Learner(Protocol):
         """One update from a filled ``buffer`` (its GAE returns computed)."""
         ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint saves of the learner beyond the network and the optimiser
+        (checkpoint values: tensors, numbers, lists and dicts of them); empty: nothing."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` when a run resumes (``{}`` from a checkpoint without)."""
+        ...
+
 
 class PolicyGradient:
     """PPO and A2C: :func:`agents.ppo.update` on each rollout."""
@@ -58,19 +67,25 @@ class PolicyGradient:
         s = self.s
         return update(s.policy, s.optimizer, buffer, s.config.agent, self.generator, self.graph)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing beyond the network and the optimiser."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore."""
+
 
 def make_learner(
     s: Setup,
     frames: int,
     generator: torch.Generator | None = None,
     graph: UpdateGraph | None = None,
-    resumed: bool = False,
 ) -> Learner:
-    """The learner of ``s.config.agent.algo``, starting at ``frames`` frames collected.
+    """The learner of ``s.config.agent.algo``, starting at ``frames`` frames collected (a
+    resumed run restores the rest with :meth:`Learner.load_state_dict`).
 
     :param generator: the minibatch order's RNG (``None``: torch's global one).
     :param graph: PPO's recorded minibatch step (``train.graph_update``), or ``None``.
-    :param resumed: the run continues from a checkpoint (R2D2 says its replay starts empty).
     """
     algo = s.config.agent.algo
     if algo == "pqn":
@@ -80,7 +95,7 @@ def make_learner(
     if algo == "r2d2":
         from memcores.agents.r2d2 import R2D2Learner
 
-        return R2D2Learner(s, frames, resumed)
+        return R2D2Learner(s, frames)
     return PolicyGradient(s, generator, graph)
 
 

@@ -23,7 +23,7 @@ Q-learning on the rollouts of the parallel envs, with no replay and no target ne
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -132,6 +132,13 @@ class PQNLearner:
         self.chunk_len = s.config.agent.seq_len
         self.frames = frames
         self.epsilon = torch.full((s.config.env.n_envs,), self._epsilon())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing beyond the network and the optimiser (epsilon follows the frame count)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Nothing to restore."""
 
     def _epsilon(self) -> float:
         agent = self.s.config.agent

@@ -19,9 +19,12 @@ Learning", ICLR 2019) on the envs of one process.
   ``seq_len`` steps after the burn-in, ``w_i`` the importance weights; the sequence's
   priority becomes ``eta max|TD| + (1 - eta) mean|TD|``. The target network is a copy of the
   online one, refreshed every ``target_update_every`` gradient steps.
-- Resume: the replay is not saved in checkpoints (it can be gigabytes); a resumed run starts
-  with an empty replay and the target network copied from the restored online network, and
-  says so (:data:`RESUME_NOTE`).
+- Resume: checkpoints hold the replay (every stored step, state and priority), the target
+  network and the gradient-step count (:meth:`R2D2Learner.state_dict`), so a resumed run
+  samples what an uninterrupted one would have. A checkpoint without them (written before
+  replays were saved) or with a replay of another layout (``agent.replay_size``,
+  ``env.n_envs``, the sequence lengths changed on resume) starts with an empty replay and a
+  target copied from the online network, and says so (:data:`RESUME_NOTE`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import copy
 import math
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -46,10 +49,10 @@ if TYPE_CHECKING:
     from memcores.agents.run_setup import Setup
 
 RESUME_NOTE = (
-    "memcores train: agent.algo=r2d2 does not save its replay in checkpoints; the resumed run "
+    "memcores train: agent.algo=r2d2 resumes without its replay ({}); the resumed run "
     "starts with an empty replay and learns again after agent.learning_starts={} frames"
 )
-"""What a resumed R2D2 run prints (on stderr) before it collects."""
+"""What a resumed R2D2 run prints (on stderr) when its checkpoint's replay cannot be used."""
 
 
 def rescale(x: Tensor, eps: float) -> Tensor:
@@ -132,7 +135,7 @@ def r2d2_loss(
 class R2D2Learner:
     """``agent.algo=r2d2`` for the trainer's loop (:class:`agents.learners.Learner`)."""
 
-    def __init__(self, s: Setup, frames: int, resumed: bool = False) -> None:
+    def __init__(self, s: Setup, frames: int) -> None:
         agent = s.config.agent
         self.s, self.agent = s, agent
         self.chunk_len = agent.stride
@@ -140,9 +143,29 @@ class R2D2Learner:
         self.epsilon = apex_epsilons(n, agent.apex_epsilon, agent.apex_alpha)
         self.target = copy.deepcopy(s.policy).requires_grad_(False)
         self.replay: SequenceReplay | None = None  # made from the first rollout's layout
+        self._saved_replay: dict[str, Any] | None = None  # a resumed run's, loaded with it
         self.grad_steps = 0
-        if resumed:
-            print(RESUME_NOTE.format(agent.learning_starts), file=sys.stderr)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The replay (``None`` before the first rollout), the target network's weights and
+        the gradient steps taken: what a checkpoint saves beyond the online network."""
+        return {
+            "replay": None if self.replay is None else self.replay.state_dict(),
+            "target": self.target.state_dict(),
+            "grad_steps": self.grad_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the replay is filled when the first rollout gives its
+        device and observation layout); an empty ``state`` (a checkpoint that predates saved
+        replays) keeps a fresh replay and says so on stderr."""
+        if not state.get("replay"):
+            why = "the checkpoint holds none"
+            print(RESUME_NOTE.format(why, self.agent.learning_starts), file=sys.stderr)
+            return
+        self.target.load_state_dict(state["target"])
+        self.grad_steps = int(state["grad_steps"])
+        self._saved_replay = state["replay"]
 
     def acting(self, policy: RecurrentActorCritic, groups: list[slice]) -> Acting | None:
         """Epsilon-greedy on the acting network, env ``i`` at Ape-X's ``eps_i``."""
@@ -161,7 +184,17 @@ class R2D2Learner:
                 template,
                 buffer.device,
             )
+            if self._saved_replay is not None:
+                self._restore_replay(self.replay, self._saved_replay)
+                self._saved_replay = None
         return self.replay
+
+    def _restore_replay(self, replay: SequenceReplay, saved: dict[str, Any]) -> None:
+        try:
+            replay.load_state_dict(saved)
+        except ValueError as err:  # the run's settings changed on resume
+            print(RESUME_NOTE.format(err, self.agent.learning_starts), file=sys.stderr)
+            self.target.load_state_dict(self.s.policy.state_dict())
 
     def learn(self, buffer: RolloutBuffer) -> UpdateStats:
         """Store the rollout; then, past ``learning_starts``, ``n_epochs`` gradient steps."""

@@ -20,7 +20,7 @@ batched env on a GPU, no step of it visits the host.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -193,6 +193,46 @@ class SequenceReplay:
             state=tuple(s[slot, env] for s in self.states),
         )
         return sequences, index, importance_weights(probs[index], n_valid, beta)
+
+    def layout(self) -> tuple[int, int, int, int]:
+        """``(capacity, n_envs, stride, window)``: what a saved replay must match to load."""
+        return self.capacity, self.n_envs, self.stride, self.window
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every stored step, state and priority (checkpoint values: tensors and numbers)."""
+        return {
+            "layout": list(self.layout()),
+            "obs": dict(self.obs),
+            "starts": self.starts,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "states": list(self.states),
+            "priorities": self.priorities,
+            "max_priority": self.max_priority,
+            "written": self.written,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s contents into this replay (copied to its device).
+
+        :raises ValueError: the saved replay has another layout or other observations.
+        """
+        saved = tuple(int(v) for v in state["layout"])
+        if saved != self.layout():
+            raise ValueError(
+                f"the saved replay's (capacity, n_envs, stride, window) {saved} differs from "
+                f"this run's {self.layout()}"
+            )
+        if set(state["obs"]) != set(self.obs) or len(state["states"]) != len(self.states):
+            raise ValueError("the saved replay holds other observations or core states")
+        for key, store in self.obs.items():
+            store.copy_(state["obs"][key])
+        for name in ("starts", "actions", "rewards", "priorities"):
+            getattr(self, name).copy_(state[name])
+        for store, saved_state in zip(self.states, state["states"], strict=True):
+            store.copy_(saved_state)
+        self.max_priority = float(state["max_priority"])
+        self.written = int(state["written"])
 
     def update_priorities(self, index: Tensor, priorities: Tensor) -> None:
         """Set the sampled sequences' priorities (``index [B]`` from :meth:`sample`)."""

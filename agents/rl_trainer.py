@@ -46,7 +46,12 @@ from memcores.agents.checkpoint import (
 from memcores.agents.device import acting_device, module_device, resolve_device
 from memcores.agents.divergence import DivergenceGuard
 from memcores.agents.episodes import EpisodeStats
-from memcores.agents.learners import acting_obstacle, check_learner_memory, make_learner
+from memcores.agents.learners import (
+    Learner,
+    acting_obstacle,
+    check_learner_memory,
+    make_learner,
+)
 from memcores.agents.memory_need import check_fits, observation_bytes
 from memcores.agents.networks import build_policy
 from memcores.agents.policy import RecurrentActorCritic, observation_shape
@@ -428,10 +433,10 @@ def _rollouts(
     acting: RecurrentActorCritic,
     episodes: EpisodeStats,
     updates: int,
-    resumed: bool = False,
+    learner: Learner,
 ) -> SerialRollouts | OverlappedRollouts:
-    """The rollout schedule of ``train.overlap``, starting at update ``updates``, with the
-    learner of ``agent.algo`` (:func:`agents.learners.make_learner`, chosen once here)."""
+    """The rollout schedule of ``train.overlap``, starting at update ``updates``, with
+    ``learner`` learning from each rollout."""
     cfg, agent, envs = s.config, s.config.agent, s.envs
     act_device = module_device(acting)
     if isinstance(envs, BatchedEnv):
@@ -439,12 +444,6 @@ def _rollouts(
     seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     carry = [start_rollouts(acting, envs, seed, act_device)]
 
-    graph = UpdateGraph() if s.graph_update else None
-    # Overlapped, the learner draws its minibatch order from its own generator while the
-    # collector samples actions from torch's global one, so the run stays reproducible.
-    generator = torch.Generator().manual_seed(seed) if cfg.train.overlap else None
-    frames = updates * cfg.env.n_envs * agent.n_steps
-    learner = make_learner(s, frames, generator, graph, resumed)
     env_graph = RolloutGraph(acting, envs) if s.graph_env_step else None
     step = learner.acting(acting, getattr(envs, "groups", [slice(None)]))
     if step is None and s.graph_acting and env_graph is None:
@@ -481,6 +480,7 @@ class _Loop:
     rollouts: SerialRollouts | OverlappedRollouts
     guard: DivergenceGuard
     bar: Any
+    learner: Learner
     history: list[dict[str, float]] = field(default_factory=list)
     start: tuple[float, float, int] = (0.0, 0.0, 0)
     """``perf_counter``, ``process_time`` and the frame count when the loop started."""
@@ -519,15 +519,31 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
         graphed=s.graph_acting or s.graph_env_step,
     )
     episodes = EpisodeStats(cfg.env.n_envs)
-    rollouts = _rollouts(s, acting, episodes, updates, run.resumed)
+    learner = _learner(s, updates)
+    if run.resumed:
+        learner.load_state_dict(run.payload.get("learner", {}))
+    rollouts = _rollouts(s, acting, episodes, updates, learner)
     guard = run.guard(cfg.train.max_skipped_updates, global_step, "frame")
     desc = f"{cfg.core.name} {cfg.agent.algo} {cfg.env.id}"
     bar = run.progress_bar(cfg.train.progress, cfg.train.total_steps, global_step, desc, "frames")
     start = (time.perf_counter(), time.process_time(), global_step)
     return _Loop(
         s, run, total_updates, global_step, updates, acting, episodes, rollouts, guard, bar,
-        start=start,
+        learner, start=start,
     )  # fmt: skip
+
+
+def _learner(s: Setup, updates: int) -> Learner:
+    """The learner of ``agent.algo`` (:func:`agents.learners.make_learner`), ``updates``
+    updates into the run."""
+    cfg = s.config
+    seed = cfg.train.seed + RESET_SEED_STRIDE * updates
+    graph = UpdateGraph() if s.graph_update else None
+    # Overlapped, the learner draws its minibatch order from its own generator while the
+    # collector samples actions from torch's global one, so the run stays reproducible.
+    generator = torch.Generator().manual_seed(seed) if cfg.train.overlap else None
+    frames = updates * cfg.env.n_envs * cfg.agent.n_steps
+    return make_learner(s, frames, generator, graph)
 
 
 def _train_loop(s: Setup, run: RunSession) -> TrainResult:
@@ -621,6 +637,7 @@ def _save_checkpoint(loop: _Loop) -> None:
         "n_actions": s.n_actions,
         "image_shape": list(s.image_shape),
         "skipped_updates": loop.guard.skipped,
+        "learner": loop.learner.state_dict(),
     }
     loop.run.save_checkpoint(loop.global_step, s.policy, s.optimizer, extra)
 

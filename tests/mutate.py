@@ -105,6 +105,7 @@ _VALUE_TESTS = tuple(
         "sampling_needs_one_complete_sequence_and_returns_its_starts",
         "a_rollout_that_does_not_fit_the_replay_is_refused",
         "new_priorities_are_stored_as_float32",
+        "a_replay_round_trips_through_its_state_and_refuses_another_layout",
     )
 )
 _PQN_TESTS = (
@@ -313,6 +314,8 @@ TARGETS: tuple[Target, ...] = (
             "SequenceReplay.valid",
             "SequenceReplay.sample",
             "SequenceReplay.update_priorities",
+            "SequenceReplay.state_dict",
+            "SequenceReplay.load_state_dict",
         ),
     ),
     Target("agents/pqn.py", _PQN_TESTS, ("q_lambda_returns", "td_loss")),

@@ -329,15 +329,65 @@ def test_burn_in_and_learnt_steps_reset_at_their_episode_starts(burn_in: int):
 
 
 # ---------------------------------------------------------------------------- the run
-def test_resume_says_the_replay_is_not_restored(tmp_path, capsys):
+def test_resume_restores_the_replay_target_and_gradient_steps(tmp_path, capsys):
+    """One update, then a resumed second: the final checkpoint's replay holds both rollouts
+    (the first one's steps unchanged), the gradient steps continue, nothing is said."""
+    from memcores.agents.checkpoint import load_checkpoint
+
     config = popgym_config("agent.algo=r2d2", "train.total_steps=64")
     train(config, tmp_path)
+    first = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["learner"]
+    assert first["replay"]["written"] == 16 and first["grad_steps"] == 1
     capsys.readouterr()
     config = popgym_config("agent.algo=r2d2", "train.total_steps=128")
     result = train(config, tmp_path, resume=True)
-    err = capsys.readouterr().err
-    assert RESUME_NOTE.format(0) in err
+    assert "resumes without its replay" not in capsys.readouterr().err
     assert result.global_step == 128
+    last = load_checkpoint(tmp_path / "checkpoints" / "last.pt")["learner"]
+    assert last["replay"]["written"] == 32 and last["grad_steps"] == 2
+    for key in ("starts", "actions", "rewards"):
+        torch.testing.assert_close(last["replay"][key][:16], first["replay"][key][:16])
+    torch.testing.assert_close(
+        last["replay"]["obs"]["vector"][:16], first["replay"]["obs"]["vector"][:16]
+    )
+
+
+def test_resume_from_a_checkpoint_without_the_replay_says_so(tmp_path, capsys):
+    from memcores.agents.checkpoint import load_checkpoint, save_checkpoint
+
+    config = popgym_config("agent.algo=r2d2", "train.total_steps=64")
+    train(config, tmp_path)
+    path = tmp_path / "checkpoints" / "last.pt"
+    payload = load_checkpoint(path)
+    del payload["learner"]  # as a checkpoint written before replays were saved
+    save_checkpoint(path, payload)
+    capsys.readouterr()
+    config = popgym_config("agent.algo=r2d2", "train.total_steps=128")
+    result = train(config, tmp_path, resume=True)
+    assert RESUME_NOTE.format("the checkpoint holds none", 0) in capsys.readouterr().err
+    assert result.global_step == 128
+    last = load_checkpoint(path)["learner"]
+    assert last["replay"]["written"] == 16  # started empty: the second rollout only
+
+
+def test_a_replay_round_trips_through_its_state_and_refuses_another_layout():
+    replay = _replay(16, 4, 6)
+    replay.add(_rollout(8, 2, 4, 0))
+    replay.update_priorities(torch.tensor([1]), torch.tensor([3.0]))
+    state = replay.state_dict()
+    copy = _replay(16, 4, 6)
+    copy.load_state_dict(state)
+    assert copy.written == 8 and copy.max_priority == 3.0
+    for name in ("starts", "actions", "rewards", "priorities"):
+        assert torch.equal(getattr(copy, name), getattr(replay, name))
+    assert torch.equal(copy.obs["vector"], replay.obs["vector"])
+    assert torch.equal(copy.states[0], replay.states[0])
+    message = (
+        r"^the saved replay's \(capacity, n_envs, stride, window\) \(16, 2, 4, 6\) differs "
+        r"from this run's \(32, 2, 4, 6\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        _replay(32, 4, 6).load_state_dict(state)
 
 
 @pytest.mark.parametrize(
