@@ -388,6 +388,16 @@ def test_a_replay_round_trips_through_its_state_and_refuses_another_layout():
     )
     with pytest.raises(ValueError, match=message):
         _replay(32, 4, 6).load_state_dict(state)
+    other = "^the saved replay holds other observations or core states$"
+    images = SequenceReplay(
+        {"image": ((1,), torch.uint8)}, 16, 2, 4, 6, (torch.zeros(2, 2),), "cpu"
+    )
+    two_states = SequenceReplay(
+        {"vector": ((1,), torch.float32)}, 16, 2, 4, 6, (torch.zeros(2, 2),) * 2, "cpu"
+    )
+    for target in (images, two_states):
+        with pytest.raises(ValueError, match=other):
+            target.load_state_dict(state)
 
 
 @pytest.mark.parametrize(
