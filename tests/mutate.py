@@ -270,7 +270,7 @@ TARGETS: tuple[Target, ...] = (
         ("tests/test_cores.py", "tests/test_gradient_references.py"),
         ("_FusedLSTM.backward",),
     ),
-    Target("cores/power_rnn.py", ("tests/test_power_law.py",)),
+    Target("cores/power_rnn.py", ("tests/test_power_rnn.py",)),
     Target("cores/janet.py", ("tests/test_janet.py",)),
     Target("cores/nru.py", ("tests/test_nru.py",)),
     Target("experiments/core_compare.py", ("tests/test_core_compare.py",)),
