@@ -461,6 +461,12 @@ EQUIVALENT |= {
     f"{_REPLAY}update_priorities__mutmut_{n}": _ON_THE_CPU + "; the dtype is still float32"
     for n in (2, 4, 10)
 }
+# cores (power_rnn, janet, nru, min_rnn, xlstm, _fused_lstm)
+EQUIVALENT |= {
+    "cores.janet.xǁJANETǁcell__mutmut_14": "a is [B, 2H]: its dim +1 is its dim -1",
+    "cores.janet.xǁJANETǁreset_parameters__mutmut_17": "an indexed assignment casts the value "
+    "to the bias's dtype, as the explicit cast does",
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
