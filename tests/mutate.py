@@ -263,8 +263,8 @@ TARGETS: tuple[Target, ...] = (
         ),
         ("CoreRLModule._memory", "CoreRLModule._state_in", "CoreRLModule.compute_values"),
     ),
-    Target("cores/min_rnn.py", ("tests/test_modern_cores.py",)),
-    Target("cores/xlstm.py", ("tests/test_modern_cores.py",)),
+    Target("cores/min_rnn.py", ("tests/test_modern_cores.py", "tests/test_min_rnn.py")),
+    Target("cores/xlstm.py", ("tests/test_modern_cores.py", "tests/test_xlstm.py")),
     Target(
         "cores/_fused_lstm.py",
         ("tests/test_cores.py", "tests/test_gradient_references.py"),
