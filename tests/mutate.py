@@ -466,6 +466,10 @@ EQUIVALENT |= {
     "cores.janet.xǁJANETǁcell__mutmut_14": "a is [B, 2H]: its dim +1 is its dim -1",
     "cores.janet.xǁJANETǁreset_parameters__mutmut_17": "an indexed assignment casts the value "
     "to the bias's dtype, as the explicit cast does",
+    "cores.nru.xǁNRUǁ_vectors__mutmut_7": "pq is [B, 2s]: its dim +1 is its dim -1",
+    "cores.nru.xǁNRUǁcell__mutmut_25": "h and m are [B, H] and [B, M]: their dim +1 is their "
+    "dim -1",
+    "cores.nru.xǁNRUǁcell__mutmut_37": "heads is [B, 2k + 4s]: its dim +1 is its dim -1",
 }
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
