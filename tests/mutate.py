@@ -462,6 +462,11 @@ EQUIVALENT |= {
     for n in (2, 4, 10)
 }
 # cores (power_rnn, janet, nru, min_rnn, xlstm, _fused_lstm)
+_BLOCKS = (
+    "the blocks only split the work: each block's scan starts from the state the last one "
+    "ended in, and the backward carries the adjoint the same way, so any block length gives "
+    "the same values"
+)
 EQUIVALENT |= {
     "cores.janet.xǁJANETǁcell__mutmut_14": "a is [B, 2H]: its dim +1 is its dim -1",
     "cores.janet.xǁJANETǁreset_parameters__mutmut_17": "an indexed assignment casts the value "
@@ -470,6 +475,18 @@ EQUIVALENT |= {
     "cores.nru.xǁNRUǁcell__mutmut_25": "h and m are [B, H] and [B, M]: their dim +1 is their "
     "dim -1",
     "cores.nru.xǁNRUǁcell__mutmut_37": "heads is [B, 2k + 4s]: its dim +1 is its dim -1",
+    "cores.min_rnn.xǁMinGRUCellǁdirect_step__mutmut_8": "the projection of x_t [B, D] is "
+    "[B, 2H]: its dim +1 is its dim -1",
+    "cores.min_rnn.xǁMinLSTMCellǁdirect_step__mutmut_8": "the projection of x_t [B, D] is "
+    "[B, 3H]: its dim +1 is its dim -1",
+    "cores.min_rnn.xǁ_MinRNNScanǁforward__mutmut_13": _BLOCKS,
+    "cores.min_rnn.xǁ_MinRNNScanǁforward__mutmut_14": _BLOCKS,
+    "cores.min_rnn.xǁ_MinRNNScanǁforward__mutmut_74": "saved is made from the first block's "
+    "parts: zip never meets unequal lengths",
+    "cores.min_rnn.xǁ_MinRNNǁforward__mutmut_14": "on the CPU the mask is then applied also "
+    "for starts that are all false: a keep mask of ones changes nothing",
+    "cores.min_rnn.xǁ_MinRNNǁforward__mutmut_30": "check_sequence has checked len(state) "
+    "against state_arity, len(cells): zip never meets unequal lengths",
 }
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""

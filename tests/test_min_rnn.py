@@ -62,21 +62,30 @@ def _layer_norm2(y: list[float]) -> list[float]:
     return [(v - mean) / math.sqrt(var + 1e-5) for v in y]
 
 
+_NORMS = (((1.0, 1.0), (0.0, 0.0)), ((2.0, -1.0), (0.5, 0.0)))
+"""(weight, bias) of the LayerNorm before layers 2 and 3 of the hand cores."""
+
+
 def _hand_core(kind: str, layers: int = 1, scan: str = "auto") -> MinGRU | MinLSTM:
+    """Layer 1 from :data:`_W`, :data:`_B`; every later layer from :data:`_W2`, :data:`_B2`
+    with the LayerNorm affines of :data:`_NORMS`."""
     cls = MinGRU if kind == "gru" else MinLSTM
     core = cls(1, 2, layers=layers, scan=scan).double()
     with torch.no_grad():
         proj = core.cells[0].proj
         proj.weight.copy_(torch.tensor(_W[kind], dtype=F64).unsqueeze(1))
         proj.bias.copy_(torch.tensor(_B[kind], dtype=F64))
-        if layers == 2:
-            core.cells[1].proj.weight.copy_(torch.tensor(_W2[kind], dtype=F64))
-            core.cells[1].proj.bias.copy_(torch.tensor(_B2[kind], dtype=F64))
+        for cell, norm, (weight, bias) in zip(core.cells[1:], core.norms, _NORMS, strict=False):
+            cell.proj.weight.copy_(torch.tensor(_W2[kind], dtype=F64))
+            cell.proj.bias.copy_(torch.tensor(_B2[kind], dtype=F64))
+            norm.weight.copy_(torch.tensor(weight, dtype=F64))
+            norm.bias.copy_(torch.tensor(bias, dtype=F64))
     return core
 
 
 def _hand_sequence(kind, xs, h0, starts, layers=1):
-    """Outputs [T][B] and final states per layer, every number from the functions above."""
+    """Outputs [T][B] and final states per layer, every number from the functions above:
+    layer l > 1 reads w_l * LayerNorm(y) + b_l and adds its h to y."""
     states = [[list(h) for h in layer] for layer in h0]
     ys = []
     for t, x_t in enumerate(xs):
@@ -88,14 +97,15 @@ def _hand_sequence(kind, xs, h0, starts, layers=1):
             h = _hand_step(kind, states[0][b], _layer1(kind, x))
             states[0][b] = h
             y = h
-            if layers == 2:
-                n = _layer_norm2(y)
+            for layer in range(1, layers):
+                weight, bias = _NORMS[layer - 1]
+                n = [v * w + c for v, w, c in zip(_layer_norm2(y), weight, bias, strict=True)]
                 k = [
-                    sum(w * v for w, v in zip(row, n, strict=True)) + bias
-                    for row, bias in zip(_W2[kind], _B2[kind], strict=True)
+                    sum(w * v for w, v in zip(row, n, strict=True)) + c
+                    for row, c in zip(_W2[kind], _B2[kind], strict=True)
                 ]
-                h2 = _hand_step(kind, states[1][b], k)
-                states[1][b] = h2
+                h2 = _hand_step(kind, states[layer][b], k)
+                states[layer][b] = h2
                 y = [y[j] + h2[j] for j in range(2)]
             row_ys.append(y)
         ys.append(row_ys)
@@ -225,6 +235,44 @@ def test_two_layers_by_hand(scan: str) -> None:
     torch.testing.assert_close(y1, torch.tensor(ys[0], dtype=F64))
     for got, want in zip(s1, _hand_sequence("gru", xs[:1], h0, None, layers=2)[1], strict=True):
         torch.testing.assert_close(got, torch.tensor(want, dtype=F64))
+
+
+@pytest.mark.parametrize("scan", ["sequential", "parallel"])
+def test_three_layers_read_their_own_layer_norms(scan: str) -> None:
+    """Layer 2 reads the first LayerNorm and layer 3 the second (different affines)."""
+    core = _hand_core("gru", layers=3, scan=scan)
+    xs = [(2.0, -1.0), (0.5, 1.5)]
+    h0 = [[[0.5, -1.0], [0.3, 0.7]], [[-0.2, 0.4], [0.6, -0.1]], [[0.1, 0.1], [-0.3, 0.2]]]
+    ys, states = _hand_sequence("gru", xs, h0, None, layers=3)
+    x = torch.tensor(xs, dtype=F64).unsqueeze(-1)
+    state = tuple(torch.tensor(layer, dtype=F64) for layer in h0)
+    y, final = core(x, state)
+    torch.testing.assert_close(y, torch.tensor(ys, dtype=F64))
+    for got, want in zip(final, states, strict=True):
+        torch.testing.assert_close(got, torch.tensor(want, dtype=F64))
+    y1, _ = core.step(x[0], state)
+    torch.testing.assert_close(y1, torch.tensor(ys[0], dtype=F64))
+
+
+def test_step_refuses_a_state_of_the_wrong_length() -> None:
+    """One state tensor per layer: step() does not drop or ignore any."""
+    core = MinGRU(1, 2, layers=2).double()
+    x = torch.zeros(1, 1, dtype=F64)
+    h = torch.zeros(1, 2, dtype=F64)
+    with pytest.raises(ValueError, match=r"^zip\(\) argument 2 is shorter than argument 1$"):
+        core.step(x, (h,))
+    with pytest.raises(ValueError, match=r"^zip\(\) argument 2 is longer than argument 1$"):
+        core.step(x, (h, h, h))
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("method", ["sequential", "parallel"])
+def test_fused_layer_over_zero_steps_is_empty(kind: str, method: str) -> None:
+    """No steps: an empty [0, B, H] sequence, for either scan."""
+    blocks = 2 if kind == "gru" else 3
+    k = torch.zeros(0, 3, blocks * 2, dtype=F64)
+    h = _MinRNNScan.apply(k, torch.ones(3, 2, dtype=F64), None, kind, method)
+    assert h.shape == (0, 3, 2) and h.dtype == F64
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
