@@ -252,6 +252,8 @@ def test_mlstm_initial_state_is_zero_c_n_and_m() -> None:
     meta = core.initial_state(2, "meta")
     assert [s.shape for s in meta] == [(2, 3, 2, 2), (2, 3, 2), (2, 3)]
     assert all(s.device.type == "meta" and s.dtype == F64 for s in meta)
+    # without a device, the weights' (meta here: no accelerator needed)
+    assert all(s.device.type == "meta" for s in core.to("meta").initial_state(2))
 
 
 _WARM = (
