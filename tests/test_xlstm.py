@@ -136,10 +136,11 @@ def test_slstm_initial_state_is_four_zero_tensors() -> None:
     assert all(s.device.type == "meta" and s.shape == (2, 2) for s in core.initial_state(2, "meta"))
 
 
-@pytest.mark.parametrize("impl", ["fused", "loop"])
+@pytest.mark.parametrize("impl", ["fused", "loop", "triton"])
 def test_slstm_steps_by_hand_with_carried_state_and_resets(impl: str) -> None:
     """Three steps, two rows from warm states (m nonzero): row 0 carries (h, c, n, m), row 1
-    restarts from zeros at step 1; step() gives the same first step."""
+    restarts from zeros at step 1; step() gives the same first step. impl 'triton' runs the
+    kernels (under TRITON_INTERPRET=1 on a machine without CUDA, as conftest sets it)."""
     core = _hand_slstm(impl)
     xs = [(2.0, -1.0), (0.5, 1.5), (-1.0, 0.25)]
     starts = [[False, False], [False, True], [False, False]]
