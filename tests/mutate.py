@@ -264,14 +264,14 @@ TARGETS: tuple[Target, ...] = (
         ),
         ("CoreRLModule._memory", "CoreRLModule._state_in", "CoreRLModule.compute_values"),
     ),
-    Target("cores/min_rnn.py", ("tests/test_modern_cores.py",)),
-    Target("cores/xlstm.py", ("tests/test_modern_cores.py",)),
+    Target("cores/min_rnn.py", ("tests/test_modern_cores.py", "tests/test_min_rnn.py")),
+    Target("cores/xlstm.py", ("tests/test_modern_cores.py", "tests/test_xlstm.py")),
     Target(
         "cores/_fused_lstm.py",
         ("tests/test_cores.py", "tests/test_gradient_references.py"),
         ("_FusedLSTM.backward",),
     ),
-    Target("cores/power_rnn.py", ("tests/test_power_law.py",)),
+    Target("cores/power_rnn.py", ("tests/test_power_rnn.py",)),
     Target("cores/janet.py", ("tests/test_janet.py",)),
     Target("cores/nru.py", ("tests/test_nru.py",)),
     Target("experiments/core_compare.py", ("tests/test_core_compare.py",)),
@@ -469,6 +469,62 @@ EQUIVALENT |= {
     "never sees sequences of unequal length"
     for n in (36, 39, 42)
 }
+# cores (power_rnn, janet, nru, min_rnn, xlstm, _fused_lstm)
+_CAPITALS = "einsum's subscripts in capitals name the same contraction"
+_CORE_DEVICE = (
+    "on the CPU, where these tests run, torch's default device is the inputs': the same "
+    "tensor (only a run on an accelerator tells the two apart)"
+)
+_STARTS_BOOL = (
+    "the starts (and their padding) are read only through .bool(): zeros of another dtype "
+    "are the same all-false mask"
+)
+_XLSTM_CAPITALS = (
+    "xǁMLSTMǁ_chunks__mutmut_223",
+    "xǁMLSTMǁ_chunks__mutmut_291",
+    "xǁMLSTMǁstep__mutmut_29",
+    "xǁSLSTMǁ_cell__mutmut_12",
+)
+_XLSTM_DEVICE = ("_chunks__mutmut_76", "forward__mutmut_18", "forward__mutmut_22")
+_BLOCKS = (
+    "the blocks only split the work: each block's scan starts from the state the last one "
+    "ended in, and the backward carries the adjoint the same way, so any block length gives "
+    "the same values"
+)
+EQUIVALENT |= {
+    "cores.janet.xǁJANETǁcell__mutmut_14": "a is [B, 2H]: its dim +1 is its dim -1",
+    "cores.janet.xǁJANETǁreset_parameters__mutmut_17": "an indexed assignment casts the value "
+    "to the bias's dtype, as the explicit cast does",
+    "cores.nru.xǁNRUǁ_vectors__mutmut_7": "pq is [B, 2s]: its dim +1 is its dim -1",
+    "cores.nru.xǁNRUǁcell__mutmut_25": "h and m are [B, H] and [B, M]: their dim +1 is their "
+    "dim -1",
+    "cores.nru.xǁNRUǁcell__mutmut_37": "heads is [B, 2k + 4s]: its dim +1 is its dim -1",
+    "cores.min_rnn.xǁMinGRUCellǁdirect_step__mutmut_8": "the projection of x_t [B, D] is "
+    "[B, 2H]: its dim +1 is its dim -1",
+    "cores.min_rnn.xǁMinLSTMCellǁdirect_step__mutmut_8": "the projection of x_t [B, D] is "
+    "[B, 3H]: its dim +1 is its dim -1",
+    "cores.min_rnn.xǁ_MinRNNScanǁforward__mutmut_13": _BLOCKS,
+    "cores.min_rnn.xǁ_MinRNNScanǁforward__mutmut_14": _BLOCKS,
+    "cores.min_rnn.xǁ_MinRNNScanǁforward__mutmut_74": "saved is made from the first block's "
+    "parts: zip never meets unequal lengths",
+    "cores.min_rnn.xǁ_MinRNNǁforward__mutmut_14": "on the CPU the mask is then applied also "
+    "for starts that are all false: a keep mask of ones changes nothing",
+    "cores.min_rnn.xǁ_MinRNNǁforward__mutmut_30": "check_sequence has checked len(state) "
+    "against state_arity, len(cells): zip never meets unequal lengths",
+    "cores.xlstm.x__chunk_stabilisers__mutmut_14": 'float("-INF") is the same -inf as '
+    'float("-inf")',
+    "cores.xlstm.x__chunk_stabilisers__mutmut_28": "the extra round at shift == NC (NC a power "
+    "of two) concatenates alpha[:NC] and beta[:NC] whole with empty slices: the same tensors",
+    "cores.xlstm.xǁMLSTMǁ_chunks__mutmut_100": "first indexes [0, L): the pad after the last "
+    "step is never gathered",
+    "cores.xlstm.xǁMLSTMǁforward__mutmut_17": _STARTS_BOOL,
+    "cores.xlstm.xǁMLSTMǁforward__mutmut_57": _STARTS_BOOL,
+    "cores.xlstm.xǁMLSTMǁforward__mutmut_60": _STARTS_BOOL,
+    "cores.xlstm.xǁMLSTMǁforward__mutmut_81": "h[:steps] is [T, B, heads, d]: flatten(+2) and "
+    "flatten(-2) merge the same last two dims",
+}
+EQUIVALENT |= {f"cores.xlstm.{name}": _CAPITALS for name in _XLSTM_CAPITALS}
+EQUIVALENT |= {f"cores.xlstm.xǁMLSTMǁ{name}": _CORE_DEVICE for name in _XLSTM_DEVICE}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
