@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -189,63 +190,70 @@ class _FusedLSTM(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None):
-        x, weight_ih, weight_hh, h0, c0, starts, A_f, G, Y, C, TC, Geff = ctx.saved_tensors
-        spec: _Spec = ctx.spec
-        resets, detached = ctx.resets, ctx.detached
-        T, B, _ = x.shape
-        H, n = spec.hidden, spec.n_gates
-        # dA holds, per step, the factors that turn dh (block o) and dcs (the other blocks) into
-        # pre-activation gradients; the loop multiplies them in place. P_c turns dh into dcs.
-        dA = torch.empty_like(G)
-        quarter = None  # the fast gates' cosh a = e + q / e, q a tensor of 1/4 (see forward)
-        if spec.fast:
-            quarter = G.new_full((min(_CHUNK, T), B, H), 0.25)
-        ones = G.new_ones(min(_CHUNK, T), B, H) if spec.tied else None  # for 1 - u^2 in one op
-        P_c = torch.empty_like(TC)
-        dh = torch.zeros_like(h0) if dhT is None else dhT.clone()  # gradient into h_t
-        if dY is not None:
-            dh = dh + dY[-1]
-        dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
-        dAs = dA.unbind(0)
-        dA_o = _cols(dA, spec.o)
-        dA_c = [d.view(B, n - 1, H) for d in _cols(dA, slice(H, n * H))]  # f, [i], [r], u
-        P_cs = P_c.unbind(0)
-        gs = (Geff if spec.refine else G[:, :, spec.f]).unbind(0)
-        dYs = None if dY is None else dY.unbind(0)
-        masks = None if starts is None else starts.unbind(0)
-        for stop in range(T, 0, -_CHUNK):
-            steps = slice(max(stop - _CHUNK, 0), stop)
-            _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, starts, dA, P_c, quarter, ones)
-            for t in range(steps.stop - 1, steps.start - 1, -1):
-                dA_o[t].mul_(dh)
-                dcs = torch.addcmul(dc, dh, P_cs[t])  # gradient into c_t
-                dA_c[t].mul_(dcs.unsqueeze(1))
-                dc = dcs * gs[t]  # gradient into c_{t-1}
-                # gradient into h_{t-1}: its own output's dY plus the recurrent path dA_t U
-                dy_prev = dYs[t - 1] if dYs is not None and t > 0 else None
-                if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
-                    dh = torch.zeros_like(dh) if dy_prev is None else dy_prev
-                elif t in resets:  # no gradient into the state a restarting row dropped
-                    (dh,) = reset_where((torch.mm(dAs[t], weight_hh),), masks[t])
-                    dh = dh if dy_prev is None else dh.add_(dy_prev)
-                elif dy_prev is None:
-                    dh = torch.mm(dAs[t], weight_hh)
-                else:
-                    dh = torch.addmm(dy_prev, dAs[t], weight_hh)
-                if t in resets:
-                    (dc,) = reset_where((dc,), masks[t])
-        # the weight gradients sum over all steps: one large matmul each instead of T small
-        # ones; dU = sum_t dA_t^T h_{t-1}, dW = sum_t dA_t^T x_t, db = sum_t dA_t
-        h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
-        if starts is not None:
-            (h_prev,) = reset_where((h_prev,), starts)
-        dA_flat = dA.flatten(0, 1)
-        d_weight_hh = dA_flat.t().mm(h_prev.flatten(0, 1))
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
-        d_weight_ih = dA_flat.t().mm(x.flatten(0, 1)) if need_w else None
-        d_bias = dA_flat.sum(0) if need_b else None
-        return dx, d_weight_ih, d_bias, d_weight_hh, dh, dc, None, None, None, None
+        return _backward(ctx, dY, dhT, dcT)
+
+
+def _backward(ctx: Any, dY: Tensor | None, dhT: Tensor | None, dcT: Tensor | None) -> tuple:
+    """:meth:`_FusedLSTM.backward`: the gradients of ``x``, the weights, the bias and the
+    initial ``(h, c)`` from the forward's saved buffers. A plain function so that mutation
+    testing reaches it (mutmut plants nothing in a function with two decorators)."""
+    x, weight_ih, weight_hh, h0, c0, starts, A_f, G, Y, C, TC, Geff = ctx.saved_tensors
+    spec: _Spec = ctx.spec
+    resets, detached = ctx.resets, ctx.detached
+    T, B, _ = x.shape
+    H, n = spec.hidden, spec.n_gates
+    # dA holds, per step, the factors that turn dh (block o) and dcs (the other blocks) into
+    # pre-activation gradients; the loop multiplies them in place. P_c turns dh into dcs.
+    dA = torch.empty_like(G)
+    quarter = None  # the fast gates' cosh a = e + q / e, q a tensor of 1/4 (see forward)
+    if spec.fast:
+        quarter = G.new_full((min(_CHUNK, T), B, H), 0.25)
+    ones = G.new_ones(min(_CHUNK, T), B, H) if spec.tied else None  # for 1 - u^2 in one op
+    P_c = torch.empty_like(TC)
+    dh = torch.zeros_like(h0) if dhT is None else dhT.clone()  # gradient into h_t
+    if dY is not None:
+        dh = dh + dY[-1]
+    dc = torch.zeros_like(c0) if dcT is None else dcT.clone()
+    dAs = dA.unbind(0)
+    dA_o = _cols(dA, spec.o)
+    dA_c = [d.view(B, n - 1, H) for d in _cols(dA, slice(H, n * H))]  # f, [i], [r], u
+    P_cs = P_c.unbind(0)
+    gs = (Geff if spec.refine else G[:, :, spec.f]).unbind(0)
+    dYs = None if dY is None else dY.unbind(0)
+    masks = None if starts is None else starts.unbind(0)
+    for stop in range(T, 0, -_CHUNK):
+        steps = slice(max(stop - _CHUNK, 0), stop)
+        _gate_factors(spec, steps, G, C, TC, A_f, Geff, c0, starts, dA, P_c, quarter, ones)
+        for t in range(steps.stop - 1, steps.start - 1, -1):
+            dA_o[t].mul_(dh)
+            dcs = torch.addcmul(dc, dh, P_cs[t])  # gradient into c_t
+            dA_c[t].mul_(dcs.unsqueeze(1))
+            dc = dcs * gs[t]  # gradient into c_{t-1}
+            # gradient into h_{t-1}: its own output's dY plus the recurrent path dA_t U
+            dy_prev = dYs[t - 1] if dYs is not None and t > 0 else None
+            if t in detached:  # h-detach: no gradient into the h_{t-1} that fed the gates
+                dh = torch.zeros_like(dh) if dy_prev is None else dy_prev
+            elif t in resets:  # no gradient into the state a restarting row dropped
+                (dh,) = reset_where((torch.mm(dAs[t], weight_hh),), masks[t])
+                dh = dh if dy_prev is None else dh.add_(dy_prev)
+            elif dy_prev is None:
+                dh = torch.mm(dAs[t], weight_hh)
+            else:
+                dh = torch.addmm(dy_prev, dAs[t], weight_hh)
+            if t in resets:
+                (dc,) = reset_where((dc,), masks[t])
+    # the weight gradients sum over all steps: one large matmul each instead of T small
+    # ones; dU = sum_t dA_t^T h_{t-1}, dW = sum_t dA_t^T x_t, db = sum_t dA_t
+    h_prev = torch.cat([h0.unsqueeze(0), Y[:-1]], 0)
+    if starts is not None:
+        (h_prev,) = reset_where((h_prev,), starts)
+    dA_flat = dA.flatten(0, 1)
+    d_weight_hh = dA_flat.t().mm(h_prev.flatten(0, 1))
+    need_x, need_w, need_b = ctx.needs_input_grad[:3]
+    dx = dA_flat.mm(weight_ih).view_as(x) if need_x else None
+    d_weight_ih = dA_flat.t().mm(x.flatten(0, 1)) if need_w else None
+    d_bias = dA_flat.sum(0) if need_b else None
+    return dx, d_weight_ih, d_bias, d_weight_hh, dh, dc, None, None, None, None
 
 
 def _double_u_block(weight: Tensor, spec: _Spec) -> Tensor:
