@@ -461,6 +461,13 @@ EQUIVALENT |= {
     f"{_REPLAY}update_priorities__mutmut_{n}": _ON_THE_CPU + "; the dtype is still float32"
     for n in (2, 4, 10)
 }
+# agents and experiments (core_compare, evaluation, torchrl, rllib, rollout_graph)
+_WELCH = "experiments.core_compare.x_welch_p__mutmut_"
+EQUIVALENT |= {
+    f"{_WELCH}1": "one run on one side only: scipy's Welch test is NaN as well (one run has "
+    "no sample variance), the NaN the early return gives",
+    f"{_WELCH}16": "ttest_ind branches on `if equal_var:`: None runs Welch's test as False does",
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
