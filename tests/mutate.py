@@ -39,9 +39,11 @@ SUMMARY = RECORD_DIR / "summary.json"
 PACKAGE = "memcores"
 SUBPACKAGES = ("cores", "agents", "envs", "experiments")
 """The repository's folders that are the package's subpackages (``memcores.cores``, ...)."""
-COPIED = ("tests", "pyproject.toml", "experiments/configs")
+RECORD_READ = "results/table7/seed=0,name=lstm,suite=memory/MemoryS7"
+"""The committed run whose policy the evaluation's tests re-evaluate to its record."""
+COPIED = ("tests", "pyproject.toml", "experiments/configs", RECORD_READ)
 """What the scratch copy holds beside the package: the tests, the pytest configuration and
-the configs the tests read by their path in the repository."""
+the configs and the record the tests read by their path in the repository."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,7 @@ TARGETS: tuple[Target, ...] = (
         "agents/torchrl_module.py",
         (
             "tests/test_engine_torchrl.py",
+            "tests/test_torchrl_module.py",
             "tests/test_fail_fast.py::test_the_torchrl_module_names_what_is_wrong_in_the_tensordict",
         ),
         ("CoreModule.forward", "CoreModule._input", "CoreModule._stored_state", "_at_last_step"),
@@ -259,6 +262,7 @@ TARGETS: tuple[Target, ...] = (
         "agents/rllib_module.py",
         (
             "tests/test_engine_rllib.py",
+            "tests/test_rllib_module.py",
             "tests/test_fail_fast.py::test_the_rllib_module_names_what_is_wrong_in_the_batch",
         ),
         ("CoreRLModule._memory", "CoreRLModule._state_in", "CoreRLModule.compute_values"),
@@ -276,7 +280,13 @@ TARGETS: tuple[Target, ...] = (
     Target("experiments/core_compare.py", ("tests/test_core_compare.py",)),
     Target(
         "agents/evaluation.py",
-        ("tests/test_memory_match_eval.py", "tests/test_popgym.py", "tests/test_run.py"),
+        (
+            "tests/test_evaluation.py",
+            "tests/test_memory_match_eval.py",
+            "tests/test_popgym.py",
+            # the rest of test_run.py reads every committed policy (not copied) or no evaluation
+            "tests/test_run.py::test_a_policy_of_the_earlier_format_re_evaluates_to_its_record",
+        ),
         ("EvalResult.summary", "play_episodes", "evaluate_policy", "check_observations"),
     ),
     # scan_values and scan_adjoint are under @torch.no_grad(): mutmut 3 plants no mutant in a
@@ -468,6 +478,22 @@ EQUIVALENT |= {
     "no sample variance), the NaN the early return gives",
     f"{_WELCH}16": "ttest_ind branches on `if equal_var:`: None runs Welch's test as False does",
 }
+_PLAY = "agents.evaluation.x_play_episodes__mutmut_"
+EQUIVALENT |= {
+    f"{_PLAY}{n}": "the ended episodes counted in float64: the same exact counts below 2^53, "
+    "the same comparisons with the quota"
+    for n in (17, 19)
+}
+EQUIVALENT |= {
+    f"{_PLAY}{n}": "which CUDA generators fork_rng saves: on the CPU (or the meta device) there "
+    "is none either way; only a run on a GPU tells the two apart"
+    for n in (20, 22, 24, 25, 26, 27)
+}
+EQUIVALENT |= {
+    f"{_PLAY}{n}": "RecurrentActorCritic.initial_state makes the state on the policy's device "
+    "when given none: the device passed"
+    for n in (40, 42)
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
@@ -486,7 +512,7 @@ def mutmut_config(target: Target) -> str:
     options = {
         "source_paths": [PACKAGE],
         "only_mutate": [f"{PACKAGE}/{target.path}"],
-        "also_copy": ["experiments/configs"],  # mutmut runs the tests in its own copy
+        "also_copy": ["experiments/configs", RECORD_READ],  # mutmut tests in its own copy
         "pytest_add_cli_args_test_selection": list(target.tests),
         # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): mutmut stops a
         # spinning one at 30x the tests' CPU time; pytest-timeout fails any test that runs (or
