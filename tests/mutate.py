@@ -494,6 +494,32 @@ EQUIVALENT |= {
     "when given none: the device passed"
     for n in (40, 42)
 }
+_TORCHRL = "agents.torchrl_module.xǁCoreModuleǁ"
+_GET = "tensordict's get without a default returns None for a missing key, as with None"
+_STRICT = "the lists zipped are one per state tensor of the core (its initial state's "
+_STRICT += "arity, which check_sequence holds its outputs to): always of the same length"
+EQUIVALENT |= {
+    f"{_TORCHRL}_input__mutmut_6": _GET,
+    f"{_TORCHRL}_stored_state__mutmut_4": _GET,
+    f"{_TORCHRL}forward__mutmut_48": _GET,
+    **{f"{_TORCHRL}_stored_state__mutmut_{n}": _STRICT for n in (8, 12, 13)},
+    **{f"{_TORCHRL}forward__mutmut_{n}": _STRICT for n in (100, 103, 105)},
+    f"{_TORCHRL}forward__mutmut_9": "a [B, T] tensordict unsqueezed to [1, B, T] is flattened "
+    "back to [B, T] on the next line: the same rows",
+    f"{_TORCHRL}forward__mutmut_16": "flatten(0, -2) of a [B, T] tensordict is flatten(0, 0): "
+    "the same [B, T]",
+    f"{_TORCHRL}forward__mutmut_17": "tensordict's flatten reads start_dim None as 0",
+    f"{_TORCHRL}forward__mutmut_24": "flatten(0, -2) of a [B, T] tensordict is flatten(0, 0): "
+    "the same [B, T]",
+    f"{_TORCHRL}forward__mutmut_31": "reshape(-1) is 1-d: unsqueeze(1) and unsqueeze(-1) are the "
+    "same [N, 1]",
+    f"{_TORCHRL}forward__mutmut_54": "the starts are cast with .bool() two lines on: zeros and a "
+    "True of any dtype are the same flags",
+    f"{_TORCHRL}forward__mutmut_57": "the starts are cast with .bool() two lines on: zeros and a "
+    "True of any dtype are the same flags",
+    f"{_TORCHRL}forward__mutmut_61": "with no state stored every row starts from the core's "
+    "initial state already: a reset to it before the first step changes nothing",
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 

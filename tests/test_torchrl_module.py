@@ -160,3 +160,27 @@ def test_the_refusals_are_one_exact_line_each():
     )
     with pytest.raises(ValueError, match=no_init):
         module(TensorDict({"x": torch.ones(2, 1), "s_1": torch.ones(2, dtype=torch.int64)}, [2]))
+
+
+def test_rows_without_a_state_start_on_the_inputs_device():
+    """A tensordict on the ``meta`` device (another device than the CPU's) without state or
+    is_init: the initial state and the starts are made there, so the outputs and the state
+    handed on are there too."""
+    data = TensorDict({"x": torch.ones(2, 3, 1)}, [2, 3]).to("meta")
+    out = _module(True)(data)
+    devices = {out[key].device for key in ("y", ("next", "s_0"), ("next", "s_1"))}
+    assert devices == {torch.device("meta")}
+
+
+def test_a_state_entry_of_several_dims_is_named_in_full():
+    """mLSTM's matrix memory is ``[B, 4, 2, 2]`` per row: the refusal spells every dim."""
+    from memcores.cores import make_core
+
+    module = CoreModule(make_core("mlstm", 5, 8), "x", "y", "m")
+    data = {"x": torch.ones(2, 5), "m_0": torch.ones(2, 4, 2), "is_init": torch.ones(2, 1)}
+    want = (
+        r"^CoreModule: state entry 'm_0' must be \[\.\.\., 4, 2, 2\] \(the core's state\), "
+        r"got \[\.\.\., 4, 2\]$"
+    )
+    with pytest.raises(ValueError, match=want):
+        module(TensorDict(data, [2]))
