@@ -520,6 +520,20 @@ EQUIVALENT |= {
     f"{_TORCHRL}forward__mutmut_61": "with no state stored every row starts from the core's "
     "initial state already: a reset to it before the first step changes nothing",
 }
+_RLLIB = "agents.rllib_module.xǁCoreRLModuleǁ"
+_TEMPLATE = "the template is read only for its arity and its shapes past the batch dim: "
+EQUIVALENT |= {
+    f"{_RLLIB}_memory__mutmut_19": "the vector encoder (Linear, then LayerNorm over the last "
+    "dim) acts on each row alone: [B, T, n] unflattened gives the same [B, T, features]",
+    f"{_RLLIB}_state_in__mutmut_14": _TEMPLATE + "on any device the same",
+    f"{_RLLIB}_state_in__mutmut_16": _TEMPLATE + "on any device the same",
+    f"{_RLLIB}_state_in__mutmut_17": _TEMPLATE + "the same for any batch size",
+    **{
+        f"{_RLLIB}_state_in__mutmut_{n}": "keys are made one per tensor of the template: the "
+        "two lists always have the same length"
+        for n in (37, 40, 41)
+    },
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
