@@ -39,9 +39,11 @@ SUMMARY = RECORD_DIR / "summary.json"
 PACKAGE = "memcores"
 SUBPACKAGES = ("cores", "agents", "envs", "experiments")
 """The repository's folders that are the package's subpackages (``memcores.cores``, ...)."""
-COPIED = ("tests", "pyproject.toml", "experiments/configs")
+RECORD_READ = "results/table7/seed=0,name=lstm,suite=memory/MemoryS7"
+"""The committed run whose policy the evaluation's tests re-evaluate to its record."""
+COPIED = ("tests", "pyproject.toml", "experiments/configs", RECORD_READ)
 """What the scratch copy holds beside the package: the tests, the pytest configuration and
-the configs the tests read by their path in the repository."""
+the configs and the record the tests read by their path in the repository."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,7 @@ TARGETS: tuple[Target, ...] = (
         "agents/torchrl_module.py",
         (
             "tests/test_engine_torchrl.py",
+            "tests/test_torchrl_module.py",
             "tests/test_fail_fast.py::test_the_torchrl_module_names_what_is_wrong_in_the_tensordict",
         ),
         ("CoreModule.forward", "CoreModule._input", "CoreModule._stored_state", "_at_last_step"),
@@ -260,6 +263,7 @@ TARGETS: tuple[Target, ...] = (
         "agents/rllib_module.py",
         (
             "tests/test_engine_rllib.py",
+            "tests/test_rllib_module.py",
             "tests/test_fail_fast.py::test_the_rllib_module_names_what_is_wrong_in_the_batch",
         ),
         ("CoreRLModule._memory", "CoreRLModule._state_in", "CoreRLModule.compute_values"),
@@ -278,7 +282,13 @@ TARGETS: tuple[Target, ...] = (
     Target("experiments/core_compare.py", ("tests/test_core_compare.py",)),
     Target(
         "agents/evaluation.py",
-        ("tests/test_memory_match_eval.py", "tests/test_popgym.py", "tests/test_run.py"),
+        (
+            "tests/test_evaluation.py",
+            "tests/test_memory_match_eval.py",
+            "tests/test_popgym.py",
+            # the rest of test_run.py reads every committed policy (not copied) or no evaluation
+            "tests/test_run.py::test_a_policy_of_the_earlier_format_re_evaluates_to_its_record",
+        ),
         ("EvalResult.summary", "play_episodes", "evaluate_policy", "check_observations"),
     ),
     # scan_values and scan_adjoint are under @torch.no_grad(): mutmut 3 plants no mutant in a
@@ -526,6 +536,69 @@ EQUIVALENT |= {
 }
 EQUIVALENT |= {f"cores.xlstm.{name}": _CAPITALS for name in _XLSTM_CAPITALS}
 EQUIVALENT |= {f"cores.xlstm.xǁMLSTMǁ{name}": _CORE_DEVICE for name in _XLSTM_DEVICE}
+# agents and experiments (core_compare, evaluation, torchrl, rllib, rollout_graph)
+_WELCH = "experiments.core_compare.x_welch_p__mutmut_"
+EQUIVALENT |= {
+    f"{_WELCH}1": "one run on one side only: scipy's Welch test is NaN as well (one run has "
+    "no sample variance), the NaN the early return gives",
+    f"{_WELCH}16": "ttest_ind branches on `if equal_var:`: None runs Welch's test as False does",
+}
+_PLAY = "agents.evaluation.x_play_episodes__mutmut_"
+EQUIVALENT |= {
+    f"{_PLAY}{n}": "the ended episodes counted in float64: the same exact counts below 2^53, "
+    "the same comparisons with the quota"
+    for n in (17, 19)
+}
+EQUIVALENT |= {
+    f"{_PLAY}{n}": "which CUDA generators fork_rng saves: on the CPU (or the meta device) there "
+    "is none either way; only a run on a GPU tells the two apart"
+    for n in (20, 22, 24, 25, 26, 27)
+}
+EQUIVALENT |= {
+    f"{_PLAY}{n}": "RecurrentActorCritic.initial_state makes the state on the policy's device "
+    "when given none: the device passed"
+    for n in (40, 42)
+}
+_TORCHRL = "agents.torchrl_module.xǁCoreModuleǁ"
+_GET = "tensordict's get without a default returns None for a missing key, as with None"
+_STRICT = "the lists zipped are one per state tensor of the core (its initial state's "
+_STRICT += "arity, which check_sequence holds its outputs to): always of the same length"
+EQUIVALENT |= {
+    f"{_TORCHRL}_input__mutmut_6": _GET,
+    f"{_TORCHRL}_stored_state__mutmut_4": _GET,
+    f"{_TORCHRL}forward__mutmut_48": _GET,
+    **{f"{_TORCHRL}_stored_state__mutmut_{n}": _STRICT for n in (8, 12, 13)},
+    **{f"{_TORCHRL}forward__mutmut_{n}": _STRICT for n in (100, 103, 105)},
+    f"{_TORCHRL}forward__mutmut_9": "a [B, T] tensordict unsqueezed to [1, B, T] is flattened "
+    "back to [B, T] on the next line: the same rows",
+    f"{_TORCHRL}forward__mutmut_16": "flatten(0, -2) of a [B, T] tensordict is flatten(0, 0): "
+    "the same [B, T]",
+    f"{_TORCHRL}forward__mutmut_17": "tensordict's flatten reads start_dim None as 0",
+    f"{_TORCHRL}forward__mutmut_24": "flatten(0, -2) of a [B, T] tensordict is flatten(0, 0): "
+    "the same [B, T]",
+    f"{_TORCHRL}forward__mutmut_31": "reshape(-1) is 1-d: unsqueeze(1) and unsqueeze(-1) are the "
+    "same [N, 1]",
+    f"{_TORCHRL}forward__mutmut_54": "the starts are cast with .bool() two lines on: zeros and a "
+    "True of any dtype are the same flags",
+    f"{_TORCHRL}forward__mutmut_57": "the starts are cast with .bool() two lines on: zeros and a "
+    "True of any dtype are the same flags",
+    f"{_TORCHRL}forward__mutmut_61": "with no state stored every row starts from the core's "
+    "initial state already: a reset to it before the first step changes nothing",
+}
+_RLLIB = "agents.rllib_module.xǁCoreRLModuleǁ"
+_TEMPLATE = "the template is read only for its arity and its shapes past the batch dim: "
+EQUIVALENT |= {
+    f"{_RLLIB}_memory__mutmut_19": "the vector encoder (Linear, then LayerNorm over the last "
+    "dim) acts on each row alone: [B, T, n] unflattened gives the same [B, T, features]",
+    f"{_RLLIB}_state_in__mutmut_14": _TEMPLATE + "on any device the same",
+    f"{_RLLIB}_state_in__mutmut_16": _TEMPLATE + "on any device the same",
+    f"{_RLLIB}_state_in__mutmut_17": _TEMPLATE + "the same for any batch size",
+    **{
+        f"{_RLLIB}_state_in__mutmut_{n}": "keys are made one per tensor of the template: the "
+        "two lists always have the same length"
+        for n in (37, 40, 41)
+    },
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
@@ -544,7 +617,7 @@ def mutmut_config(target: Target) -> str:
     options = {
         "source_paths": [PACKAGE],
         "only_mutate": [f"{PACKAGE}/{target.path}"],
-        "also_copy": ["experiments/configs"],  # mutmut runs the tests in its own copy
+        "also_copy": ["experiments/configs", RECORD_READ],  # mutmut tests in its own copy
         "pytest_add_cli_args_test_selection": list(target.tests),
         # a mutant can make a loop endless (``shift *= 2`` -> ``shift **= 2``): mutmut stops a
         # spinning one at 30x the tests' CPU time; pytest-timeout fails any test that runs (or

@@ -230,3 +230,148 @@ def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys, monk
     assert "--retention needs --compare" in capsys.readouterr().err
     assert main([*args, "--sections", "metrics,plots"]) == 2
     assert "unknown section 'plots'; valid: metrics, transfer" in capsys.readouterr().err
+
+
+def test_check_cores_names_the_missing_and_the_recorded_cores_in_one_line():
+    """The refusal's whole line: the missing cores in the order asked, the recorded ones
+    sorted, ``none`` where nothing was recorded; no error where every core has a run."""
+    from memcores.experiments.core_compare import check_cores
+
+    points = [
+        TransferPoint("rel_lstm", "PVM", "PVM-Long", [0.5], [0.5]),
+        TransferPoint("lstm", "PVM", "PVM-Long", [0.5], [0.5]),
+    ]
+    check_cores(points, ["lstm", "rel_lstm"])
+    missing = "^--compare: no transfer records of gru, fast_lstm; recorded cores: lstm, rel_lstm$"
+    with pytest.raises(ValueError, match=missing):
+        check_cores(points, ["lstm", "gru", "fast_lstm"])
+    with pytest.raises(
+        ValueError, match="^--compare: no transfer records of lstm; recorded cores: none$"
+    ):
+        check_cores([], ["lstm"])
+
+
+def test_parse_compare_refusal_is_one_exact_line():
+    """The message of a bad ``--compare``, word for word."""
+    want = (
+        r"^--compare takes two or more different core names, BASE,OTHER\[,OTHER\.\.\.\] "
+        r"\(e\.g\. lstm,rel_lstm\); got 'lstm,lstm'$"
+    )
+    with pytest.raises(ValueError, match=want):
+        parse_compare("lstm,lstm")
+
+
+def test_separation_counts_a_tie_as_overlap():
+    """A run of ``other`` equal to the best (worst) run of ``base`` is not above (below)."""
+    assert separation([0.1, 0.2], [0.2, 0.3]) == "overlap"
+    assert separation([0.2, 0.3], [0.1, 0.2]) == "overlap"
+    assert separation([0.1, 0.2], [0.21, 0.3]) == "above"
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy on [0.5, 0.5]
+def test_welch_p_with_one_side_without_spread():
+    """One side without spread and the other with some is a test: [0.5, 0.5] against [0, 2]
+    gives t = (1 - 0.5) / sqrt(0 / 2 + 2 / 2) = 0.5 at df = 1 (Welch-Satterthwaite), so
+    p = 1 - (2 / pi) atan(0.5) = 0.70483 (Cauchy); the same either way round."""
+    want = 1 - 2 / math.pi * math.atan(0.5)
+    assert want == pytest.approx(0.70483, abs=1e-5)
+    assert welch_p([0.5, 0.5], [0.0, 2.0]) == pytest.approx(want, abs=1e-9)
+    assert welch_p([0.0, 2.0], [0.5, 0.5]) == pytest.approx(want, abs=1e-9)
+
+
+def test_mean_std_and_p_at_their_edges():
+    """``-`` for no values, one value alone to three decimals, mean ± sample std; a p of
+    exactly 0.001 keeps two significant figures."""
+    from memcores.experiments.core_compare import _mean_std, _p
+
+    assert _mean_std([]) == "-"
+    assert _mean_std([0.25]) == "0.250"
+    assert _mean_std([0.1, 0.3]) == "0.200 ± 0.141"
+    assert _p(0.001) == "0.0010"
+    assert _p(0.000999) == "1.0e-03"
+
+
+def test_comparison_rows_default_to_the_test_block_and_read_past_other_cores():
+    """Without ``block`` the rows are the test scores; points of other cores and unshared
+    pairs before the base's shared pair are skipped, not the end of the table; the header
+    in full."""
+    points = [
+        TransferPoint("rel_lstm", "Fetch-5x5", "Fetch-8x8", train=[0.9, 0.8], test=[0.6, 0.7]),
+        TransferPoint("lstm", "DoorKey-5x5", "DoorKey-16x16", train=[1.0], test=[0.0]),
+        TransferPoint("lstm", "Fetch-5x5", "Fetch-8x8", train=[0.9, 0.95], test=[0.4, 0.5]),
+    ]
+    header, rows = comparison_rows(points, "lstm", "rel_lstm")
+    assert header == [
+        "test env",
+        "`lstm` runs",
+        "`rel_lstm` runs",
+        "difference",
+        "separation",
+        "Welch p",
+    ]
+    assert rows == [["Fetch-8x8", "0.40 / 0.50", "0.60 / 0.70", "+0.200", "above", "0.11"]]
+
+
+def test_retention_refuses_runs_that_do_not_pair():
+    """A train score per run and a test score per run: lists of different lengths are an
+    error, not a ratio of the first runs."""
+    from memcores.experiments.core_compare import retention
+
+    with pytest.raises(ValueError):
+        retention(TransferPoint("lstm", "PVM", "PVM-Long", [0.5, 0.5], [0.2, 0.4, 0.6]))
+
+
+def test_retention_rows_in_full_past_a_core_without_the_pair():
+    """A core that did not run the pair is skipped and the cores after it still get their
+    rows; the base's row has ``-`` for both p-values; seeds count distinct seeds (two runs
+    of seed 0 are one) or, where no seeds are recorded, the runs; the header in full."""
+    from memcores.experiments.core_compare import retention_rows
+
+    lstm = TransferPoint("lstm", "PVM", "PVM-Long", [0.8, 1.0], [0.2, 0.5], ["0", "0"])
+    gru = TransferPoint("gru", "PVM", "PVM-Large", [0.8, 1.0], [0.2, 0.5], ["0", "1"])
+    fast = TransferPoint("fast_lstm", "PVM", "PVM-Long", [0.5, 0.6, 0.4], [0.4, 0.6, 0.2])
+    header, rows = retention_rows([lstm, gru, fast], "lstm", ["gru", "fast_lstm"])
+    assert header == [
+        "env pair",
+        "core",
+        "seeds",
+        "train",
+        "test",
+        "retention per run",
+        "retention",
+        "Welch p test vs `lstm`",
+        "Welch p retention vs `lstm`",
+    ]
+    assert [r[1] for r in rows] == ["lstm", "fast_lstm"]
+    assert rows[0] == [
+        "PVM -> PVM-Long",
+        "lstm",
+        "1",
+        "0.900 ± 0.141",
+        "0.350 ± 0.212",
+        "0.25 / 0.50",
+        "0.375 ± 0.177",
+        "-",
+        "-",
+    ]
+    assert rows[1][:7] == [
+        "PVM -> PVM-Long",
+        "fast_lstm",
+        "3",
+        "0.500 ± 0.100",
+        "0.400 ± 0.200",
+        "0.80 / 1.00 / 0.50",
+        "0.767 ± 0.252",
+    ]
+
+
+def test_train_rows_go_on_past_a_train_env_already_given():
+    """A train env's second pair is skipped, and the train envs after it still get rows, in
+    the order of the records."""
+    points = [
+        TransferPoint(core, train, test, train=[0.1, 0.2], test=[0.0, 0.1])
+        for core in ("lstm", "ur_lstm")
+        for train, test in (("PVM", "PVM-Large"), ("PVM", "PVM-Long"), ("Fetch-5x5", "Fetch-8x8"))
+    ]
+    _, rows = comparison_rows(points, "lstm", "ur_lstm", "train")
+    assert [row[0] for row in rows] == ["PVM", "Fetch-5x5"]

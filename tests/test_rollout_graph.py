@@ -235,3 +235,65 @@ def test_graph_env_step_is_off_by_default_and_refused_where_it_cannot_apply():
     s = setup(tiny_config(*BATCHED))
     s.envs.close()
     assert not s.graph_env_step
+
+
+def _graph(recorder: EagerRecorder, warmup_calls: int = 1) -> tuple[RolloutGraph, BatchedEnv]:
+    """A :class:`RolloutGraph` of 4 PassiveVisualMatch envs (reset, seed 0) and a tiny
+    policy, on the CPU."""
+    env_id, env_kwargs = ENVS[0]
+    envs = make_batched_env(env_id, 4, env_kwargs=env_kwargs)
+    envs.reset(seed=0)
+    config = tiny_config(f"env.id={env_id}")
+    space = envs.single_observation_space
+    torch.manual_seed(0)
+    policy = build_policy(config, int(envs.single_action_space.n), observation_shape(space))
+    return RolloutGraph(policy, envs, recorder, warmup_calls=warmup_calls), envs
+
+
+def test_loading_a_carry_copies_its_state_and_starts_into_the_static_tensors():
+    """:meth:`RolloutGraph.load` writes the carry's state and starts into the tensors the
+    recording reads (the same tensors, new values); a carry whose observation is a copy of
+    the env's is refused in one line, the static tensors left as they were."""
+    from memcores.agents.acting import RolloutCarry
+
+    graph, envs = _graph(EagerRecorder())
+    state, starts = graph.state, graph.starts
+    values = tuple(torch.arange(s.numel(), dtype=s.dtype).view(s.shape) + 1 for s in state)
+    flags = torch.tensor([False, True, False, True])
+    graph.load(RolloutCarry(envs.obs, flags, values))
+    assert graph.state is state and graph.starts is starts
+    assert all(torch.equal(s, v) for s, v in zip(graph.state, values, strict=True))
+    assert graph.starts.tolist() == [False, True, False, True]
+    copied = {k: v.clone() for k, v in envs.obs.items()}
+    zeros = tuple(torch.zeros_like(s) for s in state)
+    with pytest.raises(ValueError, match="^the carry's observation is not the env's own tensors$"):
+        graph.load(RolloutCarry(copied, torch.ones(4, dtype=torch.bool), zeros))
+    assert all(torch.equal(s, v) for s, v in zip(graph.state, values, strict=True))
+    assert graph.starts.tolist() == [False, True, False, True]
+
+
+class _FailingRecorder(EagerRecorder):
+    """A recorder whose recording raises (as a CUDA graph capture can)."""
+
+    def record(self, fn, settings):  # noqa: ANN001, ANN201
+        raise RuntimeError("capture refused here\nsecond line of the error")
+
+
+def test_priming_refuses_a_failed_recording_after_the_warm_up_steps():
+    """With a recording that fails, priming takes its warm-up steps and the eager step the
+    failed recording falls back to, warns once, then raises naming the failure in one line;
+    every later step is eager (no replay)."""
+    from memcores.agents.acting import RolloutCarry
+
+    graph, envs = _graph(_FailingRecorder(), warmup_calls=2)
+    carry = RolloutCarry(envs.obs, torch.ones(4, dtype=torch.bool), graph.state)
+    failure = "RuntimeError: capture refused here"
+    with pytest.warns(RuntimeWarning, match="recording failed"):
+        with pytest.raises(
+            RuntimeError, match=rf"^train\.graph_env_step: recording failed \({failure}\)$"
+        ):
+            graph.prime(carry)
+    assert graph.failure == failure and envs._steps == 3 and graph.replays == 0
+    step = graph()
+    assert graph.replays == 0 and envs._steps == 4
+    assert torch.equal(graph.starts, step.done)
