@@ -599,6 +599,55 @@ EQUIVALENT |= {
         for n in (37, 40, 41)
     },
 }
+# envs (batched_popgym, batched_memory_match)
+_POPGYM = "envs.batched_popgym."
+_ALREADY_FLOAT32 = (
+    "torch.where of Python floats (times a bool mask) is already float32, torch's default "
+    "dtype: .to(None) returns the same tensor"
+)
+EQUIVALENT |= {
+    f"{_POPGYM}x__deal_order__mutmut_4": "u is [M, C]: argsort's default dim -1 is its dim 1",
+    f"{_POPGYM}xǁBatchedMineSweeperǁ_fresh_game__mutmut_7": "the words are [M, H * W]: "
+    "argsort's default dim -1 is its dim 1",
+    f"{_POPGYM}x_make_batched_popgym__mutmut_19": "bool(None) is False: a missing prev_reward "
+    "is off either way",
+    f"{_POPGYM}x_make_batched_popgym__mutmut_21": "bool(None) is False: a missing prev_reward "
+    "is off either way",
+    f"{_POPGYM}xǁBatchedCountRecallǁ__init____mutmut_7": "error_clamp is taken as POPGym's "
+    "CountRecall takes it, and read by neither (the reward is +-1 / (C - 1))",
+    f"{_POPGYM}xǁBatchedCountRecallǁ_game_fresh__mutmut_2": "both decks are [M, C]: decks[1] "
+    "has decks[0]'s row count",
+    f"{_POPGYM}xǁBatchedCountRecallǁ_game_fresh__mutmut_4": "both decks are drawn on one "
+    "device: decks[1]'s is decks[0]'s",
+    f"{_POPGYM}xǁBatchedCountRecallǁ_game_fresh__mutmut_28": "scatter_add_ reads src only "
+    "where the [M, 1] index has entries: the first column of [M, 2] ones is the same ones",
+    f"{_POPGYM}xǁBatchedRepeatPreviousǁ_play_cards__mutmut_30": _ALREADY_FLOAT32,
+    f"{_POPGYM}xǁBatchedAutoencodeǁ_play_cards__mutmut_47": _ALREADY_FLOAT32,
+    f"{_POPGYM}xǁBatchedCountRecallǁ_play_cards__mutmut_70": _ALREADY_FLOAT32,
+    f"{_POPGYM}xǁBatchedMineSweeperǁ_play__mutmut_19": _ALREADY_FLOAT32,
+    f"{_POPGYM}xǁBatchedNoisyPositionOnlyCartPoleǁ_play__mutmut_92": "the float64 reward is "
+    "copied into the float32 last_reward and output: 1 / L is rounded once, to the same float32",
+    f"{_POPGYM}xǁBatchedNoisyPositionOnlyCartPoleǁ_play__mutmut_95": "the float64 reward is "
+    "copied into the float32 last_reward and output: 1 / L is rounded once, to the same float32",
+    f"{_POPGYM}xǁBatchedPopGymǁ_fresh__mutmut_30": "torch's default dtype is float32: the "
+    "same zeros",
+    f"{_POPGYM}xǁBatchedPopGymǁ_fresh__mutmut_33": "torch's default dtype is float32: the "
+    "same zeros",
+    f"{_POPGYM}xǁBatchedPopGymǁ__init____mutmut_23": "gymnasium's Box defaults to dtype "
+    "np.float32: the same space",
+    f"{_POPGYM}xǁBatchedMineSweeperǁ_fresh_game__mutmut_43": "the 3x3 sums read columns "
+    "0..W+1 of the padded board: a second zero column after them is never read",
+    f"{_POPGYM}xǁBatchedMineSweeperǁ_fresh_game__mutmut_45": "the 3x3 sums read rows 0..H+1 "
+    "of the padded board: a second zero row after them is never read",
+    f"{_POPGYM}xǁBatchedMineSweeperǁ_play__mutmut_48": "a clicked mine is then marked VIEWED, "
+    "but a mine ends the episode in that step and the auto-reset replaces the board before "
+    "anything reads it",
+}
+EQUIVALENT |= {
+    f"{_POPGYM}xǁBatchedCardGameǁ_game_obs__mutmut_{n}": "every _card_obs returns one index "
+    "per obs_sizes entry: zip never meets unequal lengths"
+    for n in (11, 14, 15)
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 
