@@ -648,6 +648,52 @@ EQUIVALENT |= {
     "per obs_sizes entry: zip never meets unequal lengths"
     for n in (11, 14, 15)
 }
+# the fused LSTM's backward
+_FUSED = "cores._fused_lstm.x_"
+_MATERIALIZED = (
+    "autograd hands the backward zeros for an unused output (the function never turns "
+    "set_materialize_grads off): the None branch is never taken"
+)
+_SLOPE_ZERO = (
+    "beyond |s| = 30 the sigmoid's slope f (1 - f) is exactly 0 and nan_to_num_ turns "
+    "inf * 0 into 0: the clamp's bounds change no value"
+)
+EQUIVALENT |= {f"{_FUSED}_backward__mutmut_{n}": _MATERIALIZED for n in (35, 37, 45, 47, 84)}
+EQUIVALENT |= {f"{_FUSED}_forget_slope__mutmut_{n}": _SLOPE_ZERO for n in (37, 38, 40, 52, 53)}
+EQUIVALENT |= {
+    f"{_FUSED}_backward__mutmut_176": "dy_prev is None only at step 0, where h-detach leaves "
+    "h0 no gradient: None is autograd's zero gradient",
+    f"{_FUSED}_backward__mutmut_21": "the tensor of ones is read only by tied cells",
+    f"{_FUSED}_backward__mutmut_8": "quarter is read only by the fast gates, for which it is "
+    "a tensor",
+    f"{_FUSED}_backward__mutmut_71": "dA has n H columns: slice(H, None) is slice(H, n H)",
+    f"{_FUSED}_backward__mutmut_218": "torch.cat's default dim is 0",
+    **{
+        f"{_FUSED}_backward__mutmut_{n}": "a gradient computed for an input that needs none is "
+        "dropped by autograd: only time is spent"
+        for n in (249, 254, 264)
+    },
+    f"{_FUSED}_gate_factors__mutmut_134": "an out-of-place subtraction gives the same values "
+    "(the in-place one only spares a copy)",
+    **{
+        f"{_FUSED}_gate_factors__mutmut_{n}": "for the sigmoid, _forget_slope returns f (1 - f), "
+        "the factor s already holds: the same product by another route"
+        for n in (199, 200)
+    },
+    **{
+        f"{_FUSED}_forget_slope__mutmut_{n}": "nan_to_num_'s default replaces NaN with 0.0"
+        for n in (33, 54)
+    },
+    **{
+        f"{_FUSED}_gate_factors__mutmut_{n}": "the rows of C a chunk subtracts from in place are "
+        "read by no later chunk (chunks run from the end and each reads the rows before its "
+        "own) nor after the loop: in place or not, the same values"
+        for n in (135, 137, 138, 139, 140)
+    },
+    f"{_FUSED}_gate_factors__mutmut_4": "the only chunk shorter than _CHUNK starts at step 0, "
+    "where stop + start is stop - start; a full chunk's slice past the buffers' end stops at "
+    "their length, _CHUNK",
+}
 EQUIVALENT = {f"{PACKAGE}.{name}": why for name, why in EQUIVALENT.items()}
 """Mutant name -> why no test can tell it from the original (it computes the same thing)."""
 

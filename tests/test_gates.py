@@ -228,6 +228,57 @@ def test_fused_matches_reference_loop(build) -> None:
         torch.testing.assert_close(a, b)
 
 
+def _gated(activation: str, tied: bool, refine: bool):  # hidden size 4
+    return lambda impl: GatedLSTM(3, 4, activation=activation, tied=tied, refine=refine, impl=impl)
+
+
+@pytest.mark.parametrize("with_starts", [False, True], ids=["no_starts", "starts"])
+@pytest.mark.parametrize(
+    "build",
+    [functools.partial(make_core, name, 3, 4) for name in PRESETS]
+    + [_gated(a, tied=True, refine=True) for a in ("fast", "softsign")]
+    + [_gated(a, tied=False, refine=False) for a in ("fast", "fast2", "softsign")],
+    ids=[
+        *PRESETS,
+        "refine_fast",
+        "refine_softsign",
+        "untied_fast",
+        "untied_fast2",
+        "untied_softsign",
+    ],
+)
+def test_fused_matches_reference_loop_over_several_backward_chunks(build, with_starts) -> None:
+    """35 steps: the fused backward's chunks of 16, 16 and 3 steps (each reads the cell state
+    the chunk before it ended in), with and without episode starts; 5 rows, so a factor sized
+    by rows instead of steps cannot broadcast."""
+    from memcores.cores import _fused_lstm
+
+    assert _fused_lstm._CHUNK == 16
+    torch.manual_seed(1)
+    fused = build(impl="fused").double().train()
+    loop = build(impl="loop").double().train()
+    loop.load_state_dict(fused.state_dict())
+    T, B = 35, 5
+    x = torch.randn(T, B, 3, dtype=torch.float64)
+    starts = None
+    if with_starts:
+        starts = torch.zeros(T, B, dtype=torch.bool)
+        starts[20, 1] = starts[5, 3] = True
+    h0, c0 = torch.randn(B, 4, dtype=torch.float64), torch.randn(B, 4, dtype=torch.float64)
+    results = []
+    for core in (fused, loop):
+        xs = x.clone().requires_grad_(True)
+        state = (h0.clone().requires_grad_(True), c0.clone().requires_grad_(True))
+        torch.manual_seed(5)  # same h-detach draws
+        y, (h, c) = core(xs, state, starts)
+        (y.sin().sum() + (h * c).sum() + c.sum()).backward()
+        results.append(
+            (y, h, c, xs.grad, state[0].grad, state[1].grad, *[p.grad for p in core.parameters()])
+        )
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("name", ["ur_lstm", "lstm", "fast_lstm", "fast2_lstm", "softsign_lstm"])
 def test_fused_gradcheck(name: str) -> None:
     torch.manual_seed(0)
