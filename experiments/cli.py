@@ -59,11 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--version"]:
         from memcores import __version__
 
-        print(f"memcores {__version__}")
-        return 0
+        return _say(f"memcores {__version__}", 0)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0 if argv else 2
+        return _say(_usage(), 0 if argv else 2)
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"memcores: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
@@ -82,9 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
     except BrokenPipeError:
-        # The reader of our output left (`memcores list envs | head -2`): a normal end.
-        # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _reader_left()
         return 0
     except BAD_INPUT as err:
         # Bad input gets one line, not a traceback; any other exception is a bug and keeps it.
@@ -99,6 +95,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _say(text: str, code: int) -> int:
+    """Print ``text`` on stdout and return ``code``; a reader that left is a normal end."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_left()
+    return code
+
+
+def _reader_left() -> None:
+    """The reader of our output left (``memcores list envs | head -2``): point stdout at
+    /dev/null so that the interpreter's final flush cannot fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError, EOFError)
 """What a user's input or files can cause: config and value errors (``ConfigError`` is a
 ``ValueError``), missing/unreadable/unwritable files and folders (``OSError``), corrupt
@@ -109,7 +121,7 @@ files (``EOFError``)."""
 def _debug_hint(err: BaseException) -> str:
     """A pointer to ``--debug`` for errors that may come from a library rather than from input
     (a plain or third-party ``RuntimeError``): if it is a bug, its traceback is one flag away."""
-    ours = type(err).__module__.split(".")[0] in ("agents", "cores", "envs", "experiments")
+    ours = type(err).__module__.split(".")[0] == "memcores"
     if ours or isinstance(err, (ValueError, OSError, EOFError)):
         return ""
     return " (memcores --debug shows the traceback)"

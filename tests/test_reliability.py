@@ -465,3 +465,36 @@ def test_a_library_runtime_error_points_to_debug(
     assert main(["list", "cores"]) == 2
     err = one_error_line(capsys, "list")
     assert err.endswith("out of memory (memcores --debug shows the traceback)")
+
+
+def test_memcores_own_runtime_errors_need_no_pointer_to_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A RuntimeError of memcores' own (a busy run folder) is input, not a library's failure:
+    its one line ends with its message."""
+    from memcores.agents.run_lock import RunFolderBusy
+    from memcores.experiments.commands import list_cmd
+
+    def busy(args: argparse.Namespace) -> int:
+        raise RunFolderBusy("runs/x is used by another run")
+
+    monkeypatch.setattr(list_cmd, "run", busy)
+    assert main(["list", "cores"]) == 2
+    assert one_error_line(capsys, "list").endswith("runs/x is used by another run")
+
+
+@pytest.mark.parametrize(("argv", "code"), [([], 2), (["--version"], 0), (["--help"], 0)])
+def test_a_reader_that_leaves_early_gets_no_traceback(argv: list[str], code: int) -> None:
+    """``memcores | head -0``: the reader closed the pipe before the usage or the version was
+    written; the exit code is the command's and stderr stays empty."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcores", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # before the interpreter has started: its first write finds no reader
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code and err == b""
