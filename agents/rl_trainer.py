@@ -441,8 +441,7 @@ def _rollouts(
     act_device = module_device(acting)
     if isinstance(envs, BatchedEnv):
         envs.to(act_device)  # batched envs step where the policy acts
-    seed = cfg.train.seed + RESET_SEED_STRIDE * updates
-    carry = [start_rollouts(acting, envs, seed, act_device)]
+    carry = [start_rollouts(acting, envs, _reset_seed(cfg, updates), act_device)]
 
     env_graph = RolloutGraph(acting, envs) if s.graph_env_step else None
     step = learner.acting(acting, getattr(envs, "groups", [slice(None)]))
@@ -533,15 +532,22 @@ def _begin(s: Setup, run: RunSession) -> _Loop:
     )  # fmt: skip
 
 
+def _reset_seed(cfg: RLConfig, updates: int) -> int:
+    """The seed of the rollouts starting at update ``updates`` (:data:`RESET_SEED_STRIDE`),
+    which also orders an overlapped learner's minibatches."""
+    return cfg.train.seed + RESET_SEED_STRIDE * updates
+
+
 def _learner(s: Setup, updates: int) -> Learner:
     """The learner of ``agent.algo`` (:func:`agents.learners.make_learner`), ``updates``
     updates into the run."""
     cfg = s.config
-    seed = cfg.train.seed + RESET_SEED_STRIDE * updates
     graph = UpdateGraph() if s.graph_update else None
     # Overlapped, the learner draws its minibatch order from its own generator while the
     # collector samples actions from torch's global one, so the run stays reproducible.
-    generator = torch.Generator().manual_seed(seed) if cfg.train.overlap else None
+    generator = (
+        torch.Generator().manual_seed(_reset_seed(cfg, updates)) if cfg.train.overlap else None
+    )
     frames = updates * cfg.env.n_envs * cfg.agent.n_steps
     return make_learner(s, frames, generator, graph)
 

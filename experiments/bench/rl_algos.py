@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
     )
     print("\n".join(" | ".join(r) for r in rows))
     notes = [
-        f"PPO and PQN: 4 epochs of minibatches of {256 if n_envs == 8 else n_envs * n_steps // 4} "
+        f"PPO and PQN: 4 epochs of minibatches of {n_envs * n_steps // 4} "
         "steps per update; R2D2: the 8 gradient steps of popgym_r2d2.yaml per update on "
         f"{4 * n_envs} sequences each, agent.learning_starts=0."
     ]
