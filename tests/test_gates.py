@@ -197,6 +197,23 @@ def tanh_path(request, monkeypatch) -> bool:
     return request.param
 
 
+def _assert_same_values_and_gradients(fused, loop, x, starts, h0, c0) -> None:
+    """The outputs, the final state and every gradient (inputs, initial state, parameters) of
+    a loss reading all of them agree between the two cores (the same h-detach draws)."""
+    results = []
+    for core in (fused, loop):
+        xs = x.clone().requires_grad_(True)
+        state = (h0.clone().requires_grad_(True), c0.clone().requires_grad_(True))
+        torch.manual_seed(5)  # same h-detach draws
+        y, (h, c) = core(xs, state, starts)
+        (y.sin().sum() + (h * c).sum() + c.sum()).backward()
+        results.append(
+            (y, h, c, xs.grad, state[0].grad, state[1].grad, *[p.grad for p in core.parameters()])
+        )
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize(
     "build",
     [functools.partial(make_core, name, 3, 6) for name in PRESETS]
@@ -214,18 +231,7 @@ def test_fused_matches_reference_loop(build) -> None:
     starts[3, 1] = starts[6, 2] = starts[0, 3] = True
     h0 = torch.randn(4, 6, dtype=torch.float64)
     c0 = torch.randn(4, 6, dtype=torch.float64)
-    results = []
-    for core in (fused, loop):
-        xs = x.clone().requires_grad_(True)
-        state = (h0.clone().requires_grad_(True), c0.clone().requires_grad_(True))
-        torch.manual_seed(5)  # same h-detach draws
-        y, (h, c) = core(xs, state, starts)
-        (y.sin().sum() + (h * c).sum() + c.sum()).backward()
-        results.append(
-            (y, h, c, xs.grad, state[0].grad, state[1].grad, *[p.grad for p in core.parameters()])
-        )
-    for a, b in zip(*results, strict=True):
-        torch.testing.assert_close(a, b)
+    _assert_same_values_and_gradients(fused, loop, x, starts, h0, c0)
 
 
 def _gated(activation: str, tied: bool, refine: bool):  # hidden size 4
@@ -265,18 +271,7 @@ def test_fused_matches_reference_loop_over_several_backward_chunks(build, with_s
         starts = torch.zeros(T, B, dtype=torch.bool)
         starts[20, 1] = starts[5, 3] = True
     h0, c0 = torch.randn(B, 4, dtype=torch.float64), torch.randn(B, 4, dtype=torch.float64)
-    results = []
-    for core in (fused, loop):
-        xs = x.clone().requires_grad_(True)
-        state = (h0.clone().requires_grad_(True), c0.clone().requires_grad_(True))
-        torch.manual_seed(5)  # same h-detach draws
-        y, (h, c) = core(xs, state, starts)
-        (y.sin().sum() + (h * c).sum() + c.sum()).backward()
-        results.append(
-            (y, h, c, xs.grad, state[0].grad, state[1].grad, *[p.grad for p in core.parameters()])
-        )
-    for a, b in zip(*results, strict=True):
-        torch.testing.assert_close(a, b)
+    _assert_same_values_and_gradients(fused, loop, x, starts, h0, c0)
 
 
 @pytest.mark.parametrize("name", ["ur_lstm", "lstm", "fast_lstm", "fast2_lstm", "softsign_lstm"])

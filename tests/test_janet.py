@@ -7,7 +7,15 @@ import math
 
 import pytest
 import torch
-from equation_helpers import B, D, affine, build, inputs, sigmoid
+from equation_helpers import (
+    B,
+    D,
+    affine,
+    assert_forward_checks_its_arguments,
+    build,
+    inputs,
+    sigmoid,
+)
 
 from memcores.cores import make_core
 from memcores.cores.janet import JANET
@@ -193,11 +201,4 @@ def test_janet_carries_the_state_and_resets_rows_at_episode_starts() -> None:
 
 def test_janet_forward_checks_its_arguments() -> None:
     """check_sequence's messages for a wrong input size, a list state and wrong starts."""
-    core = JANET(1, 2)
-    x, state = torch.zeros(3, 2, 1), core.initial_state(2)
-    with pytest.raises(ValueError, match=r"^JANET expects x of shape \[T, B, 1\], got"):
-        core(torch.zeros(3, 2, 4), state)
-    with pytest.raises(TypeError, match=r"^state must be a tuple of tensors, got list$"):
-        core(x, list(state))
-    with pytest.raises(ValueError, match=r"^starts must have shape \[T, B\]=\(3, 2\), got"):
-        core(x, state, torch.zeros(2, 2, dtype=torch.bool))
+    assert_forward_checks_its_arguments(JANET(1, 2), "JANET")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from equation_helpers import B, D, build, inputs
+from equation_helpers import B, D, assert_forward_checks_its_arguments, build, inputs
 
 from memcores.cores import make_core
 from memcores.cores.nru import NRU
@@ -249,11 +249,4 @@ def test_nru_carries_h_and_m_and_resets_rows_at_episode_starts() -> None:
 
 def test_nru_forward_checks_its_arguments() -> None:
     """check_sequence's messages for a wrong input size, a list state and wrong starts."""
-    core = NRU(1, 2, memory_size=4, heads=1)
-    x, state = torch.zeros(3, 2, 1), core.initial_state(2)
-    with pytest.raises(ValueError, match=r"^NRU expects x of shape \[T, B, 1\], got"):
-        core(torch.zeros(3, 2, 4), state)
-    with pytest.raises(TypeError, match=r"^state must be a tuple of tensors, got list$"):
-        core(x, list(state))
-    with pytest.raises(ValueError, match=r"^starts must have shape \[T, B\]=\(3, 2\), got"):
-        core(x, state, torch.zeros(2, 2, dtype=torch.bool))
+    assert_forward_checks_its_arguments(NRU(1, 2, memory_size=4, heads=1), "NRU")

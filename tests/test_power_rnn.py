@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from equation_helpers import assert_forward_checks_its_arguments
 
 from memcores.cores import make_core
 from memcores.cores.power_rnn import PowerRNN, power_decay
@@ -208,15 +209,7 @@ def test_sequence_carries_the_state_and_resets_rows_at_episode_starts(r: float) 
 def test_forward_checks_its_arguments() -> None:
     """check_sequence's messages for a wrong input size, a state that is not a tuple and
     starts of the wrong shape."""
-    core = PowerRNN(1, 2)
-    x = torch.zeros(3, 2, 1)
-    state = core.initial_state(2)
-    with pytest.raises(ValueError, match=r"^PowerRNN expects x of shape \[T, B, 1\], got"):
-        core(torch.zeros(3, 2, 4), state)
-    with pytest.raises(TypeError, match=r"^state must be a tuple of tensors, got list$"):
-        core(x, list(state))
-    with pytest.raises(ValueError, match=r"^starts must have shape \[T, B\]=\(3, 2\), got"):
-        core(x, state, torch.zeros(2, 2, dtype=torch.bool))
+    assert_forward_checks_its_arguments(PowerRNN(1, 2), "PowerRNN")
 
 
 def test_the_registry_builds_leaky_and_power_rnns() -> None:
