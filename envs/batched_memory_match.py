@@ -27,6 +27,13 @@ gymnasium env tries up to 100; in a 7x7 room 53 % of the draws see the ball, so 
 room's agent cell, heading and apples; the reward room's colour order; the cue colour.
 ``reward_layout`` ``row`` and ``adjacent`` are supported; ``random`` (resampled until every
 ball is reachable) is not.
+
+The words of env ``i``'s episode ``e`` (``random_words(key_i, e, ...)``) are read in a fixed
+order, so that a seed names the same episodes in every version: word 0 the cue colour; then the
+cue room, Passive 3 words (heading, cell along it, cell across it), Active 4 per try (agent
+cell, ball cell among the others, heading, one unread); the distractor room's agent cell and
+heading, then one apple word per interior cell ``c = (1 + c % inner, 1 + c // inner)``; last
+one word per colour, whose argsort is the reward room's colour order.
 """
 
 from __future__ import annotations
@@ -83,11 +90,7 @@ def memory_match_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> dict[str, An
         probe = gym.make(env_id, **env_kwargs).unwrapped
     except TypeError as exc:
         raise ValueError(f"bad options for {env_id!r} {sorted(env_kwargs)}: {exc}") from exc
-    options.update(
-        active=probe.active,
-        cue_steps=probe.cue_steps,
-        max_steps=probe.max_steps,
-    )
+    options["active"] = probe.active  # the registered class's; the defaults follow from it
     probe.close()
     return options
 
@@ -310,7 +313,7 @@ def _view_table(n: int) -> Tensor:
     ``cell * 4 + d``), the room cell each view cell shows, or the unseen cell ``n * n`` where
     the view leaves the room."""
     offsets = _view_offsets()  # [4, 7, 7, 2]
-    xy = torch.stack(torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij"), -1)
+    xy = torch.cartesian_prod(torch.arange(n), torch.arange(n))  # [n * n, 2]: cell x * n + y
     cells = xy.view(n * n, 1, 1, 1, 2) + offsets.unsqueeze(0)  # [n*n, 4, 7, 7, 2]
     x, y = cells[..., 0], cells[..., 1]
     inside = (x >= 0) & (x < n) & (y >= 0) & (y < n)

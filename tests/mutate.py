@@ -240,7 +240,11 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "envs/batched_memory_match.py",
-        ("tests/test_batched_memory_match.py", "tests/test_batched_draws.py"),
+        (
+            "tests/test_batched_memory_match.py",
+            "tests/test_batched_memory_match_layouts.py",
+            "tests/test_batched_draws.py",
+        ),
     ),
     Target(
         "envs/batched_popgym.py", ("tests/test_batched_popgym.py", "tests/test_batched_draws.py")
