@@ -250,6 +250,15 @@ TARGETS: tuple[Target, ...] = (
         "envs/batched_popgym.py", ("tests/test_batched_popgym.py", "tests/test_batched_draws.py")
     ),
     Target(
+        "envs/batched_registry.py",
+        (
+            "tests/test_batched_memory_match.py",
+            "tests/test_batched_popgym.py",
+            "tests/test_fail_fast.py::test_the_env_builders_take_only_true_or_false_for_a_flag",
+            "tests/test_fail_fast.py::test_max_steps_below_one_is_refused",
+        ),
+    ),
+    Target(
         "agents/rollout_graph.py",
         ("tests/test_rollout_graph.py",),
         ("RolloutGraph.load", "RolloutGraph.prime", "RolloutGraph._step", "RolloutGraph.__call__"),
@@ -651,6 +660,75 @@ EQUIVALENT |= {
     f"{_POPGYM}xǁBatchedCardGameǁ_game_obs__mutmut_{n}": "every _card_obs returns one index "
     "per obs_sizes entry: zip never meets unequal lengths"
     for n in (11, 14, 15)
+}
+# envs/batched_memory_match.py
+_MATCH = "envs.batched_memory_match.x"
+_NEVER_PAST_BUDGET = (
+    "k <= budget = numel - 2 on every step (an episode ends at max_steps at the latest): the "
+    "upper clamp never binds and the table's last entry is never read"
+)
+_BOOL_TIMES_INT = (
+    "a bool tensor times or plus an int64 tensor or Python int is int64: .to(None) keeps the "
+    "bool and the result is the same"
+)
+EQUIVALENT |= {
+    "envs.batched_registry.x_make_batched_env__mutmut_27": _ON_THE_CPU,
+    f"{_MATCH}__view_offsets__mutmut_11": "j of shape [7] broadcasts against i [7, 1] as "
+    "[1, 7] does: the same [7, 7] grids",
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ{name}": _ON_THE_CPU
+        for name in (
+            *(f"__init____mutmut_{n}" for n in (6, 38, 40, 46, 54, 57, 71, 76, 82, 90, 93, 98)),
+            "__init____mutmut_100",
+            *(f"_cue_pose__mutmut_{n}" for n in (159, 163, 188, 190)),
+            *(f"_fresh__mutmut_{n}" for n in (45, 47, 187, 190)),
+            "_room_template__mutmut_32",
+        )
+    },
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ__init____mutmut_{n}": "a list of Python floats makes a "
+        "float32 tensor, torch's default dtype"
+        for n in (53, 56)
+    },
+    f"{_MATCH}ǁBatchedVisualMatchǁ__init____mutmut_65": _NEVER_PAST_BUDGET,
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ_advance__mutmut_{n}": _NEVER_PAST_BUDGET
+        for n in (110, 112, 116, 117)
+    },
+    f"{_MATCH}ǁBatchedVisualMatchǁ__init____mutmut_77": "with_balls=None is as falsy as False",
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ__init____mutmut_{n}": "a 0-dim int64 tensor does not "
+        "raise torch.where's result dtype: int32 as the room, which scatter_ writes"
+        for n in (89, 92)
+    },
+    f"{_MATCH}ǁBatchedVisualMatchǁ_advance__mutmut_115": "k = 0 only on the step that enters "
+    "the reward room, where no choice and so no success is possible: its entry is multiplied "
+    "by 0",
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ_cue_pose__mutmut_{n}": _BOOL_TIMES_INT for n in (37, 94, 169)
+    },
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ_cue_pose__mutmut_{n}": "vec is one of the four unit "
+        "headings: its sum is -1 or 1, never 0, so < 0, <= 0 and < 1 agree"
+        for n in (40, 41)
+    },
+    **{
+        f"{_MATCH}ǁBatchedVisualMatchǁ_cue_pose__mutmut_{n}": "vec is an axis heading, so one "
+        "of the two products is 0, and only |right| is read: flipping either sign keeps it"
+        for n in (138, 141)
+    },
+    f"{_MATCH}ǁBatchedVisualMatchǁ_cue_pose__mutmut_153": "|right| is an integer: <= 3.5 and "
+    "<= 3 agree",
+    f"{_MATCH}ǁBatchedVisualMatchǁ_cue_pose__mutmut_181": "the largest score is 1 only when "
+    "the last try alone hides the ball: the fallback then picks that same last try",
+    f"{_MATCH}ǁBatchedVisualMatchǁ_fresh__mutmut_88": "a word equals the density only if the "
+    "density is a multiple of 2^-24, and then with probability 2^-24 (never at 0.3)",
+    f"{_MATCH}ǁBatchedVisualMatchǁ_fresh__mutmut_132": "the int64 order added in place to "
+    "the int32 room is cast back to int32: the same codes",
+    f"{_MATCH}ǁBatchedVisualMatchǁ_fresh__mutmut_136": "u_order is [M, k]: argsort's default "
+    "dim -1 is its dim 1",
+    f"{_MATCH}ǁBatchedVisualMatchǁ_observe__mutmut_57": "without reveal_cue every colour has "
+    "the same mission: row 1 of the table is row 0",
 }
 # the fused LSTM's backward
 _FUSED = "cores._fused_lstm.x_"

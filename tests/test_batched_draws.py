@@ -223,3 +223,20 @@ def test_a_reset_keeps_the_storage_of_the_tensors_it_rewrites():
     assert {name: getattr(env, name).data_ptr() for name in tensors} == addresses
     assert torch.equal(env.keys, env_keys(9, 5)) and env.episodes.tolist() == [0] * 5
     assert not env._stale.any() and env._steps == 0
+
+
+def test_an_env_whose_episodes_may_end_on_every_step_refills_on_every_step():
+    """Declared ``min_episode_length`` 2 (a lower bound, as a two-step game would declare): the
+    pool is refilled after every step, so no row that ended waits in ``_stale``. Here episodes
+    end on steps 3, 6 and 9 (adjacent layout, one cue and one distractor step, then forward
+    into the ball ahead)."""
+    options = {"reward_layout": "adjacent", "cue_steps": 1, "distractor_steps": 1}
+    env = make_batched_env("memcores/PassiveVisualMatch-v0", 8, env_kwargs=options)
+    env.min_episode_length = 2
+    env.reset(seed=0)
+    ends = 0
+    for _ in range(9):
+        _, _, done, _ = env.step(torch.full((8,), 2))
+        ends += int(done.sum())
+        assert not env._stale.any()
+    assert ends == 24

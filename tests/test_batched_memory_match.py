@@ -126,8 +126,11 @@ def test_distractor_apples_and_reward_row_follow_the_gymnasium_distributions():
 
 
 def test_bad_batched_options_are_clear():
-    with pytest.raises(ValueError, match="no batched version.*batched ids"):
+    with pytest.raises(ValueError, match="no batched version.*batched ids") as error:
         make_batched_env("MiniGrid-MemoryS7-v0", 2)
+    assert "batched ids: memcores/PassiveVisualMatch-v0, memcores/ActiveVisualMatch-v0, " in str(
+        error.value
+    )
     with pytest.raises(ValueError, match="reward_layout 'random'"):
         make_batched_env(
             "memcores/PassiveVisualMatch-v0", 2, env_kwargs={"reward_layout": "random"}
