@@ -870,8 +870,9 @@ def run_target(target: Target, jobs: int, log: Path, previous: dict | None = Non
                 diffs[name] = show(mutmut, name, work, env)
     result = row(target, statuses, diffs, wall)
     result["command"] = f"python tests/mutate.py --targets {target.path} --jobs {jobs}"
-    if previous:
-        result["command"] = f"{previous['command']}, then the survivors again with --survivors"
+    again = ", then the survivors again with --survivors"
+    if previous:  # one mention however many times the survivors ran again
+        result["command"] = previous["command"].removesuffix(again) + again
     return result
 
 
