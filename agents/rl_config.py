@@ -285,6 +285,11 @@ class AgentConfig:
             )
         if self.algo != "r2d2":
             return
+        if self.recon_coef > 0:
+            raise ValueError(
+                f"agent.recon_coef ({self.recon_coef}) applies to agent.algo ppo, a2c and pqn; "
+                "r2d2 has no reconstruction loss: set agent.recon_coef=0"
+            )
         if not 0 <= self.burn_in < self.seq_len:
             raise ValueError(
                 f"agent.burn_in ({self.burn_in}) must be >= 0 and < agent.seq_len "

@@ -407,6 +407,7 @@ def test_a_replay_round_trips_through_its_state_and_refuses_another_layout():
         ("agent.replay_size=100000000000000", "agent.replay_size=100,000,000,000,000 frames"),
         ("agent.replay_stride=3", "agent.replay_stride (3) must be >= 1 and divide"),
         ("agent.priority_alpha=2", "agent.priority_alpha must be in [0, 1]"),
+        ("agent.recon_coef=0.1", "agent.recon_coef (0.1) applies to agent.algo ppo, a2c and pqn"),
     ],
 )
 def test_bad_r2d2_combinations_are_refused_in_one_line(tmp_path, capsys, override, message):
