@@ -166,12 +166,15 @@ TARGETS: tuple[Target, ...] = (
             "tests/test_rl_bookkeeping.py::test_chunk_layout",
             "tests/test_rl_bookkeeping.py::"
             "test_returns_accept_the_envs_flags_from_the_cpu_on_any_buffer_device",
+            "tests/test_rollout_device.py",
+            "tests/test_rollout_graph.py",
         ),
         (
             "RolloutBuffer.compute_returns",
             "RolloutBuffer._chunked",
             "RolloutBuffer.chunks",
             "select_chunks",
+            "collect_on_device",
         ),
     ),
     Target(
