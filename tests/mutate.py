@@ -676,6 +676,13 @@ _BOOL_TIMES_INT = (
 )
 EQUIVALENT |= {
     "envs.batched_registry.x_make_batched_env__mutmut_27": _ON_THE_CPU,
+    **{
+        f"agents.rollout.x_collect_on_device__mutmut_{n}": "the acting state has the state's "
+        "arity: zip never meets unequal lengths"
+        for n in (64, 67, 68)
+    },
+    "agents.rollout.x_collect_on_device__mutmut_84": "numpy's astype(None) is float64, the "
+    "dtype asked for",
     f"{_MATCH}__view_offsets__mutmut_11": "j of shape [7] broadcasts against i [7, 1] as "
     "[1, 7] does: the same [7, 7] grids",
     **{

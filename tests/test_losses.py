@@ -325,6 +325,19 @@ def test_gae_does_not_bootstrap_after_a_final_step_that_ended_its_episode():
     torch.testing.assert_close(buf.advantages, expected)
 
 
+def test_gae_scales_the_rewards_but_not_the_values():
+    """``reward_scale`` 10, gamma 0.5, lambda 1, one env, 2 steps ending the episode: the
+    rewards 0.1 and 0.2 count as 1 and 2, the values as they are."""
+    buf = _buffer(2, 1)
+    buf.rewards[:, 0] = torch.tensor([0.1, 0.2])
+    buf.values[:, 0] = torch.tensor([0.5, 1.0])
+    buf.compute_returns(torch.tensor([8.0]), torch.tensor([True]), 0.5, 1.0, reward_scale=10.0)
+    a1 = 2.0 - 1.0  # the episode ended: no bootstrap from 8
+    a0 = 1.0 + 0.5 * 1.0 - 0.5 + 0.5 * a1
+    torch.testing.assert_close(buf.advantages[:, 0], torch.tensor([a0, a1]))
+    torch.testing.assert_close(buf.returns[:, 0], torch.tensor([a0 + 0.5, a1 + 1.0]))
+
+
 # ---------------------------------------------------------------------------- chunks
 def test_chunks_and_their_selection_by_hand():
     """S = 4 steps of N = 2 envs in chunks of L = 2: chunk c = k * N + e holds steps

@@ -9,6 +9,7 @@ import pytest
 import torch
 from rl_helpers import tiny_config
 
+from memcores.agents.acting import act
 from memcores.agents.episodes import EpisodeStats
 from memcores.agents.networks import build_policy
 from memcores.agents.policy import observation_shape
@@ -76,3 +77,23 @@ def test_a_device_rollout_stores_each_step_as_it_happened(graphed):
         assert torch.equal(carry.obs[key], value), key
     for got, want in zip(carry.state, state, strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_a_device_rollout_acts_through_the_acting_step_it_is_given():
+    """A trainer's own acting step (a compiled or recorded one) is what acts: here one that
+    always moves forward, called once per step."""
+    config = tiny_config(f"env.id={ENV_ID}")
+    envs = make_batched_env(ENV_ID, N_ENVS, env_kwargs=ENV_KWARGS)
+    space = envs.single_observation_space
+    policy = build_policy(config, int(envs.single_action_space.n), observation_shape(space))
+    carry = start_rollouts(policy, envs, seed=3, device=envs.device)
+    initial = policy.initial_state(N_ENVS)
+    buffer = RolloutBuffer(obs_shapes(space), N_STEPS, N_ENVS, SEQ_LEN, initial, envs.device)
+    calls = []
+
+    def forward(obs, state, starts):  # noqa: ANN001, ANN202
+        calls.append(starts.clone())
+        return act(policy, obs, state, starts)._replace(actions=torch.full((N_ENVS,), 2))
+
+    collect_on_device(policy, envs, buffer, carry, acting=forward)
+    assert len(calls) == N_STEPS and (buffer.actions == 2).all()
