@@ -5,7 +5,8 @@ algorithm, the first the baseline.
         results/popgym_150k_r2d2 --core gru --out results/sweeps/popgym_150k_algos.md
 
 For each env the baseline and every other folder recorded with ``--core``, the table gives
-each algorithm's final ``rollout/ep_rew_mean`` per seed (seed order), mean ± sample std, the
+each algorithm's final ``--metric`` (default ``rollout/ep_rew_mean``; the memory-match rooms
+also record ``rollout/success_rate``) per seed (seed order), mean ± sample std, the
 difference of means against the baseline, whether the runs separate (every run above / below
 every baseline run) and Welch's two-sided p (unequal variances; NaN below two seeds a side).
 """
@@ -20,17 +21,18 @@ from pathlib import Path
 from memcores.agents.files import write_text_atomic
 from memcores.experiments.core_compare import separation, welch_p
 
-METRIC = "rollout/ep_rew_mean"
+METRICS = ("rollout/ep_rew_mean", "rollout/success_rate")
+"""What a record's ``final`` holds that the table can compare."""
 
 
-def final_scores(folder: Path, core: str) -> dict[str, dict[int, float]]:
-    """``env id -> seed -> final METRIC`` of the records under ``folder`` with ``core``."""
+def final_scores(folder: Path, core: str, metric: str = METRICS[0]) -> dict[str, dict[int, float]]:
+    """``env id -> seed -> final metric`` of the records under ``folder`` with ``core``."""
     scores: dict[str, dict[int, float]] = {}
     for path in sorted(folder.glob("*/record.json")):
         record = json.loads(path.read_text())
-        if record.get("core") != core or METRIC not in record.get("final", {}):
+        if record.get("core") != core or metric not in record.get("final", {}):
             continue
-        scores.setdefault(record["env"], {})[int(record["seed"])] = record["final"][METRIC]
+        scores.setdefault(record["env"], {})[int(record["seed"])] = record["final"][metric]
     return scores
 
 
@@ -40,11 +42,11 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
-def compare_rows(folders: list[Path], core: str) -> list[list[str]]:
+def compare_rows(folders: list[Path], core: str, metric: str = METRICS[0]) -> list[list[str]]:
     """One row per (env, algorithm) of the table (see the module docstring), for the envs
     that a folder besides the baseline recorded."""
-    base_scores = final_scores(folders[0], core)
-    others = [(folder, final_scores(folder, core)) for folder in folders[1:]]
+    base_scores = final_scores(folders[0], core, metric)
+    others = [(folder, final_scores(folder, core, metric)) for folder in folders[1:]]
     rows = []
     for env in sorted(base_scores):
         if not any(env in scores for _, scores in others):
@@ -73,19 +75,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--core", nargs="+", required=True, help="core.name(s) of the compared records"
     )
+    parser.add_argument(
+        "--metric", default=METRICS[0], choices=METRICS, help="the final value compared"
+    )
     parser.add_argument("--out", default=None, help="markdown file (default: print)")
     args = parser.parse_args(argv)
     folders = [Path(f) for f in args.folders]
     header = ["env.id", "core.name", "records", "final per seed", "mean ± std", "vs first"]
     header += ["runs", "Welch p"]
-    rows = [row for core in args.core for row in compare_rows(folders, core)]
+    rows = [row for core in args.core for row in compare_rows(folders, core, args.metric)]
+    metric = "" if args.metric == METRICS[0] else f" --metric {args.metric}"
     lines = [
         f"# {', '.join(args.core)}: {', '.join(f.name for f in folders)}",
         "",
-        f"Final `{METRIC}` of each record (seed order); the difference of means, separation "
+        f"Final `{args.metric}` of each record (seed order); the difference of means, separation "
         f"and Welch's two-sided p against `{folders[0].name}`. Made by `python -m "
         f"memcores.experiments.algo_compare {' '.join(args.folders)} --core {' '.join(args.core)}"
-        f"{' --out ' + args.out if args.out else ''}`.",
+        f"{metric}{' --out ' + args.out if args.out else ''}`.",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),

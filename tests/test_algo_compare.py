@@ -11,11 +11,11 @@ from scipy import stats
 from memcores.experiments.algo_compare import compare_rows, main
 
 
-def _records(folder, env, core, scores):
+def _records(folder, env, core, scores, metric="rollout/ep_rew_mean"):
     for seed, score in enumerate(scores):
         trial = folder / f"{env.replace('/', '-')},{core},{seed}"
         trial.mkdir(parents=True)
-        record = {"env": env, "core": core, "seed": seed, "final": {"rollout/ep_rew_mean": score}}
+        record = {"env": env, "core": core, "seed": seed, "final": {metric: score}}
         (trial / "record.json").write_text(json.dumps(record))
 
 
@@ -35,3 +35,25 @@ def test_rows_by_hand(tmp_path, capsys):
     assert p == pytest.approx(0.0080, abs=1e-4)  # t = 0.4 / sqrt(0.01 / 3 * 2) = 4.90, 4 df
     assert main([str(base), str(other), "--core", "gru"]) == 0
     assert "| popgym/A | gru | pqn | 0.500, 0.700, 0.600 |" in capsys.readouterr().out
+
+
+def test_success_rate_is_compared_when_asked(tmp_path, capsys):
+    """``--metric rollout/success_rate``: the records' success, the reward left out; a metric
+    the table does not know is refused by argparse (exit 2)."""
+    base, other = tmp_path / "ppo", tmp_path / "r2d2"
+    _records(base, "memcores/P", "gru", [0.3, 0.4], "rollout/success_rate")
+    _records(other, "memcores/P", "gru", [0.9, 1.0], "rollout/success_rate")
+    _records(tmp_path / "x", "memcores/P", "gru", [5.0, 5.0])
+    assert compare_rows([base, other], "gru") == []  # no reward recorded
+    rows = compare_rows([base, other], "gru", "rollout/success_rate")
+    assert [r[3:7] for r in rows] == [
+        ["0.300, 0.400", "0.350 ± 0.071", "", ""],
+        ["0.900, 1.000", "0.950 ± 0.071", "+0.600", "above"],
+    ]
+    args = [str(base), str(other), "--core", "gru", "--metric", "rollout/success_rate"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Final `rollout/success_rate`" in out and "--metric rollout/success_rate`" in out
+    with pytest.raises(SystemExit) as exit_:
+        main([str(base), "--core", "gru", "--metric", "rollout/ep_len_mean"])
+    assert exit_.value.code == 2
