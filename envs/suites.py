@@ -82,6 +82,10 @@ SUITES: dict[str, Suite] = {
     "memory-match-room": Suite("visual match, room 7x7 -> 11x11", _ROOM),
     "memory-match-delay": Suite("visual match, distractor phase 30 -> 120 steps", _DELAY),
     "memory-match": Suite("visual match, larger room and longer delay", _ROOM + _DELAY),
+    # the Passive rows of memory-match alone: one training run per trial instead of two
+    "memory-match-passive": Suite(
+        "passive visual match, larger room and longer delay", (_ROOM[0], _DELAY[0])
+    ),
     "popgym": Suite(
         "POPGym Easy envs with discrete actions, evaluated where trained (Morad et al. 2023)",
         tuple((env_id, env_id) for env_id in POPGYM_EASY),
@@ -119,7 +123,7 @@ def list_envs() -> list[tuple[str, str]]:
     """
     in_suite: dict[str, list[str]] = {}
     for name, suite in SUITES.items():
-        if name in _TABLE7 or name == "memory-match":
+        if name in _TABLE7 or name in ("memory-match", "memory-match-passive"):
             continue  # the aggregate suites say it once
         for a, b in suite.pairs:
             for env_id in dict.fromkeys((a, b)):

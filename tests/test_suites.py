@@ -58,6 +58,15 @@ def test_memory_match_variants_differ_as_named() -> None:
         assert b.distractor_steps > a.distractor_steps and b.room_size == a.room_size
 
 
+def test_memory_match_passive_is_the_passive_rows_of_memory_match() -> None:
+    passive = SUITES["memory-match-passive"].pairs
+    assert passive == (
+        ("memcores/PassiveVisualMatch-v0", "memcores/PassiveVisualMatch-Large-v0"),
+        ("memcores/PassiveVisualMatch-v0", "memcores/PassiveVisualMatch-LongDelay-v0"),
+    )
+    assert set(passive) < set(SUITES["memory-match"].pairs)
+
+
 def test_list_envs_covers_suites_and_memory_match() -> None:
     rows = list_envs()
     ids = [env_id for env_id, _ in rows]
