@@ -18,7 +18,7 @@ replays a CUDA graph (:mod:`agents.update_graph`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -239,14 +239,28 @@ def update(
     if graph is not None:
         step = graph.bind(policy, optimizer, batch, chunks_per_mb, agent, loss_fn) or eager_step
     totals = LossTotals()
+    for index in minibatch_indices(n_chunks, chunks_per_mb, n_epochs, device, generator):
+        row = step(index)
+        totals.add(row)
+        if agent.target_kl is not None and bool(row_finite(row)) and _kl_too_large(row, agent):
+            return totals.stats(buffer, early_stopped=True)
+    return totals.stats(buffer)
+
+
+def minibatch_indices(
+    n_chunks: int,
+    chunks_per_mb: int,
+    n_epochs: int,
+    device: torch.device,
+    generator: torch.Generator | None = None,
+) -> Iterator[Tensor]:
+    """The chunk indices ``[M]`` of each minibatch of an update: per epoch one random
+    permutation of the ``n_chunks`` chunks (drawn with ``generator``, then moved to
+    ``device``), cut into runs of ``chunks_per_mb`` (the last run may be shorter)."""
     for _epoch in range(n_epochs):
         perm = torch.randperm(n_chunks, generator=generator).to(device)
         for start in range(0, n_chunks, chunks_per_mb):
-            row = step(perm[start : start + chunks_per_mb])
-            totals.add(row)
-            if agent.target_kl is not None and bool(row_finite(row)) and _kl_too_large(row, agent):
-                return totals.stats(buffer, early_stopped=True)
-    return totals.stats(buffer)
+            yield perm[start : start + chunks_per_mb]
 
 
 def rows_on_device(device: torch.device) -> bool:

@@ -29,7 +29,13 @@ import torch
 from torch import Tensor
 
 from memcores.agents.policy import RecurrentActorCritic
-from memcores.agents.ppo import UpdateStats, _backward, _step_if, explained_variance
+from memcores.agents.ppo import (
+    UpdateStats,
+    _backward,
+    _step_if,
+    explained_variance,
+    minibatch_indices,
+)
 from memcores.agents.q_network import EpsilonGreedy, linear_epsilon
 from memcores.agents.rl_config import AgentConfig
 from memcores.agents.rollout import Acting, ChunkBatch, RolloutBuffer, batch_to, select_chunks
@@ -96,20 +102,16 @@ def update(
     device = next(policy.parameters()).device
     if device != buffer.device:
         batch = batch_to(batch, device)
-    n_chunks = buffer.n_chunks
     per_mb = max(1, agent.minibatch_size // buffer.seq_len)
     params = [p for p in policy.parameters() if p.requires_grad]
     policy.train()
     rows: list[Tensor] = []
-    for _epoch in range(agent.n_epochs):
-        perm = torch.randperm(n_chunks, generator=generator).to(device)
-        for start in range(0, n_chunks, per_mb):
-            mb = select_chunks(batch, perm[start : start + per_mb])
-            loss, q_mean, td_mean = td_loss(policy, mb, agent.recon_coef)
-            grad_norm = _backward(optimizer, loss, params, agent.max_grad_norm)
-            finite = torch.isfinite(loss) & torch.isfinite(grad_norm.to(loss.device))
-            _step_if(optimizer, finite if device.type == "cuda" else bool(finite))
-            rows.append(torch.stack([loss.detach(), grad_norm.to(loss.device), q_mean, td_mean]))
+    for index in minibatch_indices(buffer.n_chunks, per_mb, agent.n_epochs, device, generator):
+        loss, q_mean, td_mean = td_loss(policy, select_chunks(batch, index), agent.recon_coef)
+        grad_norm = _backward(optimizer, loss, params, agent.max_grad_norm)
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm.to(loss.device))
+        _step_if(optimizer, finite if device.type == "cuda" else bool(finite))
+        rows.append(torch.stack([loss.detach(), grad_norm.to(loss.device), q_mean, td_mean]))
     table = torch.stack(rows).double().cpu()
     applied = table[torch.isfinite(table[:, :2]).all(1)]
     means = applied.mean(0).tolist() if len(applied) else [math.nan] * 4

@@ -12,7 +12,14 @@ import math
 import pytest
 import torch
 
-from memcores.agents.ppo import TOTALS, _kl_too_large, a2c_loss, explained_variance, ppo_loss
+from memcores.agents.ppo import (
+    TOTALS,
+    _kl_too_large,
+    a2c_loss,
+    explained_variance,
+    minibatch_indices,
+    ppo_loss,
+)
 from memcores.agents.rl_config import AgentConfig
 from memcores.agents.rollout import ChunkBatch, RolloutBuffer, select_chunks
 
@@ -237,6 +244,21 @@ def test_ppo_stops_early_only_past_one_and_a_half_target_kl():
     assert _kl_too_large(_row(0.0151), agent)
     assert not _kl_too_large(_row(1.0), _agent(target_kl=None))
     assert not _kl_too_large(_row(1.0), AgentConfig(algo="a2c", target_kl=0.01))
+
+
+def test_minibatch_indices_cover_every_chunk_once_per_epoch_in_runs():
+    """5 chunks, 2 per minibatch, 3 epochs: runs of 2, 2, 1 per epoch, each epoch a
+    permutation of 0..4, drawn from the generator (the same seed, the same order)."""
+    cpu = torch.device("cpu")
+    runs = list(minibatch_indices(5, 2, 3, cpu, torch.Generator().manual_seed(0)))
+    assert [len(r) for r in runs] == [2, 2, 1] * 3
+    for epoch in range(3):
+        assert sorted(torch.cat(runs[3 * epoch : 3 * epoch + 3]).tolist()) == [0, 1, 2, 3, 4]
+    again = list(minibatch_indices(5, 2, 3, cpu, torch.Generator().manual_seed(0)))
+    assert all(torch.equal(a, b) for a, b in zip(runs, again, strict=True))
+    expected = torch.randperm(5, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.cat(runs[:3]), expected)
+    assert len(list(minibatch_indices(3, 8, 1, cpu))[0]) == 3
 
 
 def test_explained_variance_by_hand():
