@@ -79,6 +79,10 @@ class TrialInfo:
     variant: str = ""
     """What sets its config apart from the other trials of its core and env
     (:func:`experiments.run_groups.variant_names`); ``""`` where they agree."""
+    core_options: str = ""
+    """The swept core options it ran with, as ``memcores bench cores`` names them
+    (``":memory_len=16"``): the transfer tables label its core ``gtrxl:memory_len=16`` so
+    that runs of one core with different options are never pooled."""
 
     def get(self, key: str, default: Any = None) -> Any:
         value = get_dotted(self.config, key)
@@ -651,7 +655,8 @@ def transfer_rows(
         if not columns_needed <= set(rows[0]):
             continue
         for row in rows:
-            core = core_label(trial, str(trial.get("core.name") or row.get("core") or "-"))
+            name = str(trial.get("core.name") or row.get("core") or "-")
+            core = core_label(trial, name + trial.core_options)
             yield core, row.get("run") or str(trial.path), row, str(seed_of(trial))
 
 
@@ -1076,6 +1081,10 @@ def load_context(
     keys = row_keys(runs or trials, list(meta.get("grid", {})))
     assign_variants(runs, keys)
     assign_variants(trials, row_keys(trials, list(meta.get("grid", {}))))
+    swept = [k for k in meta.get("grid", {}) if k.startswith("core.") and k != "core.name"]
+    for trial in trials:
+        values = ((k.removeprefix("core."), trial.get(k)) for k in swept)
+        trial.core_options = "".join(f":{k}={v}" for k, v in values if v is not None)
     ref = load_reference(reference) if reference else None
     return ReportContext(
         out, meta, trials, runs, keys, reference=ref, reference_name=str(reference or ""), **options

@@ -375,3 +375,56 @@ def test_train_rows_go_on_past_a_train_env_already_given():
     ]
     _, rows = comparison_rows(points, "lstm", "ur_lstm", "train")
     assert [row[0] for row in rows] == ["PVM", "Fetch-5x5"]
+
+
+def test_runs_of_one_core_with_different_swept_options_are_never_pooled(tmp_path, capsys):
+    """A swept core option (``--grid core.memory_len=16,128``) names the core as ``memcores
+    bench cores`` does, ``gtrxl:memory_len=16``, so each option set is its own row; a core
+    without the option (``lstm``) keeps its plain name."""
+    from memcores.experiments.records import write_record
+
+    results, test_id = tmp_path / "results", "memcores/PassiveVisualMatch-LongDelay-v0"
+    for core, options, seed, test in (
+        ("lstm", {}, 0, 0.2),
+        ("lstm", {}, 1, 0.4),
+        ("gtrxl", {"memory_len": 16}, 0, 0.3),
+        ("gtrxl", {"memory_len": 128}, 0, 0.9),
+    ):
+        name = f"name={core}" + "".join(f",{k}={v}" for k, v in options.items()) + f",seed={seed}"
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        config = {"env": {"id": "memcores/PassiveVisualMatch-v0"}, "core": {"name": core}}
+        config["core"] |= options
+        config |= {"train": {"seed": seed}, "run": {"dir": str(run)}}
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        logger = RunLogger(run, tensorboard=False)
+        logger.record("rollout/ep_rew_mean", 0.5)
+        logger.dump(100)
+        logger.close()
+        evals = {
+            "memcores/PassiveVisualMatch-v0": {"return": 1.0, "success": 1.0, "episodes": 5},
+            test_id: {"return": 1.0, "success": test, "episodes": 5},
+        }
+        grid = "--grid core.name=gtrxl --grid core.memory_len=16,128" if options else ""
+        write_record(
+            run,
+            results / name / "pair",
+            command=f"memcores sweep c.yaml {grid} --grid train.seed=0,1",
+            eval_results=evals,
+            extra={"test_env": test_id},
+        )
+    out = tmp_path / "r.md"
+    compare = "lstm,gtrxl:memory_len=16,gtrxl:memory_len=128"
+    args = ["report", str(results), "--no-plots", "--out", str(out), "--compare", compare]
+    assert main([*args, "--quantity", "success", "--retention", "--sections", "comparison"]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| PassiveVisual")]
+    cells = [[c.strip() for c in row.split("|")[2:6]] for row in rows]
+    assert cells == [
+        ["lstm", "2", "1.000 ± 0.000", "0.300 ± 0.141"],
+        ["gtrxl:memory_len=16", "1", "1.000", "0.300"],
+        ["gtrxl:memory_len=128", "1", "1.000", "0.900"],
+    ]
+    assert main([*args[:-1], "lstm,gtrxl"]) == 2  # the pooled name no longer exists
+    assert "recorded cores: gtrxl:memory_len=128, gtrxl:memory_len=16, lstm" in (
+        capsys.readouterr().err
+    )
