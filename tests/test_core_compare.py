@@ -171,34 +171,43 @@ def test_retention_rows_pair_each_run_test_with_its_own_train():
 def _success_records(results, tmp_path):
     """lstm and fast_lstm, two seeds each, on PassiveVisualMatch -> its long-delay twin, with
     train successes that differ, so success and retention tell different stories."""
-    from memcores.experiments.records import write_record
-
     for core, seed, train, test in (
         ("lstm", 0, 0.8, 0.2),
         ("lstm", 1, 1.0, 0.5),
         ("fast_lstm", 0, 0.5, 0.4),
         ("fast_lstm", 1, 0.6, 0.6),
     ):
-        run = tmp_path / "runs" / f"{core}{seed}"
-        run.mkdir(parents=True)
-        config = {"env": {"id": "memcores/PassiveVisualMatch-v0"}, "core": {"name": core}}
-        config |= {"train": {"seed": seed}, "run": {"dir": str(run)}}
-        (run / "config.yaml").write_text(yaml.safe_dump(config))
-        logger = RunLogger(run, tensorboard=False)
-        logger.record("rollout/ep_rew_mean", 0.5)
-        logger.dump(100)
-        logger.close()
-        test_id = "memcores/PassiveVisualMatch-LongDelay-v0"
-        evals = {
-            "memcores/PassiveVisualMatch-v0": {"return": 1.0, "success": train, "episodes": 5},
-            test_id: {"return": 1.0, "success": test, "episodes": 5},
-        }
-        write_record(
-            run,
-            results / f"name={core},seed={seed}" / "pair",
-            eval_results=evals,
-            extra={"test_env": test_id},
-        )
+        _success_record(results, tmp_path, core, seed, train, test)
+
+
+def _success_record(results, tmp_path, core, seed, train, test, options=None, command=""):
+    """One run of ``core`` (with core ``options``) on PassiveVisualMatch -> LongDelay, its
+    record under ``results/name=CORE[,OPTION=VALUE...],seed=SEED/pair``."""
+    from memcores.experiments.records import write_record
+
+    options = options or {}
+    name = f"name={core}" + "".join(f",{k}={v}" for k, v in options.items()) + f",seed={seed}"
+    run = tmp_path / "runs" / name
+    run.mkdir(parents=True)
+    config = {"env": {"id": "memcores/PassiveVisualMatch-v0"}, "core": {"name": core, **options}}
+    config |= {"train": {"seed": seed}, "run": {"dir": str(run)}}
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    logger = RunLogger(run, tensorboard=False)
+    logger.record("rollout/ep_rew_mean", 0.5)
+    logger.dump(100)
+    logger.close()
+    test_id = "memcores/PassiveVisualMatch-LongDelay-v0"
+    evals = {
+        "memcores/PassiveVisualMatch-v0": {"return": 1.0, "success": train, "episodes": 5},
+        test_id: {"return": 1.0, "success": test, "episodes": 5},
+    }
+    write_record(
+        run,
+        results / name / "pair",
+        command=command,
+        eval_results=evals,
+        extra={"test_env": test_id},
+    )
 
 
 def test_report_compare_on_success_and_the_retention_view(tmp_path, capsys, monkeypatch):
@@ -381,38 +390,16 @@ def test_runs_of_one_core_with_different_swept_options_are_never_pooled(tmp_path
     """A swept core option (``--grid core.memory_len=16,128``) names the core as ``memcores
     bench cores`` does, ``gtrxl:memory_len=16``, so each option set is its own row; a core
     without the option (``lstm``) keeps its plain name."""
-    from memcores.experiments.records import write_record
-
-    results, test_id = tmp_path / "results", "memcores/PassiveVisualMatch-LongDelay-v0"
+    results = tmp_path / "results"
     for core, options, seed, test in (
         ("lstm", {}, 0, 0.2),
         ("lstm", {}, 1, 0.4),
         ("gtrxl", {"memory_len": 16}, 0, 0.3),
         ("gtrxl", {"memory_len": 128}, 0, 0.9),
     ):
-        name = f"name={core}" + "".join(f",{k}={v}" for k, v in options.items()) + f",seed={seed}"
-        run = tmp_path / "runs" / name
-        run.mkdir(parents=True)
-        config = {"env": {"id": "memcores/PassiveVisualMatch-v0"}, "core": {"name": core}}
-        config["core"] |= options
-        config |= {"train": {"seed": seed}, "run": {"dir": str(run)}}
-        (run / "config.yaml").write_text(yaml.safe_dump(config))
-        logger = RunLogger(run, tensorboard=False)
-        logger.record("rollout/ep_rew_mean", 0.5)
-        logger.dump(100)
-        logger.close()
-        evals = {
-            "memcores/PassiveVisualMatch-v0": {"return": 1.0, "success": 1.0, "episodes": 5},
-            test_id: {"return": 1.0, "success": test, "episodes": 5},
-        }
         grid = "--grid core.name=gtrxl --grid core.memory_len=16,128" if options else ""
-        write_record(
-            run,
-            results / name / "pair",
-            command=f"memcores sweep c.yaml {grid} --grid train.seed=0,1",
-            eval_results=evals,
-            extra={"test_env": test_id},
-        )
+        command = f"memcores sweep c.yaml {grid} --grid train.seed=0,1"
+        _success_record(results, tmp_path, core, seed, 1.0, test, options, command)
     out = tmp_path / "r.md"
     compare = "lstm,gtrxl:memory_len=16,gtrxl:memory_len=128"
     args = ["report", str(results), "--no-plots", "--out", str(out), "--compare", compare]
