@@ -8,7 +8,9 @@ For each env the baseline and every other folder recorded with ``--core``, the t
 each algorithm's final ``--metric`` (default ``rollout/ep_rew_mean``; the memory-match rooms
 also record ``rollout/success_rate``) per seed (seed order), mean ± sample std, the
 difference of means against the baseline, whether the runs separate (every run above / below
-every baseline run) and Welch's two-sided p (unequal variances; NaN below two seeds a side).
+every baseline run), Welch's two-sided p (unequal variances; ``-`` below two seeds a side), and
+what the runs cost: their frames and their wall time in seconds (the records' ``frames`` and
+``wall_seconds``, a range when the runs differ).
 """
 
 from __future__ import annotations
@@ -25,15 +27,35 @@ METRICS = ("rollout/ep_rew_mean", "rollout/success_rate")
 """What a record's ``final`` holds that the table can compare."""
 
 
+def _records(folder: Path, core: str, metric: str) -> list[dict]:
+    """The records under ``folder`` with ``core`` whose ``final`` holds ``metric``."""
+    records = [json.loads(path.read_text()) for path in sorted(folder.glob("*/record.json"))]
+    return [r for r in records if r.get("core") == core and metric in r.get("final", {})]
+
+
 def final_scores(folder: Path, core: str, metric: str = METRICS[0]) -> dict[str, dict[int, float]]:
     """``env id -> seed -> final metric`` of the records under ``folder`` with ``core``."""
     scores: dict[str, dict[int, float]] = {}
-    for path in sorted(folder.glob("*/record.json")):
-        record = json.loads(path.read_text())
-        if record.get("core") != core or metric not in record.get("final", {}):
-            continue
+    for record in _records(folder, core, metric):
         scores.setdefault(record["env"], {})[int(record["seed"])] = record["final"][metric]
     return scores
+
+
+def _span(values: list[float], digits: int = 0) -> str:
+    """``"a"`` when every value rounds alike, else ``"min-max"``; ``"-"`` for none."""
+    if not values:
+        return "-"
+    low, high = (f"{v:,.{digits}f}" for v in (min(values), max(values)))
+    return low if low == high else f"{low}-{high}"
+
+
+def run_costs(folder: Path, core: str, env: str, metric: str = METRICS[0]) -> list[str]:
+    """``[frames, wall seconds]`` of the runs of ``core`` on ``env`` in ``folder``, each one
+    value or a ``min-max`` range (``-`` where the records do not say)."""
+    records = [r for r in _records(folder, core, metric) if r["env"] == env]
+    frames = [r["frames"] for r in records if "frames" in r]
+    walls = [r["wall_seconds"] for r in records if "wall_seconds" in r]
+    return [_span(frames), _span(walls)]
 
 
 def _mean_std(values: list[float]) -> str:
@@ -55,16 +77,16 @@ def compare_rows(folders: list[Path], core: str, metric: str = METRICS[0]) -> li
         rows.append(
             [env, core, folders[0].name, ", ".join(f"{v:.3f}" for v in base), _mean_std(base)]
         )
-        rows[-1] += ["", "", ""]
+        rows[-1] += ["", "", "", *run_costs(folders[0], core, env, metric)]
         for folder, scores in others:
             if env not in scores:
                 continue
             runs = [scores[env][s] for s in sorted(scores[env])]
             diff = statistics.mean(runs) - statistics.mean(base)
-            p = welch_p(base, runs)
+            p = f"{welch_p(base, runs):.2g}" if min(len(base), len(runs)) >= 2 else "-"
             rows.append(
                 [env, core, folder.name, ", ".join(f"{v:.3f}" for v in runs), _mean_std(runs),
-                 f"{diff:+.3f}", separation(base, runs), f"{p:.2g}"]
+                 f"{diff:+.3f}", separation(base, runs), p, *run_costs(folder, core, env, metric)]
             )  # fmt: skip
     return rows
 
@@ -82,14 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folders = [Path(f) for f in args.folders]
     header = ["env.id", "core.name", "records", "final per seed", "mean ± std", "vs first"]
-    header += ["runs", "Welch p"]
+    header += ["runs", "Welch p", "frames", "wall s"]
     rows = [row for core in args.core for row in compare_rows(folders, core, args.metric)]
     metric = "" if args.metric == METRICS[0] else f" --metric {args.metric}"
     lines = [
         f"# {', '.join(args.core)}: {', '.join(f.name for f in folders)}",
         "",
         f"Final `{args.metric}` of each record (seed order); the difference of means, separation "
-        f"and Welch's two-sided p against `{folders[0].name}`. Made by `python -m "
+        f"and Welch's two-sided p against `{folders[0].name}`; the runs' frames and wall seconds "
+        f"(a machine's load varies between runs: wall time is cost, not speed). Made by "
+        f"`python -m "
         f"memcores.experiments.algo_compare {' '.join(args.folders)} --core {' '.join(args.core)}"
         f"{metric}{' --out ' + args.out if args.out else ''}`.",
         "",

@@ -11,11 +11,15 @@ from scipy import stats
 from memcores.experiments.algo_compare import compare_rows, main
 
 
-def _records(folder, env, core, scores, metric="rollout/ep_rew_mean"):
+def _records(folder, env, core, scores, metric="rollout/ep_rew_mean", walls=()):
+    """One record per score (seed = its index); ``walls``: their ``frames`` (1,000) and
+    ``wall_seconds``, left out when not given."""
     for seed, score in enumerate(scores):
         trial = folder / f"{env.replace('/', '-')},{core},{seed}"
         trial.mkdir(parents=True)
         record = {"env": env, "core": core, "seed": seed, "final": {metric: score}}
+        if walls:
+            record |= {"frames": 1000, "wall_seconds": walls[seed]}
         (trial / "record.json").write_text(json.dumps(record))
 
 
@@ -31,7 +35,7 @@ def test_rows_by_hand(tmp_path, capsys):
         ["popgym/A", "gru", "pqn", "0.500, 0.700, 0.600", "0.600 ± 0.100"],
     ]
     p = stats.ttest_ind([0.5, 0.7, 0.6], [0.1, 0.2, 0.3], equal_var=False).pvalue
-    assert rows[1][5:] == ["+0.400", "above", f"{p:.2g}"]
+    assert rows[1][5:] == ["+0.400", "above", f"{p:.2g}", "-", "-"]  # records without costs
     assert p == pytest.approx(0.0080, abs=1e-4)  # t = 0.4 / sqrt(0.01 / 3 * 2) = 4.90, 4 df
     assert main([str(base), str(other), "--core", "gru"]) == 0
     assert "| popgym/A | gru | pqn | 0.500, 0.700, 0.600 |" in capsys.readouterr().out
@@ -57,3 +61,18 @@ def test_success_rate_is_compared_when_asked(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([str(base), "--core", "gru", "--metric", "rollout/ep_len_mean"])
     assert exit_.value.code == 2
+
+
+def test_costs_and_a_single_seed(tmp_path, capsys):
+    """The frames and wall seconds of each row's runs (one value, or a range); Welch's p is
+    ``-`` when a side has one seed, where the test is undefined."""
+    base, other = tmp_path / "ppo", tmp_path / "pqn"
+    _records(base, "popgym/A", "gru", [0.1, 0.3], walls=[1200.4, 1500.6])
+    _records(other, "popgym/A", "gru", [0.5], walls=[900.2])
+    rows = compare_rows([base, other], "gru")
+    assert [r[5:] for r in rows] == [
+        ["", "", "", "1,000", "1,200-1,501"],
+        ["+0.300", "above", "-", "1,000", "900"],
+    ]
+    assert main([str(base), str(other), "--core", "gru"]) == 0
+    assert "| Welch p | frames | wall s |" in capsys.readouterr().out
