@@ -75,18 +75,22 @@ def q_lambda_returns(
 
 def td_loss(
     policy: RecurrentActorCritic, mb: ChunkBatch, recon_coef: float = 0.0
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The loss ``0.5 mean (Q(s, a) - G)^2`` on minibatch ``mb`` (its chunks replayed from
     their stored states in one core call; plus ``recon_coef`` times the reconstruction loss
-    where the network has a decoder), the mean ``Q(s, a)`` and mean ``|TD|``."""
+    where the network has a decoder), the mean ``Q(s, a)``, mean ``|TD|`` and the
+    reconstruction loss before its coefficient (0 without a decoder), the last three
+    detached for logging."""
     out = policy(mb.obs, mb.state, mb.starts)
     q = out.logits.gather(-1, mb.actions.long().unsqueeze(-1)).squeeze(-1)  # [L, M]
     td = q - mb.returns
     loss = 0.5 * td.pow(2).mean()
+    recon = torch.zeros_like(loss)
     decoder = policy.decoder
     if decoder is not None:
-        loss = loss + decoder.loss(out.features, mb.obs, mb.starts) * recon_coef
-    return loss, q.detach().mean(), td.detach().abs().mean()
+        recon = decoder.loss(out.features, mb.obs, mb.starts)
+        loss = loss + recon * recon_coef
+    return loss, q.detach().mean(), td.detach().abs().mean(), recon.detach()
 
 
 def update(
@@ -107,16 +111,19 @@ def update(
     policy.train()
     rows: list[Tensor] = []
     for index in minibatch_indices(buffer.n_chunks, per_mb, agent.n_epochs, device, generator):
-        loss, q_mean, td_mean = td_loss(policy, select_chunks(batch, index), agent.recon_coef)
+        mb = select_chunks(batch, index)
+        loss, q_mean, td_mean, recon = td_loss(policy, mb, agent.recon_coef)
         grad_norm = _backward(optimizer, loss, params, agent.max_grad_norm)
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm.to(loss.device))
         _step_if(optimizer, finite if device.type == "cuda" else bool(finite))
-        rows.append(torch.stack([loss.detach(), grad_norm.to(loss.device), q_mean, td_mean]))
+        row = [loss.detach(), grad_norm.to(loss.device), q_mean, td_mean, recon]
+        rows.append(torch.stack(row))
     table = torch.stack(rows).double().cpu()
     applied = table[torch.isfinite(table[:, :2]).all(1)]
-    means = applied.mean(0).tolist() if len(applied) else [math.nan] * 4
+    means = applied.mean(0).tolist() if len(applied) else [math.nan] * 5
     return UpdateStats(
-        value_loss=means[0],
+        value_loss=means[0] - agent.recon_coef * means[4],  # the TD part, as PPO's value loss
+        recon_loss=means[4],
         loss=means[0],
         grad_norm=means[1],
         explained_variance=explained_variance(buffer.values, buffer.returns),

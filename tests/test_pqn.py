@@ -106,6 +106,20 @@ def test_a_run_logs_the_epsilon_each_rollout_was_collected_with(tmp_path):
     assert all(float(r["train/td_error"]) > 0 for r in rows)
 
 
+def test_a_run_logs_the_reconstruction_apart_from_the_td_loss(tmp_path):
+    """With ``recon_coef`` 0.1 each logged row holds the reconstruction loss (before its
+    coefficient) and the TD loss as ``train/value_loss``; ``train/loss`` is their weighted sum."""
+    config = popgym_config("agent.algo=pqn", "agent.recon_coef=0.1", "agent.recon_lags=[0,1]")
+    train(config, tmp_path)
+    with open(tmp_path / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    for r in rows:
+        recon, value, loss = (float(r[f"train/{k}"]) for k in ("recon_loss", "value_loss", "loss"))
+        assert recon > 0 and value > 0
+        assert loss == pytest.approx(value + 0.1 * recon, rel=1e-6)
+
+
 def test_a_trained_q_network_is_evaluated_greedily(tmp_path):
     """Its values are no distribution: evaluation takes their argmax with or without
     ``--argmax`` (the same episodes either way)."""
@@ -211,6 +225,10 @@ def test_the_td_loss_adds_the_reconstruction_only_with_its_coefficient():
     assert recon.item() > 0
     torch.testing.assert_close(td_loss(net, mb)[0], td_part)
     torch.testing.assert_close(td_loss(net, mb, 0.5)[0], td_part + 0.5 * recon)
+    # logged before its coefficient, and 0 without a decoder
+    torch.testing.assert_close(td_loss(net, mb, 0.5)[3], recon.detach())
+    plain = RecurrentQNetwork(3, "gru", 8, image_shape=(4,), mission="none")
+    assert td_loss(plain, mb)[3].item() == 0.0
 
 
 def test_the_td_loss_is_half_the_mean_squared_error_of_the_taken_actions():
@@ -229,7 +247,7 @@ def test_the_td_loss_is_half_the_mean_squared_error_of_the_taken_actions():
     state = tuple(s + 0.3 for s in state)
     zeros = torch.zeros(L, M)
     mb = ChunkBatch(obs, starts, actions, zeros, zeros, zeros, returns, state)
-    loss, _q, td = td_loss(net, mb)
+    loss, _q, td, _recon = td_loss(net, mb)
     by_hand = []
     for m in range(M):
         h = tuple(s[m : m + 1] for s in state)
