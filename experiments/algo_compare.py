@@ -27,18 +27,14 @@ METRICS = ("rollout/ep_rew_mean", "rollout/success_rate")
 """What a record's ``final`` holds that the table can compare."""
 
 
-def _records(folder: Path, core: str, metric: str) -> list[dict]:
-    """The records under ``folder`` with ``core`` whose ``final`` holds ``metric``."""
-    records = [json.loads(path.read_text()) for path in sorted(folder.glob("*/record.json"))]
-    return [r for r in records if r.get("core") == core and metric in r.get("final", {})]
-
-
-def final_scores(folder: Path, core: str, metric: str = METRICS[0]) -> dict[str, dict[int, float]]:
-    """``env id -> seed -> final metric`` of the records under ``folder`` with ``core``."""
-    scores: dict[str, dict[int, float]] = {}
-    for record in _records(folder, core, metric):
-        scores.setdefault(record["env"], {})[int(record["seed"])] = record["final"][metric]
-    return scores
+def _records_by_env(folder: Path, core: str, metric: str) -> dict[str, list[dict]]:
+    """``env id -> records`` under ``folder`` with ``core`` whose ``final`` holds ``metric``."""
+    by_env: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*/record.json")):
+        record = json.loads(path.read_text())
+        if record.get("core") == core and metric in record.get("final", {}):
+            by_env.setdefault(record["env"], []).append(record)
+    return by_env
 
 
 def _span(values: list[float], digits: int = 0) -> str:
@@ -49,13 +45,18 @@ def _span(values: list[float], digits: int = 0) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def run_costs(folder: Path, core: str, env: str, metric: str = METRICS[0]) -> list[str]:
-    """``[frames, wall seconds]`` of the runs of ``core`` on ``env`` in ``folder``, each one
-    value or a ``min-max`` range (``-`` where the records do not say)."""
-    records = [r for r in _records(folder, core, metric) if r["env"] == env]
+def run_costs(records: list[dict]) -> list[str]:
+    """``[frames, wall seconds]`` of ``records``, each one value or a ``min-max`` range (``-``
+    where the records do not say)."""
     frames = [r["frames"] for r in records if "frames" in r]
     walls = [r["wall_seconds"] for r in records if "wall_seconds" in r]
     return [_span(frames), _span(walls)]
+
+
+def _scores_in_seed_order(records: list[dict], metric: str) -> list[float]:
+    """The final ``metric`` of ``records``, one per seed (a later record of a seed wins)."""
+    by_seed = {int(r["seed"]): r["final"][metric] for r in records}
+    return [by_seed[seed] for seed in sorted(by_seed)]
 
 
 def _mean_std(values: list[float]) -> str:
@@ -67,26 +68,26 @@ def _mean_std(values: list[float]) -> str:
 def compare_rows(folders: list[Path], core: str, metric: str = METRICS[0]) -> list[list[str]]:
     """One row per (env, algorithm) of the table (see the module docstring), for the envs
     that a folder besides the baseline recorded."""
-    base_scores = final_scores(folders[0], core, metric)
-    others = [(folder, final_scores(folder, core, metric)) for folder in folders[1:]]
+    base_records = _records_by_env(folders[0], core, metric)
+    others = [(folder, _records_by_env(folder, core, metric)) for folder in folders[1:]]
     rows = []
-    for env in sorted(base_scores):
-        if not any(env in scores for _, scores in others):
+    for env in sorted(base_records):
+        if not any(env in records for _, records in others):
             continue
-        base = [base_scores[env][s] for s in sorted(base_scores[env])]
+        base = _scores_in_seed_order(base_records[env], metric)
         rows.append(
             [env, core, folders[0].name, ", ".join(f"{v:.3f}" for v in base), _mean_std(base)]
         )
-        rows[-1] += ["", "", "", *run_costs(folders[0], core, env, metric)]
-        for folder, scores in others:
-            if env not in scores:
+        rows[-1] += ["", "", "", *run_costs(base_records[env])]
+        for folder, records in others:
+            if env not in records:
                 continue
-            runs = [scores[env][s] for s in sorted(scores[env])]
+            runs = _scores_in_seed_order(records[env], metric)
             diff = statistics.mean(runs) - statistics.mean(base)
             p = f"{welch_p(base, runs):.2g}" if min(len(base), len(runs)) >= 2 else "-"
             rows.append(
                 [env, core, folder.name, ", ".join(f"{v:.3f}" for v in runs), _mean_std(runs),
-                 f"{diff:+.3f}", separation(base, runs), p, *run_costs(folder, core, env, metric)]
+                 f"{diff:+.3f}", separation(base, runs), p, *run_costs(records[env])]
             )  # fmt: skip
     return rows
 
