@@ -48,9 +48,16 @@ def welch_p(base: Sequence[float], other: Sequence[float]) -> float:
     """Two-sided p of Welch's t-test; NaN with fewer than two runs a side or no spread at all."""
     if len(base) < 2 or len(other) < 2:
         return math.nan
-    if statistics.pvariance(base) == 0 and statistics.pvariance(other) == 0:
+    # The variances come from ``statistics`` (exact on floats): scipy's ttest_ind warns of
+    # "precision loss" on a side like [0.99, 0.99], whose float variance is not quite 0.
+    var_base = statistics.variance(base) / len(base)
+    var_other = statistics.variance(other) / len(other)
+    spread = var_base + var_other
+    if spread == 0:
         return math.nan
-    return float(stats.ttest_ind(other, base, equal_var=False).pvalue)
+    t = (statistics.fmean(other) - statistics.fmean(base)) / math.sqrt(spread)
+    dof = spread**2 / (var_base**2 / (len(base) - 1) + var_other**2 / (len(other) - 1))
+    return float(2 * stats.t.sf(abs(t), dof))
 
 
 def separation(base: Sequence[float], other: Sequence[float]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import yaml
@@ -277,7 +278,6 @@ def test_separation_counts_a_tie_as_overlap():
     assert separation([0.1, 0.2], [0.21, 0.3]) == "above"
 
 
-@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy on [0.5, 0.5]
 def test_welch_p_with_one_side_without_spread():
     """One side without spread and the other with some is a test: [0.5, 0.5] against [0, 2]
     gives t = (1 - 0.5) / sqrt(0 / 2 + 2 / 2) = 0.5 at df = 1 (Welch-Satterthwaite), so
@@ -286,6 +286,19 @@ def test_welch_p_with_one_side_without_spread():
     assert want == pytest.approx(0.70483, abs=1e-5)
     assert welch_p([0.5, 0.5], [0.0, 2.0]) == pytest.approx(want, abs=1e-9)
     assert welch_p([0.0, 2.0], [0.5, 0.5]) == pytest.approx(want, abs=1e-9)
+
+
+def test_welch_p_without_spread_in_floats_is_quiet():
+    """[0.99, 0.99] has no spread although 0.99 is no exact float (scipy's t-test warned of
+    precision loss there): against [0.56, 0.39, 0.43] (mean 0.46, sample variance 0.0079) it
+    is t = -0.53 / sqrt(0.0079 / 3) = -10.328 at df = 2, and at df = 2 the t distribution's
+    two-sided tail is 1 - |t| / sqrt(2 + t^2) = 0.009245."""
+    t = -0.53 / math.sqrt(0.0079 / 3)
+    want = 1 - abs(t) / math.sqrt(2 + t * t)
+    assert want == pytest.approx(0.009245, abs=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert welch_p([0.99, 0.99], [0.56, 0.39, 0.43]) == pytest.approx(want, rel=1e-9)
 
 
 def test_mean_std_and_p_at_their_edges():
