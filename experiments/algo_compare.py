@@ -8,9 +8,9 @@ For each env the baseline and every other folder recorded with ``--core``, the t
 each algorithm's final ``--metric`` (default ``rollout/ep_rew_mean``; the memory-match rooms
 also record ``rollout/success_rate``) per seed (seed order), mean ± sample std, the
 difference of means against the baseline, whether the runs separate (every run above / below
-every baseline run), Welch's two-sided p (unequal variances; ``-`` below two seeds a side), and
-what the runs cost: their frames and their wall time in seconds (the records' ``frames`` and
-``wall_seconds``, a range when the runs differ).
+every baseline run), Welch's two-sided p (unequal variances; ``-`` below two seeds a side or
+with no spread at all), and what the runs cost: their frames and their wall time in seconds
+(the records' ``frames`` and ``wall_seconds``, a range when the runs differ).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 from memcores.agents.files import write_text_atomic
-from memcores.experiments.core_compare import separation, welch_p
+from memcores.experiments.core_compare import format_p, mean_std, separation, welch_p
 
 METRICS = ("rollout/ep_rew_mean", "rollout/success_rate")
 """What a record's ``final`` holds that the table can compare."""
@@ -59,12 +59,6 @@ def _scores_in_seed_order(records: list[dict], metric: str) -> list[float]:
     return [by_seed[seed] for seed in sorted(by_seed)]
 
 
-def _mean_std(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
 def compare_rows(folders: list[Path], core: str, metric: str = METRICS[0]) -> list[list[str]]:
     """One row per (env, algorithm) of the table (see the module docstring), for the envs
     that a folder besides the baseline recorded."""
@@ -76,7 +70,7 @@ def compare_rows(folders: list[Path], core: str, metric: str = METRICS[0]) -> li
             continue
         base = _scores_in_seed_order(base_records[env], metric)
         rows.append(
-            [env, core, folders[0].name, ", ".join(f"{v:.3f}" for v in base), _mean_std(base)]
+            [env, core, folders[0].name, ", ".join(f"{v:.3f}" for v in base), mean_std(base)]
         )
         rows[-1] += ["", "", "", *run_costs(base_records[env])]
         for folder, records in others:
@@ -84,10 +78,10 @@ def compare_rows(folders: list[Path], core: str, metric: str = METRICS[0]) -> li
                 continue
             runs = _scores_in_seed_order(records[env], metric)
             diff = statistics.mean(runs) - statistics.mean(base)
-            p = f"{welch_p(base, runs):.2g}" if min(len(base), len(runs)) >= 2 else "-"
             rows.append(
-                [env, core, folder.name, ", ".join(f"{v:.3f}" for v in runs), _mean_std(runs),
-                 f"{diff:+.3f}", separation(base, runs), p, *run_costs(records[env])]
+                [env, core, folder.name, ", ".join(f"{v:.3f}" for v in runs), mean_std(runs),
+                 f"{diff:+.3f}", separation(base, runs), format_p(welch_p(base, runs)),
+                 *run_costs(records[env])]
             )  # fmt: skip
     return rows
 

@@ -99,7 +99,7 @@ def comparison_rows(
                 " / ".join(f"{v:.2f}" for v in b),
                 f"{statistics.fmean(b) - statistics.fmean(a):+.3f}",
                 separation(a, b),
-                _p(p),
+                format_p(p),
             ]
         )
     header = [f"{block} env", f"`{base}` runs", f"`{other}` runs", "difference", "separation"]
@@ -136,12 +136,12 @@ def retention_rows(
                     f"{point.train_env} -> {point.test_env}",
                     core,
                     str(len(set(other.seeds)) if other.seeds else len(other.test)),
-                    _mean_std(other.train),
-                    _mean_std(other.test),
+                    mean_std(other.train),
+                    mean_std(other.test),
                     " / ".join("-" if math.isnan(r) else f"{r:.2f}" for r in ratios),
-                    _mean_std(_finite(ratios)),
-                    _p(p_test),
-                    _p(p_ratio),
+                    mean_std(_finite(ratios)),
+                    format_p(p_test),
+                    format_p(p_ratio),
                 ]
             )
     header = ["env pair", "core", "seeds", "train", "test", "retention per run", "retention"]
@@ -152,7 +152,8 @@ def _finite(values: Sequence[float]) -> list[float]:
     return [v for v in values if math.isfinite(v)]
 
 
-def _mean_std(values: Sequence[float]) -> str:
+def mean_std(values: Sequence[float]) -> str:
+    """``"mean ± sample std"`` to three decimals; the value alone for one, ``-`` for none."""
     if not values:
         return "-"
     if len(values) == 1:
@@ -160,7 +161,7 @@ def _mean_std(values: Sequence[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
-def _p(value: float) -> str:
+def format_p(value: float) -> str:
     """A p-value to two significant figures (``0.45``, ``0.0053``; below 0.001 ``4.3e-05``),
     never rounded to ``0.00``; ``-`` for NaN."""
     if math.isnan(value):

@@ -35,7 +35,8 @@ def test_rows_by_hand(tmp_path, capsys):
         ["popgym/A", "gru", "pqn", "0.500, 0.700, 0.600", "0.600 ± 0.100"],
     ]
     p = stats.ttest_ind([0.5, 0.7, 0.6], [0.1, 0.2, 0.3], equal_var=False).pvalue
-    assert rows[1][5:] == ["+0.400", "above", f"{p:.2g}", "-", "-"]  # records without costs
+    # Two significant figures, the trailing zero kept: "0.0080", not "0.008".
+    assert rows[1][5:] == ["+0.400", "above", "0.0080", "-", "-"]  # records without costs
     assert p == pytest.approx(0.0080, abs=1e-4)  # t = 0.4 / sqrt(0.01 / 3 * 2) = 4.90, 4 df
     assert main([str(base), str(other), "--core", "gru"]) == 0
     assert "| popgym/A | gru | pqn | 0.500, 0.700, 0.600 |" in capsys.readouterr().out
@@ -76,3 +77,16 @@ def test_costs_and_a_single_seed(tmp_path, capsys):
     ]
     assert main([str(base), str(other), "--core", "gru"]) == 0
     assert "| Welch p | frames | wall s |" in capsys.readouterr().out
+
+
+def test_p_is_a_dash_without_spread_and_small_p_in_exponent(tmp_path):
+    """Welch's p is undefined when neither side varies (``-``, not ``nan``); a p below 0.001
+    is written ``6.5e-12``, never rounded to ``0.00``."""
+    base, same, far = tmp_path / "ppo", tmp_path / "pqn", tmp_path / "r2d2"
+    _records(base, "popgym/A", "gru", [0.5, 0.5])
+    _records(same, "popgym/A", "gru", [0.9, 0.9])
+    assert compare_rows([base, same], "gru")[1][5:8] == ["+0.400", "above", "-"]
+    _records(base, "popgym/B", "gru", [0.100, 0.101, 0.099])
+    _records(far, "popgym/B", "gru", [0.900, 0.901, 0.899])
+    # t = 0.8 / sqrt(2 * 1e-6 / 3) = 979.8 with 4 df: p = 2 * sf(979.8, 4) = 6.5e-12.
+    assert compare_rows([base, far], "gru")[-1][7] == "6.5e-12"

@@ -26,13 +26,13 @@ def test_separation_and_welch_p():
 
 
 def test_p_values_keep_two_significant_figures():
-    from memcores.experiments.core_compare import _p
+    from memcores.experiments.core_compare import format_p
 
-    assert _p(0.0123) == "0.012"
-    assert _p(0.00531) == "0.0053"  # not 0.005: the retention wording rests on this digit
-    assert _p(0.4504) == "0.45"
-    assert _p(6.44e-05) == "6.4e-05"
-    assert _p(float("nan")) == "-"
+    assert format_p(0.0123) == "0.012"
+    assert format_p(0.00531) == "0.0053"  # not 0.005: the retention wording rests on this digit
+    assert format_p(0.4504) == "0.45"
+    assert format_p(6.44e-05) == "6.4e-05"
+    assert format_p(float("nan")) == "-"
 
 
 def test_comparison_rows_give_each_train_env_once_and_small_p_in_figures():
@@ -304,13 +304,13 @@ def test_welch_p_without_spread_in_floats_is_quiet():
 def test_mean_std_and_p_at_their_edges():
     """``-`` for no values, one value alone to three decimals, mean ± sample std; a p of
     exactly 0.001 keeps two significant figures."""
-    from memcores.experiments.core_compare import _mean_std, _p
+    from memcores.experiments.core_compare import format_p, mean_std
 
-    assert _mean_std([]) == "-"
-    assert _mean_std([0.25]) == "0.250"
-    assert _mean_std([0.1, 0.3]) == "0.200 ± 0.141"
-    assert _p(0.001) == "0.0010"
-    assert _p(0.000999) == "1.0e-03"
+    assert mean_std([]) == "-"
+    assert mean_std([0.25]) == "0.250"
+    assert mean_std([0.1, 0.3]) == "0.200 ± 0.141"
+    assert format_p(0.001) == "0.0010"
+    assert format_p(0.000999) == "1.0e-03"
 
 
 def test_comparison_rows_default_to_the_test_block_and_read_past_other_cores():
