@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from memcores.experiments.core_compare import separation, welch_p
+from memcores.experiments.core_compare import format_p, separation, welch_p
 from memcores.experiments.records import find_runs, write_record
 
 ENGINES = ("memcores", "torchrl", "rllib")
@@ -186,7 +186,7 @@ def seed_statistics(rows: list[tuple[str, str, int, float]]) -> list[str]:
         if engine == "memcores":
             versus = ""
         else:
-            versus = f"{welch_p(base, values):.2f} | {separation(base, values)}"
+            versus = f"{format_p(welch_p(base, values))} | {separation(base, values)}"
         lines.append(
             f"| {core} | {engine} | {seeds} | {statistics.mean(values):.3f} | "
             f"{statistics.stdev(values):.3f} | {versus or ' | '} |"
